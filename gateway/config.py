@@ -1,0 +1,472 @@
+"""Typed gateway configuration, loaded and validated once at start-up.
+
+The YAML is checked in two passes: a JSON Schema for shape and types (so every error
+names the YAML path of the bad value), then the semantic rules a schema cannot say
+(HTTPS-only JWKS outside development, unique ids, environment variables present).
+Only then is it turned into frozen dataclasses, so the rest of the gateway never sees
+an unchecked value.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+import jsonschema
+import yaml
+
+__all__ = [
+    "BrandConfig",
+    "CacheConfig",
+    "ConfigError",
+    "GatewayConfig",
+    "JwksPolicy",
+    "LimitsConfig",
+    "ListenConfig",
+    "LoggingConfig",
+    "MetricsConfig",
+    "PersonalAgentConfig",
+    "PersonalAgentsConfig",
+    "ProviderConfig",
+    "SkillConfig",
+    "UpstreamConfig",
+    "load_config",
+    "load_config_file",
+]
+
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_BRAND_ID = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+
+
+class ConfigError(ValueError):
+    """A configuration file that cannot be served; ``path`` is the YAML path of the bad value."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}" if path else reason)
+        self.path = path
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class ListenConfig:
+    host: str = "0.0.0.0"  # noqa: S104 - a gateway in a container listens on every interface
+    port: int = 8080
+
+
+@dataclass(frozen=True, slots=True)
+class ProviderConfig:
+    organization: str
+    url: str
+    audience: str
+
+
+@dataclass(frozen=True, slots=True)
+class PersonalAgentConfig:
+    issuer: str
+    jwks_uri: str | None
+    enabled: bool = True
+    jwks: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class JwksPolicy:
+    """Bounds on how the gateway fetches and caches personal agents' key sets (§3.2)."""
+
+    min_ttl: float = 60.0
+    max_ttl: float = 86400.0
+    default_ttl: float = 300.0
+    refetch_cooldown: float = 15.0
+    timeout: float = 5.0
+    max_bytes: int = 65536
+
+
+@dataclass(frozen=True, slots=True)
+class PersonalAgentsConfig:
+    policy: Literal["allowlist", "open"] = "allowlist"
+    registered: tuple[PersonalAgentConfig, ...] = ()
+    jwks: JwksPolicy = field(default_factory=JwksPolicy)
+
+    def find(self, issuer: str) -> PersonalAgentConfig | None:
+        for agent in self.registered:
+            if agent.issuer == issuer:
+                return agent
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class CacheConfig:
+    url: str = "memory://"
+    conversation_ttl: int = 86400
+    closed_ttl: int = 7 * 86400
+    retry_window: int = 300
+    pending_ttl: int = 60
+
+    @property
+    def backend(self) -> Literal["memory", "redis"]:
+        return "memory" if urlsplit(self.url).scheme == "memory" else "redis"
+
+
+@dataclass(frozen=True, slots=True)
+class LimitsConfig:
+    max_body_bytes: int = 65536
+    request_timeout: float = 30.0
+
+
+@dataclass(frozen=True, slots=True)
+class MetricsConfig:
+    """The operations listener: Prometheus ``/metrics``, ``/healthz`` and ``/readyz``."""
+
+    enabled: bool = True
+    host: str = "0.0.0.0"  # noqa: S104 - scraped from outside the pod
+    port: int = 9090
+
+
+@dataclass(frozen=True, slots=True)
+class LoggingConfig:
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    format: Literal["json", "text"] = "json"
+    access_log: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class SkillConfig:
+    id: str
+    name: str
+    description: str
+    tags: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class UpstreamConfig:
+    url: str
+    timeout: float = 10.0
+    headers: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class BrandConfig:
+    id: str
+    name: str
+    description: str
+    version: str
+    upstream: UpstreamConfig
+    skills: tuple[SkillConfig, ...] = ()
+    domain: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class GatewayConfig:
+    public_url: str
+    provider: ProviderConfig
+    brands: Mapping[str, BrandConfig]
+    listen: ListenConfig = field(default_factory=ListenConfig)
+    development: bool = False
+    security_scheme_name: str = "paJwt"
+    personal_agents: PersonalAgentsConfig = field(default_factory=PersonalAgentsConfig)
+    cache: CacheConfig = field(default_factory=CacheConfig)
+    limits: LimitsConfig = field(default_factory=LimitsConfig)
+    metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+
+    def brand_for_domain(self, host: str) -> BrandConfig | None:
+        name = host.rsplit(":", 1)[0].lower() if not host.startswith("[") else host
+        for brand in self.brands.values():
+            if brand.domain is not None and brand.domain.lower() == name:
+                return brand
+        return None
+
+
+def _obj(properties: dict[str, Any], required: Sequence[str] = ()) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": list(required),
+        "additionalProperties": False,
+    }
+
+
+_STR = {"type": "string", "minLength": 1}
+_POS_NUM = {"type": "number", "exclusiveMinimum": 0}
+_POS_INT = {"type": "integer", "minimum": 1}
+
+SCHEMA: dict[str, Any] = _obj(
+    {
+        "listen": _obj({"host": _STR, "port": {"type": "integer", "minimum": 0, "maximum": 65535}}),
+        "public_url": {**_STR, "pattern": r"^https?://"},
+        "development": {"type": "boolean"},
+        "security_scheme_name": {**_STR, "pattern": r"^[A-Za-z][A-Za-z0-9_-]*$"},
+        "provider": _obj(
+            {"organization": _STR, "url": {**_STR, "pattern": r"^https?://"}, "audience": _STR},
+            ["organization", "url", "audience"],
+        ),
+        "personal_agents": _obj(
+            {
+                "policy": {"enum": ["allowlist", "open"]},
+                "registered": {
+                    "type": "array",
+                    "items": _obj(
+                        {
+                            "issuer": _STR,
+                            "jwks_uri": _STR,
+                            "enabled": {"type": "boolean"},
+                            "jwks": {
+                                "type": "object",
+                                "required": ["keys"],
+                                "properties": {"keys": {"type": "array", "items": {"type": "object"}}},
+                            },
+                        },
+                        ["issuer"],
+                    ),
+                },
+                "jwks": _obj(
+                    {
+                        "min_ttl": _POS_NUM,
+                        "max_ttl": _POS_NUM,
+                        "default_ttl": _POS_NUM,
+                        "refetch_cooldown": {"type": "number", "minimum": 0},
+                        "timeout": _POS_NUM,
+                        "max_bytes": _POS_INT,
+                    }
+                ),
+            }
+        ),
+        "cache": _obj(
+            {
+                "url": {**_STR, "pattern": r"^(memory|redis|rediss)://"},
+                "conversation_ttl": _POS_INT,
+                "closed_ttl": _POS_INT,
+                "retry_window": _POS_INT,
+                "pending_ttl": _POS_INT,
+            }
+        ),
+        "limits": _obj({"max_body_bytes": _POS_INT, "request_timeout": _POS_NUM}),
+        "metrics": _obj(
+            {
+                "enabled": {"type": "boolean"},
+                "host": _STR,
+                "port": {"type": "integer", "minimum": 0, "maximum": 65535},
+            }
+        ),
+        "logging": _obj(
+            {
+                "level": {"enum": ["DEBUG", "INFO", "WARNING", "ERROR"]},
+                "format": {"enum": ["json", "text"]},
+                "access_log": {"type": "boolean"},
+            }
+        ),
+        "brands": {
+            "type": "array",
+            "minItems": 1,
+            "items": _obj(
+                {
+                    "id": {"type": "string", "pattern": _BRAND_ID},
+                    "name": _STR,
+                    "description": _STR,
+                    "version": _STR,
+                    "domain": {**_STR, "pattern": r"^[A-Za-z0-9.-]+$"},
+                    "skills": {
+                        "type": "array",
+                        "items": _obj(
+                            {
+                                "id": _STR,
+                                "name": _STR,
+                                "description": _STR,
+                                "tags": {"type": "array", "items": _STR},
+                            },
+                            ["id", "name", "description"],
+                        ),
+                    },
+                    "upstream": _obj(
+                        {
+                            "url": {**_STR, "pattern": r"^https?://"},
+                            "timeout": _POS_NUM,
+                            "headers": {"type": "object", "additionalProperties": {"type": "string"}},
+                        },
+                        ["url"],
+                    ),
+                },
+                ["id", "name", "description", "version", "upstream"],
+            ),
+        },
+    },
+    ["public_url", "provider", "brands"],
+)
+
+
+def _yaml_path(parts: Sequence[str | int]) -> str:
+    out = ""
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def _check_schema(raw: Any) -> None:
+    validator = jsonschema.Draft202012Validator(SCHEMA)
+    errors = sorted(validator.iter_errors(raw), key=lambda e: (len(e.absolute_path), list(map(str, e.path))))
+    if not errors:
+        return
+    error = errors[0]
+    path = list(error.absolute_path)
+    if error.validator == "additionalProperties":
+        extra = sorted(set(error.instance) - set(error.schema.get("properties", {})))
+        raise ConfigError(_yaml_path([*path, extra[0]]) if extra else _yaml_path(path), "unknown setting")
+    if error.validator == "required":
+        missing = re.findall(r"'([^']+)' is a required property", error.message)
+        name = missing[0] if missing else "?"
+        raise ConfigError(_yaml_path([*path, name]), "is required")
+    raise ConfigError(_yaml_path(path), error.message)
+
+
+def _expand_env(value: str, path: str, environ: Mapping[str, str]) -> str:
+    def repl(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in environ:
+            raise ConfigError(path, f"environment variable {name} is not set")
+        return environ[name]
+
+    return _ENV_REF.sub(repl, value)
+
+
+def _is_local_host(host: str) -> bool:
+    if host in {"localhost", "localhost.localdomain"} or host.endswith(".localhost"):
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return address.is_loopback or address.is_private or address.is_link_local or address.is_unspecified
+
+
+def _check_fetch_url(url: str, path: str, development: bool) -> None:
+    """§3.1: ``jwksUri`` is HTTPS; plain HTTP and local targets only under ``development``."""
+    parts = urlsplit(url)
+    if parts.scheme not in {"https", "http"} or not parts.hostname:
+        raise ConfigError(path, "must be an absolute https:// URL")
+    if development:
+        return
+    if parts.scheme != "https":
+        raise ConfigError(path, "must use https (plain http needs development: true)")
+    if _is_local_host(parts.hostname):
+        raise ConfigError(path, "must not point at a loopback or private address (needs development: true)")
+
+
+def _build(raw: Mapping[str, Any], environ: Mapping[str, str]) -> GatewayConfig:
+    development = bool(raw.get("development", False))
+    agents_raw = raw.get("personal_agents", {})
+    policy = agents_raw.get("policy", "allowlist")
+    registered: list[PersonalAgentConfig] = []
+    seen_issuers: set[str] = set()
+    for index, agent in enumerate(agents_raw.get("registered", [])):
+        path = f"personal_agents.registered[{index}]"
+        if agent["issuer"] in seen_issuers:
+            raise ConfigError(f"{path}.issuer", "duplicate issuer")
+        seen_issuers.add(agent["issuer"])
+        jwks_uri = agent.get("jwks_uri")
+        if jwks_uri is None and "jwks" not in agent:
+            raise ConfigError(f"{path}.jwks_uri", "is required unless an inline jwks is given")
+        if jwks_uri is not None:
+            _check_fetch_url(jwks_uri, f"{path}.jwks_uri", development)
+        registered.append(
+            PersonalAgentConfig(
+                issuer=agent["issuer"],
+                jwks_uri=jwks_uri,
+                enabled=agent.get("enabled", True),
+                jwks=agent.get("jwks"),
+            )
+        )
+    if policy == "allowlist" and not registered:
+        raise ConfigError("personal_agents.registered", "the allowlist policy needs at least one personal agent")
+
+    jwks_policy = JwksPolicy(**agents_raw.get("jwks", {}))
+    if jwks_policy.min_ttl > jwks_policy.max_ttl:
+        raise ConfigError("personal_agents.jwks.min_ttl", "must not exceed max_ttl")
+
+    cache = CacheConfig(**{**raw.get("cache", {})})
+    cache = CacheConfig(
+        url=_expand_env(cache.url, "cache.url", environ),
+        conversation_ttl=cache.conversation_ttl,
+        closed_ttl=cache.closed_ttl,
+        retry_window=cache.retry_window,
+        pending_ttl=cache.pending_ttl,
+    )
+    if cache.closed_ttl < cache.conversation_ttl:
+        raise ConfigError("cache.closed_ttl", "must be at least conversation_ttl")
+
+    brands: dict[str, BrandConfig] = {}
+    domains: set[str] = set()
+    for index, brand in enumerate(raw["brands"]):
+        path = f"brands[{index}]"
+        if brand["id"] in brands:
+            raise ConfigError(f"{path}.id", f"duplicate brand id {brand['id']!r}")
+        domain = brand.get("domain")
+        if domain is not None:
+            if domain.lower() in domains:
+                raise ConfigError(f"{path}.domain", f"domain {domain!r} already belongs to another brand")
+            domains.add(domain.lower())
+        upstream = brand["upstream"]
+        headers = {
+            name: _expand_env(value, f"{path}.upstream.headers.{name}", environ)
+            for name, value in upstream.get("headers", {}).items()
+        }
+        skill_ids: set[str] = set()
+        skills: list[SkillConfig] = []
+        for skill_index, skill in enumerate(brand.get("skills", [])):
+            if skill["id"] in skill_ids:
+                raise ConfigError(f"{path}.skills[{skill_index}].id", "duplicate skill id")
+            skill_ids.add(skill["id"])
+            skills.append(
+                SkillConfig(skill["id"], skill["name"], skill["description"], tuple(skill.get("tags", ())))
+            )
+        brands[brand["id"]] = BrandConfig(
+            id=brand["id"],
+            name=brand["name"],
+            description=brand["description"],
+            version=str(brand["version"]),
+            skills=tuple(skills),
+            domain=domain,
+            upstream=UpstreamConfig(
+                url=upstream["url"], timeout=float(upstream.get("timeout", 10.0)), headers=headers
+            ),
+        )
+
+    listen_raw = raw.get("listen", {})
+    return GatewayConfig(
+        listen=ListenConfig(host=listen_raw.get("host", "0.0.0.0"), port=listen_raw.get("port", 8080)),  # noqa: S104
+        public_url=raw["public_url"].rstrip("/"),
+        development=development,
+        security_scheme_name=raw.get("security_scheme_name", "paJwt"),
+        provider=ProviderConfig(**raw["provider"]),
+        personal_agents=PersonalAgentsConfig(policy=policy, registered=tuple(registered), jwks=jwks_policy),
+        cache=cache,
+        limits=LimitsConfig(**raw.get("limits", {})),
+        metrics=MetricsConfig(**raw.get("metrics", {})),
+        logging=LoggingConfig(**raw.get("logging", {})),
+        brands=brands,
+    )
+
+
+def load_config(raw: Any, environ: Mapping[str, str] | None = None) -> GatewayConfig:
+    """Validate an already-parsed YAML document and build the typed configuration."""
+    _check_schema(raw)
+    return _build(raw, os.environ if environ is None else environ)
+
+
+def load_config_file(path: str | Path, environ: Mapping[str, str] | None = None) -> GatewayConfig:
+    """Read, parse and validate a YAML configuration file; any failure is a :class:`ConfigError`."""
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError("", f"cannot read {path}: {exc.strerror}") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        raise ConfigError("", f"{path} is not valid YAML{where}") from None
+    return load_config(raw, environ)
