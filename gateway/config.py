@@ -24,6 +24,7 @@ import yaml
 __all__ = [
     "BrandConfig",
     "CacheConfig",
+    "CircuitBreakerConfig",
     "ConfigError",
     "GatewayConfig",
     "JwksPolicy",
@@ -34,6 +35,8 @@ __all__ = [
     "PersonalAgentConfig",
     "PersonalAgentsConfig",
     "ProviderConfig",
+    "RateLimitsConfig",
+    "RateRule",
     "SkillConfig",
     "UpstreamConfig",
     "load_config",
@@ -143,10 +146,45 @@ class SkillConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class RateRule:
+    """One §6 rate limit: ``rate`` requests per second sustained, ``burst`` at once from idle."""
+
+    rate: float
+    burst: int
+    enabled: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class RateLimitsConfig:
+    """§6 rate limits per personal agent and per (personal agent, sub), counted in the shared store.
+
+    ``fail_open``: when the store cannot count, serve the request (a support bot that stays
+    reachable beats a strict limit) instead of answering ``INTERNAL``.
+    """
+
+    per_agent: RateRule = field(default_factory=lambda: RateRule(rate=50.0, burst=100))
+    per_user: RateRule = field(default_factory=lambda: RateRule(rate=2.0, burst=10))
+    fail_open: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class CircuitBreakerConfig:
+    """Open after ``failures`` consecutive failed bot calls within ``window`` s; probe after ``cooldown``."""
+
+    enabled: bool = True
+    failures: int = 5
+    window: float = 30.0
+    cooldown: float = 15.0
+
+
+@dataclass(frozen=True, slots=True)
 class UpstreamConfig:
     url: str
     timeout: float = 10.0
     headers: Mapping[str, str] = field(default_factory=dict)
+    max_concurrency: int = 64
+    queue_timeout: float = 1.0
+    circuit_breaker: CircuitBreakerConfig = field(default_factory=CircuitBreakerConfig)
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +196,8 @@ class BrandConfig:
     upstream: UpstreamConfig
     skills: tuple[SkillConfig, ...] = ()
     domain: str | None = None
+    # The effective limits for this Brand: the top-level ones with the Brand's overrides applied.
+    rate_limits: RateLimitsConfig = field(default_factory=RateLimitsConfig)
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,6 +211,7 @@ class GatewayConfig:
     personal_agents: PersonalAgentsConfig = field(default_factory=PersonalAgentsConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)
     limits: LimitsConfig = field(default_factory=LimitsConfig)
+    rate_limits: RateLimitsConfig = field(default_factory=RateLimitsConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
 
@@ -194,6 +235,8 @@ def _obj(properties: dict[str, Any], required: Sequence[str] = ()) -> dict[str, 
 _STR = {"type": "string", "minLength": 1}
 _POS_NUM = {"type": "number", "exclusiveMinimum": 0}
 _POS_INT = {"type": "integer", "minimum": 1}
+_RATE_RULE = _obj({"enabled": {"type": "boolean"}, "rate": _POS_NUM, "burst": _POS_INT})
+_RATE_LIMITS = _obj({"per_agent": _RATE_RULE, "per_user": _RATE_RULE, "fail_open": {"type": "boolean"}})
 
 SCHEMA: dict[str, Any] = _obj(
     {
@@ -246,6 +289,7 @@ SCHEMA: dict[str, Any] = _obj(
             }
         ),
         "limits": _obj({"max_body_bytes": _POS_INT, "request_timeout": _POS_NUM}),
+        "rate_limits": _RATE_LIMITS,
         "metrics": _obj(
             {
                 "enabled": {"type": "boolean"},
@@ -282,11 +326,22 @@ SCHEMA: dict[str, Any] = _obj(
                             ["id", "name", "description"],
                         ),
                     },
+                    "rate_limits": _RATE_LIMITS,
                     "upstream": _obj(
                         {
                             "url": {**_STR, "pattern": r"^https?://"},
                             "timeout": _POS_NUM,
                             "headers": {"type": "object", "additionalProperties": {"type": "string"}},
+                            "max_concurrency": _POS_INT,
+                            "queue_timeout": {"type": "number", "minimum": 0},
+                            "circuit_breaker": _obj(
+                                {
+                                    "enabled": {"type": "boolean"},
+                                    "failures": _POS_INT,
+                                    "window": _POS_NUM,
+                                    "cooldown": _POS_NUM,
+                                }
+                            ),
                         },
                         ["url"],
                     ),
@@ -356,6 +411,25 @@ def _check_fetch_url(url: str, path: str, development: bool) -> None:
         raise ConfigError(path, "must not point at a loopback or private address (needs development: true)")
 
 
+def _rate_limits(top: Mapping[str, Any], brand: Mapping[str, Any]) -> RateLimitsConfig:
+    """§6 limits: the defaults, then the top-level ``rate_limits``, then a Brand's, setting by setting."""
+    defaults = RateLimitsConfig()
+
+    def rule(name: str, default: RateRule) -> RateRule:
+        merged = {**top.get(name, {}), **brand.get(name, {})}
+        return RateRule(
+            rate=float(merged.get("rate", default.rate)),
+            burst=int(merged.get("burst", default.burst)),
+            enabled=bool(merged.get("enabled", default.enabled)),
+        )
+
+    return RateLimitsConfig(
+        per_agent=rule("per_agent", defaults.per_agent),
+        per_user=rule("per_user", defaults.per_user),
+        fail_open=bool(brand.get("fail_open", top.get("fail_open", defaults.fail_open))),
+    )
+
+
 def _build(raw: Mapping[str, Any], environ: Mapping[str, str]) -> GatewayConfig:
     development = bool(raw.get("development", False))
     agents_raw = raw.get("personal_agents", {})
@@ -381,7 +455,9 @@ def _build(raw: Mapping[str, Any], environ: Mapping[str, str]) -> GatewayConfig:
             )
         )
     if policy == "allowlist" and not registered:
-        raise ConfigError("personal_agents.registered", "the allowlist policy needs at least one personal agent")
+        raise ConfigError(
+            "personal_agents.registered", "the allowlist policy needs at least one personal agent"
+        )
 
     jwks_policy = JwksPolicy(**agents_raw.get("jwks", {}))
     if jwks_policy.min_ttl > jwks_policy.max_ttl:
@@ -431,8 +507,14 @@ def _build(raw: Mapping[str, Any], environ: Mapping[str, str]) -> GatewayConfig:
             skills=tuple(skills),
             domain=domain,
             upstream=UpstreamConfig(
-                url=upstream["url"], timeout=float(upstream.get("timeout", 10.0)), headers=headers
+                url=upstream["url"],
+                timeout=float(upstream.get("timeout", 10.0)),
+                headers=headers,
+                max_concurrency=upstream.get("max_concurrency", 64),
+                queue_timeout=float(upstream.get("queue_timeout", 1.0)),
+                circuit_breaker=CircuitBreakerConfig(**upstream.get("circuit_breaker", {})),
             ),
+            rate_limits=_rate_limits(raw.get("rate_limits", {}), brand.get("rate_limits", {})),
         )
 
     listen_raw = raw.get("listen", {})
@@ -445,6 +527,7 @@ def _build(raw: Mapping[str, Any], environ: Mapping[str, str]) -> GatewayConfig:
         personal_agents=PersonalAgentsConfig(policy=policy, registered=tuple(registered), jwks=jwks_policy),
         cache=cache,
         limits=LimitsConfig(**raw.get("limits", {})),
+        rate_limits=_rate_limits(raw.get("rate_limits", {}), {}),
         metrics=MetricsConfig(**raw.get("metrics", {})),
         logging=LoggingConfig(**raw.get("logging", {})),
         brands=brands,

@@ -11,22 +11,33 @@ A2A_CONTENT_TYPE = "application/a2a+json"
 
 
 class Reason(Enum):
-    """The §6 table: each reason with its HTTP status and AIP-193 ``status``."""
+    """The §6 reasons. Values are the names: two reasons share a status pair, and Enum would alias them."""
 
-    INVALID_PARAMS = (400, "INVALID_ARGUMENT")
-    CONTENT_TYPE_NOT_SUPPORTED = (400, "INVALID_ARGUMENT")
-    UNSUPPORTED_OPERATION = (400, "FAILED_PRECONDITION")
-    PUSH_NOTIFICATION_NOT_SUPPORTED = (400, "FAILED_PRECONDITION")
-    TASK_NOT_FOUND = (404, "NOT_FOUND")
-    INTERNAL = (500, "INTERNAL")
+    INVALID_PARAMS = "INVALID_PARAMS"
+    CONTENT_TYPE_NOT_SUPPORTED = "CONTENT_TYPE_NOT_SUPPORTED"
+    UNSUPPORTED_OPERATION = "UNSUPPORTED_OPERATION"
+    PUSH_NOTIFICATION_NOT_SUPPORTED = "PUSH_NOTIFICATION_NOT_SUPPORTED"
+    TASK_NOT_FOUND = "TASK_NOT_FOUND"
+    INTERNAL = "INTERNAL"
 
     @property
     def http_status(self) -> int:
-        return self.value[0]
+        return _STATUS[self][0]
 
     @property
     def status(self) -> str:
-        return self.value[1]
+        return _STATUS[self][1]
+
+
+# §6 table: HTTP status and AIP-193 `status` per reason.
+_STATUS: dict[Reason, tuple[int, str]] = {
+    Reason.INVALID_PARAMS: (400, "INVALID_ARGUMENT"),
+    Reason.CONTENT_TYPE_NOT_SUPPORTED: (400, "INVALID_ARGUMENT"),
+    Reason.UNSUPPORTED_OPERATION: (400, "FAILED_PRECONDITION"),
+    Reason.PUSH_NOTIFICATION_NOT_SUPPORTED: (400, "FAILED_PRECONDITION"),
+    Reason.TASK_NOT_FOUND: (404, "NOT_FOUND"),
+    Reason.INTERNAL: (500, "INTERNAL"),
+}
 
 
 class A2AError(Exception):

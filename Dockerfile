@@ -1,0 +1,59 @@
+# syntax=docker/dockerfile:1
+#
+# pact-gateway container image.
+#   docker build -t ghcr.io/example/pact-gateway:0.1.0 .
+#   docker run --rm -p 8080:8080 -p 9090:9090 \
+#     -v "$PWD/config/example.yaml:/etc/pact-gateway/config.yaml:ro" \
+#     ghcr.io/example/pact-gateway:0.1.0
+# The Helm chart in deploy/helm/pact-gateway runs this image as user 10001 with a read-only
+# root filesystem, passing `serve --config /etc/pact-gateway/config.yaml [--workers N]`.
+
+ARG PYTHON_IMAGE=python:3.11-slim
+
+# ---- builder: a wheel of the project and of every dependency -------------------------------
+FROM ${PYTHON_IMAGE} AS builder
+
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    PYTHONDONTWRITEBYTECODE=1
+
+WORKDIR /src
+# .dockerignore keeps the context to pyproject.toml, README/LICENSE and the packages.
+COPY . .
+RUN pip wheel --wheel-dir /wheels .
+
+# ---- runtime: the wheels installed into a venv, run as an unprivileged user -------------------
+FROM ${PYTHON_IMAGE} AS runtime
+
+LABEL org.opencontainers.image.title="pact-gateway" \
+      org.opencontainers.image.description="PACT 1.0 reverse-proxy authentication gateway (A2A 1.0 HTTP+JSON)" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.version="0.1.0"
+
+ENV VIRTUAL_ENV=/opt/venv \
+    PATH=/opt/venv/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+# Install from the builder's wheels only (no index, nothing compiled here); the wheels are
+# bind-mounted so they never land in a layer. The venv gets no pip of its own.
+RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
+    python -m venv --without-pip "$VIRTUAL_ENV" \
+ && python -m pip --python "$VIRTUAL_ENV/bin/python" install --no-index --find-links=/wheels pact-gateway \
+ && groupadd --system --gid 10001 pact \
+ && useradd --system --uid 10001 --gid 10001 --no-create-home \
+      --home-dir /nonexistent --shell /usr/sbin/nologin pact \
+ && mkdir -p /etc/pact-gateway/keys \
+ && pact-gateway --help > /dev/null
+
+# A read-only root filesystem needs nothing writable but /tmp (an emptyDir in the chart).
+WORKDIR /tmp
+USER 10001:10001
+
+# 8080: A2A listener (listen.port); 9090: /metrics, /healthz, /readyz (metrics.port).
+EXPOSE 8080 9090
+
+ENTRYPOINT ["pact-gateway"]
+CMD ["serve", "--config", "/etc/pact-gateway/config.yaml"]

@@ -1,0 +1,206 @@
+"""Child processes for the benchmark: started in their own process group, measured from /proc, always ended.
+
+Each party (bot, pass-through, gateway, load generator) is a separate process so its CPU
+time can be attributed to it alone. CPU is read from ``/proc/<pid>/stat`` (``utime`` +
+``stime``) of a process and all its descendants, so a gateway that forks workers is
+counted whole. No third-party process library is needed on Linux.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from types import TracebackType
+
+__all__ = [
+    "REPO_ROOT",
+    "Child",
+    "Children",
+    "ChildFailed",
+    "cpu_seconds",
+    "free_port",
+    "machine_busy",
+    "python_env",
+    "read_machine_ticks",
+]
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+
+
+class ChildFailed(RuntimeError):
+    """A child process died or never became ready; the message carries the tail of its log."""
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on right now (the kernel's choice, so no guessing)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def python_env() -> dict[str, str]:
+    """The environment children run with: this checkout first on the path, unbuffered output."""
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
+    env["PYTHONUNBUFFERED"] = "1"
+    return env
+
+
+def _stat_fields(pid: int) -> list[str] | None:
+    try:
+        raw = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name is in parentheses and may hold spaces: split after the last ')'.
+    return raw[raw.rindex(")") + 2 :].split()
+
+
+def _descendants(pid: int) -> list[int]:
+    parents: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        fields = _stat_fields(int(entry))
+        if fields is not None:
+            parents.setdefault(int(fields[1]), []).append(int(entry))
+    found: list[int] = []
+    stack = [pid]
+    while stack:
+        for child in parents.get(stack.pop(), []):
+            found.append(child)
+            stack.append(child)
+    return found
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU seconds used so far by ``pid`` and every live descendant."""
+    total = 0
+    for member in (pid, *_descendants(pid)):
+        fields = _stat_fields(member)
+        if fields is not None:
+            total += int(fields[11]) + int(fields[12])  # utime, stime (fields 14 and 15 of stat)
+    return total / _CLK_TCK
+
+
+def read_machine_ticks() -> tuple[int, int]:
+    """(busy, total) clock ticks of the whole machine since boot, from ``/proc/stat``."""
+    with open("/proc/stat") as stat:
+        values = [int(v) for v in stat.readline().split()[1:]]
+    idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
+    total = sum(values[:8])  # steal included, guest already counted in user
+    return total - idle, total
+
+
+def machine_busy(before: tuple[int, int], after: tuple[int, int]) -> float:
+    """Fraction of all cores busy between two readings: 1.0 means the run was CPU-bound."""
+    total = after[1] - before[1]
+    return (after[0] - before[0]) / total if total > 0 else 0.0
+
+
+class Child:
+    """One started process with its own process group and a log file for its stdout and stderr."""
+
+    def __init__(self, name: str, argv: Sequence[str], log_path: Path) -> None:
+        self.name = name
+        self.log_path = log_path
+        self._log = log_path.open("wb")
+        self.popen = subprocess.Popen(
+            list(argv),
+            cwd=REPO_ROOT,
+            env=python_env(),
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own process group: stop() ends it and anything it forked
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def tail(self, lines: int = 20) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return ""
+        return "\n".join(text.splitlines()[-lines:])
+
+    def wait_port(self, port: int, timeout: float = 20.0) -> None:
+        """Return once ``port`` accepts connections; ChildFailed if the process dies or time runs out."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.alive():
+                raise ChildFailed(f"{self.name} exited with {self.popen.returncode}:\n{self.tail()}")
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
+                return
+            time.sleep(0.05)
+        raise ChildFailed(f"{self.name} did not listen on 127.0.0.1:{port} within {timeout} s:\n{self.tail()}")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 10.0) -> int | None:
+        """Signal the whole process group, wait, then SIGKILL whatever is left; the exit code."""
+        if self.alive():
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.popen.pid, sig)
+            try:
+                self.popen.wait(timeout)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(self.popen.pid, signal.SIGKILL)
+                self.popen.wait(5)
+        # The leader is gone; a straggler in its group (a forked worker) must not outlive the run.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(self.popen.pid, signal.SIGKILL)
+        self._log.close()
+        return self.popen.returncode
+
+
+class Children:
+    """Every child the run started; leaving the block (normally, on error or on SIGTERM) stops them all."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self.log_dir = log_dir
+        self._children: list[Child] = []
+        self._previous_handler: signal.Handlers | int | None = None
+
+    def start(self, name: str, argv: Sequence[str]) -> Child:
+        child = Child(name, argv, self.log_dir / f"{name}.log")
+        self._children.append(child)
+        return child
+
+    def python(self, name: str, *args: str) -> Child:
+        return self.start(name, [sys.executable, *args])
+
+    def stop(self, child: Child, sig: int = signal.SIGTERM) -> int | None:
+        if child in self._children:
+            self._children.remove(child)
+        return child.stop(sig)
+
+    def __enter__(self) -> Children:
+        previous = signal.getsignal(signal.SIGTERM)
+        self._previous_handler = previous if isinstance(previous, int | signal.Handlers) else None
+
+        def terminate(signum: int, frame: object) -> None:
+            raise SystemExit(128 + signum)  # unwinds through __exit__, which stops the children
+
+        signal.signal(signal.SIGTERM, terminate)
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        for child in reversed(self._children):
+            child.stop()
+        self._children.clear()
+        signal.signal(signal.SIGTERM, self._previous_handler or signal.SIG_DFL)

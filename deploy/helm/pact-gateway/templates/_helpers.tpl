@@ -1,0 +1,194 @@
+{{/*
+Expand the name of the chart.
+*/}}
+{{- define "pact-gateway.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Create a default fully qualified app name, truncated at 63 characters (the DNS label limit).
+If the release name contains the chart name it is used as the full name.
+*/}}
+{{- define "pact-gateway.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Chart name and version, as used by the helm.sh/chart label.
+*/}}
+{{- define "pact-gateway.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Namespace of every resource.
+*/}}
+{{- define "pact-gateway.namespace" -}}
+{{- default .Release.Namespace .Values.namespaceOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Common labels.
+*/}}
+{{- define "pact-gateway.labels" -}}
+helm.sh/chart: {{ include "pact-gateway.chart" . }}
+{{ include "pact-gateway.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Values.image.tag | default .Chart.AppVersion | toString | trunc 63 | trimSuffix "-" | quote }}
+app.kubernetes.io/component: gateway
+app.kubernetes.io/part-of: pact-gateway
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/*
+Selector labels.
+*/}}
+{{- define "pact-gateway.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "pact-gateway.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/*
+Metadata annotations: commonAnnotations merged with a resource's own (the resource's win).
+Call with (dict "annotations" .Values.x.annotations "context" $).
+*/}}
+{{- define "pact-gateway.annotations" -}}
+{{- $annotations := merge (dict) (.annotations | default dict) (.context.Values.commonAnnotations | default dict) }}
+{{- with $annotations }}
+{{- printf "annotations:\n%s" (toYaml . | indent 2) }}
+{{- end }}
+{{- end }}
+
+{{/*
+Name of the ServiceAccount to use.
+*/}}
+{{- define "pact-gateway.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "pact-gateway.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- default "default" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/*
+The gateway image: repository@digest when a digest is given, else repository:tag (tag defaults to appVersion).
+*/}}
+{{- define "pact-gateway.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion | toString) }}
+{{- end }}
+{{- end }}
+
+{{/*
+Effective ports: the gateway config's own setting when present, else the chart's container port.
+*/}}
+{{- define "pact-gateway.httpPort" -}}
+{{- dig "listen" "port" .Values.containerPorts.http (.Values.config | default dict) | int }}
+{{- end }}
+
+{{- define "pact-gateway.metricsPort" -}}
+{{- dig "metrics" "port" .Values.containerPorts.metrics (.Values.config | default dict) | int }}
+{{- end }}
+
+{{/*
+The gateway's config.yaml: .Values.config verbatim, with listen.port and metrics.port filled in
+from the container ports when unset so the gateway binds where the probes and Service look.
+*/}}
+{{- define "pact-gateway.config" -}}
+{{- $config := deepCopy (.Values.config | default dict) }}
+{{- $listen := deepCopy (get $config "listen" | default dict) }}
+{{- $_ := set $listen "port" (include "pact-gateway.httpPort" . | int) }}
+{{- $_ = set $config "listen" $listen }}
+{{- $metrics := deepCopy (get $config "metrics" | default dict) }}
+{{- $_ = set $metrics "port" (include "pact-gateway.metricsPort" . | int) }}
+{{- $_ = set $config "metrics" $metrics }}
+{{- toYaml $config }}
+{{- end }}
+
+{{/*
+The key/value pairs of the chart-managed Secret, as JSON: secrets.env (unless secrets.existingSecret)
+and the Redis password under redis.envVar (unless redis.existingSecret). Every key is an
+environment variable name; the Secret is loaded with envFrom.
+*/}}
+{{- define "pact-gateway.secretData" -}}
+{{- $data := dict }}
+{{- if not .Values.secrets.existingSecret }}
+{{- range $name, $value := .Values.secrets.env }}
+{{- $_ := set $data $name (toString $value) }}
+{{- end }}
+{{- end }}
+{{- if and .Values.redis.password (not .Values.redis.existingSecret) }}
+{{- $_ := set $data .Values.redis.envVar (toString .Values.redis.password) }}
+{{- end }}
+{{- toJson $data }}
+{{- end }}
+
+{{/*
+Name of the chart-managed Secret.
+*/}}
+{{- define "pact-gateway.secretName" -}}
+{{- include "pact-gateway.fullname" . }}
+{{- end }}
+
+{{/*
+Refuse values the gateway cannot run with, with a message that names the fix.
+*/}}
+{{- define "pact-gateway.validateValues" -}}
+{{- $config := .Values.config | default dict }}
+{{- $cacheUrl := dig "cache" "url" "memory://" $config | toString }}
+{{- if hasPrefix "memory://" $cacheUrl }}
+{{- if .Values.autoscaling.enabled }}
+{{- fail "pact-gateway: autoscaling.enabled needs the shared Redis cache, but config.cache.url is memory:// (one process only). Set config.cache.url to redis:// or rediss:// (e.g. rediss://:${REDIS_PASSWORD}@redis:6380/0 with redis.password or redis.existingSecret)." }}
+{{- end }}
+{{- if gt (int .Values.replicaCount) 1 }}
+{{- fail (printf "pact-gateway: replicaCount is %d but config.cache.url is memory:// (one process only); more than one replica needs the shared Redis cache. Set config.cache.url to redis:// or rediss:// (e.g. rediss://:${REDIS_PASSWORD}@redis:6380/0 with redis.password or redis.existingSecret)." (int .Values.replicaCount)) }}
+{{- end }}
+{{- if gt (int (.Values.workers | default 1)) 1 }}
+{{- fail (printf "pact-gateway: workers is %d but config.cache.url is memory:// (one process only); more than one worker process needs the shared Redis cache. Set config.cache.url to redis:// or rediss://." (int .Values.workers)) }}
+{{- end }}
+{{- end }}
+{{- if eq (toString (dig "metrics" "enabled" true $config)) "false" }}
+{{- fail "pact-gateway: config.metrics.enabled is false, but the chart's probes and ServiceMonitor use the operations listener (/healthz, /readyz, /metrics). Leave it enabled." }}
+{{- end }}
+{{- if and .Values.autoscaling.enabled (gt (int .Values.autoscaling.minReplicas) (int .Values.autoscaling.maxReplicas)) }}
+{{- fail "pact-gateway: autoscaling.minReplicas must not exceed autoscaling.maxReplicas." }}
+{{- end }}
+{{- if eq (include "pact-gateway.httpPort" .) (include "pact-gateway.metricsPort" .) }}
+{{- fail "pact-gateway: the A2A port and the metrics port must differ (containerPorts / config.listen.port / config.metrics.port)." }}
+{{- end }}
+{{- /* Every ${VAR} the gateway expands (cache.url, upstream headers) must be provided to the pod. */}}
+{{- if not (or .Values.secrets.existingSecret .Values.extraEnvFrom) }}
+{{- $provided := keys (include "pact-gateway.secretData" . | fromJson) }}
+{{- if .Values.redis.existingSecret }}
+{{- $provided = append $provided .Values.redis.envVar }}
+{{- end }}
+{{- range .Values.extraEnv }}
+{{- $provided = append $provided .name }}
+{{- end }}
+{{- $refs := regexFindAll "\\$\\{[A-Za-z_][A-Za-z0-9_]*\\}" $cacheUrl -1 }}
+{{- range $brand := (get $config "brands" | default list) }}
+{{- range $header, $value := (dig "upstream" "headers" dict $brand) }}
+{{- $refs = concat $refs (regexFindAll "\\$\\{[A-Za-z_][A-Za-z0-9_]*\\}" (toString $value) -1) }}
+{{- end }}
+{{- end }}
+{{- range $ref := $refs }}
+{{- $name := $ref | trimPrefix "${" | trimSuffix "}" }}
+{{- if not (has $name $provided) }}
+{{- fail (printf "pact-gateway: config references ${%s}, but no value provides it. Set secrets.env.%s (or secrets.existingSecret), redis.password/redis.existingSecret with redis.envVar=%s, or an extraEnv entry." $name $name $name) }}
+{{- end }}
+{{- end }}
+{{- end }}
+{{- end }}

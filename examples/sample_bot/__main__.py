@@ -1,0 +1,3 @@
+from examples.sample_bot.bot import main
+
+main()

@@ -1,0 +1,116 @@
+"""``pact-gateway``: serve, check-config, keys generate, token, demo."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from aiohttp import web
+
+from gateway.config import ConfigError, GatewayConfig, load_config_file
+from gateway.pa_keys import generate_private_jwk, mint_token, public_jwks
+
+VERBS = {"serve", "check-config", "keys", "token", "demo"}
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pact-gateway", description=__doc__)
+    verbs = parser.add_subparsers(dest="verb")
+
+    serve = verbs.add_parser("serve", help="run the gateway (the default verb)")
+    serve.add_argument("--config", required=True, help="path of the gateway YAML")
+
+    check = verbs.add_parser("check-config", help="validate a file and print what it would serve")
+    check.add_argument("path")
+
+    keys = verbs.add_parser("keys", help="key tools for personal agents")
+    key_verbs = keys.add_subparsers(dest="keys_verb", required=True)
+    generate = key_verbs.add_parser("generate", help="print a new private JWK and its public JWKS")
+    generate.add_argument("--alg", choices=["ES256", "RS256"], default="ES256")
+
+    token = verbs.add_parser("token", help="mint a personal-agent JWT (§3.2) for curl")
+    token.add_argument("--key", required=True, help="file holding a private JWK (from `keys generate`)")
+    token.add_argument("--iss", required=True)
+    token.add_argument("--sub", required=True)
+    token.add_argument("--aud", required=True)
+    token.add_argument("--ttl", type=int, default=120)
+
+    demo = verbs.add_parser("demo", help="gateway + sample bot + demo personal agent in one process")
+    demo.add_argument("--config", default=None, help="demo YAML (default: config/demo.yaml of this checkout)")
+    demo.add_argument("--port", type=int, default=8080)
+    demo.add_argument("--bot-port", type=int, default=9100)
+    demo.add_argument("--check", action="store_true", help="run the printed session once and exit")
+    return parser
+
+
+def _describe(config: GatewayConfig) -> str:
+    lines = [f"public_url: {config.public_url}", f"audience: {config.provider.audience}"]
+    lines.append(f"cache: {config.cache.backend}")
+    lines.append(f"personal agents ({config.personal_agents.policy}):")
+    for agent in config.personal_agents.registered:
+        source = "inline jwks" if agent.jwks is not None else agent.jwks_uri
+        state = "enabled" if agent.enabled else "disabled"
+        lines.append(f"  - {agent.issuer} [{state}] keys: {source}")
+    lines.append("brands:")
+    for brand in config.brands.values():
+        lines.append(f"  - {brand.id}: {brand.name}")
+        lines.append(f"      card: {config.public_url}/a2a/{brand.id}/.well-known/agent-card.json")
+        if brand.domain:
+            lines.append(f"      also: https://{brand.domain}/.well-known/agent-card.json")
+        lines.append(f"      bot: {brand.upstream.url}")
+    return "\n".join(lines)
+
+
+def _load(path: str) -> GatewayConfig:
+    try:
+        return load_config_file(path)
+    except ConfigError as error:
+        print(f"pact-gateway: invalid configuration {path}: {error}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
+def _serve(config: GatewayConfig) -> int:
+    from gateway.app import create_app
+
+    logging.basicConfig(level=config.logging.level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
+    web.run_app(
+        create_app(config), host=config.listen.host, port=config.listen.port, access_log=None, print=None
+    )
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list and args_list[0] not in VERBS and args_list[0].startswith("--config"):
+        args_list.insert(0, "serve")
+    args = _parser().parse_args(args_list)
+    if args.verb in (None, "serve"):
+        if args.verb is None:
+            _parser().print_help(sys.stderr)
+            return 2
+        return _serve(_load(args.config))
+    if args.verb == "check-config":
+        print(_describe(_load(args.path)))
+        print("configuration OK")
+        return 0
+    if args.verb == "keys":
+        private = generate_private_jwk(args.alg)
+        print(json.dumps({"private_jwk": private, "jwks": public_jwks(private)}, indent=2))
+        return 0
+    if args.verb == "token":
+        try:
+            document = json.loads(Path(args.key).read_text(encoding="utf-8"))
+            private = document.get("private_jwk", document)
+            print(mint_token(private, iss=args.iss, sub=args.sub, aud=args.aud, ttl=args.ttl))
+        except (OSError, ValueError, KeyError) as error:
+            print(f"pact-gateway token: {error}", file=sys.stderr)
+            return 2
+        return 0
+    from gateway.demo import run_demo
+
+    return asyncio.run(run_demo(args.config, port=args.port, bot_port=args.bot_port, check=args.check))

@@ -1,0 +1,110 @@
+"""§2.2 A2A operations relative to a Brand's interface URL.
+
+Every handler runs in the order the conformance suites check: the route shape was matched
+by the router, then the caller is authenticated (bare 401), then the Brand is looked up
+(bare 404 even with a valid token), and only then is the body read.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from gateway.auth.pa_jwt import AuthFailure, PAIdentity, bearer_token
+from gateway.config import BrandConfig
+from gateway.http import responses
+from gateway.http.middlewares import REQUEST_ID
+from gateway.http.state import RUNTIME, Runtime
+from gateway.protocol import errors
+from gateway.protocol.errors import A2AError, Reason
+from gateway.protocol.messages import parse_send_message
+from gateway.protocol.tasks import empty_task_list, parse_page_size
+from gateway.store.base import Owner
+
+log = logging.getLogger("pact_gateway.auth")
+
+AUTH_FAILURE = web.RequestKey("auth_failure", str)
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    """An authenticated request for one Brand."""
+
+    runtime: Runtime
+    identity: PAIdentity
+    brand: BrandConfig
+
+
+Operation = Callable[[web.Request, Caller], Awaitable[web.Response]]
+
+
+def operation(handler: Operation) -> Callable[[web.Request], Awaitable[web.Response]]:
+    async def wrapped(request: web.Request) -> web.Response:
+        runtime = request.app[RUNTIME].current
+        try:
+            token = bearer_token(request.headers.get("Authorization"))
+            identity = await runtime.verifier.verify(token)
+        except AuthFailure as failure:
+            # §3.4: the reason is for the log and metrics, never the client.
+            request[AUTH_FAILURE] = failure.reason
+            log.info(
+                "authentication failed: %s", failure.reason, extra={"request_id": request.get(REQUEST_ID)}
+            )
+            return responses.unauthorized()
+        brand = runtime.config.brands.get(request.match_info["brand"])
+        if brand is None:
+            return responses.not_found()
+        return await handler(request, Caller(runtime, identity, brand))
+
+    wrapped.__name__ = handler.__name__
+    wrapped.__doc__ = handler.__doc__
+    return wrapped
+
+
+async def _read_body(request: web.Request, limit: int) -> bytes:
+    if request.content_length is not None and request.content_length > limit:
+        raise A2AError(Reason.INVALID_PARAMS, "Request body too large")
+    body = await request.content.read(limit + 1)
+    if len(body) > limit:
+        raise A2AError(Reason.INVALID_PARAMS, "Request body too large")
+    return body
+
+
+@operation
+async def send_message(request: web.Request, caller: Caller) -> web.Response:
+    """``POST message:send`` (§4). Request headers are lenient: any Content-Type, any A2A-Version."""
+    body = await _read_body(request, caller.runtime.config.limits.max_body_bytes)
+    message = parse_send_message(body)
+    owner = Owner(caller.brand.id, caller.identity.issuer, caller.identity.sub)
+    return responses.a2a(await caller.runtime.turns.send(owner, message, request[REQUEST_ID]))
+
+
+@operation
+async def list_tasks(request: web.Request, caller: Caller) -> web.Response:
+    """``GET tasks``: always empty, since ordinary turns create no task (§4.2)."""
+    return responses.a2a(empty_task_list(parse_page_size(request.query.get("pageSize"))))
+
+
+@operation
+async def get_task(request: web.Request, caller: Caller) -> web.Response:
+    """``GET tasks/{id}`` and ``POST tasks/{id}:cancel``: no task exists (§2.2)."""
+    raise errors.task_not_found(request.match_info["task_id"])
+
+
+@operation
+async def streaming_unsupported(request: web.Request, caller: Caller) -> web.Response:
+    """``message:stream`` and ``tasks/{id}:subscribe``: the card says ``streaming: false``."""
+    raise A2AError(Reason.UNSUPPORTED_OPERATION, errors.STREAMING_UNSUPPORTED)
+
+
+@operation
+async def extended_card_unsupported(request: web.Request, caller: Caller) -> web.Response:
+    raise A2AError(Reason.UNSUPPORTED_OPERATION, errors.EXTENDED_CARD_UNSUPPORTED)
+
+
+@operation
+async def push_unsupported(request: web.Request, caller: Caller) -> web.Response:
+    raise A2AError(Reason.PUSH_NOTIFICATION_NOT_SUPPORTED, errors.PUSH_UNSUPPORTED)

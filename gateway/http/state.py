@@ -1,0 +1,37 @@
+"""Typed application state: everything a handler needs, passed explicitly through ``web.AppKey``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from aiohttp import web
+
+from gateway.config import GatewayConfig
+from gateway.protocol.card import RenderedCard
+
+if TYPE_CHECKING:
+    from gateway.auth.pa_jwt import PAVerifier
+    from gateway.turns import TurnService
+
+
+@dataclass(frozen=True, slots=True)
+class Runtime:
+    """What one configuration serves; replaced as a whole on reload so a request sees one version."""
+
+    config: GatewayConfig
+    cards: dict[str, RenderedCard]
+    verifier: PAVerifier
+    turns: TurnService
+
+
+class RuntimeRef:
+    """The current :class:`Runtime`. A reload assigns ``current`` once; in-flight requests keep theirs."""
+
+    __slots__ = ("current",)
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.current = runtime
+
+
+RUNTIME = web.AppKey("runtime", RuntimeRef)

@@ -1,0 +1,1 @@
+"""Operations: metrics, health, logs, limits and process lifecycle."""

@@ -1,0 +1,218 @@
+"""The Redis backend: aiocache's ``RedisCache`` connection, with each turn decision in one Lua script.
+
+A conversation is one hash: ``o`` owner digest, ``c`` closed flag, ``a`` answered flag,
+``l`` last-turn time (ms) and one ``m:{messageId}`` field per turn holding ``P{deadline}``
+while in flight or ``R{reply bytes}`` once answered. Scripts make the in-flight marker
+atomic across replicas and keep the hot path to one round trip to begin a turn and one to
+complete it. Keys are standalone-Redis keys (a Redis Cluster would need hash tags).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+import redis.asyncio as aioredis
+from aiocache import RedisCache
+from redis.exceptions import RedisError
+
+from gateway.config import CacheConfig
+from gateway.store import keys
+from gateway.store.base import ConversationStore, Owner, StoreError, TurnClaim, TurnStatus, text_digest
+
+# KEYS[1] conversation, KEYS[2] first-message key ("" to skip the retry check).
+# ARGV: owner, field, now_ms, pending_deadline_ms, record_ttl_s, retry_window_s, first_value
+_OPEN = """
+if KEYS[2] ~= '' then
+  local earlier = redis.call('GET', KEYS[2])
+  if earlier then return {'first', earlier} end
+  redis.call('SET', KEYS[2], ARGV[7], 'EX', ARGV[6])
+end
+redis.call('HSET', KEYS[1], 'o', ARGV[1], 'c', '0', 'a', '0', 'l', ARGV[3], ARGV[2], 'P' .. ARGV[4])
+redis.call('EXPIRE', KEYS[1], ARGV[5])
+return {'new'}
+"""
+
+# KEYS[1] conversation. ARGV: owner, field, now_ms, pending_deadline_ms, idle_ttl_ms
+_CONTINUE = """
+local v = redis.call('HMGET', KEYS[1], 'o', 'c', 'l', ARGV[2], 'a')
+if not v[1] or v[1] ~= ARGV[1] then return {'unknown'} end
+local turn = v[4]
+if turn and string.sub(turn, 1, 1) == 'R' then return {'replay', turn} end
+if v[2] == '1' or tonumber(ARGV[3]) - tonumber(v[3]) > tonumber(ARGV[5]) then return {'closed'} end
+if turn and tonumber(string.sub(turn, 2)) > tonumber(ARGV[3]) then return {'in_flight'} end
+redis.call('HSET', KEYS[1], ARGV[2], 'P' .. ARGV[4])
+return {'new', v[5]}
+"""
+
+# KEYS[1] conversation. ARGV: owner, field, reply, now_ms, close flag, ttl_s
+_COMPLETE = """
+redis.call('HSET', KEYS[1], 'o', ARGV[1], ARGV[2], 'R' .. ARGV[3], 'l', ARGV[4], 'a', '1')
+if ARGV[5] == '1' then redis.call('HSET', KEYS[1], 'c', '1') end
+redis.call('EXPIRE', KEYS[1], ARGV[6])
+return 1
+"""
+
+# KEYS[1] conversation, KEYS[2] first-message key. ARGV: owner, field, new flag, context id
+_ABORT = """
+if redis.call('HGET', KEYS[1], 'o') ~= ARGV[1] then return 0 end
+if ARGV[3] == '1' then
+  redis.call('DEL', KEYS[1])
+  local earlier = redis.call('GET', KEYS[2])
+  if earlier and string.sub(earlier, 1, #ARGV[4] + 1) == ARGV[4] .. '|' then redis.call('DEL', KEYS[2]) end
+else
+  local turn = redis.call('HGET', KEYS[1], ARGV[2])
+  if turn and string.sub(turn, 1, 1) == 'P' then redis.call('HDEL', KEYS[1], ARGV[2]) end
+end
+return 1
+"""
+
+
+def redis_cache_from_url(url: str, *, socket_timeout: float = 2.0) -> RedisCache:
+    """An aiocache ``RedisCache`` for ``redis://`` or ``rediss://`` (TLS) URLs with optional user/password."""
+    parts = urlsplit(url)
+    pool_kwargs: dict[str, Any] = {"socket_timeout": socket_timeout, "health_check_interval": 30}
+    if parts.username:
+        pool_kwargs["username"] = unquote(parts.username)
+    db = parts.path.lstrip("/") or "0"
+    return RedisCache(
+        endpoint=parts.hostname or "127.0.0.1",
+        port=parts.port or 6379,
+        db=int(db),
+        password=unquote(parts.password) if parts.password else None,
+        ssl=parts.scheme == "rediss",
+        create_connection_timeout=socket_timeout,
+        connection_pool_kwargs=pool_kwargs,
+        timeout=None,
+    )
+
+
+class RedisStore(ConversationStore):
+    def __init__(self, config: CacheConfig, *, clock: Callable[[], float] = time.time) -> None:
+        self._config = config
+        self._clock = clock
+        self._cache = redis_cache_from_url(config.url)
+        client: aioredis.Redis = self._cache.client
+        self._client = client
+        self._open_script = client.register_script(_OPEN)
+        self._continue_script = client.register_script(_CONTINUE)
+        self._complete_script = client.register_script(_COMPLETE)
+        self._abort_script = client.register_script(_ABORT)
+
+    @property
+    def client(self) -> aioredis.Redis:
+        """The shared connection pool; other stores (rate limits, grants) reuse it."""
+        return self._client
+
+    @property
+    def _record_ttl(self) -> int:
+        return self._config.conversation_ttl + self._config.closed_ttl
+
+    async def _run(self, script: Any, keys_: Sequence[str], args: Sequence[str | bytes | int]) -> Any:
+        try:
+            return await script(keys=list(keys_), args=list(args))
+        except (RedisError, OSError) as exc:
+            raise StoreError(f"redis: {type(exc).__name__}") from exc
+
+    async def _open(
+        self, owner: Owner, context_id: str, first_key: str, field: str, digest: str
+    ) -> list[Any]:
+        now_ms = int(self._clock() * 1000)
+        result: list[Any] = await self._run(
+            self._open_script,
+            [keys.conversation_key(owner.brand_id, context_id), first_key],
+            [
+                owner.digest,
+                field,
+                now_ms,
+                now_ms + self._config.pending_ttl * 1000,
+                self._record_ttl,
+                self._config.retry_window,
+                f"{context_id}|{digest}",
+            ],
+        )
+        return result
+
+    async def _continue(self, owner: Owner, context_id: str, field: str) -> TurnClaim:
+        now_ms = int(self._clock() * 1000)
+        result = await self._run(
+            self._continue_script,
+            [keys.conversation_key(owner.brand_id, context_id)],
+            [
+                owner.digest,
+                field,
+                now_ms,
+                now_ms + self._config.pending_ttl * 1000,
+                self._config.conversation_ttl * 1000,
+            ],
+        )
+        verdict = result[0]
+        if verdict == b"unknown":
+            return TurnClaim(TurnStatus.UNKNOWN_CONTEXT)
+        if verdict == b"replay":
+            return TurnClaim(TurnStatus.REPLAY, context_id, reply=bytes(result[1][1:]))
+        if verdict == b"closed":
+            return TurnClaim(TurnStatus.CLOSED, context_id)
+        if verdict == b"in_flight":
+            return TurnClaim(TurnStatus.IN_FLIGHT, context_id)
+        return TurnClaim(TurnStatus.NEW, context_id, new_conversation=len(result) < 2 or result[1] != b"1")
+
+    async def begin_turn(
+        self, owner: Owner, context_id: str | None, message_id: str, text: str, new_context_id: str
+    ) -> TurnClaim:
+        field = keys.turn_field(message_id)
+        if context_id is not None:
+            return await self._continue(owner, context_id, field)
+        digest = text_digest(text)
+        first_key = keys.first_message_key(owner.brand_id, owner.digest, message_id)
+        result = await self._open(owner, new_context_id, first_key, field, digest)
+        if result[0] == b"new":
+            return TurnClaim(TurnStatus.NEW, new_context_id, new_conversation=True)
+        earlier_context, _, earlier_digest = result[1].decode().partition("|")
+        if earlier_digest == digest:
+            claim = await self._continue(owner, earlier_context, field)
+            if claim.status is not TurnStatus.UNKNOWN_CONTEXT:
+                return claim
+        # A different first message that reuses a messageId opens its own conversation, unchecked.
+        await self._open(owner, new_context_id, "", field, digest)
+        return TurnClaim(TurnStatus.NEW, new_context_id, new_conversation=True)
+
+    async def complete_turn(
+        self, owner: Owner, context_id: str, message_id: str, reply: bytes, *, close: bool
+    ) -> None:
+        await self._run(
+            self._complete_script,
+            [keys.conversation_key(owner.brand_id, context_id)],
+            [
+                owner.digest,
+                keys.turn_field(message_id),
+                reply,
+                int(self._clock() * 1000),
+                1 if close else 0,
+                self._config.closed_ttl if close else self._record_ttl,
+            ],
+        )
+
+    async def abort_turn(
+        self, owner: Owner, context_id: str, message_id: str, *, new_conversation: bool
+    ) -> None:
+        await self._run(
+            self._abort_script,
+            [
+                keys.conversation_key(owner.brand_id, context_id),
+                keys.first_message_key(owner.brand_id, owner.digest, message_id),
+            ],
+            [owner.digest, keys.turn_field(message_id), 1 if new_conversation else 0, context_id],
+        )
+
+    async def ping(self) -> None:
+        try:
+            await self._client.ping()
+        except (RedisError, OSError) as exc:
+            raise StoreError(f"redis: {type(exc).__name__}") from exc
+
+    async def close(self) -> None:
+        # aiocache's own close() calls redis-py's deprecated close(); aclose() is the same release.
+        await self._client.aclose()

@@ -1,0 +1,1 @@
+"""§3 personal-agent authentication: verifier, key sets, discovery, guards."""

@@ -1,0 +1,3 @@
+"""Shared fixtures live in tests/support; this file only registers them."""
+
+pytest_plugins = ["tests.support.pa", "tests.support.redis", "tests.support.bot", "tests.support.gateway"]

@@ -1,0 +1,75 @@
+"""A real bot on loopback that tests can steer: the sample bot's answers by default, or a failure.
+
+Every call is recorded (the parsed JSON body and headers) so tests can assert what the gateway
+forwarded and how many times the bot ran.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+from multidict import CIMultiDict
+
+from examples.sample_bot.bot import Conversation, answer
+
+
+@dataclass
+class BotCall:
+    body: dict[str, Any]
+    headers: CIMultiDict[str]
+
+
+@dataclass
+class ControlledBot:
+    """``mode``: ``sample`` (the sample bot's brain), ``end`` (answers and closes), ``status500``,
+    ``slow`` (sleeps past any sane timeout), ``bad_body``, ``empty_text``.
+    ``gate``, when set, holds every call until it is released (for concurrency tests)."""
+
+    mode: str = "sample"
+    gate: asyncio.Event | None = None
+    calls: list[BotCall] = field(default_factory=list)
+    memory: dict[str, Conversation] = field(default_factory=dict)
+    server: TestServer | None = None
+
+    @property
+    def url(self) -> str:
+        assert self.server is not None
+        return str(self.server.make_url("/chat"))
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        self.calls.append(BotCall(body, CIMultiDict(request.headers)))
+        if self.gate is not None:
+            await self.gate.wait()
+        if self.mode == "status500":
+            return web.json_response({"error": "boom"}, status=500)
+        if self.mode == "slow":
+            await asyncio.sleep(30)
+        if self.mode == "bad_body":
+            return web.Response(text="<html>oops</html>", content_type="text/html")
+        if self.mode == "empty_text":
+            return web.json_response({"text": "  ", "end": False})
+        if self.mode == "end":
+            return web.json_response({"text": "Goodbye from the bot.", "end": True})
+        conversation = self.memory.setdefault(body["conversation_id"], Conversation())
+        text, end = answer(conversation, body["text"], body["new_conversation"])
+        return web.json_response({"text": text, "end": end})
+
+
+@pytest.fixture
+async def bot() -> AsyncIterator[ControlledBot]:
+    controlled = ControlledBot()
+    app = web.Application()
+    app.router.add_post("/chat", controlled.handle)
+    controlled.server = TestServer(app, host="127.0.0.1")
+    await controlled.server.start_server()
+    yield controlled
+    if controlled.gate is not None:
+        controlled.gate.set()
+    await controlled.server.close()

@@ -1,0 +1,140 @@
+"""A whole gateway on loopback for HTTP-level tests: real JWKS server, real bot, memory or Redis.
+
+``make_gateway`` builds the gateway from a configuration object in one call, the way an
+operator's YAML would be loaded, and returns a :class:`Harness` that mints tokens and sends
+``message:send`` turns the way a personal agent does.
+"""
+
+from __future__ import annotations
+
+import copy
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from aiohttp import ClientResponse
+from aiohttp.test_utils import TestClient, TestServer
+
+from gateway.app import create_app
+from gateway.config import GatewayConfig, load_config
+from gateway.store import ConversationStore
+from tests.support.bot import ControlledBot
+from tests.support.pa import FakeJwksServer, PAKey
+
+AUDIENCE = "pact-gateway-test"
+OTHER_PA = "https://other-pa.example"
+DISABLED_PA = "https://disabled-pa.example"
+PUBLIC_URL = "https://gw.test"
+
+
+def base_config(pa_issuer: str, jwks_uri: str, bot_url: str, cache_url: str) -> dict[str, Any]:
+    """Two Brands in front of one bot; the test PA, a second PA on the same keys, and a disabled one."""
+    brand = {
+        "name": "Acme Support",
+        "description": "Orders.",
+        "version": "1.0.0",
+        "upstream": {"url": bot_url},
+    }
+    return {
+        "public_url": PUBLIC_URL,
+        "development": True,
+        "provider": {"organization": "Test Provider", "url": "https://provider.test", "audience": AUDIENCE},
+        "personal_agents": {
+            "policy": "allowlist",
+            "registered": [
+                {"issuer": pa_issuer, "jwks_uri": jwks_uri},
+                {"issuer": OTHER_PA, "jwks_uri": jwks_uri},
+                {"issuer": DISABLED_PA, "jwks_uri": jwks_uri, "enabled": False},
+            ],
+        },
+        "cache": {"url": cache_url},
+        "metrics": {"enabled": False},
+        "brands": [
+            {"id": "acme", "domain": "support.acme.test", "skills": [], **copy.deepcopy(brand)},
+            {"id": "globex", **{**copy.deepcopy(brand), "name": "Globex Support"}},
+        ],
+    }
+
+
+@dataclass
+class Harness:
+    client: TestClient[Any, Any]
+    bot: ControlledBot
+    config: GatewayConfig
+    key: PAKey
+    issuer: str
+
+    def token(self, sub: str = "alice", *, issuer: str | None = None, **kwargs: Any) -> str:
+        return self.key.mint(issuer or self.issuer, sub, AUDIENCE, **kwargs)
+
+    def auth(self, sub: str = "alice", *, issuer: str | None = None) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token(sub, issuer=issuer)}"}
+
+    async def send(
+        self,
+        text: str = "Hi, where is my order?",
+        *,
+        message_id: str | None = None,
+        context_id: str | None = None,
+        sub: str = "alice",
+        issuer: str | None = None,
+        brand: str = "acme",
+        headers: dict[str, str] | None = None,
+    ) -> ClientResponse:
+        message: dict[str, Any] = {
+            "messageId": message_id or f"m-{uuid.uuid4().hex[:8]}",
+            "role": "ROLE_USER",
+            "parts": [{"text": text}],
+        }
+        if context_id is not None:
+            message["contextId"] = context_id
+        return await self.client.post(
+            f"/a2a/{brand}/message:send",
+            json={"message": message},
+            headers={**self.auth(sub, issuer=issuer), "A2A-Version": "1.0", **(headers or {})},
+        )
+
+
+MakeGateway = Callable[..., Awaitable[Harness]]
+
+
+@pytest.fixture
+async def make_gateway(
+    jwks_server: FakeJwksServer, es256_key: PAKey, pa_issuer: str, bot: ControlledBot
+) -> AsyncIterator[MakeGateway]:
+    """``await make_gateway(cache_url="memory://", edit=lambda raw: ..., store=None)``."""
+    clients: list[TestClient[Any, Any]] = []
+
+    async def make(
+        cache_url: str = "memory://",
+        edit: Callable[[dict[str, Any]], None] | None = None,
+        store: ConversationStore | None = None,
+    ) -> Harness:
+        raw = base_config(pa_issuer, jwks_server.jwks_uri, bot.url, cache_url)
+        if edit is not None:
+            edit(raw)
+        config = load_config(raw, {})
+        client: TestClient[Any, Any] = TestClient(
+            TestServer(create_app(config, store=store), host="127.0.0.1")
+        )
+        await client.start_server()
+        clients.append(client)
+        return Harness(client, bot, config, es256_key, pa_issuer)
+
+    yield make
+    for client in clients:
+        await client.close()
+
+
+@pytest.fixture
+async def gw(make_gateway: MakeGateway, cache_url: str) -> Harness:
+    """A gateway on each backend in turn: memory, then the real Redis."""
+    return await make_gateway(cache_url)
+
+
+@pytest.fixture
+async def gw_memory(make_gateway: MakeGateway) -> Harness:
+    """A gateway on the memory store, for behaviour that does not depend on the backend."""
+    return await make_gateway()

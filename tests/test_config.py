@@ -1,0 +1,148 @@
+"""Configuration is validated once at start-up; a bad file names the YAML path and the rule."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gateway.config import ConfigError, load_config, load_config_file
+
+ROOT = Path(__file__).resolve().parent.parent
+ENV = {"ACME_BOT_TOKEN": "secret-token"}
+
+
+def example() -> dict[str, Any]:
+    raw: dict[str, Any] = yaml.safe_load((ROOT / "config" / "example.yaml").read_text())
+    return raw
+
+
+def test_example_and_demo_files_load() -> None:
+    config = load_config_file(ROOT / "config" / "example.yaml", ENV)
+    assert config.brands["acme"].upstream.headers["Authorization"] == "Bearer secret-token"
+    assert config.personal_agents.find("https://pa.example.com") is not None
+    assert config.cache.backend == "memory"
+    demo = load_config_file(ROOT / "config" / "demo.yaml", {})
+    assert demo.development is True
+
+
+def test_minimal_file_gets_documented_defaults() -> None:
+    raw = {
+        "public_url": "https://gw.example/",
+        "provider": {"organization": "P", "url": "https://p.example", "audience": "aud"},
+        "personal_agents": {
+            "registered": [{"issuer": "https://pa.example", "jwks_uri": "https://pa.example/j"}]
+        },
+        "brands": [
+            {"id": "b", "name": "B", "description": "d", "version": "1", "upstream": {"url": "http://bot"}}
+        ],
+    }
+    config = load_config(raw, {})
+    assert config.public_url == "https://gw.example"
+    assert config.listen.port == 8080
+    assert config.security_scheme_name == "paJwt"
+    assert config.cache.url == "memory://"
+    assert config.cache.conversation_ttl == 86400
+    assert config.metrics.port == 9090
+
+
+def _mutate(path: list[str | int], value: Any) -> dict[str, Any]:
+    raw = copy.deepcopy(example())
+    node: Any = raw
+    for part in path[:-1]:
+        node = node[part]
+    if value is KeyError:
+        del node[path[-1]]
+    else:
+        node[path[-1]] = value
+    return raw
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "where", "why"),
+    [
+        (["brands", 0, "upstream", "url"], "ftp://bot", "brands[0].upstream.url", "does not match"),
+        (["brands", 0, "id"], "bad id!", "brands[0].id", "does not match"),
+        (["brands", 0, "name"], KeyError, "brands[0].name", "is required"),
+        (["brands", 0, "colour"], "blue", "brands[0].colour", "unknown setting"),
+        (["provider", "audience"], 7, "provider.audience", "is not of type 'string'"),
+        (["cache", "url"], "mongodb://x", "cache.url", "does not match"),
+        (["listen", "port"], 70000, "listen.port", "is greater than the maximum"),
+        (["personal_agents", "policy"], "trust-me", "personal_agents.policy", "is not one of"),
+        (
+            ["personal_agents", "registered", 0, "jwks_uri"],
+            "http://pa.example.com/jwks",
+            "personal_agents.registered[0].jwks_uri",
+            "must use https",
+        ),
+        (
+            ["personal_agents", "registered", 0, "jwks_uri"],
+            "https://127.0.0.1/jwks",
+            "personal_agents.registered[0].jwks_uri",
+            "loopback or private",
+        ),
+        (
+            ["personal_agents", "registered", 0, "jwks_uri"],
+            "https://10.1.2.3/jwks",
+            "personal_agents.registered[0].jwks_uri",
+            "loopback or private",
+        ),
+        (["cache", "closed_ttl"], 10, "cache.closed_ttl", "at least conversation_ttl"),
+    ],
+)
+def test_bad_value_names_its_yaml_path(path: list[str | int], value: Any, where: str, why: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(_mutate(path, value), ENV)
+    assert caught.value.path == where
+    assert why in caught.value.reason
+
+
+def test_development_switch_allows_http_loopback_jwks() -> None:
+    raw = _mutate(["personal_agents", "registered", 0, "jwks_uri"], "http://127.0.0.1:8000/jwks")
+    raw["development"] = True
+    assert load_config(raw, ENV).personal_agents.registered[0].jwks_uri == "http://127.0.0.1:8000/jwks"
+
+
+def test_missing_environment_variable_is_named() -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(example(), {})
+    assert caught.value.path == "brands[0].upstream.headers.Authorization"
+    assert "ACME_BOT_TOKEN" in caught.value.reason
+
+
+def test_duplicates_are_rejected() -> None:
+    raw = example()
+    raw["brands"].append(copy.deepcopy(raw["brands"][0]))
+    with pytest.raises(ConfigError, match=r"brands\[1\]\.id: duplicate brand id"):
+        load_config(raw, ENV)
+    raw = example()
+    raw["personal_agents"]["registered"][1]["issuer"] = raw["personal_agents"]["registered"][0]["issuer"]
+    with pytest.raises(ConfigError, match=r"registered\[1\]\.issuer: duplicate issuer"):
+        load_config(raw, ENV)
+
+
+def test_allowlist_needs_an_agent_and_a_key_source() -> None:
+    raw = example()
+    raw["personal_agents"]["registered"] = []
+    with pytest.raises(ConfigError, match=r"personal_agents\.registered"):
+        load_config(raw, ENV)
+    raw = example()
+    del raw["personal_agents"]["registered"][0]["jwks_uri"]
+    with pytest.raises(ConfigError, match=r"registered\[0\]\.jwks_uri: is required unless"):
+        load_config(raw, ENV)
+
+
+def test_unreadable_and_invalid_yaml(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="cannot read"):
+        load_config_file(tmp_path / "missing.yaml", ENV)
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("brands: [\n")
+    with pytest.raises(ConfigError, match="not valid YAML at line"):
+        load_config_file(bad, ENV)
+    not_a_map = tmp_path / "list.yaml"
+    not_a_map.write_text("- 1\n")
+    with pytest.raises(ConfigError, match=r"\(top level\)"):
+        load_config_file(not_a_map, ENV)
