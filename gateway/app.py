@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 
 import aiohttp
 from aiohttp import web
@@ -12,16 +13,22 @@ from gateway.auth.pa_jwt import PAVerifier
 from gateway.config import GatewayConfig
 from gateway.http.middlewares import error_middleware, request_id_middleware
 from gateway.http.routes import add_routes
-from gateway.http.state import RUNTIME, Runtime, RuntimeRef
+from gateway.http.state import METRICS, RUNTIME, Runtime, RuntimeRef
+from gateway.ops.access import access_middleware
+from gateway.ops.limits import RateLimits
+from gateway.ops.metrics import Metrics, issuer_label
 from gateway.protocol.card import render_card
 from gateway.store import ConversationStore, open_store
+from gateway.store.limits import RateLimiter, open_rate_limiter
 from gateway.turns import TurnService
 from gateway.upstream.base import BotAdapter
+from gateway.upstream.guard import GuardedBot
 from gateway.upstream.http_json import HttpJsonAdapter
 
 STORE = web.AppKey("store", ConversationStore)
 JWKS = web.AppKey("jwks", JwksCache)
 UPSTREAM_SESSION = web.AppKey("upstream_session", aiohttp.ClientSession)
+RATE_LIMITER = web.AppKey("rate_limiter", RateLimiter)
 
 
 def build_runtime(
@@ -30,29 +37,82 @@ def build_runtime(
     store: ConversationStore,
     jwks: JwksCache,
     upstream_session: aiohttp.ClientSession,
+    limiter: RateLimiter,
+    metrics: Metrics | None = None,
+    clock: Callable[[], float] | None = None,
+    verifier: PAVerifier | None = None,
 ) -> Runtime:
-    """Everything one configuration serves, built in one go so a reload can swap it atomically."""
+    """Everything one configuration serves, built in one go so a reload can swap it atomically.
+
+    A reload passes the running ``verifier``: it is updated in place, last, so its cache of
+    verified tokens survives while tokens of issuers the new file disables are dropped.
+
+    ``clock`` replaces both the wall clock of the shared rate limits and the monotonic clock of
+    the per-process circuit breakers (tests move time instead of sleeping).
+    """
     adapters: dict[str, BotAdapter] = {
-        brand.id: HttpJsonAdapter(brand.upstream, upstream_session) for brand in config.brands.values()
+        brand.id: GuardedBot(
+            HttpJsonAdapter(brand.upstream, upstream_session),
+            brand.id,
+            brand.upstream,
+            metrics=metrics,
+            clock=clock or time.monotonic,
+        )
+        for brand in config.brands.values()
     }
-    return Runtime(
-        config=config,
-        cards={brand.id: render_card(config, brand) for brand in config.brands.values()},
-        verifier=PAVerifier(config.personal_agents, config.provider.audience, jwks),
-        turns=TurnService(store, adapters),
+    cards = {brand.id: render_card(config, brand) for brand in config.brands.values()}
+    turns = TurnService(store, adapters, metrics)
+    limits = RateLimits(limiter, metrics=metrics)
+    if verifier is None:
+        verifier = PAVerifier(config.personal_agents, config.provider.audience, jwks)
+    else:
+        verifier.update(config.personal_agents, config.provider.audience)
+    return Runtime(config=config, cards=cards, verifier=verifier, turns=turns, limits=limits)
+
+
+def reload_runtime(app: web.Application, config: GatewayConfig) -> Runtime:
+    """Swap in the runtime for a reloaded ``config``, built on the app's running resources.
+
+    The store, upstream session, JWKS cache, rate limiter, metrics and verifier are reused;
+    requests already running keep the runtime they started with (the swap is one assignment).
+    """
+    ref = app[RUNTIME]
+    runtime = build_runtime(
+        config,
+        store=app[STORE],
+        jwks=app[JWKS],
+        upstream_session=app[UPSTREAM_SESSION],
+        limiter=app[RATE_LIMITER],
+        metrics=app[METRICS],
+        verifier=ref.current.verifier,
     )
+    ref.current = runtime
+    return runtime
 
 
-def create_app(config: GatewayConfig, *, store: ConversationStore | None = None) -> web.Application:
+def create_app(
+    config: GatewayConfig,
+    *,
+    store: ConversationStore | None = None,
+    clock: Callable[[], float] | None = None,
+    metrics: Metrics | None = None,
+) -> web.Application:
     """Build the gateway for ``config``; connections are opened on start-up and closed on clean-up.
 
-    ``store`` lets a test (or a second gateway instance in one process) share a backend.
+    ``store`` lets a test (or a second gateway instance in one process) share a backend;
+    ``clock`` lets a test move the time of rate limits and circuit breakers; ``metrics`` lets
+    the caller serve the registry (a fresh one is made otherwise).
     """
     app = web.Application(
-        middlewares=[request_id_middleware, error_middleware],
+        middlewares=[request_id_middleware, access_middleware, error_middleware],
         client_max_size=config.limits.max_body_bytes,
     )
+    app[METRICS] = Metrics() if metrics is None else metrics
     add_routes(app.router)
+
+    def on_jwks_fetch(issuer: str, ok: bool) -> None:
+        ref = app.get(RUNTIME)
+        app[METRICS].jwks_fetched(issuer_label(config if ref is None else ref.current.config, issuer), ok=ok)
 
     async def resources(app: web.Application) -> AsyncIterator[None]:
         owned_store = store is None
@@ -62,11 +122,24 @@ def create_app(config: GatewayConfig, *, store: ConversationStore | None = None)
             connector=aiohttp.TCPConnector(limit=0, limit_per_host=256, keepalive_timeout=30),
             auto_decompress=True,
         )
-        app[JWKS] = JwksCache(fetch_session, config.personal_agents.jwks, development=config.development)
+        app[JWKS] = JwksCache(
+            fetch_session, config.personal_agents.jwks, development=config.development, on_fetch=on_jwks_fetch
+        )
+        # §6 counters beside the conversations: on Redis they share the store's connection pool.
+        app[RATE_LIMITER] = open_rate_limiter(app[STORE], clock=clock or time.time)
         app[RUNTIME] = RuntimeRef(
-            build_runtime(config, store=app[STORE], jwks=app[JWKS], upstream_session=app[UPSTREAM_SESSION])
+            build_runtime(
+                config,
+                store=app[STORE],
+                jwks=app[JWKS],
+                upstream_session=app[UPSTREAM_SESSION],
+                limiter=app[RATE_LIMITER],
+                metrics=app[METRICS],
+                clock=clock,
+            )
         )
         yield
+        await app[RATE_LIMITER].close()
         await app[UPSTREAM_SESSION].close()
         await fetch_session.close()
         if owned_store:

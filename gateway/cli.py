@@ -5,12 +5,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-
-from aiohttp import web
 
 from gateway.config import ConfigError, GatewayConfig, load_config_file
 from gateway.pa_keys import generate_private_jwk, mint_token, public_jwks
@@ -24,6 +21,14 @@ def _parser() -> argparse.ArgumentParser:
 
     serve = verbs.add_parser("serve", help="run the gateway (the default verb)")
     serve.add_argument("--config", required=True, help="path of the gateway YAML")
+    serve.add_argument(
+        "--workers",
+        type=int,
+        default=1,
+        help="processes sharing the listen port (SO_REUSEPORT); more than 1 needs a redis:// cache",
+    )
+    # Internal: how a supervisor tells a worker it spawned where to say "serving".
+    serve.add_argument("--worker-ready-fd", type=int, default=None, help=argparse.SUPPRESS)
 
     check = verbs.add_parser("check-config", help="validate a file and print what it would serve")
     check.add_argument("path")
@@ -74,16 +79,6 @@ def _load(path: str) -> GatewayConfig:
         raise SystemExit(2) from None
 
 
-def _serve(config: GatewayConfig) -> int:
-    from gateway.app import create_app
-
-    logging.basicConfig(level=config.logging.level, format="%(asctime)s %(levelname)s %(name)s %(message)s")
-    web.run_app(
-        create_app(config), host=config.listen.host, port=config.listen.port, access_log=None, print=None
-    )
-    return 0
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     if args_list and args_list[0] not in VERBS and args_list[0].startswith("--config"):
@@ -93,7 +88,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.verb is None:
             _parser().print_help(sys.stderr)
             return 2
-        return _serve(_load(args.config))
+        from gateway.serve import serve
+
+        return serve(args.config, _load(args.config), workers=args.workers, ready_fd=args.worker_ready_fd)
     if args.verb == "check-config":
         print(_describe(_load(args.path)))
         print("configuration OK")

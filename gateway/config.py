@@ -37,6 +37,7 @@ __all__ = [
     "ProviderConfig",
     "RateLimitsConfig",
     "RateRule",
+    "ReloadConfig",
     "SkillConfig",
     "UpstreamConfig",
     "load_config",
@@ -119,6 +120,7 @@ class CacheConfig:
 class LimitsConfig:
     max_body_bytes: int = 65536
     request_timeout: float = 30.0
+    shutdown_timeout: float = 20.0  # seconds in-flight requests get to finish after SIGTERM
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +130,14 @@ class MetricsConfig:
     enabled: bool = True
     host: str = "0.0.0.0"  # noqa: S104 - scraped from outside the pod
     port: int = 9090
+
+
+@dataclass(frozen=True, slots=True)
+class ReloadConfig:
+    """Re-reading the file on a change, besides on ``SIGHUP``: ``interval`` seconds between looks."""
+
+    watch: bool = False
+    interval: float = 2.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +224,7 @@ class GatewayConfig:
     rate_limits: RateLimitsConfig = field(default_factory=RateLimitsConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
+    reload: ReloadConfig = field(default_factory=ReloadConfig)
 
     def brand_for_domain(self, host: str) -> BrandConfig | None:
         name = host.rsplit(":", 1)[0].lower() if not host.startswith("[") else host
@@ -288,7 +299,9 @@ SCHEMA: dict[str, Any] = _obj(
                 "pending_ttl": _POS_INT,
             }
         ),
-        "limits": _obj({"max_body_bytes": _POS_INT, "request_timeout": _POS_NUM}),
+        "limits": _obj(
+            {"max_body_bytes": _POS_INT, "request_timeout": _POS_NUM, "shutdown_timeout": _POS_NUM}
+        ),
         "rate_limits": _RATE_LIMITS,
         "metrics": _obj(
             {
@@ -304,6 +317,7 @@ SCHEMA: dict[str, Any] = _obj(
                 "access_log": {"type": "boolean"},
             }
         ),
+        "reload": _obj({"watch": {"type": "boolean"}, "interval": _POS_NUM}),
         "brands": {
             "type": "array",
             "minItems": 1,
@@ -530,6 +544,7 @@ def _build(raw: Mapping[str, Any], environ: Mapping[str, str]) -> GatewayConfig:
         rate_limits=_rate_limits(raw.get("rate_limits", {}), {}),
         metrics=MetricsConfig(**raw.get("metrics", {})),
         logging=LoggingConfig(**raw.get("logging", {})),
+        reload=ReloadConfig(**raw.get("reload", {})),
         brands=brands,
     )
 

@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 import uuid
 from collections.abc import Mapping
 
+from gateway.ops.limits import RateLimited
+from gateway.ops.metrics import Metrics
 from gateway.protocol import errors
 from gateway.protocol.errors import A2AError, Reason
 from gateway.protocol.messages import SendMessage, render_reply
 from gateway.store.base import ConversationStore, Owner, StoreError, TurnClaim, TurnStatus
-from gateway.upstream.base import BotAdapter, Turn, UpstreamError
+from gateway.upstream.base import BotAdapter, BotBusy, Turn, UpstreamError
 
 log = logging.getLogger("pact_gateway.turns")
 
@@ -31,9 +34,20 @@ def new_reply_id() -> str:
 
 
 class TurnService:
-    def __init__(self, store: ConversationStore, adapters: Mapping[str, BotAdapter]) -> None:
+    def __init__(
+        self, store: ConversationStore, adapters: Mapping[str, BotAdapter], metrics: Metrics | None = None
+    ) -> None:
         self._store = store
         self._adapters = adapters
+        self._metrics = metrics
+
+    def _observe_bot(self, brand_id: str, outcome: str, started: float) -> None:
+        if self._metrics is not None:
+            self._metrics.observe_bot_call(brand_id, outcome, time.perf_counter() - started)
+
+    def _store_failed(self, operation: str) -> None:
+        if self._metrics is not None:
+            self._metrics.store_error(operation)
 
     async def _claim(self, owner: Owner, message: SendMessage, request_id: str) -> TurnClaim:
         try:
@@ -41,6 +55,7 @@ class TurnService:
                 owner, message.context_id, message.message_id, message.text, new_context_id()
             )
         except StoreError as exc:
+            self._store_failed("begin_turn")
             log.error("store unavailable while claiming a turn: %s", exc, extra={"request_id": request_id})
             raise A2AError(Reason.INTERNAL, errors.INTERNAL_ERROR) from None
 
@@ -48,6 +63,8 @@ class TurnService:
         claim = await self._claim(owner, message, request_id)
         if claim.status is TurnStatus.REPLAY:
             assert claim.reply is not None
+            if self._metrics is not None:
+                self._metrics.retry_served(owner.brand_id)
             return claim.reply
         if claim.status is TurnStatus.UNKNOWN_CONTEXT:
             # §4.2: foreign and unknown contexts get the same answer.
@@ -70,21 +87,30 @@ class TurnService:
             new_conversation=claim.new_conversation,
             request_id=request_id,
         )
+        started = time.perf_counter()
         try:
             reply = await self._adapters[owner.brand_id].send(turn)
         except UpstreamError as exc:
+            self._observe_bot(owner.brand_id, exc.reason, started)
             log.error("bot call failed: %s", exc, extra={"request_id": request_id, "brand": owner.brand_id})
             await self._release(owner, claim, message, request_id)
             raise A2AError(Reason.INTERNAL, errors.INTERNAL_ERROR) from None
+        except BotBusy as busy:
+            # §6: the bot is at its concurrency cap; it never saw the turn, so the retry must run it.
+            await self._release(owner, claim, message, request_id)
+            raise RateLimited(busy.retry_after, "concurrency") from None
         except asyncio.CancelledError:
+            self._observe_bot(owner.brand_id, "cancelled", started)
             await asyncio.shield(self._release(owner, claim, message, request_id))
             raise
+        self._observe_bot(owner.brand_id, "ok", started)
         body = render_reply(new_reply_id(), claim.context_id, reply.text)
         try:
             await self._store.complete_turn(
                 owner, claim.context_id, message.message_id, body, close=reply.end
             )
         except StoreError as exc:
+            self._store_failed("complete_turn")
             log.error("store unavailable while saving a reply: %s", exc, extra={"request_id": request_id})
             raise A2AError(Reason.INTERNAL, errors.INTERNAL_ERROR) from None
         return body
@@ -96,4 +122,5 @@ class TurnService:
                 owner, claim.context_id, message.message_id, new_conversation=claim.new_conversation
             )
         except StoreError as exc:
+            self._store_failed("abort_turn")
             log.warning("could not release an in-flight marker: %s", exc, extra={"request_id": request_id})

@@ -418,6 +418,15 @@ class JwksCache:
         keys = parse_jwks(jwks)
         self._store.pin(issuer, self._key_set(issuer, keys))
 
+    async def prefetch(self, issuer: str, jwks_uri: str) -> bool:
+        """Fetch ``issuer``'s keys unless fresh ones are held; whether usable keys are held afterwards.
+
+        For start-up and readiness, which know no ``kid``: the same store path as :meth:`key_for`,
+        so the cool-down and the one-fetch-in-flight rule still hold.
+        """
+        await self._store.get(issuer, jwks_uri)
+        return self.has_keys(issuer)
+
     def has_keys(self, issuer: str) -> bool:
         keys = self._store.current(issuer)
         return keys is not None and bool(keys.keys)

@@ -2,7 +2,8 @@
 
 Every handler runs in the order the conformance suites check: the route shape was matched
 by the router, then the caller is authenticated (bare 401), then the Brand is looked up
-(bare 404 even with a valid token), and only then is the body read.
+(bare 404 even with a valid token), then the §6 rate limits are charged (bare 429 with
+``Retry-After``), and only then is the body read.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from gateway.config import BrandConfig
 from gateway.http import responses
 from gateway.http.middlewares import REQUEST_ID
 from gateway.http.state import RUNTIME, Runtime
+from gateway.ops.limits import RateLimited
 from gateway.protocol import errors
 from gateway.protocol.errors import A2AError, Reason
 from gateway.protocol.messages import parse_send_message
@@ -27,6 +29,8 @@ from gateway.store.base import Owner
 log = logging.getLogger("pact_gateway.auth")
 
 AUTH_FAILURE = web.RequestKey("auth_failure", str)
+PA_IDENTITY = web.RequestKey("pa_identity", PAIdentity)
+"""The verified caller, for the access log (issuer, hashed ``sub``); set once authentication passed."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,10 +58,16 @@ def operation(handler: Operation) -> Callable[[web.Request], Awaitable[web.Respo
                 "authentication failed: %s", failure.reason, extra={"request_id": request.get(REQUEST_ID)}
             )
             return responses.unauthorized()
+        request[PA_IDENTITY] = identity
         brand = runtime.config.brands.get(request.match_info["brand"])
         if brand is None:
             return responses.not_found()
-        return await handler(request, Caller(runtime, identity, brand))
+        try:
+            # §6: per personal agent and per (personal agent, sub), before the body is read.
+            await runtime.limits.check_a2a(brand.id, brand.rate_limits, identity.issuer, identity.sub)
+            return await handler(request, Caller(runtime, identity, brand))
+        except RateLimited as limited:
+            return responses.too_many_requests(limited.retry_after)
 
     wrapped.__name__ = handler.__name__
     wrapped.__doc__ = handler.__doc__

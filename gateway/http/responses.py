@@ -30,3 +30,8 @@ def not_found() -> web.Response:
 
 def method_not_allowed(allowed: Iterable[str]) -> web.Response:
     return web.Response(status=405, headers={"Allow": ", ".join(sorted(allowed))})
+
+
+def too_many_requests(retry_after: int) -> web.Response:
+    """§6: a rate limit is not an A2A error, so no envelope: a bare 429 saying when to come back."""
+    return web.Response(status=429, headers={"Retry-After": str(retry_after)})

@@ -13,18 +13,28 @@ _CONFIG = "{config_id:[^/:]+}"
 
 
 def add_routes(router: web.UrlDispatcher) -> None:
+    """Each route is named after its A2A 1.0 method: the ``operation`` of metrics and access logs."""
     base = f"/a2a/{_BRAND}"
-    router.add_get("/.well-known/agent-card.json", cards.domain_card)
-    router.add_get(f"{base}/.well-known/agent-card.json", cards.brand_card)
-    router.add_post(f"{base}/message:send", a2a.send_message)
-    router.add_post(f"{base}/message:stream", a2a.streaming_unsupported)
-    router.add_get(f"{base}/tasks", a2a.list_tasks, allow_head=False)
-    router.add_get(f"{base}/tasks/{_TASK}", a2a.get_task, allow_head=False)
-    router.add_post(f"{base}/tasks/{_TASK}:cancel", a2a.get_task)
-    router.add_post(f"{base}/tasks/{_TASK}:subscribe", a2a.streaming_unsupported)
-    router.add_get(f"{base}/extendedAgentCard", a2a.extended_card_unsupported, allow_head=False)
+    router.add_get("/.well-known/agent-card.json", cards.domain_card, name="GetAgentCardByDomain")
+    router.add_get(f"{base}/.well-known/agent-card.json", cards.brand_card, name="GetAgentCard")
+    router.add_post(f"{base}/message:send", a2a.send_message, name="SendMessage")
+    router.add_post(f"{base}/message:stream", a2a.streaming_unsupported, name="SendStreamingMessage")
+    router.add_get(f"{base}/tasks", a2a.list_tasks, allow_head=False, name="ListTasks")
+    router.add_get(f"{base}/tasks/{_TASK}", a2a.get_task, allow_head=False, name="GetTask")
+    router.add_post(f"{base}/tasks/{_TASK}:cancel", a2a.get_task, name="CancelTask")
+    router.add_post(f"{base}/tasks/{_TASK}:subscribe", a2a.streaming_unsupported, name="SubscribeToTask")
+    router.add_get(
+        f"{base}/extendedAgentCard",
+        a2a.extended_card_unsupported,
+        allow_head=False,
+        name="GetExtendedAgentCard",
+    )
     push = f"{base}/tasks/{_TASK}/pushNotificationConfigs"
-    router.add_get(push, a2a.push_unsupported, allow_head=False)
-    router.add_post(push, a2a.push_unsupported)
-    router.add_get(f"{push}/{_CONFIG}", a2a.push_unsupported, allow_head=False)
-    router.add_delete(f"{push}/{_CONFIG}", a2a.push_unsupported)
+    # One resource per method, so each carries its own name; the router still answers 405 with
+    # the union of the methods of every resource on the path.
+    router.add_get(push, a2a.push_unsupported, allow_head=False, name="ListTaskPushNotificationConfigs")
+    router.add_post(push, a2a.push_unsupported, name="CreateTaskPushNotificationConfig")
+    router.add_get(
+        f"{push}/{_CONFIG}", a2a.push_unsupported, allow_head=False, name="GetTaskPushNotificationConfig"
+    )
+    router.add_delete(f"{push}/{_CONFIG}", a2a.push_unsupported, name="DeleteTaskPushNotificationConfig")

@@ -8,10 +8,12 @@ from typing import TYPE_CHECKING
 from aiohttp import web
 
 from gateway.config import GatewayConfig
+from gateway.ops.metrics import Metrics
 from gateway.protocol.card import RenderedCard
 
 if TYPE_CHECKING:
     from gateway.auth.pa_jwt import PAVerifier
+    from gateway.ops.limits import RateLimits
     from gateway.turns import TurnService
 
 
@@ -23,6 +25,7 @@ class Runtime:
     cards: dict[str, RenderedCard]
     verifier: PAVerifier
     turns: TurnService
+    limits: RateLimits
 
 
 class RuntimeRef:
@@ -35,3 +38,5 @@ class RuntimeRef:
 
 
 RUNTIME = web.AppKey("runtime", RuntimeRef)
+METRICS = web.AppKey("metrics", Metrics)
+"""The gateway's metrics; one per app, so tests and second instances never share counters."""

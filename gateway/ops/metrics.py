@@ -3,13 +3,81 @@
 Labels stay bounded: Brand ids and issuers come from configuration (an issuer admitted by
 the ``open`` policy is counted as ``open``), operations and outcomes from fixed sets. No
 ``sub``, ``contextId``, raw path or token value is ever a label.
+
+With ``--workers N`` every process writes its values to files in the directory named by
+``PROMETHEUS_MULTIPROC_DIR`` (prometheus-client's multiprocess mode, chosen when the library
+is first imported); the supervisor's ops listener sums them with :func:`multiprocess_registry`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from types import MappingProxyType
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
+
+from gateway.config import GatewayConfig
+
+__all__ = [
+    "LATENCY_BUCKETS",
+    "NO_BRAND",
+    "OPEN_ISSUER",
+    "OTHER_OPERATION",
+    "UNMATCHED",
+    "Metrics",
+    "brand_label",
+    "issuer_label",
+    "mark_worker_dead",
+    "multiprocess_registry",
+    "outcome_for_status",
+]
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+NO_BRAND = "-"
+"""The ``brand`` label of a request that names no configured Brand (an unknown id is never a label)."""
+UNMATCHED = "unmatched"
+"""The ``operation`` label of a request no route matched (a raw path is never a label)."""
+OTHER_OPERATION = "other"
+"""The ``operation`` label of a matched route that carries no name (e.g. the demo's own JWKS route)."""
+OPEN_ISSUER = "open"
+"""The ``issuer`` label of an issuer the ``open`` policy admitted: anyone can mint one."""
+
+_OUTCOMES: Mapping[int, str] = MappingProxyType(
+    {401: "unauthorized", 404: "not_found", 405: "method_not_allowed", 429: "rate_limited"}
+)
+
+
+def outcome_for_status(status: int) -> str:
+    """A bounded ``outcome`` label for an HTTP status: the categories an operator alerts on."""
+    if status < 400:
+        return "ok"
+    if status in _OUTCOMES:
+        return _OUTCOMES[status]
+    return "client_error" if status < 500 else "error"
+
+
+def brand_label(config: GatewayConfig, brand_id: str | None) -> str:
+    """``brand_id`` when it is a configured Brand, else ``-``: a caller cannot mint label values."""
+    return brand_id if brand_id is not None and brand_id in config.brands else NO_BRAND
+
+
+def issuer_label(config: GatewayConfig, issuer: str) -> str:
+    """A registered issuer (enabled or not) by name; any other is ``open``."""
+    return issuer if config.personal_agents.find(issuer) is not None else OPEN_ISSUER
+
+
+def multiprocess_registry(directory: str) -> CollectorRegistry:
+    """The scrape registry of the supervisor: every worker's values from ``directory``, summed."""
+    registry = CollectorRegistry()
+    MultiProcessCollector(registry, path=directory)  # type: ignore[no-untyped-call]  # untyped upstream
+    return registry
+
+
+def mark_worker_dead(pid: int, directory: str) -> None:
+    """Drop a dead worker's live-gauge files; its counters stay so totals never go backwards."""
+    mark_process_dead(pid, path=directory)  # type: ignore[no-untyped-call]  # untyped upstream
 
 
 class Metrics:
@@ -43,7 +111,7 @@ class Metrics:
         )
         self.jwks_fetches = Counter(
             "pact_jwks_fetches",
-            "JWKS and discovery fetches by issuer and result.",
+            "Personal agents' key-set (JWKS) fetches by issuer and result.",
             ["issuer", "result"],
             registry=r,
         )
@@ -69,3 +137,28 @@ class Metrics:
         self.store_errors = Counter(
             "pact_store_errors", "Store operations that failed.", ["operation"], registry=r
         )
+
+    def observe_request(self, brand: str, operation: str, outcome: str, seconds: float) -> None:
+        """One finished request; the caller has already bounded every label."""
+        self.requests.labels(brand, operation, outcome).inc()
+        self.request_seconds.labels(brand, operation).observe(seconds)
+
+    def observe_bot_call(self, brand: str, outcome: str, seconds: float) -> None:
+        """One call to a Brand's bot: ``ok`` or the adapter's bounded failure reason."""
+        self.bot_seconds.labels(brand, outcome).observe(seconds)
+
+    def auth_failed(self, reason: str) -> None:
+        """A refused token (§3.4); ``reason`` is one of the fixed :data:`AuthReason` values."""
+        self.auth_failures.labels(reason).inc()
+
+    def jwks_fetched(self, issuer: str, *, ok: bool) -> None:
+        """One key-set fetch; ``issuer`` must already be an :func:`issuer_label`."""
+        self.jwks_fetches.labels(issuer, "ok" if ok else "error").inc()
+
+    def retry_served(self, brand: str) -> None:
+        """A retried ``messageId`` answered from the store without calling the bot (§4.3)."""
+        self.retries_served.labels(brand).inc()
+
+    def store_error(self, operation: str) -> None:
+        """A store call that raised :class:`StoreError` (``begin_turn``, ``complete_turn`` …)."""
+        self.store_errors.labels(operation).inc()

@@ -35,5 +35,17 @@ class UpstreamError(Exception):
         self.detail = detail
 
 
+class BotBusy(Exception):
+    """The bot is at its concurrency cap and no slot freed in time: answer a bare 429 (§6).
+
+    Not a bot failure (the circuit breaker ignores it) and nothing was sent to the bot, so the
+    turn's in-flight marker must be released for the personal agent's retry to run it.
+    """
+
+    def __init__(self, retry_after: int) -> None:
+        super().__init__(f"bot busy; retry after {retry_after} s")
+        self.retry_after = retry_after
+
+
 class BotAdapter(Protocol):
     async def send(self, turn: Turn) -> BotReply: ...

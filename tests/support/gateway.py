@@ -19,6 +19,7 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from gateway.app import create_app
 from gateway.config import GatewayConfig, load_config
+from gateway.ops.metrics import Metrics
 from gateway.store import ConversationStore
 from tests.support.bot import ControlledBot
 from tests.support.pa import FakeJwksServer, PAKey
@@ -50,6 +51,12 @@ def base_config(pa_issuer: str, jwks_uri: str, bot_url: str, cache_url: str) -> 
             ],
         },
         "cache": {"url": cache_url},
+        # §6 limits stay on (every request pays its round trip) but never bind in ordinary tests;
+        # tests/ops/test_rate_limits.py sets its own.
+        "rate_limits": {
+            "per_agent": {"rate": 1000, "burst": 1000},
+            "per_user": {"rate": 1000, "burst": 1000},
+        },
         "metrics": {"enabled": False},
         "brands": [
             {"id": "acme", "domain": "support.acme.test", "skills": [], **copy.deepcopy(brand)},
@@ -104,20 +111,25 @@ MakeGateway = Callable[..., Awaitable[Harness]]
 async def make_gateway(
     jwks_server: FakeJwksServer, es256_key: PAKey, pa_issuer: str, bot: ControlledBot
 ) -> AsyncIterator[MakeGateway]:
-    """``await make_gateway(cache_url="memory://", edit=lambda raw: ..., store=None)``."""
+    """``await make_gateway(cache_url="memory://", edit=lambda raw: ..., store=None, clock=None)``.
+
+    ``metrics=Metrics()`` keeps the registry in the test's hands, to serve it on an ops listener.
+    """
     clients: list[TestClient[Any, Any]] = []
 
     async def make(
         cache_url: str = "memory://",
         edit: Callable[[dict[str, Any]], None] | None = None,
         store: ConversationStore | None = None,
+        clock: Callable[[], float] | None = None,
+        metrics: Metrics | None = None,
     ) -> Harness:
         raw = base_config(pa_issuer, jwks_server.jwks_uri, bot.url, cache_url)
         if edit is not None:
             edit(raw)
         config = load_config(raw, {})
         client: TestClient[Any, Any] = TestClient(
-            TestServer(create_app(config, store=store), host="127.0.0.1")
+            TestServer(create_app(config, store=store, clock=clock, metrics=metrics), host="127.0.0.1")
         )
         await client.start_server()
         clients.append(client)

@@ -1,0 +1,136 @@
+"""§6 rate limits as the gateway applies them: which counters a request charges, and what a refusal is.
+
+§6: "``429`` with ``Retry-After`` when a Provider rate-limits a personal agent or a
+``(personal agent, sub)``". Both limits are per Brand (the counters live under
+``pact:{brand}:rl:``), so a personal agent busy at one Brand keeps its budget at another,
+and each Brand can be given its own numbers.
+
+The rules are pure (:func:`a2a_limits`, :func:`retry_after`); :class:`RateLimits` is the one
+place that talks to the counters, counts refusals and store failures, and decides what a
+store failure means (``rate_limits.fail_open``). The same :meth:`RateLimits.enforce` takes
+any named :class:`Limit`, so endpoints without a PA identity (the Delegated profile's OAuth
+endpoints, keyed by device code or client address) reuse it unchanged.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from gateway.config import RateLimitsConfig, RateRule
+from gateway.ops.metrics import Metrics
+from gateway.protocol import errors
+from gateway.protocol.errors import A2AError, Reason
+from gateway.store import keys
+from gateway.store.base import StoreError
+from gateway.store.limits import Hit, RateLimiter, Rule
+
+__all__ = ["Limit", "RateLimited", "RateLimits", "a2a_limits", "retry_after", "subject_digest"]
+
+log = logging.getLogger("pact_gateway.limits")
+
+PER_AGENT = "per_agent"
+PER_USER = "per_user"
+
+
+class RateLimited(Exception):
+    """§6: answer a bare ``429`` with ``Retry-After: {retry_after}`` (whole seconds, at least 1).
+
+    Not an A2A error: it has no envelope. ``limit`` is a bounded name for logs and metrics.
+    """
+
+    def __init__(self, retry_after: int, limit: str) -> None:
+        super().__init__(f"rate limited by {limit}; retry after {retry_after} s")
+        self.retry_after = retry_after
+        self.limit = limit
+
+
+@dataclass(frozen=True, slots=True)
+class Limit:
+    """One named limit on one subject. ``subject`` is hashed into the key, never stored in clear."""
+
+    name: str
+    subject: str
+    rule: Rule
+
+
+def subject_digest(*parts: str) -> str:
+    """Fixed-size and one-way: the store never holds an issuer, a ``sub`` or an address in clear."""
+    return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:32]
+
+
+def retry_after(wait: float) -> int:
+    """``Retry-After`` is whole seconds: round up, and never 0 (which would invite an instant retry)."""
+    return max(1, math.ceil(wait))
+
+
+def _rule(rule: RateRule) -> Rule | None:
+    return Rule(rule.rate, rule.burst) if rule.enabled else None
+
+
+def a2a_limits(settings: RateLimitsConfig, issuer: str, sub: str) -> list[Limit]:
+    """§6: what one A2A operation by ``(issuer, sub)`` charges: its personal agent, and the pair."""
+    out: list[Limit] = []
+    per_agent = _rule(settings.per_agent)
+    if per_agent is not None:
+        out.append(Limit(PER_AGENT, subject_digest(issuer), per_agent))
+    per_user = _rule(settings.per_user)
+    if per_user is not None:
+        out.append(Limit(PER_USER, subject_digest(issuer, sub), per_user))
+    return out
+
+
+class RateLimits:
+    """Applies named limits through a :class:`RateLimiter` (memory or the shared Redis)."""
+
+    def __init__(self, limiter: RateLimiter, *, metrics: Metrics | None = None) -> None:
+        self._limiter = limiter
+        self._metrics = metrics
+
+    async def enforce(self, brand_id: str, limits: Sequence[Limit], *, fail_open: bool) -> None:
+        """Charge every limit at once (one store round trip) or raise :class:`RateLimited`.
+
+        A store failure is logged and counted; with ``fail_open`` the request goes on
+        uncounted, otherwise the :class:`StoreError` propagates for the caller to answer.
+        """
+        if not limits:
+            return
+        hits = [Hit(keys.rate_limit_key(brand_id, limit.name, limit.subject), limit.rule) for limit in limits]
+        try:
+            waits = await self._limiter.hit_all(hits)
+        except StoreError as exc:
+            if self._metrics is not None:
+                self._metrics.store_error("rate_limit")
+            log.warning(
+                "rate limits not counted (%s): %s",
+                "serving anyway" if fail_open else "refusing",
+                exc,
+                extra={"brand": brand_id},
+            )
+            if fail_open:
+                return
+            raise
+        wait, binding = max(zip(waits, (limit.name for limit in limits), strict=True))
+        if wait <= 0:
+            return
+        if self._metrics is not None:
+            self._metrics.rate_limited.labels(brand=brand_id, limit=binding).inc()
+        log.debug("rate limited by %s for %.3f s", binding, wait, extra={"brand": brand_id})
+        raise RateLimited(retry_after(wait), binding)
+
+    async def check_a2a(self, brand_id: str, settings: RateLimitsConfig, issuer: str, sub: str) -> None:
+        """§6 for an A2A operation, after authentication and the Brand lookup, before the body.
+
+        Fail-closed (``fail_open: false``) answers ``INTERNAL``, not 429: the Provider could not
+        count, which is its failure, and a 429 would tell the personal agent it was too fast.
+        """
+        try:
+            await self.enforce(brand_id, a2a_limits(settings, issuer, sub), fail_open=settings.fail_open)
+        except StoreError:
+            raise A2AError(Reason.INTERNAL, errors.INTERNAL_ERROR) from None
+
+    async def close(self) -> None:
+        await self._limiter.close()

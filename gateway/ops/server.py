@@ -1,0 +1,246 @@
+"""One gateway process: the A2A app, its reload, and a bounded drain on shutdown.
+
+:func:`run_single` is ``pact-gateway serve`` with one process (the A2A listener and the ops
+listener together); :func:`run_worker` is one of the ``--workers N`` processes a supervisor
+starts (the A2A listener only, sharing the port through ``SO_REUSEPORT``).
+
+Shutdown (``SIGTERM``/``SIGINT``) goes through ``web.AppRunner.cleanup``: the listening
+socket closes first (nothing new is accepted), requests already running get
+``limits.shutdown_timeout`` seconds to finish, then whatever is left is cancelled and the
+store and sessions are closed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+from aiohttp import web
+
+from gateway.app import JWKS, create_app
+from gateway.config import GatewayConfig
+from gateway.http.state import RUNTIME
+from gateway.ops.health import GatewayReadiness, prefetch_keys, start_ops_listener
+from gateway.ops.logs import configure_logging
+from gateway.ops.metrics import Metrics
+from gateway.ops.reload import ConfigWatcher, reload_app
+
+__all__ = ["GatewayServer", "ProcessSignals", "run_single", "run_worker"]
+
+log = logging.getLogger("pact_gateway.serve")
+
+PARENT_CHECK_INTERVAL = 1.0
+"""Seconds between a worker's looks at whether its supervisor is still alive."""
+LATE_ACCEPT_GRACE = 0.1
+"""Seconds between closing the listener and draining, for connections accepted at that instant."""
+
+
+class GatewayServer:
+    """The gateway app of this process, listening on ``listen`` or (in a supervisor) not at all."""
+
+    def __init__(
+        self,
+        config_path: Path,
+        config: GatewayConfig,
+        *,
+        metrics: Metrics,
+        listen: bool = True,
+        reuse_port: bool = False,
+    ) -> None:
+        self.config_path = config_path
+        self.app = create_app(config, metrics=metrics)
+        self.draining = False
+        self._listen = listen
+        self._reuse_port = reuse_port
+        self._runner = web.AppRunner(
+            self.app, access_log=None, handle_signals=False, shutdown_timeout=config.limits.shutdown_timeout
+        )
+        self._background: set[asyncio.Task[object]] = set()
+        self._initial = config
+
+    @property
+    def config(self) -> GatewayConfig:
+        """The configuration in force (the start-up one until the app has started)."""
+        ref = self.app.get(RUNTIME)
+        return self._initial if ref is None else ref.current.config
+
+    def status(self) -> Mapping[str, str]:
+        """Process-level readiness failures: a draining process takes no new traffic."""
+        return {"shutdown": "draining"} if self.draining else {}
+
+    async def start(self) -> None:
+        """Open the resources, bind the listener, and start fetching the registered key sets."""
+        await self._runner.setup()
+        if self._listen:
+            listen = self.config.listen
+            site = web.TCPSite(self._runner, listen.host, listen.port, reuse_port=self._reuse_port or None)
+            try:
+                await site.start()
+            except OSError:
+                await self._runner.cleanup()
+                raise
+        self._prefetch()
+
+    def reload(self) -> bool:
+        """Re-read the file (``SIGHUP``); ``False`` when it was rejected and nothing changed.
+
+        Ignored before start-up finished and while draining: there is nothing to swap, or no
+        new request will see it.
+        """
+        if self.draining or RUNTIME not in self.app:
+            log.info("reload ignored: the gateway is %s", "draining" if self.draining else "starting")
+            return False
+        config = reload_app(self.app, self.config_path)
+        if config is None:
+            return False
+        configure_logging(config.logging)
+        self._prefetch()
+        return True
+
+    async def stop(self) -> None:
+        """Stop accepting, let running requests finish within the bound, close everything."""
+        self.draining = True
+        for task in list(self._background):
+            task.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
+        for site in list(self._runner.sites):
+            await site.stop()
+        # A connection the kernel accepted just before the listener closed becomes an aiohttp
+        # connection a few loop turns later; without this pause the drain below would not see
+        # it, and its client would hang until the process exits.
+        await asyncio.sleep(LATE_ACCEPT_GRACE)
+        await self._runner.cleanup()
+
+    def _prefetch(self) -> None:
+        task: asyncio.Task[object] = asyncio.create_task(prefetch_keys(self.app[JWKS], self.config))
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+
+class ProcessSignals:
+    """``SIGTERM``/``SIGINT`` set :attr:`stop`; ``SIGHUP`` calls ``on_hup``. Removed by :meth:`close`.
+
+    Installed before start-up and closed only once everything has stopped: a second stop
+    signal during the drain (Ctrl+C reaches the whole process group, and the supervisor
+    forwards one too) must not fall through to the default action and kill the process.
+    """
+
+    def __init__(self, on_hup: Callable[[], object]) -> None:
+        self.stop = asyncio.Event()
+        self._loop = asyncio.get_running_loop()
+        self._signals = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            self._loop.add_signal_handler(signum, self._stop, signum)
+        self._loop.add_signal_handler(signal.SIGHUP, on_hup)
+
+    def _stop(self, signum: signal.Signals) -> None:
+        if not self.stop.is_set():
+            log.info("%s received: shutting down", signum.name)
+        self.stop.set()
+
+    def close(self) -> None:
+        for signum in self._signals:
+            self._loop.remove_signal_handler(signum)
+
+
+def _cannot_listen(what: str, host: str, port: int, error: OSError) -> int:
+    log.error("cannot listen for %s on %s:%d: %s", what, host, port, error.strerror or error)
+    return 1
+
+
+async def _cancel(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+async def run_single(config_path: Path, config: GatewayConfig) -> int:
+    """One process: A2A listener, ops listener (when enabled), reload, drain. The exit status."""
+    configure_logging(config.logging)
+    metrics = Metrics()
+    server = GatewayServer(config_path, config, metrics=metrics)
+    signals = ProcessSignals(server.reload)
+    try:
+        return await _serve_single(server, signals, metrics)
+    finally:
+        signals.close()
+
+
+async def _serve_single(server: GatewayServer, signals: ProcessSignals, metrics: Metrics) -> int:
+    config = server.config
+    try:
+        await server.start()
+    except OSError as error:
+        return _cannot_listen("A2A", config.listen.host, config.listen.port, error)
+    ops: web.AppRunner | None = None
+    if config.metrics.enabled:
+        try:
+            ops = await start_ops_listener(
+                config.metrics, metrics.registry, GatewayReadiness(server.app, extra=server.status)
+            )
+        except OSError as error:
+            await server.stop()
+            return _cannot_listen("operations", config.metrics.host, config.metrics.port, error)
+    watcher = asyncio.create_task(
+        ConfigWatcher(server.config_path, lambda: server.config.reload, server.reload).run()
+    )
+    log.info(
+        "serving on %s:%d%s",
+        config.listen.host,
+        config.listen.port,
+        f", operations on {config.metrics.host}:{config.metrics.port}" if ops is not None else "",
+    )
+    try:
+        await signals.stop.wait()
+    finally:
+        await _cancel(watcher)
+        log.info("draining in-flight requests for up to %g s", config.limits.shutdown_timeout)
+        await server.stop()
+        if ops is not None:
+            await ops.cleanup()
+    log.info("stopped")
+    return 0
+
+
+async def _watch_parent(parent: int, stop: asyncio.Event) -> None:
+    """A worker whose supervisor died (even by SIGKILL) shuts itself down instead of lingering."""
+    while True:
+        await asyncio.sleep(PARENT_CHECK_INTERVAL)
+        if os.getppid() != parent:
+            break
+    log.warning("supervisor %d is gone: shutting down", parent)
+    stop.set()
+
+
+async def run_worker(config_path: Path, config: GatewayConfig, ready_fd: int) -> int:
+    """One of ``--workers N``: the A2A listener on the shared port; one byte on ``ready_fd`` once serving."""
+    parent = os.getppid()
+    configure_logging(config.logging)
+    server = GatewayServer(config_path, config, metrics=Metrics(), reuse_port=True)
+    signals = ProcessSignals(server.reload)
+    try:
+        started = False
+        try:
+            await server.start()
+            started = True
+        except OSError as error:
+            return _cannot_listen("A2A", config.listen.host, config.listen.port, error)
+        finally:
+            # One byte says "serving"; closing without it (start-up failed) says the opposite.
+            with os.fdopen(ready_fd, "wb", buffering=0) as ready:
+                if started:
+                    ready.write(b"1")
+        watchdog = asyncio.create_task(_watch_parent(parent, signals.stop))
+        try:
+            await signals.stop.wait()
+        finally:
+            await _cancel(watchdog)
+            await server.stop()
+        return 0
+    finally:
+        signals.close()

@@ -1,0 +1,184 @@
+"""Protecting a Brand's bot: a cap on concurrent calls, and a circuit breaker.
+
+:class:`GuardedBot` wraps any :class:`~gateway.upstream.base.BotAdapter`, so the turn logic
+never knows it is there. It speaks the adapter protocol's own failures:
+
+* **Concurrency cap** (``upstream.max_concurrency``). A call beyond the cap waits up to
+  ``upstream.queue_timeout`` for a slot, then raises :class:`BotBusy`: the personal agent gets
+  a bare ``429`` with ``Retry-After: 1`` (§6), nothing was sent to the bot, and the turn's
+  in-flight marker is released so the retry runs it. A bot that is merely slow is not
+  drowned by the requests queueing in front of it.
+* **Circuit breaker** (``upstream.circuit_breaker``). After ``failures`` consecutive failed
+  calls within ``window`` seconds it opens: turns fail fast with ``UpstreamError`` (so
+  ``INTERNAL``, nothing stored, marker released, exactly like a failed call) without
+  waiting out a dead bot's timeout. After ``cooldown`` seconds one probe call goes through
+  (half-open); its success closes the circuit, its failure re-opens it.
+
+Both are per process, on purpose. The cap protects the bot from what *this* process sends;
+the operator sizes it as the bot's capacity divided by the number of gateway processes. The
+breaker's state is what this process observes on its own path to the bot (its connection
+pool, its network route): sharing it through Redis would cost a round trip per turn and
+would let one replica's broken path open the circuit for replicas that reach the bot fine.
+A replica whose breaker is open still learns within ``cooldown`` seconds that the bot is back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from enum import Enum, IntEnum
+
+from gateway.config import CircuitBreakerConfig, UpstreamConfig
+from gateway.ops.metrics import Metrics
+from gateway.upstream.base import BotAdapter, BotBusy, BotReply, Turn, UpstreamError
+
+__all__ = ["CircuitBreaker", "CircuitState", "GuardedBot", "Permit"]
+
+log = logging.getLogger("pact_gateway.upstream")
+
+BUSY_RETRY_AFTER = 1
+"""Seconds a turn refused at the concurrency cap is told to wait: slots free at bot-call speed."""
+
+
+class CircuitState(IntEnum):
+    """Values are what the ``pact_circuit_state`` gauge exports."""
+
+    CLOSED = 0
+    HALF_OPEN = 1
+    OPEN = 2
+
+
+class Permit(Enum):
+    """Why a call was let through: an ordinary call, or the one half-open probe."""
+
+    CALL = "call"
+    PROBE = "probe"
+
+
+class CircuitBreaker:
+    """The breaker's rules with no I/O and no clock of its own: every method is given ``now``.
+
+    Only the probe's result moves a half-open or open circuit; ordinary calls that were
+    already running when it opened finish without effect, so a late success from before
+    the outage cannot close a circuit that a probe has not tested.
+    """
+
+    def __init__(self, settings: CircuitBreakerConfig) -> None:
+        self._settings = settings
+        self._failures: deque[float] = deque(maxlen=settings.failures)
+        self._state = CircuitState.CLOSED
+        self._opened_at = 0.0
+
+    @property
+    def state(self) -> CircuitState:
+        return self._state
+
+    def admit(self, now: float) -> Permit | None:
+        """A permit to call the bot, or ``None`` to fail fast without calling it."""
+        if not self._settings.enabled or self._state is CircuitState.CLOSED:
+            return Permit.CALL
+        if self._state is CircuitState.OPEN and now - self._opened_at >= self._settings.cooldown:
+            self._state = CircuitState.HALF_OPEN
+            return Permit.PROBE
+        return None
+
+    def succeeded(self, permit: Permit) -> None:
+        if permit is Permit.PROBE or self._state is CircuitState.CLOSED:
+            self._state = CircuitState.CLOSED
+            self._failures.clear()
+
+    def failed(self, permit: Permit, now: float) -> None:
+        if permit is Permit.PROBE:
+            self._open(now)
+            return
+        if self._state is not CircuitState.CLOSED or not self._settings.enabled:
+            return
+        self._failures.append(now)
+        streak_full = len(self._failures) == self._settings.failures
+        if streak_full and now - self._failures[0] <= self._settings.window:
+            self._open(now)
+
+    def abandoned(self, permit: Permit) -> None:
+        """The call never reached a verdict (cancelled, or no free slot): the next turn probes instead."""
+        if permit is Permit.PROBE and self._state is CircuitState.HALF_OPEN:
+            self._state = CircuitState.OPEN  # ``_opened_at`` is unchanged, so the cool-down has passed
+
+    def _open(self, now: float) -> None:
+        self._state = CircuitState.OPEN
+        self._opened_at = now
+        self._failures.clear()
+
+
+class GuardedBot:
+    """A :class:`BotAdapter` that caps concurrent calls and breaks the circuit for one Brand's bot."""
+
+    def __init__(
+        self,
+        inner: BotAdapter,
+        brand_id: str,
+        upstream: UpstreamConfig,
+        *,
+        metrics: Metrics | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._inner = inner
+        self._brand_id = brand_id
+        self._queue_timeout = upstream.queue_timeout
+        self._slots = asyncio.Semaphore(upstream.max_concurrency)
+        self._breaker = CircuitBreaker(upstream.circuit_breaker)
+        self._metrics = metrics
+        self._clock = clock
+        self._published: CircuitState | None = None
+        self._publish()
+
+    @property
+    def circuit_state(self) -> CircuitState:
+        return self._breaker.state
+
+    async def send(self, turn: Turn) -> BotReply:
+        permit = self._breaker.admit(self._clock())
+        self._publish()
+        if permit is None:
+            raise UpstreamError("circuit_open", "the bot's circuit breaker is open")
+        try:
+            await self._acquire_slot()
+        except BaseException:
+            self._breaker.abandoned(permit)
+            self._publish()
+            raise
+        try:
+            reply = await self._inner.send(turn)
+        except UpstreamError:
+            self._breaker.failed(permit, self._clock())
+            raise
+        except BaseException:
+            self._breaker.abandoned(permit)
+            raise
+        else:
+            self._breaker.succeeded(permit)
+            return reply
+        finally:
+            self._slots.release()
+            self._publish()
+
+    async def _acquire_slot(self) -> None:
+        try:
+            async with asyncio.timeout(self._queue_timeout):
+                await self._slots.acquire()
+        except TimeoutError:
+            if self._metrics is not None:
+                self._metrics.rate_limited.labels(brand=self._brand_id, limit="concurrency").inc()
+            raise BotBusy(BUSY_RETRY_AFTER) from None
+
+    def _publish(self) -> None:
+        state = self._breaker.state
+        if state is self._published:
+            return
+        if self._published is not None:
+            log.warning("bot circuit %s", state.name.lower(), extra={"brand": self._brand_id})
+        self._published = state
+        if self._metrics is not None:
+            self._metrics.circuit_state.labels(brand=self._brand_id).set(state.value)

@@ -1,0 +1,309 @@
+"""Protecting the bot: the per-Brand concurrency cap (a bare 429, §6) and the circuit breaker (``INTERNAL``).
+
+Over HTTP against the real test bot, on both backends where the store matters (the in-flight
+marker must be released so the personal agent's retry runs the turn, §4.3). Breaker time is
+a :class:`ManualClock`, so cool-downs pass without sleeping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+import pytest
+from aiohttp import ClientResponse
+
+from gateway.config import CircuitBreakerConfig, UpstreamConfig
+from gateway.http.state import METRICS
+from gateway.ops.metrics import Metrics
+from gateway.upstream.base import BotBusy, BotReply, Turn, UpstreamError
+from gateway.upstream.guard import CircuitBreaker, CircuitState, GuardedBot, Permit
+from tests.support.gateway import MakeGateway
+from tests.support.pa import ManualClock
+
+A2A_JSON = "application/a2a+json"
+STILL_RUNNING = "A message with this messageId is still being processed"
+
+
+def upstream(**settings: Any) -> Callable[[dict[str, Any]], None]:
+    def edit(raw: dict[str, Any]) -> None:
+        raw["brands"][0]["upstream"].update(settings)
+
+    return edit
+
+
+async def until(condition: Callable[[], bool], limit: float = 5.0) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + limit
+    while not condition():
+        assert loop.time() < deadline, "condition not reached"
+        await asyncio.sleep(0.01)
+
+
+async def message(response: ClientResponse) -> dict[str, Any]:
+    body = await response.read()
+    assert response.status == 200, body
+    result: dict[str, Any] = orjson.loads(body)["message"]
+    return result
+
+
+async def internal(response: ClientResponse) -> None:
+    assert response.status == 500
+    assert response.headers["Content-Type"] == A2A_JSON
+    error = orjson.loads(await response.read())["error"]
+    assert (error["message"], error["details"][0]["reason"]) == ("Internal error", "INTERNAL")
+
+
+# Concurrency cap.
+
+
+async def test_s6_over_the_concurrency_cap_is_bare_429_and_the_retry_runs_the_turn(
+    make_gateway: MakeGateway, cache_url: str
+) -> None:
+    gw = await make_gateway(cache_url, edit=upstream(max_concurrency=1, queue_timeout=0.2))
+    context_id = (await message(await gw.send(message_id="m-1")))["contextId"]
+    gw.bot.gate = asyncio.Event()
+    held = asyncio.create_task(gw.send("Hello", message_id="other-1", sub="bob"))
+    await until(lambda: len(gw.bot.calls) == 2)
+    # The one slot is taken: this turn waits queue_timeout, then is refused without reaching the bot.
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    refused = await gw.send("It is A-10001", message_id="m-2", context_id=context_id)
+    assert loop.time() - started >= 0.2
+    assert refused.status == 429
+    assert refused.headers["Retry-After"] == "1"
+    assert await refused.read() == b""
+    assert refused.headers.get("Content-Type", "") != A2A_JSON
+    assert len(gw.bot.calls) == 2
+    gw.bot.gate.set()
+    await message(await held)
+    # The in-flight marker was released: the retry runs the turn (not "still being processed").
+    retry = await message(await gw.send("It is A-10001", message_id="m-2", context_id=context_id))
+    assert "A-10001" in retry["parts"][0]["text"]
+    assert len(gw.bot.calls) == 3
+
+
+async def test_a_refused_first_message_opens_no_conversation(make_gateway: MakeGateway) -> None:
+    gw = await make_gateway(edit=upstream(max_concurrency=1, queue_timeout=0))
+    gw.bot.gate = asyncio.Event()
+    held = asyncio.create_task(gw.send("Hello", message_id="m-1"))
+    await until(lambda: len(gw.bot.calls) == 1)
+    assert (await gw.send("Hi there", message_id="first", sub="bob")).status == 429
+    gw.bot.gate.set()
+    await message(await held)
+    await message(await gw.send("Hi there", message_id="first", sub="bob"))
+    assert gw.bot.calls[-1].body["new_conversation"] is True
+
+
+async def test_a_queued_turn_runs_when_a_slot_frees_in_time(make_gateway: MakeGateway) -> None:
+    gw = await make_gateway(edit=upstream(max_concurrency=2, queue_timeout=5))
+    gw.bot.gate = asyncio.Event()
+    tasks = [asyncio.create_task(gw.send(sub=f"user-{i}")) for i in range(4)]
+    await until(lambda: len(gw.bot.calls) == 2)
+    await asyncio.sleep(0.05)
+    assert len(gw.bot.calls) == 2  # never more than the cap at the bot
+    gw.bot.gate.set()
+    for response in await asyncio.gather(*tasks):
+        await message(response)
+    assert len(gw.bot.calls) == 4
+
+
+# Circuit breaker.
+
+
+async def test_breaker_opens_after_n_failures_and_fails_fast_without_calling_the_bot(
+    make_gateway: MakeGateway, cache_url: str
+) -> None:
+    clock = ManualClock(start=100.0)
+    breaker = {"failures": 3, "window": 30, "cooldown": 15}
+    gw = await make_gateway(cache_url, edit=upstream(circuit_breaker=breaker), clock=clock)
+    context_id = (await message(await gw.send(message_id="m-1")))["contextId"]
+    gw.bot.mode = "status500"
+    for i in range(3):
+        await internal(await gw.send(message_id=f"m-{i + 2}", context_id=context_id))
+    assert len(gw.bot.calls) == 4
+    app = gw.client.app
+    assert app is not None
+    assert app[METRICS].registry.get_sample_value("pact_circuit_state", {"brand": "acme"}) == 2
+    # Open: INTERNAL at once, the bot is not called, and the marker is released for the retry.
+    gw.bot.mode = "sample"
+    for _ in range(2):
+        await internal(await gw.send("It is A-10001", message_id="m-9", context_id=context_id))
+    assert len(gw.bot.calls) == 4
+    # Other Brands have their own breaker.
+    await message(await gw.send(brand="globex"))
+    clock.advance(14.9)
+    await internal(await gw.send("It is A-10001", message_id="m-9", context_id=context_id))
+    assert len(gw.bot.calls) == 5
+    # After the cool-down one probe goes through; its success closes the circuit.
+    clock.advance(0.1)
+    probe = await message(await gw.send("It is A-10001", message_id="m-9", context_id=context_id))
+    assert "A-10001" in probe["parts"][0]["text"]
+    await message(await gw.send("It is A-10002", message_id="m-10", context_id=context_id))
+    assert len(gw.bot.calls) == 7
+
+
+async def test_breaker_failed_probe_reopens(make_gateway: MakeGateway) -> None:
+    clock = ManualClock(start=100.0)
+    breaker = {"failures": 2, "window": 30, "cooldown": 10}
+    gw = await make_gateway(edit=upstream(circuit_breaker=breaker), clock=clock)
+    gw.bot.mode = "status500"
+    for _ in range(2):
+        await internal(await gw.send())
+    clock.advance(10)
+    await internal(await gw.send())  # the probe reaches the bot, and fails
+    assert len(gw.bot.calls) == 3
+    await internal(await gw.send())  # open again: no call
+    assert len(gw.bot.calls) == 3
+    gw.bot.mode = "sample"
+    clock.advance(10)
+    await message(await gw.send())
+    await message(await gw.send())
+    assert len(gw.bot.calls) == 5
+
+
+async def test_breaker_counts_only_failures_in_a_row_within_the_window(make_gateway: MakeGateway) -> None:
+    clock = ManualClock(start=100.0)
+    breaker = {"failures": 3, "window": 30, "cooldown": 15}
+    gw = await make_gateway(edit=upstream(circuit_breaker=breaker), clock=clock)
+    gw.bot.mode = "status500"
+    for _ in range(3):
+        await internal(await gw.send())
+        clock.advance(20)  # three failures, but spread over 40 s
+    await internal(await gw.send())
+    assert len(gw.bot.calls) == 4
+    gw.bot.mode = "sample"
+    await message(await gw.send())  # a success breaks the streak
+    gw.bot.mode = "status500"
+    for _ in range(2):
+        await internal(await gw.send())
+    await internal(await gw.send())
+    assert len(gw.bot.calls) == 8  # only now, three in a row within 30 s: open
+    await internal(await gw.send())
+    assert len(gw.bot.calls) == 8
+
+
+# The rules without HTTP.
+
+
+def settings(**overrides: Any) -> CircuitBreakerConfig:
+    return CircuitBreakerConfig(**{"failures": 2, "window": 30.0, "cooldown": 15.0, **overrides})
+
+
+def test_breaker_only_the_probe_moves_an_open_circuit() -> None:
+    breaker = CircuitBreaker(settings())
+    early = breaker.admit(0)
+    assert early is Permit.CALL
+    states = []
+    breaker.failed(Permit.CALL, 1)
+    breaker.failed(Permit.CALL, 2)
+    states.append(breaker.state)
+    breaker.succeeded(early)  # a call from before the outage finishing late: no effect
+    states.append(breaker.state)
+    assert breaker.admit(16.9) is None
+    assert breaker.admit(17) is Permit.PROBE
+    states.append(breaker.state)
+    assert breaker.admit(17) is None  # one probe at a time
+    breaker.succeeded(Permit.PROBE)
+    states.append(breaker.state)
+    assert states == [CircuitState.OPEN, CircuitState.OPEN, CircuitState.HALF_OPEN, CircuitState.CLOSED]
+
+
+def test_breaker_abandoned_probe_lets_the_next_turn_probe() -> None:
+    breaker = CircuitBreaker(settings())
+    breaker.failed(Permit.CALL, 0)
+    breaker.failed(Permit.CALL, 0)
+    assert breaker.admit(15) is Permit.PROBE
+    breaker.abandoned(Permit.PROBE)  # cancelled, or no slot: no verdict on the bot
+    assert breaker.state is CircuitState.OPEN
+    assert breaker.admit(15) is Permit.PROBE
+
+
+def test_breaker_disabled_never_opens() -> None:
+    breaker = CircuitBreaker(settings(enabled=False))
+    for now in range(10):
+        breaker.failed(Permit.CALL, now)
+    assert breaker.admit(10) is Permit.CALL
+
+
+class ScriptedBot:
+    """A bot adapter whose calls wait on ``gate`` and then fail while ``failing``."""
+
+    def __init__(self) -> None:
+        self.failing = False
+        self.gate: asyncio.Event | None = None
+        self.calls = 0
+
+    async def send(self, turn: Turn) -> BotReply:
+        self.calls += 1
+        if self.gate is not None:
+            await self.gate.wait()
+        if self.failing:
+            raise UpstreamError("status", "HTTP 500")
+        return BotReply("ok")
+
+
+TURN = Turn("acme", "c-1", "m-1", "hi", "https://pa.example", "alice", False, "req-00000001")
+
+
+async def test_guard_exports_circuit_state_and_concurrency_refusals() -> None:
+    metrics = Metrics()
+    clock = ManualClock(start=0.0)
+    bot = ScriptedBot()
+    config = UpstreamConfig(
+        url="http://bot.test/chat", max_concurrency=1, queue_timeout=0, circuit_breaker=settings()
+    )
+    guard = GuardedBot(bot, "acme", config, metrics=metrics, clock=clock)
+
+    def state() -> float | None:
+        return metrics.registry.get_sample_value("pact_circuit_state", {"brand": "acme"})
+
+    assert state() == 0
+    bot.failing = True
+    for _ in range(2):
+        with pytest.raises(UpstreamError):
+            await guard.send(TURN)
+    assert state() == 2
+    with pytest.raises(UpstreamError, match="circuit_open"):
+        await guard.send(TURN)
+    assert bot.calls == 2
+    clock.advance(15)
+    bot.failing = False
+    bot.gate = asyncio.Event()
+    probe = asyncio.create_task(guard.send(TURN))
+    await until(lambda: bot.calls == 3)
+    assert state() == 1
+    bot.gate.set()
+    assert await probe == BotReply("ok")
+    assert state() == 0
+    # The cap: a second concurrent call with no queueing time is refused at once.
+    bot.gate = asyncio.Event()
+    first = asyncio.create_task(guard.send(TURN))
+    await until(lambda: bot.calls == 4)
+    with pytest.raises(BotBusy) as busy:
+        await guard.send(TURN)
+    assert busy.value.retry_after == 1
+    sample = metrics.registry.get_sample_value(
+        "pact_rate_limited_total", {"brand": "acme", "limit": "concurrency"}
+    )
+    assert sample == 1.0
+    bot.gate.set()
+    await first
+
+
+async def test_guard_cancelled_call_frees_its_slot() -> None:
+    bot = ScriptedBot()
+    bot.gate = asyncio.Event()
+    guard = GuardedBot(
+        bot, "acme", UpstreamConfig(url="http://bot.test/chat", max_concurrency=1, queue_timeout=0)
+    )
+    call = asyncio.create_task(guard.send(TURN))
+    await until(lambda: bot.calls == 1)
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    bot.gate.set()
+    assert await guard.send(TURN) == BotReply("ok")
+    assert guard.circuit_state is CircuitState.CLOSED

@@ -1,0 +1,120 @@
+"""Production operations (health): ``/healthz`` while the process runs; ``/readyz`` only with the
+configuration loaded, the store reachable and keys held for every enabled registered issuer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
+
+from gateway.config import CacheConfig
+from gateway.ops.health import GatewayReadiness, create_ops_app
+from gateway.ops.metrics import Metrics
+from gateway.store.redis import RedisStore
+from tests.ops.conftest import OpsFor, free_port
+from tests.support.gateway import MakeGateway
+from tests.support.pa import FakeJwksServer, PAKey
+
+
+async def readyz(ops: TestClient[Any, Any]) -> tuple[int, dict[str, Any]]:
+    response = await ops.get("/readyz")
+    body: dict[str, Any] = orjson.loads(await response.read())
+    return response.status, body
+
+
+async def test_healthz_and_readyz_on_both_backends(
+    make_gateway: MakeGateway, ops_for: OpsFor, cache_url: str
+) -> None:
+    metrics = Metrics()
+    gw = await make_gateway(cache_url, metrics=metrics)
+    ops = await ops_for(gw, metrics)
+    health = await ops.get("/healthz")
+    assert health.status == 200
+    # Readiness waits for the registered issuers' keys: the first probe fetches them.
+    assert await readyz(ops) == (200, {"status": "ready"})
+
+
+async def test_readyz_503_when_the_store_is_unreachable(make_gateway: MakeGateway, ops_for: OpsFor) -> None:
+    store = RedisStore(CacheConfig(url=f"redis://127.0.0.1:{free_port()}/0"))
+    try:
+        metrics = Metrics()
+        gw = await make_gateway(store=store, metrics=metrics)
+        ops = await ops_for(gw, metrics)
+        status, body = await readyz(ops)
+        assert status == 503
+        assert body["status"] == "not ready"
+        assert set(body["failing"]) == {"store"}
+        assert body["failing"]["store"].startswith("redis: ")
+        assert (await ops.get("/healthz")).status == 200  # alive, just not ready
+    finally:
+        await store.close()
+
+
+async def test_readyz_503_when_an_enabled_issuer_has_no_keys(
+    make_gateway: MakeGateway, ops_for: OpsFor
+) -> None:
+    unreachable = f"http://127.0.0.1:{free_port()}/jwks.json"
+
+    def add_agents(raw: dict[str, Any]) -> None:
+        registered = raw["personal_agents"]["registered"]
+        registered.append({"issuer": "https://keyless-pa.example", "jwks_uri": unreachable})
+        # A disabled issuer without keys does not hold readiness back.
+        registered.append({"issuer": "https://off-pa.example", "jwks_uri": unreachable, "enabled": False})
+
+    metrics = Metrics()
+    gw = await make_gateway(edit=add_agents, metrics=metrics)
+    ops = await ops_for(gw, metrics)
+    status, body = await readyz(ops)
+    assert status == 503
+    assert body["failing"] == {"keys": "no keys for https://keyless-pa.example"}
+
+
+async def test_readyz_recovers_once_the_jwks_answers(
+    make_gateway: MakeGateway, ops_for: OpsFor, jwks_server: FakeJwksServer
+) -> None:
+    def no_cooldown(raw: dict[str, Any]) -> None:
+        raw["personal_agents"]["jwks"] = {"refetch_cooldown": 0}
+
+    jwks_server.fail("error")
+    metrics = Metrics()
+    gw = await make_gateway(edit=no_cooldown, metrics=metrics)
+    ops = await ops_for(gw, metrics)
+    status, body = await readyz(ops)
+    assert status == 503
+    assert set(body["failing"]) == {"keys"}
+    jwks_server.fail(None)
+    assert (await readyz(ops))[0] == 200
+
+
+async def test_readyz_counts_inline_keys_at_once(
+    make_gateway: MakeGateway, ops_for: OpsFor, jwks_server: FakeJwksServer
+) -> None:
+    inline = PAKey.es256()
+
+    def inline_only(raw: dict[str, Any]) -> None:
+        raw["personal_agents"]["registered"] = [
+            {"issuer": "https://airgapped.example", "jwks": {"keys": [inline.public_jwk()]}}
+        ]
+
+    metrics = Metrics()
+    gw = await make_gateway(edit=inline_only, metrics=metrics)
+    ops = await ops_for(gw, metrics)
+    assert (await readyz(ops))[0] == 200
+    assert jwks_server.fetch_count == 0
+
+
+async def test_readyz_before_start_up_and_extra_checks() -> None:
+    """A gateway app not started yet has no configuration loaded; process checks are added as given."""
+    app = web.Application()
+    readiness = GatewayReadiness(app, extra=lambda: {"shutdown": "draining"})
+    client: TestClient[Any, Any] = TestClient(TestServer(create_ops_app(Metrics().registry, readiness)))
+    await client.start_server()
+    try:
+        status, body = await readyz(client)
+        assert status == 503
+        assert body["failing"] == {"shutdown": "draining", "configuration": "not loaded"}
+    finally:
+        await client.close()

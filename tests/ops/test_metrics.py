@@ -1,0 +1,173 @@
+"""Production operations (metrics): values read by scraping the real ops listener over HTTP.
+
+Requests by Brand/operation/outcome with latency, §3.4 authentication failures by reason,
+§4.3 retries served from the store, bot call latency, JWKS fetches by issuer, store
+errors, and bounded labels (no sub, contextId, raw path or token).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import orjson
+
+from gateway.config import CacheConfig
+from gateway.ops.metrics import Metrics
+from gateway.store.redis import RedisStore
+from tests.ops.conftest import OpsFor, free_port, sample, scrape
+from tests.support.gateway import AUDIENCE, DISABLED_PA, MakeGateway
+from tests.support.pa import FakeJwksServer, PAKey
+
+
+async def test_requests_counted_by_brand_operation_and_outcome(
+    make_gateway: MakeGateway, ops_for: OpsFor
+) -> None:
+    metrics = Metrics()
+    gw = await make_gateway(metrics=metrics)
+    ops = await ops_for(gw, metrics)
+    assert (await gw.send(message_id="m-1")).status == 200
+    assert (await gw.send(message_id="m-2")).status == 200
+    assert (await gw.client.post("/a2a/acme/message:send", json={})).status == 401
+    assert (await gw.send(brand="no-such-brand")).status == 404
+    assert (await gw.client.get("/some/raw/path")).status == 404
+    assert (await gw.client.put("/a2a/acme/message:send")).status == 405
+    assert (await gw.client.get("/a2a/globex/tasks", headers=gw.auth())).status == 200
+    assert (await gw.client.get("/a2a/acme/.well-known/agent-card.json")).status == 200
+
+    text = await scrape(ops)
+    requests = "pact_requests_total"
+    assert sample(text, requests, brand="acme", operation="SendMessage", outcome="ok") == 2
+    assert sample(text, requests, brand="acme", operation="SendMessage", outcome="unauthorized") == 1
+    # An unknown Brand id or path is never a label value (§2.2 answers both with a bare 404).
+    assert sample(text, requests, brand="-", operation="SendMessage", outcome="not_found") == 1
+    assert sample(text, requests, brand="-", operation="unmatched", outcome="not_found") == 1
+    assert sample(text, requests, brand="-", operation="unmatched", outcome="method_not_allowed") == 1
+    assert sample(text, requests, brand="globex", operation="ListTasks", outcome="ok") == 1
+    assert sample(text, requests, brand="acme", operation="GetAgentCard", outcome="ok") == 1
+    latency = "pact_request_duration_seconds_count"
+    assert sample(text, latency, brand="acme", operation="SendMessage") == 3
+    assert sample(text, "pact_request_duration_seconds_bucket", brand="acme", le="+Inf") == 4
+
+
+async def test_s3_4_auth_failures_counted_by_reason(make_gateway: MakeGateway, ops_for: OpsFor) -> None:
+    metrics = Metrics()
+    gw = await make_gateway(metrics=metrics)
+    ops = await ops_for(gw, metrics)
+    expired = gw.key.mint(gw.issuer, "alice", AUDIENCE, iat=time.time() - 600, exp=time.time() - 300)
+    for headers in (
+        {},
+        {"Authorization": "Basic abc"},
+        {"Authorization": f"Bearer {expired}"},
+        gw.auth(issuer=DISABLED_PA),
+        {"Authorization": f"Bearer {gw.key.mint('https://stranger.example', 'alice', AUDIENCE)}"},
+    ):
+        response = await gw.client.post("/a2a/acme/message:send", json={}, headers=headers)
+        assert response.status == 401
+    text = await scrape(ops)
+    assert sample(text, "pact_auth_failures_total", reason="missing_token") == 2
+    assert sample(text, "pact_auth_failures_total", reason="expired") == 1
+    assert sample(text, "pact_auth_failures_total", reason="disabled_issuer") == 1
+    assert sample(text, "pact_auth_failures_total", reason="unknown_issuer") == 1
+    assert sample(text, "pact_auth_failures_total") == 5
+
+
+async def test_s4_3_retries_served_from_the_store_and_bot_latency(
+    make_gateway: MakeGateway, ops_for: OpsFor
+) -> None:
+    metrics = Metrics()
+    gw = await make_gateway(metrics=metrics)
+    ops = await ops_for(gw, metrics)
+    first = await gw.send("Hi", message_id="m-1")
+    assert first.status == 200
+    for _ in range(2):
+        assert await (await gw.send("Hi", message_id="m-1")).read() == await first.read()
+    assert len(gw.bot.calls) == 1
+    text = await scrape(ops)
+    assert sample(text, "pact_retries_served_total", brand="acme") == 2
+    assert sample(text, "pact_bot_call_duration_seconds_count", brand="acme", outcome="ok") == 1
+    assert sample(text, "pact_requests_total", brand="acme", operation="SendMessage", outcome="ok") == 3
+
+
+async def test_failed_bot_call_counted_by_reason(make_gateway: MakeGateway, ops_for: OpsFor) -> None:
+    metrics = Metrics()
+    gw = await make_gateway(metrics=metrics)
+    ops = await ops_for(gw, metrics)
+    gw.bot.mode = "status500"
+    assert (await gw.send()).status == 500
+    gw.bot.mode = "bad_body"
+    assert (await gw.send()).status == 500
+    text = await scrape(ops)
+    assert sample(text, "pact_bot_call_duration_seconds_count", brand="acme", outcome="status") == 1
+    assert sample(text, "pact_bot_call_duration_seconds_count", brand="acme", outcome="bad_body") == 1
+    assert sample(text, "pact_requests_total", brand="acme", operation="SendMessage", outcome="error") == 2
+
+
+async def test_jwks_fetches_counted_by_issuer(
+    make_gateway: MakeGateway, ops_for: OpsFor, jwks_server: FakeJwksServer
+) -> None:
+    metrics = Metrics()
+    gw = await make_gateway(metrics=metrics)
+    ops = await ops_for(gw, metrics)
+    for _ in range(3):
+        assert (await gw.send()).status == 200
+    text = await scrape(ops)
+    assert jwks_server.fetch_count == 1
+    assert sample(text, "pact_jwks_fetches_total", issuer=gw.issuer, result="ok") == 1
+    assert sample(text, "pact_jwks_fetches_total", result="error") == 0
+
+
+async def test_jwks_failure_counted_and_open_issuers_share_one_label(
+    make_gateway: MakeGateway, ops_for: OpsFor, jwks_server: FakeJwksServer
+) -> None:
+    """An issuer admitted by the ``open`` policy is counted as ``open``: anyone can mint issuers."""
+
+    def open_policy(raw: dict[str, Any]) -> None:
+        raw["personal_agents"]["policy"] = "open"
+
+    metrics = Metrics()
+    gw = await make_gateway(edit=open_policy, metrics=metrics)
+    ops = await ops_for(gw, metrics)
+    stranger_key = PAKey.es256()
+    async with FakeJwksServer() as stranger:
+        stranger.set_keys(stranger_key)
+        token = stranger_key.mint(stranger.issuer, "alice", AUDIENCE)
+        assert (await gw.send(headers={"Authorization": f"Bearer {token}"})).status == 200
+    jwks_server.fail("error")
+    assert (await gw.send()).status == 401
+    text = await scrape(ops)
+    assert sample(text, "pact_jwks_fetches_total", issuer="open", result="ok") == 1
+    assert sample(text, "pact_jwks_fetches_total", issuer=gw.issuer, result="error") == 1
+    assert stranger.issuer not in text
+
+
+async def test_store_errors_counted_by_operation(make_gateway: MakeGateway, ops_for: OpsFor) -> None:
+    store = RedisStore(CacheConfig(url=f"redis://127.0.0.1:{free_port()}/0"))
+    try:
+        metrics = Metrics()
+        gw = await make_gateway(store=store, metrics=metrics)
+        ops = await ops_for(gw, metrics)
+        assert (await gw.send()).status == 500
+        text = await scrape(ops)
+        assert sample(text, "pact_store_errors_total", operation="begin_turn") == 1
+        assert sample(text, "pact_requests_total", brand="acme", outcome="error") == 1
+    finally:
+        await store.close()
+
+
+async def test_labels_never_carry_sub_context_path_or_token(
+    make_gateway: MakeGateway, ops_for: OpsFor
+) -> None:
+    metrics = Metrics()
+    gw = await make_gateway(metrics=metrics)
+    ops = await ops_for(gw, metrics)
+    sub = "customer-7c1e-secret"
+    token = gw.token(sub)
+    response = await gw.send(sub=sub, headers={"Authorization": f"Bearer {token}"})
+    context_id = orjson.loads(await response.read())["message"]["contextId"]
+    await gw.send(brand="brand-probe-x", sub=sub)
+    await gw.client.get("/a2a/acme/tasks/task-probe-y", headers=gw.auth(sub))
+    await gw.client.get("/raw/path-probe-z")
+    text = await scrape(ops)
+    for secret in (sub, token, context_id, "brand-probe-x", "task-probe-y", "path-probe-z", "message:send"):
+        assert secret not in text

@@ -1,0 +1,316 @@
+"""§6 rate limits over HTTP, on both backends: "429 with Retry-After when a Provider rate-limits a
+personal agent or a (personal agent, sub)".
+
+Time is a :class:`ManualClock` handed to the gateway, so waiting ``Retry-After`` is exact and instant.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+import pytest
+from aiohttp import ClientResponse
+
+from gateway.config import CircuitBreakerConfig, ConfigError, RateLimitsConfig, RateRule, load_config
+from gateway.http.state import METRICS
+from gateway.ops.limits import Limit, RateLimited, RateLimits, a2a_limits, retry_after, subject_digest
+from gateway.ops.metrics import Metrics
+from gateway.store.base import StoreError
+from gateway.store.limits import Hit, MemoryRateLimiter, RateLimiter, Rule
+from tests.support.gateway import OTHER_PA, MakeGateway
+from tests.support.pa import ManualClock
+
+A2A_JSON = "application/a2a+json"
+Edit = Callable[[dict[str, Any]], None]
+
+
+def limits(
+    per_agent: dict[str, Any] | None = None,
+    per_user: dict[str, Any] | None = None,
+    **brand_overrides: dict[str, Any],
+) -> Edit:
+    """Set the top-level ``rate_limits`` (loose where not given) and per-Brand overrides."""
+
+    def edit(raw: dict[str, Any]) -> None:
+        raw["rate_limits"] = {
+            "per_agent": per_agent or {"rate": 1000, "burst": 1000},
+            "per_user": per_user or {"rate": 1000, "burst": 1000},
+        }
+        for brand in raw["brands"]:
+            if brand["id"] in brand_overrides:
+                brand["rate_limits"] = brand_overrides[brand["id"]]
+
+    return edit
+
+
+async def bare_429(response: ClientResponse) -> int:
+    """§6: not an A2A error: no envelope, no A2A content type; ``Retry-After`` in whole seconds."""
+    assert response.status == 429
+    assert await response.read() == b""
+    assert response.headers.get("Content-Type", "") != A2A_JSON
+    value = response.headers["Retry-After"]
+    assert value.isdigit()
+    assert int(value) >= 1
+    return int(value)
+
+
+async def ok(response: ClientResponse) -> None:
+    assert response.status == 200, await response.read()
+
+
+def closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(start=1_700_000_000.0)
+
+
+async def test_s6_per_user_limit_answers_bare_429_with_retry_after(
+    make_gateway: MakeGateway, cache_url: str, clock: ManualClock
+) -> None:
+    gw = await make_gateway(cache_url, edit=limits(per_user={"rate": 0.25, "burst": 2}), clock=clock)
+    await ok(await gw.send(message_id="m-1"))
+    await ok(await gw.send(message_id="m-2"))
+    assert await bare_429(await gw.send(message_id="m-3")) == 4
+    assert len(gw.bot.calls) == 2  # refused before the body was read: the bot never saw it
+    # Another sub of the same personal agent has its own budget.
+    await ok(await gw.send(message_id="m-4", sub="bob"))
+    # Not yet: 0.1 s short still says wait (rounded up to a whole second, never 0).
+    clock.advance(3.9)
+    assert await bare_429(await gw.send(message_id="m-3")) == 1
+    clock.advance(0.1)
+    await ok(await gw.send(message_id="m-3"))
+    app = gw.client.app
+    assert app is not None
+    refusals = app[METRICS].registry.get_sample_value(
+        "pact_rate_limited_total", {"brand": "acme", "limit": "per_user"}
+    )
+    assert refusals == 2.0
+
+
+async def test_s6_per_agent_limit_counts_all_its_users(
+    make_gateway: MakeGateway, cache_url: str, clock: ManualClock
+) -> None:
+    gw = await make_gateway(cache_url, edit=limits(per_agent={"rate": 0.5, "burst": 3}), clock=clock)
+    for sub in ("alice", "bob", "carol"):
+        await ok(await gw.send(sub=sub))
+    assert await bare_429(await gw.send(sub="dave")) == 2
+    # Another personal agent is not held to this one's budget.
+    await ok(await gw.send(sub="dave", issuer=OTHER_PA))
+    clock.advance(2)
+    await ok(await gw.send(sub="dave"))
+
+
+async def test_s6_per_brand_override_and_separate_budgets(
+    make_gateway: MakeGateway, cache_url: str, clock: ManualClock
+) -> None:
+    edit = limits(per_user={"rate": 0.1, "burst": 1}, globex={"per_user": {"burst": 3}})
+    gw = await make_gateway(cache_url, edit=edit, clock=clock)
+    await ok(await gw.send(brand="acme"))
+    assert await bare_429(await gw.send(brand="acme")) == 10
+    # globex keeps the top-level rate but its own burst, and acme's use does not count there.
+    for _ in range(3):
+        await ok(await gw.send(brand="globex"))
+    assert await bare_429(await gw.send(brand="globex")) == 10
+
+
+async def test_s6_a_disabled_rule_never_refuses(make_gateway: MakeGateway, clock: ManualClock) -> None:
+    edit = limits(per_user={"rate": 0.1, "burst": 1}, acme={"per_user": {"enabled": False}})
+    gw = await make_gateway(edit=edit, clock=clock)
+    for _ in range(5):
+        await ok(await gw.send())
+
+
+async def test_s6_every_operation_is_limited_after_auth_and_brand_before_body(
+    make_gateway: MakeGateway, clock: ManualClock
+) -> None:
+    """Order: route → authentication (401) → Brand (404) → rate limit (429) → body."""
+    gw = await make_gateway(edit=limits(per_user={"rate": 0.1, "burst": 1}), clock=clock)
+    await ok(await gw.client.get("/a2a/acme/tasks", headers=gw.auth()))
+    # A garbage body is not read: 429, not INVALID_PARAMS.
+    response = await gw.client.post("/a2a/acme/message:send", data=b"{garbage", headers=gw.auth())
+    assert await bare_429(response) == 10
+    assert await bare_429(await gw.client.get("/a2a/acme/tasks/t-1", headers=gw.auth())) == 10
+    # Authentication and the Brand lookup come first, and cost nothing.
+    assert (await gw.client.get("/a2a/acme/tasks")).status == 401
+    assert (await gw.client.get("/a2a/nobody/tasks", headers=gw.auth())).status == 404
+    # Unmatched routes are answered before authentication, so before any limit.
+    assert (await gw.client.get("/a2a/acme/nothing-here", headers=gw.auth())).status == 404
+    clock.advance(10)
+    await ok(await gw.client.get("/a2a/acme/tasks", headers=gw.auth()))
+
+
+async def test_s6_refused_requests_do_not_use_up_the_budget(
+    make_gateway: MakeGateway, cache_url: str, clock: ManualClock
+) -> None:
+    """A personal agent that keeps retrying early is not pushed further back."""
+    gw = await make_gateway(cache_url, edit=limits(per_user={"rate": 0.5, "burst": 1}), clock=clock)
+    await ok(await gw.send())
+    for _ in range(10):
+        assert await bare_429(await gw.send()) == 2
+    clock.advance(2)
+    await ok(await gw.send())
+
+
+async def test_s6_store_down_fails_open_by_default(make_gateway: MakeGateway) -> None:
+    """``rate_limits.fail_open: true``: a Redis outage does not lock personal agents out of the limiter.
+
+    ``message:send`` still needs the store for its conversation, so it is ``INTERNAL``; operations
+    that do not touch the store are served.
+    """
+    gw = await make_gateway(f"redis://127.0.0.1:{closed_port()}/15")
+    await ok(await gw.client.get("/a2a/acme/tasks", headers=gw.auth()))
+    response = await gw.send()
+    assert response.status == 500
+    assert orjson.loads(await response.read())["error"]["details"][0]["reason"] == "INTERNAL"
+
+
+async def test_s6_store_down_fail_closed_is_internal_not_429(make_gateway: MakeGateway) -> None:
+    def closed(raw: dict[str, Any]) -> None:
+        raw["rate_limits"]["fail_open"] = False
+
+    gw = await make_gateway(f"redis://127.0.0.1:{closed_port()}/15", edit=closed)
+    response = await gw.client.get("/a2a/acme/tasks", headers=gw.auth())
+    assert response.status == 500
+    assert response.headers["Content-Type"] == A2A_JSON
+    error = orjson.loads(await response.read())["error"]
+    assert (error["message"], error["details"][0]["reason"]) == ("Internal error", "INTERNAL")
+
+
+# The rules and the service, without HTTP.
+
+
+def test_retry_after_is_whole_seconds_rounded_up_never_zero() -> None:
+    assert [retry_after(w) for w in (0.0, 0.001, 1.0, 1.001, 9.5)] == [1, 1, 1, 2, 10]
+
+
+def test_a2a_limits_hash_the_subjects() -> None:
+    settings = RateLimitsConfig(per_agent=RateRule(50, 100), per_user=RateRule(2, 10))
+    agent, user = a2a_limits(settings, "https://pa.example", "user-4471")
+    assert (agent.name, agent.rule, agent.subject) == (
+        "per_agent",
+        Rule(50, 100),
+        subject_digest("https://pa.example"),
+    )
+    assert (user.name, user.rule) == ("per_user", Rule(2, 10))
+    assert "user-4471" not in user.subject
+    assert user.subject != subject_digest("https://pa.example", "user-4472")
+    off = RateLimitsConfig(per_agent=RateRule(1, 1, enabled=False), per_user=RateRule(1, 1, enabled=False))
+    assert a2a_limits(off, "https://pa.example", "u") == []
+
+
+class BrokenLimiter(RateLimiter):
+    async def hit_all(self, hits: Any) -> list[float]:
+        raise StoreError("redis: ConnectionError")
+
+    async def close(self) -> None:
+        return None
+
+
+async def test_metrics_count_refusals_by_brand_and_limit_and_store_errors(clock: ManualClock) -> None:
+    metrics = Metrics()
+    service = RateLimits(MemoryRateLimiter(clock=clock), metrics=metrics)
+    settings = RateLimitsConfig(per_agent=RateRule(1, 5), per_user=RateRule(1, 1))
+    await service.check_a2a("acme", settings, "https://pa.example", "alice")
+    with pytest.raises(RateLimited) as refused:
+        await service.check_a2a("acme", settings, "https://pa.example", "alice")
+    assert (refused.value.retry_after, refused.value.limit) == (1, "per_user")
+    sample = metrics.registry.get_sample_value
+    assert sample("pact_rate_limited_total", {"brand": "acme", "limit": "per_user"}) == 1.0
+    broken = RateLimits(BrokenLimiter(), metrics=metrics)
+    await broken.check_a2a("acme", settings, "https://pa.example", "alice")  # fail open: served
+    assert sample("pact_store_errors_total", {"operation": "rate_limit"}) == 1.0
+
+
+async def test_limits_are_reusable_for_endpoints_without_a_pa_identity(clock: ManualClock) -> None:
+    """The Delegated profile's OAuth endpoints will limit by device code or client address."""
+    limiter = MemoryRateLimiter(clock=clock)
+    service = RateLimits(limiter)
+    poll = Limit("token_poll", subject_digest("dc_9f3c"), Rule(rate=0.2, burst=1))
+    await service.enforce("acme", [poll], fail_open=True)
+    with pytest.raises(RateLimited) as refused:
+        await service.enforce("acme", [poll], fail_open=True)
+    assert refused.value.retry_after == 5
+    with pytest.raises(StoreError):
+        await RateLimits(BrokenLimiter()).enforce("acme", [poll], fail_open=False)
+    assert await limiter.hit_all(
+        [Hit("pact:acme:rl:token_poll:" + subject_digest("dc_9f3c"), poll.rule)]
+    ) == [pytest.approx(5.0)]
+
+
+# Configuration.
+
+
+def minimal(**extra: Any) -> dict[str, Any]:
+    brand = {
+        "id": "acme",
+        "name": "A",
+        "description": "d",
+        "version": "1",
+        "upstream": {"url": "http://bot/"},
+    }
+    return {
+        "public_url": "https://gw.test",
+        "provider": {"organization": "P", "url": "https://p.test", "audience": "aud"},
+        "personal_agents": {"policy": "open"},
+        "brands": [{**brand, **extra.pop("brand", {})}],
+        **extra,
+    }
+
+
+def test_config_defaults_documented_in_the_readme() -> None:
+    config = load_config(minimal(), {})
+    assert config.rate_limits == RateLimitsConfig(
+        per_agent=RateRule(rate=50.0, burst=100), per_user=RateRule(rate=2.0, burst=10), fail_open=True
+    )
+    assert config.brands["acme"].rate_limits == config.rate_limits
+    upstream = config.brands["acme"].upstream
+    assert (upstream.max_concurrency, upstream.queue_timeout) == (64, 1.0)
+    assert upstream.circuit_breaker == CircuitBreakerConfig(
+        enabled=True, failures=5, window=30.0, cooldown=15.0
+    )
+
+
+def test_config_brand_overrides_setting_by_setting() -> None:
+    raw = minimal(
+        rate_limits={"per_user": {"rate": 5, "burst": 20}, "fail_open": False},
+        brand={"rate_limits": {"per_user": {"burst": 3}, "per_agent": {"enabled": False}}},
+    )
+    config = load_config(raw, {})
+    assert config.rate_limits.per_user == RateRule(rate=5.0, burst=20)
+    assert config.brands["acme"].rate_limits == RateLimitsConfig(
+        per_agent=RateRule(rate=50.0, burst=100, enabled=False),
+        per_user=RateRule(rate=5.0, burst=3),
+        fail_open=False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("raw", "path"),
+    [
+        (minimal(rate_limits={"per_user": {"rate": 0}}), "rate_limits.per_user.rate"),
+        (minimal(rate_limits={"per_agent": {"burst": 0}}), "rate_limits.per_agent.burst"),
+        (minimal(rate_limits={"per_host": {}}), "rate_limits.per_host"),
+        (minimal(brand={"rate_limits": {"per_user": {"rate": -1}}}), "brands[0].rate_limits.per_user.rate"),
+        (
+            minimal(brand={"upstream": {"url": "http://b/", "max_concurrency": 0}}),
+            "brands[0].upstream.max_concurrency",
+        ),
+        (
+            minimal(brand={"upstream": {"url": "http://b/", "circuit_breaker": {"failures": 0}}}),
+            "brands[0].upstream.circuit_breaker.failures",
+        ),
+    ],
+)
+def test_config_rejects_bad_limits_with_their_path(raw: dict[str, Any], path: str) -> None:
+    with pytest.raises(ConfigError) as error:
+        load_config(raw, {})
+    assert error.value.path == path

@@ -1,0 +1,192 @@
+"""§6 rate-limit counters on both backends: GCRA, all-or-nothing charging, expiry, store failures.
+
+Time is a :class:`ManualClock`, so "wait ``Retry-After`` and try again" is exact, not slept.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import AsyncIterator
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from gateway.config import CacheConfig
+from gateway.store.base import StoreError
+from gateway.store.limits import (
+    Hit,
+    MemoryRateLimiter,
+    RateLimiter,
+    RedisRateLimiter,
+    Rule,
+    gcra,
+    open_rate_limiter,
+)
+from gateway.store.memory import MemoryStore
+from gateway.store.redis import RedisStore
+from tests.support.commands import recorded_commands
+from tests.support.pa import ManualClock
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(start=1_700_000_000.0)
+
+
+@pytest.fixture
+async def limiter(cache_url: str, clock: ManualClock) -> AsyncIterator[RateLimiter]:
+    """A limiter on each backend in turn: memory, then the real Redis (through a RedisStore's pool)."""
+    if cache_url == "memory://":
+        memory = MemoryRateLimiter(clock=clock)
+        yield memory
+        await memory.close()
+        return
+    store = RedisStore(CacheConfig(url=cache_url))
+    yield RedisRateLimiter(store.client, clock=clock)
+    await store.close()
+
+
+def closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+    return port
+
+
+def test_gcra_allows_the_burst_then_one_per_interval() -> None:
+    rule = Rule(rate=2.0, burst=3)
+    tat = 0
+    for _ in range(3):
+        tat, wait = gcra(tat, 0, rule)
+        assert wait == 0
+    assert gcra(tat, 0, rule) == (tat + 500_000, 500_000)
+    # Half a second later exactly one more fits.
+    tat, wait = gcra(tat, 500_000, rule)
+    assert wait == 0
+    assert gcra(tat, 500_000, rule)[1] == 500_000
+
+
+@given(
+    rate=st.floats(min_value=0.01, max_value=10_000),
+    burst=st.integers(min_value=1, max_value=1_000),
+    now=st.integers(min_value=0, max_value=2**51),
+)
+def test_gcra_from_idle_admits_exactly_burst(rate: float, burst: int, now: int) -> None:
+    """Integer microseconds: the burst-th request is never refused by a rounding error."""
+    rule = Rule(rate, burst)
+    tat: int | None = None
+    for _ in range(burst):
+        tat, wait = gcra(tat, now, rule)
+        assert wait == 0
+    assert gcra(tat, now, rule)[1] == rule.interval_us
+
+
+def test_rule_rejects_nonsense() -> None:
+    with pytest.raises(ValueError, match="rate > 0"):
+        Rule(0, 1)
+    with pytest.raises(ValueError, match="burst >= 1"):
+        Rule(1, 0)
+
+
+async def test_s6_hit_allows_burst_then_says_how_long_to_wait(
+    limiter: RateLimiter, clock: ManualClock
+) -> None:
+    assert [await limiter.hit("k", 0.5, 2) for _ in range(2)] == [0.0, 0.0]
+    assert await limiter.hit("k", 0.5, 2) == pytest.approx(2.0)
+    clock.advance(1.5)
+    assert await limiter.hit("k", 0.5, 2) == pytest.approx(0.5)
+    clock.advance(0.5)
+    assert await limiter.hit("k", 0.5, 2) == 0.0
+    assert await limiter.hit("k", 0.5, 2) == pytest.approx(2.0)
+
+
+async def test_s6_keys_are_independent(limiter: RateLimiter) -> None:
+    assert await limiter.hit("a", 1, 1) == 0.0
+    assert await limiter.hit("a", 1, 1) > 0
+    assert await limiter.hit("b", 1, 1) == 0.0
+
+
+async def test_s6_hit_all_is_all_or_nothing(limiter: RateLimiter, clock: ManualClock) -> None:
+    """A request refused by one limit charges none: the other's budget is untouched."""
+    agent, user = Rule(rate=1, burst=3), Rule(rate=1, burst=1)
+    assert await limiter.hit_all([Hit("agent", agent), Hit("user", user)]) == [0.0, 0.0]
+    for _ in range(5):
+        assert await limiter.hit_all([Hit("agent", agent), Hit("user", user)]) == [0.0, pytest.approx(1.0)]
+    # The refusals did not eat the agent's budget: two more requests by other users still fit.
+    assert await limiter.hit_all([Hit("agent", agent), Hit("user2", user)]) == [0.0, 0.0]
+    assert await limiter.hit_all([Hit("agent", agent), Hit("user3", user)]) == [0.0, 0.0]
+    assert (await limiter.hit_all([Hit("agent", agent), Hit("user4", user)]))[0] == pytest.approx(1.0)
+    clock.advance(1)
+    assert await limiter.hit_all([Hit("agent", agent), Hit("user", user)]) == [0.0, 0.0]
+
+
+async def test_s6_fractional_rates(limiter: RateLimiter, clock: ManualClock) -> None:
+    """One request every ten seconds, and a waiting time that is not a whole number of seconds."""
+    assert await limiter.hit("slow", 0.1, 1) == 0.0
+    clock.advance(2.25)
+    assert await limiter.hit("slow", 0.1, 1) == pytest.approx(7.75)
+
+
+async def test_redis_counters_expire_when_idle_and_hold_no_clear_text(
+    redis_url: str, clock: ManualClock
+) -> None:
+    store = RedisStore(CacheConfig(url=redis_url))
+    try:
+        limiter = RedisRateLimiter(store.client, clock=clock)
+        assert await limiter.hit("pact:acme:rl:per_user:abc", 2, 10) == 0.0
+        ttl_ms = await store.client.pttl("pact:acme:rl:per_user:abc")
+        assert 0 < ttl_ms <= 500  # back to idle after one interval: nothing left behind
+        assert (
+            await store.client.get("pact:acme:rl:per_user:abc")
+            == str(int(clock() * 1_000_000) + 500_000).encode()
+        )
+    finally:
+        await store.close()
+
+
+async def test_redis_refusal_writes_nothing(redis_url: str, clock: ManualClock) -> None:
+    store = RedisStore(CacheConfig(url=redis_url))
+    try:
+        limiter = RedisRateLimiter(store.client, clock=clock)
+        await limiter.hit("k", 1, 1)
+        before = await store.client.get("k")
+        assert await limiter.hit_all([Hit("k", Rule(1, 1)), Hit("other", Rule(1, 1))]) == [1.0, 0.0]
+        assert await store.client.get("k") == before
+        assert await store.client.exists("other") == 0
+    finally:
+        await store.close()
+
+
+async def test_limiter_shares_the_stores_connection_pool(redis_url: str) -> None:
+    store = RedisStore(CacheConfig(url=redis_url))
+    try:
+        limiter = open_rate_limiter(store)
+        assert isinstance(limiter, RedisRateLimiter)
+        await limiter.hit("k", 1, 1)
+        await limiter.close()  # a shared pool is not the limiter's to close
+        assert await store.client.ping()
+        assert isinstance(open_rate_limiter(MemoryStore(CacheConfig())), MemoryRateLimiter)
+    finally:
+        await store.close()
+
+
+async def test_redis_down_is_a_store_error() -> None:
+    store = RedisStore(CacheConfig(url=f"redis://127.0.0.1:{closed_port()}/15"))
+    try:
+        with pytest.raises(StoreError, match="redis"):
+            await RedisRateLimiter(store.client).hit("k", 1, 1)
+    finally:
+        await store.close()
+
+
+async def test_redis_script_is_one_round_trip_for_every_limit(redis_url: str) -> None:
+    store = RedisStore(CacheConfig(url=redis_url))
+    try:
+        limiter = RedisRateLimiter(store.client)
+        await limiter.hit("warm", 1, 1)  # the first call loads the script
+        with recorded_commands(store.client) as commands:
+            await limiter.hit_all([Hit("a", Rule(1, 1)), Hit("b", Rule(1, 1)), Hit("c", Rule(1, 1))])
+        assert commands == ["EVALSHA"]
+    finally:
+        await store.close()
