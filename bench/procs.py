@@ -22,11 +22,12 @@ from types import TracebackType
 __all__ = [
     "REPO_ROOT",
     "Child",
-    "Children",
     "ChildFailed",
+    "Children",
     "cpu_seconds",
     "free_port",
     "machine_busy",
+    "machine_busy_seconds",
     "python_env",
     "read_machine_ticks",
 ]
@@ -106,6 +107,11 @@ def machine_busy(before: tuple[int, int], after: tuple[int, int]) -> float:
     return (after[0] - before[0]) / total if total > 0 else 0.0
 
 
+def machine_busy_seconds(before: tuple[int, int], after: tuple[int, int]) -> float:
+    """CPU seconds the whole machine spent busy between two readings, every process included."""
+    return (after[0] - before[0]) / _CLK_TCK
+
+
 class Child:
     """One started process with its own process group and a log file for its stdout and stderr."""
 
@@ -146,7 +152,9 @@ class Child:
             with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5):
                 return
             time.sleep(0.05)
-        raise ChildFailed(f"{self.name} did not listen on 127.0.0.1:{port} within {timeout} s:\n{self.tail()}")
+        raise ChildFailed(
+            f"{self.name} did not listen on 127.0.0.1:{port} within {timeout} s:\n{self.tail()}"
+        )
 
     def stop(self, sig: int = signal.SIGTERM, timeout: float = 10.0) -> int | None:
         """Signal the whole process group, wait, then SIGKILL whatever is left; the exit code."""

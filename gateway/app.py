@@ -40,34 +40,41 @@ def build_runtime(
     limiter: RateLimiter,
     metrics: Metrics | None = None,
     clock: Callable[[], float] | None = None,
-    verifier: PAVerifier | None = None,
+    previous: Runtime | None = None,
 ) -> Runtime:
     """Everything one configuration serves, built in one go so a reload can swap it atomically.
 
-    A reload passes the running ``verifier``: it is updated in place, last, so its cache of
-    verified tokens survives while tokens of issuers the new file disables are dropped.
+    A reload passes the ``previous`` runtime. Its verifier is updated in place, last, so its
+    cache of verified tokens survives while tokens of issuers the new file disables are
+    dropped; a Brand whose ``upstream`` settings did not change keeps its guarded bot, so its
+    circuit breaker state and concurrency slots (held by turns still running) carry over.
 
     ``clock`` replaces both the wall clock of the shared rate limits and the monotonic clock of
     the per-process circuit breakers (tests move time instead of sleeping).
     """
-    adapters: dict[str, BotAdapter] = {
-        brand.id: GuardedBot(
-            HttpJsonAdapter(brand.upstream, upstream_session),
-            brand.id,
-            brand.upstream,
-            metrics=metrics,
-            clock=clock or time.monotonic,
-        )
-        for brand in config.brands.values()
-    }
+    bots: dict[str, GuardedBot] = {}
+    for brand in config.brands.values():
+        before = previous.config.brands.get(brand.id) if previous is not None else None
+        if previous is not None and before is not None and before.upstream == brand.upstream:
+            bots[brand.id] = previous.bots[brand.id]
+        else:
+            bots[brand.id] = GuardedBot(
+                HttpJsonAdapter(brand.upstream, upstream_session),
+                brand.id,
+                brand.upstream,
+                metrics=metrics,
+                clock=clock or time.monotonic,
+            )
     cards = {brand.id: render_card(config, brand) for brand in config.brands.values()}
+    adapters: dict[str, BotAdapter] = dict(bots)
     turns = TurnService(store, adapters, metrics)
     limits = RateLimits(limiter, metrics=metrics)
-    if verifier is None:
+    if previous is None:
         verifier = PAVerifier(config.personal_agents, config.provider.audience, jwks)
     else:
+        verifier = previous.verifier
         verifier.update(config.personal_agents, config.provider.audience)
-    return Runtime(config=config, cards=cards, verifier=verifier, turns=turns, limits=limits)
+    return Runtime(config=config, cards=cards, verifier=verifier, turns=turns, limits=limits, bots=bots)
 
 
 def reload_runtime(app: web.Application, config: GatewayConfig) -> Runtime:
@@ -84,7 +91,7 @@ def reload_runtime(app: web.Application, config: GatewayConfig) -> Runtime:
         upstream_session=app[UPSTREAM_SESSION],
         limiter=app[RATE_LIMITER],
         metrics=app[METRICS],
-        verifier=ref.current.verifier,
+        previous=ref.current,
     )
     ref.current = runtime
     return runtime

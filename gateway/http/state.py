@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from gateway.auth.pa_jwt import PAVerifier
     from gateway.ops.limits import RateLimits
     from gateway.turns import TurnService
+    from gateway.upstream.guard import GuardedBot
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +27,7 @@ class Runtime:
     verifier: PAVerifier
     turns: TurnService
     limits: RateLimits
+    bots: dict[str, GuardedBot]
 
 
 class RuntimeRef:

@@ -132,7 +132,7 @@ class Metrics:
             "Bot circuit breaker: 0 closed, 1 half-open, 2 open.",
             ["brand"],
             registry=r,
-            multiprocess_mode="max",
+            multiprocess_mode="livemax",
         )
         self.store_errors = Counter(
             "pact_store_errors", "Store operations that failed.", ["operation"], registry=r

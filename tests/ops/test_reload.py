@@ -164,3 +164,25 @@ async def test_config_watcher_reloads_on_change_only_when_watching(tmp_path: Pat
         watcher.cancel()
         with pytest.raises(asyncio.CancelledError):
             await watcher
+
+
+async def test_reload_keeps_a_brands_guarded_bot_only_while_its_upstream_is_unchanged(
+    gw_memory: Harness, raw: dict[str, Any], tmp_path: Path
+) -> None:
+    """A reload must not reset an open circuit breaker (or free held slots) of an untouched bot."""
+    app = gw_memory.client.app
+    before = app[RUNTIME].current.bots
+    same = copy.deepcopy(raw)
+    same["brands"][0]["name"] = "Acme Support, renamed"
+    assert reload_app(app, write(tmp_path / "same.yaml", same)) is not None
+    after = app[RUNTIME].current.bots
+    assert after["acme"] is before["acme"]
+    assert after["globex"] is before["globex"]
+
+    moved = copy.deepcopy(same)
+    moved["brands"][1]["upstream"]["timeout"] = 3
+    assert reload_app(app, write(tmp_path / "moved.yaml", moved)) is not None
+    latest = app[RUNTIME].current.bots
+    assert latest["acme"] is before["acme"]
+    assert latest["globex"] is not before["globex"]
+    assert (await gw_memory.send(brand="globex")).status == 200

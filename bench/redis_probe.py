@@ -1,0 +1,153 @@
+"""Counting what the gateway asks of Redis, with plain RESP over a socket (no client library needed).
+
+Two readings, because Redis counts differently from what a turn pays:
+
+* **Round trips** (what the hot-path target is about) are commands a client sent over the
+  network. ``MONITOR`` shows each one with its database and client address, and shows the
+  commands a Lua script runs as ``[db lua]``; counting the non-Lua lines on the benchmark's
+  own database over a fixed number of turns gives round trips per turn exactly, however
+  busy the rest of the server is.
+* **Commands** (``INFO commandstats`` deltas) include the commands scripts run inside Redis:
+  server-side work per turn. They are server-wide, so another client on the same Redis
+  would show up in them; the benchmark machine is dedicated, and the doc says so.
+
+Only database ``db`` is ever flushed.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import time
+from collections import Counter
+from typing import IO
+from urllib.parse import urlsplit
+
+__all__ = ["MonitorCount", "RedisProbe"]
+
+_MONITOR_LINE = re.compile(rb'^\+\d+\.\d+ \[(\d+) ([^\]]+)\] "([^"]+)"')
+
+
+class RedisProbe:
+    """A tiny synchronous RESP client for the few admin commands the benchmark needs."""
+
+    def __init__(self, url: str, timeout: float = 3.0) -> None:
+        parts = urlsplit(url)
+        self.host = parts.hostname or "127.0.0.1"
+        self.port = parts.port or 6379
+        self.db = int(parts.path.lstrip("/") or "0")
+        self.timeout = timeout
+
+    def _connect(self) -> socket.socket:
+        return socket.create_connection((self.host, self.port), timeout=self.timeout)
+
+    @staticmethod
+    def _encode(*args: str) -> bytes:
+        out = [f"*{len(args)}\r\n".encode()]
+        for arg in args:
+            data = arg.encode()
+            out.append(b"$%d\r\n%s\r\n" % (len(data), data))
+        return b"".join(out)
+
+    @staticmethod
+    def _read_reply(stream: IO[bytes]) -> bytes:
+        line = stream.readline()
+        if not line:
+            raise ConnectionError("redis closed the connection")
+        kind, rest = line[:1], line[1:].rstrip(b"\r\n")
+        if kind == b"-":
+            raise RuntimeError(f"redis error: {rest.decode(errors='replace')}")
+        if kind == b"$":
+            size = int(rest)
+            if size < 0:
+                return b""
+            data = b""
+            while len(data) < size + 2:
+                chunk = stream.read(size + 2 - len(data))
+                if not chunk:
+                    raise ConnectionError("redis closed the connection")
+                data += chunk
+            return data[:-2]
+        return rest
+
+    def command(self, *args: str) -> bytes:
+        """Run one command on ``db`` and return its (simple or bulk) reply."""
+        with self._connect() as sock, sock.makefile("rb") as stream:
+            sock.sendall(self._encode("SELECT", str(self.db)) + self._encode(*args))
+            self._read_reply(stream)
+            return self._read_reply(stream)
+
+    def ping(self) -> None:
+        if self.command("PING") != b"PONG":
+            raise ConnectionError(f"redis at {self.host}:{self.port} did not answer PONG")
+
+    def flush(self) -> None:
+        """FLUSHDB on the benchmark's own database, never another."""
+        self.command("FLUSHDB")
+
+    def server_pid(self) -> int | None:
+        """The Redis server's process id (``INFO server``), so its CPU can be read when it is local."""
+        for line in self.command("INFO", "server").decode().splitlines():
+            if line.startswith("process_id:"):
+                return int(line.split(":", 1)[1])
+        return None
+
+    def commandstats(self) -> dict[str, int]:
+        """Calls per command since the server started (server-wide, script-internal calls included)."""
+        calls: dict[str, int] = {}
+        for line in self.command("INFO", "commandstats").decode().splitlines():
+            if line.startswith("cmdstat_"):
+                name, _, fields = line[len("cmdstat_") :].partition(":")
+                for item in fields.split(","):
+                    key, _, value = item.partition("=")
+                    if key == "calls":
+                        calls[name] = int(value)
+        return calls
+
+    def monitor(self) -> MonitorCount:
+        return MonitorCount(self)
+
+
+class MonitorCount:
+    """A MONITOR connection that tallies client commands (not Lua-internal ones) on the probe's db."""
+
+    def __init__(self, probe: RedisProbe) -> None:
+        self._db = str(probe.db).encode()
+        self._sock = probe._connect()
+        self._sock.sendall(RedisProbe._encode("MONITOR"))
+        self._buffer = b""
+        self.client_commands: Counter[str] = Counter()
+        self.script_commands: Counter[str] = Counter()
+        self._expect_ok = True
+
+    def poll(self, seconds: float) -> None:
+        """Read whatever MONITOR sends for up to ``seconds``."""
+        deadline = time.monotonic() + seconds
+        while (remaining := deadline - time.monotonic()) > 0:
+            self._sock.settimeout(remaining)
+            try:
+                chunk = self._sock.recv(65536)
+            except TimeoutError:
+                return
+            if not chunk:
+                raise ConnectionError("redis closed the MONITOR connection")
+            self._buffer += chunk
+            *lines, self._buffer = self._buffer.split(b"\r\n")
+            for line in lines:
+                self._count(line)
+
+    def _count(self, line: bytes) -> None:
+        if self._expect_ok and line == b"+OK":
+            self._expect_ok = False
+            return
+        match = _MONITOR_LINE.match(line)
+        if match is None or match.group(1) != self._db:
+            return
+        command = match.group(3).decode(errors="replace").lower()
+        if match.group(2) == b"lua":
+            self.script_commands[command] += 1
+        else:
+            self.client_commands[command] += 1
+
+    def close(self) -> None:
+        self._sock.close()

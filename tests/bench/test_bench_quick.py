@@ -1,0 +1,178 @@
+"""The benchmark runs end to end and writes a well-formed result file.
+
+``python -m bench --smoke`` drives every front (the bot direct, the pass-through, the gateway
+on memory and on Redis, and two workers when the CLI has them) and every measurement path
+(peak rounds, half-load rounds, Redis round trips, memory per conversation, JWT cost) for a
+fraction of a second each. Timings are never asserted: CI machines are too noisy for that,
+and the benchmark reports figures rather than judging them. What is asserted is that the
+run worked (no failed turns, something measured everywhere) and that the result has the
+shape docs/performance.md describes. It needs Redis at 127.0.0.1:6379 (database 14 only)
+and fails, never skips, without it.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bench.redis_probe import RedisProbe
+from bench.run import DEFAULT_REDIS_URL, SCHEMA
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+FRONTS = {"direct", "passthrough", "gateway-memory", "gateway-redis"}
+SECTIONS = {
+    "schema",
+    "started_at",
+    "finished_at",
+    "machine",
+    "settings",
+    "fronts",
+    "rounds",
+    "ratios",
+    "half_load",
+    "redis",
+    "memory",
+    "jwt",
+    "workers",
+    "profile",
+    "targets",
+}
+TARGET_COUNT = 10
+# Differences between two measured latencies may fall below zero on a noisy machine.
+SIGNED_KEYS = ("added_",)
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"non-standard JSON constant {name}")
+
+
+def _check_numbers(value: Any, path: str = "result", signed: bool = False) -> None:
+    """Every number finite, and non-negative unless it is a difference of two measurements."""
+    if isinstance(value, bool):
+        return
+    if isinstance(value, int | float):
+        assert math.isfinite(value), f"{path} is {value}"
+        assert signed or value >= 0, f"{path} is negative: {value}"
+    elif isinstance(value, dict):
+        # A target's measured value is an added latency for some targets: a difference too.
+        difference = str(value.get("name", "")).startswith("added")
+        for key, item in value.items():
+            signed_here = str(key).startswith(SIGNED_KEYS) or (difference and key == "measured")
+            _check_numbers(item, f"{path}.{key}", signed or signed_here)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _check_numbers(item, f"{path}[{index}]", signed)
+
+
+def _positive(value: Any, what: str) -> None:
+    assert isinstance(value, int | float), f"{what} is not a number"
+    assert not isinstance(value, bool), f"{what} is a boolean"
+    assert value > 0, f"{what} measured nothing: {value}"
+
+
+@pytest.fixture(scope="module")
+def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str]:
+    try:
+        RedisProbe(DEFAULT_REDIS_URL).ping()
+    except (OSError, ConnectionError) as exc:
+        pytest.fail(f"the benchmark needs Redis at {DEFAULT_REDIS_URL}: {exc}")
+    out = tmp_path_factory.mktemp("bench") / "result.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "bench", "--smoke", "--out", str(out)],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, f"python -m bench --smoke failed:\n{done.stderr[-4000:]}"
+    result = json.loads(out.read_text(), parse_constant=_reject_constant)
+    assert isinstance(result, dict)
+    return result, done.stdout
+
+
+def test_result_has_every_section_and_only_finite_numbers(smoke_run: tuple[dict[str, Any], str]) -> None:
+    result, _ = smoke_run
+    assert set(result) >= SECTIONS
+    assert result["schema"] == SCHEMA
+    assert result["settings"]["mode"] == "smoke"
+    _check_numbers(result)
+
+
+def test_every_front_was_driven_without_a_failed_turn(smoke_run: tuple[dict[str, Any], str]) -> None:
+    result, _ = smoke_run
+    fronts = result["fronts"]
+    expected = FRONTS | ({"gateway-redis-2w"} if result["workers"]["available"] else set())
+    assert set(fronts) == expected
+    for name, front in fronts.items():
+        _positive(front["throughput_rps"], f"{name} throughput")
+        assert set(front["latency_ms"]) == {"p50", "p90", "p99"}
+        assert front["errors"] == 0, f"{name} had failed turns; see the rounds' error_samples"
+        cpu = front["cpu_s_per_1000_turns"]
+        assert {"bot", "loadgen"} <= set(cpu)
+        assert ("front" in cpu) == (name != "direct")
+    for round_ in result["rounds"]:
+        _positive(round_["turns_total"], f"{round_['front']} round turns")
+    assert len(result["rounds"]) == len(expected) * result["settings"]["repeats"]
+
+
+def test_ratios_half_load_redis_memory_and_jwt_were_measured(smoke_run: tuple[dict[str, Any], str]) -> None:
+    result, _ = smoke_run
+    for name, value in result["ratios"].items():
+        _positive(value, f"ratio {name}")
+    half = result["half_load"]
+    _positive(half["rate_rps"], "half-load rate")
+    _positive(half["rate_rps_redis"], "half-load rate on Redis")
+    assert set(half["fronts"]) == {
+        "passthrough",
+        "gateway-memory",
+        "passthrough-at-redis-rate",
+        "gateway-redis",
+    }
+    for key in ("added_p50_ms", "added_p99_ms", "added_p50_ms_redis", "added_p99_ms_redis"):
+        assert isinstance(half[key], int | float)
+    redis = result["redis"]
+    _positive(redis["turns"], "Redis round-trip turns")
+    _positive(redis["round_trips_per_turn"], "Redis round trips per turn")
+    memory = result["memory"]
+    _positive(memory["conversations"], "idle conversations")
+    for key in (
+        "rss_bytes_per_conversation",
+        "rss_bytes_per_conversation_excluding_replies",
+        "traced_bytes_per_conversation_excluding_replies",
+        "traced_idle_bytes_per_conversation_excluding_replies",
+    ):
+        _positive(memory[key], f"memory {key}")
+    jwt = result["jwt"]
+    for key in ("es256_fresh_us", "rs256_fresh_us", "repeated_token_us", "es256_vs_repeated_ratio"):
+        _positive(jwt[key], f"jwt {key}")
+    workers = result["workers"]
+    assert isinstance(workers["available"], bool)
+    if workers["available"]:
+        _positive(workers["throughput_2_vs_1"], "workers 2/1")
+    else:
+        assert "not available" in workers["note"]
+
+
+def test_targets_are_named_with_a_boolean_verdict(smoke_run: tuple[dict[str, Any], str]) -> None:
+    result, stdout = smoke_run
+    targets = result["targets"]
+    assert len(targets) == TARGET_COUNT
+    assert len({t["name"] for t in targets}) == TARGET_COUNT
+    for t in targets:
+        assert isinstance(t["name"], str)
+        assert t["name"]
+        assert isinstance(t["target"], str)
+        assert t["target"]
+        assert isinstance(t["passed"], bool)
+        assert t["measured"] is None or isinstance(t["measured"], int | float)
+    unmeasured = [t for t in targets if t["measured"] is None]
+    assert all(not t["passed"] and t["note"] for t in unmeasured)
+    assert "targets" in stdout
+    assert "[PASS]" in stdout or "[FAIL]" in stdout
