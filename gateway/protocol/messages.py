@@ -89,14 +89,22 @@ def parse_send_message(body: bytes) -> SendMessage:
 
 
 def render_reply(reply_id: str, context_id: str, text: str) -> bytes:
-    """The §4.2 synchronous reply, serialized once: these bytes are stored and replayed (§4.3)."""
-    return orjson.dumps(
-        {
-            "message": {
-                "messageId": reply_id,
-                "contextId": context_id,
-                "role": "ROLE_AGENT",
-                "parts": [{"text": text}],
-            }
-        }
+    """The §4.2 synchronous reply, serialized once: these bytes are stored and replayed (§4.3).
+
+    The result is copied because orjson's output keeps its whole growth buffer (about 4 KiB)
+    allocated; a stored reply should cost its own length, not the serializer's scratch space.
+    """
+    return bytes(
+        memoryview(
+            orjson.dumps(
+                {
+                    "message": {
+                        "messageId": reply_id,
+                        "contextId": context_id,
+                        "role": "ROLE_AGENT",
+                        "parts": [{"text": text}],
+                    }
+                }
+            )
+        )
     )
