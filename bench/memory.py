@@ -106,6 +106,9 @@ async def measure(count: int, traced_count: int, idle_retry_window: int) -> dict
     idle_store = MemoryStore(CacheConfig(retry_window=idle_retry_window))
     idle_replies = await fill(idle_store, traced_count, "idle")
     await asyncio.sleep(idle_retry_window + 0.5)
+    # One full pass of the store's sweep (the gateway runs it in the background while serving).
+    for _ in range(idle_store.keyspace.SWEEP_PASS_TICKS):
+        idle_store.keyspace.sweep()
     gc.collect()
     idle, _ = tracemalloc.get_traced_memory()
     tracemalloc.stop()

@@ -14,7 +14,7 @@ from gateway.config import GatewayConfig
 from gateway.http.middlewares import error_middleware, request_id_middleware
 from gateway.http.routes import add_routes
 from gateway.http.state import METRICS, RUNTIME, Runtime, RuntimeRef
-from gateway.ops.access import access_middleware
+from gateway.ops.access import AccessLog
 from gateway.ops.limits import RateLimits
 from gateway.ops.metrics import Metrics, issuer_label
 from gateway.protocol.card import render_card
@@ -67,8 +67,8 @@ def build_runtime(
             )
     cards = {brand.id: render_card(config, brand) for brand in config.brands.values()}
     adapters: dict[str, BotAdapter] = dict(bots)
-    turns = TurnService(store, adapters, metrics)
     limits = RateLimits(limiter, metrics=metrics)
+    turns = TurnService(store, adapters, limits, metrics)
     if previous is None:
         verifier = PAVerifier(config.personal_agents, config.provider.audience, jwks)
     else:
@@ -107,11 +107,12 @@ def create_app(
     """Build the gateway for ``config``; connections are opened on start-up and closed on clean-up.
 
     ``store`` lets a test (or a second gateway instance in one process) share a backend;
-    ``clock`` lets a test move the time of rate limits and circuit breakers; ``metrics`` lets
-    the caller serve the registry (a fresh one is made otherwise).
+    ``clock`` lets a test move the time of the store it opens (conversations and rate limits,
+    which share it) and of circuit breakers; ``metrics`` lets the caller serve the registry
+    (a fresh one is made otherwise). A given ``store`` keeps its own clock, as do its limits.
     """
     app = web.Application(
-        middlewares=[request_id_middleware, access_middleware, error_middleware],
+        middlewares=[request_id_middleware, AccessLog(), error_middleware],
         client_max_size=config.limits.max_body_bytes,
     )
     app[METRICS] = Metrics() if metrics is None else metrics
@@ -123,7 +124,9 @@ def create_app(
 
     async def resources(app: web.Application) -> AsyncIterator[None]:
         owned_store = store is None
-        app[STORE] = open_store(config.cache) if store is None else store
+        app[STORE] = open_store(config.cache, clock=clock or time.time) if store is None else store
+        if owned_store:
+            await app[STORE].start()
         fetch_session = make_fetch_session(config.personal_agents.jwks, config.development)
         app[UPSTREAM_SESSION] = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0, limit_per_host=256, keepalive_timeout=30),
@@ -132,8 +135,8 @@ def create_app(
         app[JWKS] = JwksCache(
             fetch_session, config.personal_agents.jwks, development=config.development, on_fetch=on_jwks_fetch
         )
-        # §6 counters beside the conversations: on Redis they share the store's connection pool.
-        app[RATE_LIMITER] = open_rate_limiter(app[STORE], clock=clock or time.time)
+        # §6 counters beside the conversations: the store's connection pool or container, and its clock.
+        app[RATE_LIMITER] = open_rate_limiter(app[STORE])
         app[RUNTIME] = RuntimeRef(
             build_runtime(
                 config,

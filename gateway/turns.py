@@ -13,7 +13,7 @@ import time
 import uuid
 from collections.abc import Mapping
 
-from gateway.ops.limits import RateLimited
+from gateway.ops.limits import Charge, RateLimited, RateLimits
 from gateway.ops.metrics import Metrics
 from gateway.protocol import errors
 from gateway.protocol.errors import A2AError, Reason
@@ -35,10 +35,15 @@ def new_reply_id() -> str:
 
 class TurnService:
     def __init__(
-        self, store: ConversationStore, adapters: Mapping[str, BotAdapter], metrics: Metrics | None = None
+        self,
+        store: ConversationStore,
+        adapters: Mapping[str, BotAdapter],
+        limits: RateLimits,
+        metrics: Metrics | None = None,
     ) -> None:
         self._store = store
         self._adapters = adapters
+        self._limits = limits
         self._metrics = metrics
 
     def _observe_bot(self, brand_id: str, outcome: str, started: float) -> None:
@@ -49,18 +54,31 @@ class TurnService:
         if self._metrics is not None:
             self._metrics.store_error(operation)
 
-    async def _claim(self, owner: Owner, message: SendMessage, request_id: str) -> TurnClaim:
+    async def _claim(self, owner: Owner, message: SendMessage, charge: Charge, request_id: str) -> TurnClaim:
         try:
             return await self._store.begin_turn(
-                owner, message.context_id, message.message_id, message.text, new_context_id()
+                owner,
+                message.context_id,
+                message.message_id,
+                message.text,
+                new_context_id(),
+                limits=charge.hits,
             )
         except StoreError as exc:
             self._store_failed("begin_turn")
             log.error("store unavailable while claiming a turn: %s", exc, extra={"request_id": request_id})
             raise A2AError(Reason.INTERNAL, errors.INTERNAL_ERROR) from None
 
-    async def send(self, owner: Owner, message: SendMessage, request_id: str) -> bytes:
-        claim = await self._claim(owner, message, request_id)
+    async def send(self, owner: Owner, message: SendMessage, charge: Charge, request_id: str) -> bytes:
+        """Run the turn, charging ``charge`` (§6) in the same store step that claims it.
+
+        The store is needed for the turn anyway, so a store failure is ``INTERNAL`` whatever
+        ``rate_limits.fail_open`` says, and the hot path saves the limits' own round trip.
+        """
+        claim = await self._claim(owner, message, charge, request_id)
+        if claim.status is TurnStatus.RATE_LIMITED:
+            # Nothing was charged or claimed: the retry after Retry-After runs the turn.
+            raise self._limits.refusal(charge, claim.waits)
         if claim.status is TurnStatus.REPLAY:
             assert claim.reply is not None
             if self._metrics is not None:

@@ -1,9 +1,11 @@
 """§2.2 A2A operations relative to a Brand's interface URL.
 
-Every handler runs in the order the conformance suites check: the route shape was matched
+Every handler answers in the order the conformance suites check: the route shape was matched
 by the router, then the caller is authenticated (bare 401), then the Brand is looked up
 (bare 404 even with a valid token), then the §6 rate limits are charged (bare 429 with
-``Retry-After``), and only then is the body read.
+``Retry-After``), and only then does the body count. ``message:send`` reads its body before
+charging, so the limits can ride in the turn's own store step (one Redis round trip fewer),
+and keeps the order by charging them on their own first when the body is bad.
 """
 
 from __future__ import annotations
@@ -43,9 +45,20 @@ class Caller:
 
 
 Operation = Callable[[web.Request, Caller], Awaitable[web.Response]]
+Handler = Callable[[web.Request], Awaitable[web.Response]]
 
 
-def operation(handler: Operation) -> Callable[[web.Request], Awaitable[web.Response]]:
+def operation(handler: Operation) -> Handler:
+    """An A2A operation: authenticated, for a known Brand, rate limited before ``handler`` runs."""
+    return _authenticated(handler, charge_first=True)
+
+
+def turn_operation(handler: Operation) -> Handler:
+    """Like :func:`operation`, but ``handler`` charges the §6 limits itself (``message:send``)."""
+    return _authenticated(handler, charge_first=False)
+
+
+def _authenticated(handler: Operation, *, charge_first: bool) -> Handler:
     async def wrapped(request: web.Request) -> web.Response:
         runtime = request.app[RUNTIME].current
         try:
@@ -63,8 +76,9 @@ def operation(handler: Operation) -> Callable[[web.Request], Awaitable[web.Respo
         if brand is None:
             return responses.not_found()
         try:
-            # §6: per personal agent and per (personal agent, sub), before the body is read.
-            await runtime.limits.check_a2a(brand.id, brand.rate_limits, identity.issuer, identity.sub)
+            if charge_first:
+                # §6: per personal agent and per (personal agent, sub), before the body is read.
+                await runtime.limits.check_a2a(brand.id, brand.rate_limits, identity.issuer, identity.sub)
             return await handler(request, Caller(runtime, identity, brand))
         except RateLimited as limited:
             return responses.too_many_requests(limited.retry_after)
@@ -83,13 +97,23 @@ async def _read_body(request: web.Request, limit: int) -> bytes:
     return body
 
 
-@operation
+@turn_operation
 async def send_message(request: web.Request, caller: Caller) -> web.Response:
-    """``POST message:send`` (§4). Request headers are lenient: any Content-Type, any A2A-Version."""
-    body = await _read_body(request, caller.runtime.config.limits.max_body_bytes)
-    message = parse_send_message(body)
-    owner = Owner(caller.brand.id, caller.identity.issuer, caller.identity.sub)
-    return responses.a2a(await caller.runtime.turns.send(owner, message, request[REQUEST_ID]))
+    """``POST message:send`` (§4). Request headers are lenient: any Content-Type, any A2A-Version.
+
+    A valid message's §6 limits are charged inside the store step that claims the turn, so the
+    hot path is two Redis round trips (begin, complete). A bad body must still lose to a 429,
+    so it charges the limits on their own first (one round trip, as any other operation).
+    """
+    runtime, brand, identity = caller.runtime, caller.brand, caller.identity
+    try:
+        message = parse_send_message(await _read_body(request, runtime.config.limits.max_body_bytes))
+    except A2AError:
+        await runtime.limits.check_a2a(brand.id, brand.rate_limits, identity.issuer, identity.sub)
+        raise
+    charge = runtime.limits.a2a_charge(brand.id, brand.rate_limits, identity.issuer, identity.sub)
+    owner = Owner(brand.id, identity.issuer, identity.sub)
+    return responses.a2a(await runtime.turns.send(owner, message, charge, request[REQUEST_ID]))
 
 
 @operation

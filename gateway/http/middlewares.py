@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import logging
+import os
 import re
-import uuid
 
 from aiohttp import web
 from aiohttp.typedefs import Handler
@@ -19,11 +19,20 @@ REQUEST_ID = web.RequestKey("request_id", str)
 _CLIENT_REQUEST_ID = re.compile(r"^[A-Za-z0-9._:-]{8,128}$")
 
 
+def new_request_id() -> str:
+    """32 hex digits from the OS's random source: unique in practice across processes and restarts.
+
+    The same shape ``uuid4().hex`` gave, for a fraction of the cost: a request id only has
+    to tell requests apart in logs, so it needs random bits, not a ``UUID`` object around them.
+    """
+    return os.urandom(16).hex()
+
+
 @web.middleware
 async def request_id_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Take a well-formed ``X-Request-Id`` from the caller or mint one; echo it on the response."""
-    offered = request.headers.get("X-Request-Id", "")
-    request_id = offered if _CLIENT_REQUEST_ID.match(offered) else uuid.uuid4().hex
+    offered = request.headers.get("X-Request-Id")
+    request_id = offered if offered and _CLIENT_REQUEST_ID.match(offered) else new_request_id()
     request[REQUEST_ID] = request_id
     response = await handler(request)
     response.headers["X-Request-Id"] = request_id

@@ -3,6 +3,11 @@
 It sits between the request-id middleware (so the id is known) and the error middleware
 (so it sees the status the client gets, never an exception the error middleware turns into
 an answer). It logs no traceback: a provider failure is logged once, where it happens.
+
+It runs on every request, so it takes the cheap road wherever one exists: the line goes out
+through :func:`~gateway.ops.logs.log_fields` (its fields dict is built only when the access
+logger is enabled), and the hashed ``sub`` comes from a small per-app cache, since a
+personal agent's turns come from the same few Users.
 """
 
 from __future__ import annotations
@@ -17,12 +22,10 @@ from aiohttp.typedefs import Handler
 from gateway.http.a2a import AUTH_FAILURE, PA_IDENTITY
 from gateway.http.middlewares import REQUEST_ID
 from gateway.http.state import METRICS, RUNTIME
-from gateway.ops.logs import ACCESS_LOGGER, sub_digest
+from gateway.ops.logs import ACCESS_LOGGER, SubDigests, log_fields
 from gateway.ops.metrics import OTHER_OPERATION, UNMATCHED, brand_label, outcome_for_status
 
-__all__ = ["CLIENT_GONE", "access_middleware", "operation_name"]
-
-log = logging.getLogger(ACCESS_LOGGER)
+__all__ = ["CLIENT_GONE", "AccessLog", "operation_name"]
 
 CLIENT_GONE = 499
 """The status recorded when the client went away before the answer (nginx's convention)."""
@@ -44,53 +47,64 @@ def _brand_id(request: web.Request) -> str | None:
     return brand
 
 
-@web.middleware
-async def access_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Time the request, then count it and write its access line whatever way it ended."""
-    started = time.perf_counter()
-    status = 500
-    try:
-        response = await handler(request)
-        status = response.status
-        return response
-    except web.HTTPException as exc:
-        status = exc.status
-        raise
-    except asyncio.CancelledError:
-        status = CLIENT_GONE
-        raise
-    finally:
-        _record(request, status, time.perf_counter() - started)
+class AccessLog:
+    """The access middleware of one app (``middlewares=[…, AccessLog(), …]``).
 
+    An object rather than a bare function so that what it keeps between requests, the
+    digests of recent Users, belongs to the app and not to the module.
+    """
 
-def _record(request: web.Request, status: int, seconds: float) -> None:
-    config = request.app[RUNTIME].current.config
-    metrics = request.app[METRICS]
-    operation = operation_name(request)
-    brand = brand_label(config, _brand_id(request))
-    outcome = "cancelled" if status == CLIENT_GONE else outcome_for_status(status)
-    metrics.observe_request(brand, operation, outcome, seconds)
-    auth_failure = request.get(AUTH_FAILURE)
-    if auth_failure is not None:
-        metrics.auth_failed(auth_failure)
-    if not config.logging.access_log:
-        return
-    identity = request.get(PA_IDENTITY)
-    log.info(
-        "%s %s %d",
-        request.method,
-        operation,
-        status,
-        extra={
-            "request_id": request.get(REQUEST_ID),
-            "method": request.method,
-            "operation": operation,
-            "brand": brand,
-            "status": status,
-            "outcome": outcome,
-            "latency_ms": round(seconds * 1000, 2),
-            "pa_issuer": None if identity is None else identity.issuer,
-            "sub_hash": None if identity is None else sub_digest(identity.issuer, identity.sub),
-            "auth_failure": auth_failure,
-        },
-    )
+    __middleware_version__ = 1  # aiohttp: a new-style ``(request, handler)`` middleware
+
+    def __init__(self, digests: SubDigests | None = None) -> None:
+        self._log = logging.getLogger(ACCESS_LOGGER)
+        self._digests = SubDigests() if digests is None else digests
+
+    async def __call__(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """Time the request, then count it and write its access line whatever way it ended."""
+        started = time.perf_counter()
+        status = 500
+        try:
+            response = await handler(request)
+            status = response.status
+            return response
+        except web.HTTPException as exc:
+            status = exc.status
+            raise
+        except asyncio.CancelledError:
+            status = CLIENT_GONE
+            raise
+        finally:
+            self._record(request, status, time.perf_counter() - started)
+
+    def _record(self, request: web.Request, status: int, seconds: float) -> None:
+        config = request.app[RUNTIME].current.config
+        operation = operation_name(request)
+        brand = brand_label(config, _brand_id(request))
+        outcome = "cancelled" if status == CLIENT_GONE else outcome_for_status(status)
+        metrics = request.app[METRICS]
+        metrics.observe_request(brand, operation, outcome, seconds)
+        auth_failure = request.get(AUTH_FAILURE)
+        if auth_failure is not None:
+            metrics.auth_failed(auth_failure)
+        if not config.logging.access_log or not self._log.isEnabledFor(logging.INFO):
+            return
+        identity = request.get(PA_IDENTITY)
+        method = request.method
+        log_fields(
+            self._log,
+            logging.INFO,
+            f"{method} {operation} {status}",
+            {
+                "request_id": request.get(REQUEST_ID),
+                "method": method,
+                "operation": operation,
+                "brand": brand,
+                "status": status,
+                "outcome": outcome,
+                "latency_ms": round(seconds * 1000, 2),
+                "pa_issuer": None if identity is None else identity.issuer,
+                "sub_hash": None if identity is None else self._digests.get(identity.issuer, identity.sub),
+                "auth_failure": auth_failure,
+            },
+        )

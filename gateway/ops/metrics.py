@@ -137,19 +137,43 @@ class Metrics:
         self.store_errors = Counter(
             "pact_store_errors", "Store operations that failed.", ["operation"], registry=r
         )
+        # Labelled children of the per-turn metrics, found once per label set and kept: a
+        # ``.labels()`` call stringifies every value and takes the metric's lock on each use.
+        # Bounded because every label is (see the module docstring), and never larger than
+        # the children prometheus-client itself keeps. In multiprocess mode a child's value
+        # lives in this process's own file, which the child finds again after a fork, so
+        # keeping it is as correct as looking it up.
+        self._request_children: dict[tuple[str, str, str], tuple[Counter, Histogram]] = {}
+        self._bot_children: dict[tuple[str, str], Histogram] = {}
+        self._auth_children: dict[str, Counter] = {}
 
     def observe_request(self, brand: str, operation: str, outcome: str, seconds: float) -> None:
         """One finished request; the caller has already bounded every label."""
-        self.requests.labels(brand, operation, outcome).inc()
-        self.request_seconds.labels(brand, operation).observe(seconds)
+        key = (brand, operation, outcome)
+        children = self._request_children.get(key)
+        if children is None:
+            children = (
+                self.requests.labels(brand, operation, outcome),
+                self.request_seconds.labels(brand, operation),
+            )
+            self._request_children[key] = children
+        children[0].inc()
+        children[1].observe(seconds)
 
     def observe_bot_call(self, brand: str, outcome: str, seconds: float) -> None:
         """One call to a Brand's bot: ``ok`` or the adapter's bounded failure reason."""
-        self.bot_seconds.labels(brand, outcome).observe(seconds)
+        key = (brand, outcome)
+        child = self._bot_children.get(key)
+        if child is None:
+            child = self._bot_children[key] = self.bot_seconds.labels(brand, outcome)
+        child.observe(seconds)
 
     def auth_failed(self, reason: str) -> None:
         """A refused token (§3.4); ``reason`` is one of the fixed :data:`AuthReason` values."""
-        self.auth_failures.labels(reason).inc()
+        child = self._auth_children.get(reason)
+        if child is None:
+            child = self._auth_children[reason] = self.auth_failures.labels(reason)
+        child.inc()
 
     def jwks_fetched(self, issuer: str, *, ok: bool) -> None:
         """One key-set fetch; ``issuer`` must already be an :func:`issuer_label`."""

@@ -5,7 +5,9 @@ A turn is claimed, run against the bot, then completed or aborted:
 * :meth:`ConversationStore.begin_turn` decides, atomically, whether this request runs the
   bot (``NEW``), replays a stored reply (``REPLAY``, §4.3), must be refused because the same
   ``messageId`` is still running (``IN_FLIGHT``), or names a context it may not use
-  (``UNKNOWN_CONTEXT``, §4.2) or that is closed (``CLOSED``, §4.2).
+  (``UNKNOWN_CONTEXT``, §4.2) or that is closed (``CLOSED``, §4.2). It also charges the
+  request's §6 rate limits in the same step (``RATE_LIMITED`` when one refuses, and then
+  nothing is claimed), so a turn costs one store round trip to begin and one to complete.
 * :meth:`ConversationStore.complete_turn` stores the reply bytes exactly as sent.
 * :meth:`ConversationStore.abort_turn` releases the marker after a failed bot call so the
   retry runs the turn (nothing is stored).
@@ -19,8 +21,11 @@ from __future__ import annotations
 
 import hashlib
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+
+from gateway.store.gcra import Hit
 
 
 class StoreError(Exception):
@@ -34,12 +39,17 @@ class Owner:
     brand_id: str
     issuer: str
     sub: str
+    digest_bytes: bytes = field(init=False, repr=False, compare=False)
+    """128 bits of SHA-256 over the triple, raw: what the memory backend keeps (49 bytes, not 81)."""
     digest: str = field(init=False, repr=False, compare=False)
+    """The same 128 bits in hex, for keys and the Redis backend."""
 
     def __post_init__(self) -> None:
         # Stored instead of the triple: fixed size, and the Brand user id never sits in the store in clear.
         material = "\x00".join((self.brand_id, self.issuer, self.sub)).encode()
-        object.__setattr__(self, "digest", hashlib.sha256(material).hexdigest()[:32])
+        raw = hashlib.sha256(material).digest()[:16]
+        object.__setattr__(self, "digest_bytes", raw)
+        object.__setattr__(self, "digest", raw.hex())
 
 
 class TurnStatus(Enum):
@@ -48,6 +58,7 @@ class TurnStatus(Enum):
     IN_FLIGHT = "in_flight"
     UNKNOWN_CONTEXT = "unknown_context"
     CLOSED = "closed"
+    RATE_LIMITED = "rate_limited"
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,11 +67,13 @@ class TurnClaim:
     context_id: str = ""
     new_conversation: bool = False
     reply: bytes | None = None
+    waits: tuple[float, ...] = ()
+    """``RATE_LIMITED``: seconds to wait per limit passed to ``begin_turn``, in order (0 where allowed)."""
 
 
-def text_digest(text: str) -> str:
-    """What a first message is recognised by when it is retried without ``contextId`` (§4.3)."""
-    return hashlib.sha256(text.encode()).hexdigest()[:32]
+def text_digest(text: str) -> bytes:
+    """What a first message is recognised by when it is retried without ``contextId`` (§4.3): 128 bits."""
+    return hashlib.sha256(text.encode()).digest()[:16]
 
 
 class ConversationStore(ABC):
@@ -68,9 +81,20 @@ class ConversationStore(ABC):
 
     @abstractmethod
     async def begin_turn(
-        self, owner: Owner, context_id: str | None, message_id: str, text: str, new_context_id: str
+        self,
+        owner: Owner,
+        context_id: str | None,
+        message_id: str,
+        text: str,
+        new_context_id: str,
+        *,
+        limits: Sequence[Hit] = (),
     ) -> TurnClaim:
-        """Claim the turn ``message_id``.
+        """Claim the turn ``message_id``, after charging ``limits`` (§6 counters, all or nothing).
+
+        When a limit refuses, nothing is charged or claimed and the claim is ``RATE_LIMITED``
+        with the waits. The counters are the rate limiter's own (same keys, same arithmetic,
+        same clock), so this and :meth:`gateway.store.limits.RateLimiter.hit_all` share one budget.
 
         Without ``context_id`` a conversation ``new_context_id`` is opened, unless the same
         owner sent the same ``message_id`` with the same text within the retry window: then
@@ -89,6 +113,10 @@ class ConversationStore(ABC):
         self, owner: Owner, context_id: str, message_id: str, *, new_conversation: bool
     ) -> None:
         """Release the in-flight marker; a conversation opened by this turn is forgotten entirely."""
+
+    @abstractmethod
+    async def start(self) -> None:
+        """Start background upkeep once the event loop runs; :meth:`close` stops it."""
 
     @abstractmethod
     async def ping(self) -> None:

@@ -9,6 +9,11 @@ def conversation_key(brand_id: str, context_id: str) -> str:
     return f"{PREFIX}:{brand_id}:conv:{context_id}"
 
 
+def context_of(brand_id: str, key: str) -> str:
+    """The ``contextId`` that :func:`conversation_key` made ``key`` from."""
+    return key[len(conversation_key(brand_id, "")) :]
+
+
 def first_message_key(brand_id: str, owner_digest: str, message_id: str) -> str:
     return f"{PREFIX}:{brand_id}:first:{owner_digest}:{message_id}"
 

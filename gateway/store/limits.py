@@ -1,15 +1,11 @@
 """Rate-limit counters in the store, so a limit holds across every replica (§6).
 
-The algorithm is GCRA (the generic cell rate algorithm, a token bucket kept as one number):
-each key stores its *theoretical arrival time* ``tat``. A request costs one emission interval
-``1/rate``; it is allowed while ``tat`` stays within ``burst`` intervals of now. One integer per
-key, no background refill, and the key expires as soon as it is back to idle.
-
-Several limits that apply to one request are checked together, all or nothing: either every
-counter is charged or none is, so a request refused by its per-user limit does not also eat
-into its personal agent's budget. On Redis that is one Lua script over all the keys, one
-round trip per request whatever the number of limits; in memory it is one synchronous
-section (aiocache's memory backend never suspends with its operation timeout off).
+The arithmetic is GCRA, all or nothing over the limits of one request
+(:mod:`gateway.store.gcra`). This module is the *separate* charge, for operations that do not
+begin a turn: on Redis one Lua script over all the keys (one round trip whatever the number of
+limits), in memory one synchronous section over the store's own container. ``message:send``
+charges the same counters inside :meth:`ConversationStore.begin_turn` instead, with the same
+code, keys and clock, so the two paths draw on one budget.
 """
 
 from __future__ import annotations
@@ -17,13 +13,13 @@ from __future__ import annotations
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 
 import redis.asyncio as aioredis
-from aiocache import SimpleMemoryCache
 from redis.exceptions import RedisError
 
 from gateway.store.base import ConversationStore, StoreError
+from gateway.store.gcra import GCRA_LUA, US, Hit, Rule, gcra, now_us, script_arguments
+from gateway.store.memory import MemoryKeyspace, MemoryStore
 from gateway.store.redis import RedisStore
 
 __all__ = [
@@ -36,54 +32,6 @@ __all__ = [
     "now_us",
     "open_rate_limiter",
 ]
-
-
-_US = 1_000_000
-
-
-@dataclass(frozen=True, slots=True)
-class Rule:
-    """``rate`` requests per second sustained; ``burst`` requests at once from idle."""
-
-    rate: float
-    burst: int
-
-    def __post_init__(self) -> None:
-        if not (self.rate > 0 and self.burst >= 1):
-            raise ValueError("a rate limit needs rate > 0 and burst >= 1")
-
-    @property
-    def interval_us(self) -> int:
-        """Microseconds one request costs. Whole microseconds keep both backends' arithmetic exact."""
-        return max(1, round(_US / self.rate))
-
-    @property
-    def tolerance_us(self) -> int:
-        """How far ahead of now ``tat`` may run: ``burst`` requests' worth."""
-        return self.burst * self.interval_us
-
-
-@dataclass(frozen=True, slots=True)
-class Hit:
-    """One counter to charge: a store key and the rule it is held to."""
-
-    key: str
-    rule: Rule
-
-
-def gcra(tat_us: int | None, now_us: int, rule: Rule) -> tuple[int, int]:
-    """One GCRA step in microseconds: ``(new_tat, wait)``, ``wait`` 0 when allowed.
-
-    ``tat_us`` is ``None`` for an idle key. The Redis script computes exactly this; integers
-    (below 2**53, so exact in Lua's doubles too) mean a request at the edge of its burst
-    is never refused by a rounding error.
-    """
-    new_tat = max(tat_us if tat_us is not None else now_us, now_us) + rule.interval_us
-    return new_tat, max(0, new_tat - rule.tolerance_us - now_us)
-
-
-def now_us(clock: Callable[[], float]) -> int:
-    return int(clock() * _US)
 
 
 class RateLimiter(ABC):
@@ -104,58 +52,35 @@ class RateLimiter(ABC):
 
     @abstractmethod
     async def close(self) -> None:
-        """Release what this limiter owns (not a connection pool it shares)."""
+        """Release what this limiter owns (not a connection pool or container it shares)."""
 
 
 class MemoryRateLimiter(RateLimiter):
-    """One process only, for ``memory://`` deployments and tests."""
+    """One process only, for ``memory://`` deployments and tests: counters in a :class:`MemoryKeyspace`.
 
-    def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
-        self._clock = clock
-        # timeout=None: no asyncio.wait_for task per call, and no suspension between read and write.
-        self._cache = SimpleMemoryCache(timeout=None)
+    The keyspace's owner (the :class:`MemoryStore`, or a test) runs its sweep and closes it.
+    """
+
+    def __init__(self, keyspace: MemoryKeyspace) -> None:
+        self._keyspace = keyspace
 
     async def hit_all(self, hits: Sequence[Hit]) -> list[float]:
-        now = now_us(self._clock)
-        tats: list[int | None] = await self._cache.multi_get([hit.key for hit in hits])
-        steps = [gcra(tat, now, hit.rule) for tat, hit in zip(tats, hits, strict=True)]
-        if any(wait for _, wait in steps):
-            return [wait / _US for _, wait in steps]
-        for hit, (new_tat, _) in zip(hits, steps, strict=True):
-            # The key is idle again once now passes its tat: let it expire then.
-            await self._cache.set(hit.key, new_tat, ttl=(new_tat - now) / _US)
-        return [0.0] * len(hits)
+        waits = self._keyspace.charge(hits, now_us(self._keyspace.clock))
+        return [wait / US for wait in waits]
 
     async def close(self) -> None:
-        await self._cache.close()
+        return None
 
 
-# gcra() over every key, all or nothing. ARGV[1] now; then per key: interval, tolerance (all in µs).
-# Returns one integer per key: 0 allowed, else the microseconds to wait.
-_HIT_ALL = """
-local now = tonumber(ARGV[1])
-local tats = {}
-local waits = {}
-local refused = false
-for i = 1, #KEYS do
-  local tat = tonumber(redis.call('GET', KEYS[i]) or '0')
-  if tat < now then tat = now end
-  tats[i] = tat + tonumber(ARGV[2 * i])
-  local wait = tats[i] - tonumber(ARGV[2 * i + 1]) - now
-  if wait > 0 then
-    refused = true
-    waits[i] = wait
-  else
-    waits[i] = 0
-  end
-end
-if not refused then
-  for i = 1, #KEYS do
-    redis.call('SET', KEYS[i], string.format('%d', tats[i]), 'PX', math.ceil((tats[i] - now) / 1000))
-  end
-end
+# ARGV and KEYS as GCRA_LUA reads them, and nothing after. Returns one integer per key: 0 allowed,
+# else the microseconds to wait.
+_HIT_ALL = (
+    GCRA_LUA
+    + """
+local _, waits = gcra()
 return waits
 """
+)
 
 
 class RedisRateLimiter(RateLimiter):
@@ -168,21 +93,25 @@ class RedisRateLimiter(RateLimiter):
         self._script = client.register_script(_HIT_ALL)
 
     async def hit_all(self, hits: Sequence[Hit]) -> list[float]:
-        args = [now_us(self._clock)]
-        for hit in hits:
-            args += [hit.rule.interval_us, hit.rule.tolerance_us]
+        keys, args = script_arguments(hits, now_us(self._clock))
         try:
-            waits = await self._script(keys=[hit.key for hit in hits], args=args)
+            waits = await self._script(keys=keys, args=args)
         except (RedisError, OSError) as exc:
             raise StoreError(f"redis: {type(exc).__name__}") from exc
-        return [int(wait) / _US for wait in waits]
+        return [int(wait) / US for wait in waits]
 
     async def close(self) -> None:
         return None
 
 
-def open_rate_limiter(store: ConversationStore, *, clock: Callable[[], float] = time.time) -> RateLimiter:
-    """The limiter beside ``store``: on its Redis (same pool) when it has one, else in this process."""
+def open_rate_limiter(store: ConversationStore) -> RateLimiter:
+    """The limiter beside ``store``: its Redis pool or its memory container, and its clock.
+
+    Sharing the clock matters because ``message:send`` charges the same counters inside the
+    store's begin-turn step: both paths must agree on what "now" is.
+    """
     if isinstance(store, RedisStore):
-        return RedisRateLimiter(store.client, clock=clock)
-    return MemoryRateLimiter(clock=clock)
+        return RedisRateLimiter(store.client, clock=store.clock)
+    if isinstance(store, MemoryStore):
+        return MemoryRateLimiter(store.keyspace)
+    raise TypeError(f"no rate limiter for {type(store).__name__}")

@@ -3,8 +3,10 @@
 A conversation is one hash: ``o`` owner digest, ``c`` closed flag, ``a`` answered flag,
 ``l`` last-turn time (ms) and one ``m:{messageId}`` field per turn holding ``P{deadline}``
 while in flight or ``R{reply bytes}`` once answered. Scripts make the in-flight marker
-atomic across replicas and keep the hot path to one round trip to begin a turn and one to
-complete it. Keys are standalone-Redis keys (a Redis Cluster would need hash tags).
+atomic across replicas and keep the hot path to two round trips per turn: one script begins
+it, charging the request's §6 rate limits first (the same GCRA code as the separate limit
+check, :data:`gateway.store.gcra.GCRA_LUA`), and one completes it. Keys are standalone-Redis
+keys (a Redis Cluster would need hash tags).
 """
 
 from __future__ import annotations
@@ -21,31 +23,49 @@ from redis.exceptions import RedisError
 from gateway.config import CacheConfig
 from gateway.store import keys
 from gateway.store.base import ConversationStore, Owner, StoreError, TurnClaim, TurnStatus, text_digest
+from gateway.store.gcra import GCRA_LUA, US, Hit, script_arguments
 
-# KEYS[1] conversation, KEYS[2] first-message key ("" to skip the retry check).
-# ARGV: owner, field, now_ms, pending_deadline_ms, record_ttl_s, retry_window_s, first_value
-_OPEN = """
-if KEYS[2] ~= '' then
-  local earlier = redis.call('GET', KEYS[2])
+# What a begin-turn script does first: charge the limits (the leading KEYS; see GCRA_LUA) or
+# answer {'limited', wait, ...} having claimed nothing; then K and A are its own KEYS and ARGV.
+_CHARGE_FIRST = (
+    GCRA_LUA
+    + """
+local refused, waits, n = gcra()
+if refused then return {'limited', unpack(waits)} end
+local K, A = after_limits(n)
+"""
+)
+
+# K[1] conversation, K[2] first-message key ("" to skip the retry check).
+# A: owner, field, now_ms, pending_deadline_ms, record_ttl_s, retry_window_s, first_value
+_OPEN = (
+    _CHARGE_FIRST
+    + """
+if K[2] ~= '' then
+  local earlier = redis.call('GET', K[2])
   if earlier then return {'first', earlier} end
-  redis.call('SET', KEYS[2], ARGV[7], 'EX', ARGV[6])
+  redis.call('SET', K[2], A[7], 'EX', A[6])
 end
-redis.call('HSET', KEYS[1], 'o', ARGV[1], 'c', '0', 'a', '0', 'l', ARGV[3], ARGV[2], 'P' .. ARGV[4])
-redis.call('EXPIRE', KEYS[1], ARGV[5])
+redis.call('HSET', K[1], 'o', A[1], 'c', '0', 'a', '0', 'l', A[3], A[2], 'P' .. A[4])
+redis.call('EXPIRE', K[1], A[5])
 return {'new'}
 """
+)
 
-# KEYS[1] conversation. ARGV: owner, field, now_ms, pending_deadline_ms, idle_ttl_ms
-_CONTINUE = """
-local v = redis.call('HMGET', KEYS[1], 'o', 'c', 'l', ARGV[2], 'a')
-if not v[1] or v[1] ~= ARGV[1] then return {'unknown'} end
+# K[1] conversation. A: owner, field, now_ms, pending_deadline_ms, idle_ttl_ms
+_CONTINUE = (
+    _CHARGE_FIRST
+    + """
+local v = redis.call('HMGET', K[1], 'o', 'c', 'l', A[2], 'a')
+if not v[1] or v[1] ~= A[1] then return {'unknown'} end
 local turn = v[4]
 if turn and string.sub(turn, 1, 1) == 'R' then return {'replay', turn} end
-if v[2] == '1' or tonumber(ARGV[3]) - tonumber(v[3]) > tonumber(ARGV[5]) then return {'closed'} end
-if turn and tonumber(string.sub(turn, 2)) > tonumber(ARGV[3]) then return {'in_flight'} end
-redis.call('HSET', KEYS[1], ARGV[2], 'P' .. ARGV[4])
+if v[2] == '1' or tonumber(A[3]) - tonumber(v[3]) > tonumber(A[5]) then return {'closed'} end
+if turn and tonumber(string.sub(turn, 2)) > tonumber(A[3]) then return {'in_flight'} end
+redis.call('HSET', K[1], A[2], 'P' .. A[4])
 return {'new', v[5]}
 """
+)
 
 # KEYS[1] conversation. ARGV: owner, field, reply, now_ms, close flag, ttl_s
 _COMPLETE = """
@@ -117,13 +137,22 @@ class RedisStore(ConversationStore):
             raise StoreError(f"redis: {type(exc).__name__}") from exc
 
     async def _open(
-        self, owner: Owner, context_id: str, first_key: str, field: str, digest: str
+        self,
+        owner: Owner,
+        context_id: str,
+        first_key: str,
+        field: str,
+        digest: str,
+        now: float,
+        limits: Sequence[Hit] = (),
     ) -> list[Any]:
-        now_ms = int(self._clock() * 1000)
+        limit_keys, limit_args = script_arguments(limits, int(now * US))
+        now_ms = int(now * 1000)
         result: list[Any] = await self._run(
             self._open_script,
-            [keys.conversation_key(owner.brand_id, context_id), first_key],
+            [*limit_keys, keys.conversation_key(owner.brand_id, context_id), first_key],
             [
+                *limit_args,
                 owner.digest,
                 field,
                 now_ms,
@@ -135,12 +164,16 @@ class RedisStore(ConversationStore):
         )
         return result
 
-    async def _continue(self, owner: Owner, context_id: str, field: str) -> TurnClaim:
-        now_ms = int(self._clock() * 1000)
+    async def _continue(
+        self, owner: Owner, context_id: str, field: str, now: float, limits: Sequence[Hit] = ()
+    ) -> TurnClaim:
+        limit_keys, limit_args = script_arguments(limits, int(now * US))
+        now_ms = int(now * 1000)
         result = await self._run(
             self._continue_script,
-            [keys.conversation_key(owner.brand_id, context_id)],
+            [*limit_keys, keys.conversation_key(owner.brand_id, context_id)],
             [
+                *limit_args,
                 owner.digest,
                 field,
                 now_ms,
@@ -157,26 +190,46 @@ class RedisStore(ConversationStore):
             return TurnClaim(TurnStatus.CLOSED, context_id)
         if verdict == b"in_flight":
             return TurnClaim(TurnStatus.IN_FLIGHT, context_id)
+        if verdict == b"limited":
+            return _limited(result)
         return TurnClaim(TurnStatus.NEW, context_id, new_conversation=len(result) < 2 or result[1] != b"1")
 
     async def begin_turn(
-        self, owner: Owner, context_id: str | None, message_id: str, text: str, new_context_id: str
+        self,
+        owner: Owner,
+        context_id: str | None,
+        message_id: str,
+        text: str,
+        new_context_id: str,
+        *,
+        limits: Sequence[Hit] = (),
     ) -> TurnClaim:
+        """One round trip on the hot path (the limits ride along in the script).
+
+        Rarer paths, none of which charges the limits again: a first message retried without
+        ``contextId`` within the retry window takes a second (``_CONTINUE`` claims the earlier
+        conversation); one whose ``messageId`` an earlier, different first message used takes a
+        second too (its own ``_OPEN`` without the retry check), and a third when the retried
+        message's earlier conversation is gone.
+        """
+        now = self._clock()
         field = keys.turn_field(message_id)
         if context_id is not None:
-            return await self._continue(owner, context_id, field)
-        digest = text_digest(text)
+            return await self._continue(owner, context_id, field, now, limits)
+        digest = text_digest(text).hex()
         first_key = keys.first_message_key(owner.brand_id, owner.digest, message_id)
-        result = await self._open(owner, new_context_id, first_key, field, digest)
+        result = await self._open(owner, new_context_id, first_key, field, digest, now, limits)
         if result[0] == b"new":
             return TurnClaim(TurnStatus.NEW, new_context_id, new_conversation=True)
+        if result[0] == b"limited":
+            return _limited(result)
         earlier_context, _, earlier_digest = result[1].decode().partition("|")
         if earlier_digest == digest:
-            claim = await self._continue(owner, earlier_context, field)
+            claim = await self._continue(owner, earlier_context, field, now)
             if claim.status is not TurnStatus.UNKNOWN_CONTEXT:
                 return claim
         # A different first message that reuses a messageId opens its own conversation, unchecked.
-        await self._open(owner, new_context_id, "", field, digest)
+        await self._open(owner, new_context_id, "", field, digest, now)
         return TurnClaim(TurnStatus.NEW, new_context_id, new_conversation=True)
 
     async def complete_turn(
@@ -207,12 +260,25 @@ class RedisStore(ConversationStore):
             [owner.digest, keys.turn_field(message_id), 1 if new_conversation else 0, context_id],
         )
 
+    async def start(self) -> None:
+        """Nothing to start: Redis expires the keys itself."""
+
     async def ping(self) -> None:
         try:
             await self._client.ping()
         except (RedisError, OSError) as exc:
             raise StoreError(f"redis: {type(exc).__name__}") from exc
 
+    @property
+    def clock(self) -> Callable[[], float]:
+        """This store's time; the rate limiter beside it keeps the same, so both charge one budget alike."""
+        return self._clock
+
     async def close(self) -> None:
         # aiocache's own close() calls redis-py's deprecated close(); aclose() is the same release.
         await self._client.aclose()
+
+
+def _limited(result: list[Any]) -> TurnClaim:
+    """A begin-turn script's ``{'limited', wait, ...}`` (µs per limit) as a claim."""
+    return TurnClaim(TurnStatus.RATE_LIMITED, waits=tuple(int(wait) / US for wait in result[1:]))

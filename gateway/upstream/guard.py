@@ -165,6 +165,15 @@ class GuardedBot:
             self._publish()
 
     async def _acquire_slot(self) -> None:
+        """Take a slot, waiting up to ``queue_timeout`` for one; :class:`BotBusy` when none frees.
+
+        A free slot is taken at once, without the timeout's timer and cancel scope: that is
+        almost every call, and ``locked()`` is false only when no earlier caller is queued, so
+        the short cut never jumps the queue.
+        """
+        if not self._slots.locked():
+            await self._slots.acquire()  # returns without suspending: a slot is free
+            return
         try:
             async with asyncio.timeout(self._queue_timeout):
                 await self._slots.acquire()

@@ -132,3 +132,20 @@ async def test_s2_1_card_needs_no_token_even_a_bad_one(gw_memory: Harness) -> No
         "/a2a/acme/.well-known/agent-card.json", headers={"Authorization": "Bearer garbage"}
     )
     assert response.status == 200
+
+
+async def test_s3_1_open_policy_discovers_jwks_uri(
+    make_gateway: MakeGateway, jwks_server: FakeJwksServer
+) -> None:
+    """§3.1: an open Provider takes any issuer whose OIDC discovery names a jwks_uri; §3.2 still holds."""
+
+    def open_policy(raw: dict[str, Any]) -> None:
+        raw["personal_agents"] = {"policy": "open"}
+
+    gw = await make_gateway(edit=open_policy)
+    assert (await gw.send()).status == 200
+    assert jwks_server.discovery_count == 1
+    expired = gw.key.mint(gw.issuer, "alice", AUDIENCE, iat=NOW() - 200, exp=NOW() - 31)
+    assert (await gw.send(headers={"Authorization": f"Bearer {expired}"})).status == 401
+    stranger = gw.key.mint("http://127.0.0.1:9/nobody", "alice", AUDIENCE)
+    assert (await gw.send(headers={"Authorization": f"Bearer {stranger}"})).status == 401

@@ -307,3 +307,78 @@ async def test_guard_cancelled_call_frees_its_slot() -> None:
     bot.gate.set()
     assert await guard.send(TURN) == BotReply("ok")
     assert guard.circuit_state is CircuitState.CLOSED
+
+
+class HeldBot:
+    """A bot adapter that records the order turns reach it and holds each until released."""
+
+    def __init__(self) -> None:
+        self.arrived: list[str] = []
+        self._release: dict[str, asyncio.Event] = {}
+
+    def release(self, message_id: str) -> None:
+        self._release.setdefault(message_id, asyncio.Event()).set()
+
+    async def send(self, turn: Turn) -> BotReply:
+        self.arrived.append(turn.message_id)
+        await self._release.setdefault(turn.message_id, asyncio.Event()).wait()
+        return BotReply(turn.message_id)
+
+
+def turn(message_id: str) -> Turn:
+    return Turn("acme", "c-1", message_id, "hi", "https://pa.example", "alice", False, "req-00000001")
+
+
+async def test_guard_free_slots_are_taken_at_once_and_the_cap_still_refuses() -> None:
+    """The free-slot short cut still takes a slot per call, gives it back, and refuses at the cap."""
+    metrics = Metrics()
+    bot = HeldBot()
+    config = UpstreamConfig(url="http://bot.test/chat", max_concurrency=2, queue_timeout=0)
+    guard = GuardedBot(bot, "acme", config, metrics=metrics)
+    first = asyncio.create_task(guard.send(turn("m-1")))
+    second = asyncio.create_task(guard.send(turn("m-2")))
+    await until(lambda: len(bot.arrived) == 2)
+    with pytest.raises(BotBusy):
+        await guard.send(turn("m-3"))
+    assert bot.arrived == ["m-1", "m-2"]
+    bot.release("m-1")
+    assert await first == BotReply("m-1")
+    # The freed slot is taken again without waiting; the cap is full once more.
+    third = asyncio.create_task(guard.send(turn("m-4")))
+    await until(lambda: len(bot.arrived) == 3)
+    with pytest.raises(BotBusy):
+        await guard.send(turn("m-5"))
+    for message_id in ("m-2", "m-4"):
+        bot.release(message_id)
+    assert [reply.text for reply in await asyncio.gather(second, third)] == ["m-2", "m-4"]
+    refused = metrics.registry.get_sample_value(
+        "pact_rate_limited_total", {"brand": "acme", "limit": "concurrency"}
+    )
+    assert refused == 2
+    # Every slot came back: two calls at once run again.
+    for message_id in ("m-6", "m-7"):
+        bot.release(message_id)
+    replies = await asyncio.gather(guard.send(turn("m-6")), guard.send(turn("m-7")))
+    assert [reply.text for reply in replies] == ["m-6", "m-7"]
+
+
+async def test_guard_a_queued_turn_gets_the_freed_slot_before_a_newcomer() -> None:
+    """A turn arriving as a slot frees must not take it from one already waiting: first come, first served."""
+    bot = HeldBot()
+    config = UpstreamConfig(url="http://bot.test/chat", max_concurrency=1, queue_timeout=5)
+    guard = GuardedBot(bot, "acme", config)
+    holder = asyncio.create_task(guard.send(turn("m-holder")))
+    await until(lambda: bot.arrived == ["m-holder"])
+    queued = asyncio.create_task(guard.send(turn("m-queued")))
+    for _ in range(3):
+        await asyncio.sleep(0)  # the queued turn is now waiting for the slot
+    bot.release("m-holder")
+    # Scheduled in the same loop turn as the holder's wake-up: it sees the slot being handed over.
+    newcomer = asyncio.create_task(guard.send(turn("m-newcomer")))
+    await holder
+    await until(lambda: len(bot.arrived) == 2)
+    assert bot.arrived == ["m-holder", "m-queued"]
+    bot.release("m-queued")
+    bot.release("m-newcomer")
+    assert (await queued, await newcomer) == (BotReply("m-queued"), BotReply("m-newcomer"))
+    assert bot.arrived == ["m-holder", "m-queued", "m-newcomer"]

@@ -5,12 +5,21 @@ a provider failure logged once, with no traceback.
 
 from __future__ import annotations
 
+import datetime as dt
+import json
 import logging
+import os
 import time
+from pathlib import Path
+from typing import Any
 
-from gateway.ops.logs import sub_digest
-from tests.ops.conftest import CapturedLogs
-from tests.support.gateway import AUDIENCE, Harness
+import pytest
+
+from gateway.config import LoggingConfig
+from gateway.http.state import METRICS
+from gateway.ops.logs import ACCESS_LOGGER, SubDigests, log_fields, sub_digest
+from tests.ops.conftest import CapturedLogs, _captured
+from tests.support.gateway import AUDIENCE, Harness, MakeGateway
 
 CLEAR_SUB = "customer-91f3-clear-sub"
 
@@ -115,3 +124,106 @@ def test_anything_shaped_like_a_jwt_is_redacted(json_logs: CapturedLogs) -> None
 def test_sub_digest_is_per_personal_agent() -> None:
     assert sub_digest("https://a.example", "alice") != sub_digest("https://b.example", "alice")
     assert len(sub_digest("https://a.example", "alice")) == 16
+
+
+# The structured fast path (``log_fields``) and the formatter behind every line.
+
+JWS = "eyJhbGciOiJFUzI1NiJ9.eyJzdWIiOiJhbGljZSJ9.c2lnbmF0dXJlLWJ5dGVz"
+
+
+def test_log_fields_line_has_the_fixed_keys_the_fields_and_a_utc_timestamp(json_logs: CapturedLogs) -> None:
+    fields = {"request_id": "req-0123456789", "status": 200, "latency_ms": 1.5, "pa_issuer": None}
+    log_fields(logging.getLogger(ACCESS_LOGGER), logging.INFO, "POST SendMessage 200", fields)
+    (line,) = json_logs.text.splitlines()
+    record = json.loads(line)
+    assert list(record) == [
+        "level",
+        "logger",
+        "message",
+        "pid",
+        "request_id",
+        "status",
+        "latency_ms",
+        "pa_issuer",
+        "timestamp",
+    ]
+    assert (record["level"], record["logger"], record["message"]) == (
+        "INFO",
+        ACCESS_LOGGER,
+        "POST SendMessage 200",
+    )
+    assert record["pid"] == os.getpid()
+    assert (record["status"], record["latency_ms"], record["pa_issuer"]) == (200, 1.5, None)
+    stamp = dt.datetime.fromisoformat(record["timestamp"])
+    assert stamp.utcoffset() == dt.timedelta(0)
+    assert abs(stamp.timestamp() - time.time()) < 60
+
+
+def test_log_fields_respects_the_level(json_logs: CapturedLogs) -> None:
+    log_fields(logging.getLogger(ACCESS_LOGGER), logging.DEBUG, "not at INFO", {"request_id": "r"})
+    assert json_logs.text == ""
+
+
+def test_redaction_covers_structured_fields_and_tracebacks(json_logs: CapturedLogs) -> None:
+    log_fields(logging.getLogger(ACCESS_LOGGER), logging.INFO, f"saw {JWS}", {"request_id": f"id-{JWS}"})
+    try:
+        raise ValueError(f"bad token {JWS}")
+    except ValueError:
+        logging.getLogger("pact_gateway.test").exception("failed")
+    structured, failure = json_logs.records()
+    assert structured["message"] == "saw [redacted]"
+    assert structured["request_id"] == "id-[redacted]"
+    assert "bad token [redacted]" in failure["exc_info"]
+    assert JWS not in json_logs.text
+
+
+def test_values_json_cannot_hold_are_written_as_text(json_logs: CapturedLogs) -> None:
+    log = logging.getLogger("pact_gateway.test")
+    log.warning("odd values", extra={"path": Path("/etc/gateway.yaml"), "huge": 2**70})
+    (record,) = json_logs.records()
+    assert record["path"] == "/etc/gateway.yaml"
+    assert record["huge"] in (2**70, str(2**70))
+
+
+async def test_a_token_shaped_request_id_is_echoed_but_never_logged(
+    gw_memory: Harness, json_logs: CapturedLogs
+) -> None:
+    response = await gw_memory.send(headers={**gw_memory.auth(), "X-Request-Id": JWS})
+    assert response.status == 200
+    assert response.headers["X-Request-Id"] == JWS
+    (line,) = json_logs.access()
+    assert line["request_id"] == "[redacted]"
+    assert JWS not in json_logs.text
+
+
+async def test_no_access_line_below_info_but_requests_are_still_counted(gw_memory: Harness) -> None:
+    with _captured(LoggingConfig(level="WARNING", format="json")) as logs:
+        assert (await gw_memory.send()).status == 200
+    assert logs.text == ""
+    app = gw_memory.client.app
+    assert app is not None
+    labels = {"brand": "acme", "operation": "SendMessage", "outcome": "ok"}
+    assert app[METRICS].registry.get_sample_value("pact_requests_total", labels) == 1
+
+
+async def test_access_log_off_writes_no_line(make_gateway: MakeGateway, json_logs: CapturedLogs) -> None:
+    def access_log_off(raw: dict[str, Any]) -> None:
+        raw["logging"] = {"access_log": False}
+
+    gw = await make_gateway(edit=access_log_off)
+    assert (await gw.send()).status == 200
+    assert json_logs.access() == []
+
+
+def test_sub_digests_are_cached_and_bounded() -> None:
+    digests = SubDigests(size=2)
+    assert digests.get("https://a.example", "alice") == sub_digest("https://a.example", "alice")
+    assert digests.get("https://a.example", "alice") == sub_digest("https://a.example", "alice")
+    assert len(digests) == 1
+    digests.get("https://a.example", "bob")
+    digests.get("https://b.example", "alice")
+    assert len(digests) == 2  # the oldest pair made room
+    for issuer, sub in (("https://a.example", "alice"), ("https://b.example", "alice")):
+        assert digests.get(issuer, sub) == sub_digest(issuer, sub)
+    with pytest.raises(ValueError, match="at least 1"):
+        SubDigests(size=0)

@@ -7,15 +7,20 @@ errors, and bounded labels (no sub, contextId, raw path or token).
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 
 from gateway.config import CacheConfig
 from gateway.ops.metrics import Metrics
 from gateway.store.redis import RedisStore
-from tests.ops.conftest import OpsFor, free_port, sample, scrape
+from tests.ops.conftest import ROOT, OpsFor, free_port, sample, scrape
 from tests.support.gateway import AUDIENCE, DISABLED_PA, MakeGateway
 from tests.support.pa import FakeJwksServer, PAKey
 
@@ -171,3 +176,82 @@ async def test_labels_never_carry_sub_context_path_or_token(
     text = await scrape(ops)
     for secret in (sub, token, context_id, "brand-probe-x", "task-probe-y", "path-probe-z", "message:send"):
         assert secret not in text
+
+
+def test_cached_label_children_keep_every_label_set_apart() -> None:
+    """The per-turn metrics reuse their labelled children; each label set must still count alone."""
+    metrics = Metrics()
+    for brand, operation, outcome, took in [
+        ("acme", "SendMessage", "ok", 0.01),
+        ("acme", "SendMessage", "error", 0.02),
+        ("globex", "SendMessage", "ok", 0.04),
+        ("acme", "SendMessage", "ok", 0.08),
+        ("acme", "ListTasks", "ok", 0.16),
+    ]:
+        metrics.observe_request(brand, operation, outcome, took)
+    for brand, outcome in [("acme", "ok"), ("acme", "timeout"), ("acme", "ok")]:
+        metrics.observe_bot_call(brand, outcome, 0.5)
+    for reason in ("expired", "missing_token", "expired"):
+        metrics.auth_failed(reason)
+
+    def value(name: str, **labels: str) -> float | None:
+        return metrics.registry.get_sample_value(name, labels)
+
+    requests = "pact_requests_total"
+    assert value(requests, brand="acme", operation="SendMessage", outcome="ok") == 2
+    assert value(requests, brand="acme", operation="SendMessage", outcome="error") == 1
+    assert value(requests, brand="globex", operation="SendMessage", outcome="ok") == 1
+    assert value(requests, brand="acme", operation="ListTasks", outcome="ok") == 1
+    # The latency histogram has no outcome label: ok and error turns of one operation share it.
+    seconds = "pact_request_duration_seconds"
+    assert value(f"{seconds}_count", brand="acme", operation="SendMessage") == 3
+    assert value(f"{seconds}_sum", brand="acme", operation="SendMessage") == pytest.approx(0.11)
+    assert value(f"{seconds}_count", brand="globex", operation="SendMessage") == 1
+    assert value("pact_bot_call_duration_seconds_count", brand="acme", outcome="ok") == 2
+    assert value("pact_bot_call_duration_seconds_count", brand="acme", outcome="timeout") == 1
+    assert value("pact_auth_failures_total", reason="expired") == 2
+    assert value("pact_auth_failures_total", reason="missing_token") == 1
+    # Two Metrics objects never share a cached child.
+    assert (
+        Metrics().registry.get_sample_value(
+            requests, {"brand": "acme", "operation": "SendMessage", "outcome": "ok"}
+        )
+        is None
+    )
+
+
+_MULTIPROCESS_SCRIPT = """
+import os
+from gateway.ops.metrics import Metrics, multiprocess_registry
+metrics = Metrics()
+metrics.observe_request("acme", "SendMessage", "ok", 0.01)  # caches the children in this process
+pid = os.fork()
+if pid == 0:  # a forked child reuses the cached children: its counts must go to its own file
+    for _ in range(3):
+        metrics.observe_request("acme", "SendMessage", "ok", 0.01)
+    os._exit(0)
+os.waitpid(pid, 0)
+metrics.observe_request("acme", "SendMessage", "ok", 0.01)
+directory = os.environ["PROMETHEUS_MULTIPROC_DIR"]
+labels = {"brand": "acme", "operation": "SendMessage", "outcome": "ok"}
+total = multiprocess_registry(directory).get_sample_value("pact_requests_total", labels)
+print(total, len([name for name in os.listdir(directory) if name.startswith("counter_")]))
+"""
+
+
+def test_cached_children_count_per_process_in_multiprocess_mode(tmp_path: Path) -> None:
+    """``--workers N`` mode: values live in per-process files, and a cached child must follow a fork."""
+    env = {**os.environ, "PROMETHEUS_MULTIPROC_DIR": str(tmp_path)}
+    done = subprocess.run(
+        [sys.executable, "-c", _MULTIPROCESS_SCRIPT],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    total, files = done.stdout.split()
+    assert float(total) == 5.0
+    assert int(files) == 2  # the parent's file and the child's

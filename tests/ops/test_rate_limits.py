@@ -20,6 +20,7 @@ from gateway.ops.limits import Limit, RateLimited, RateLimits, a2a_limits, retry
 from gateway.ops.metrics import Metrics
 from gateway.store.base import StoreError
 from gateway.store.limits import Hit, MemoryRateLimiter, RateLimiter, Rule
+from gateway.store.memory import MemoryKeyspace
 from tests.support.gateway import OTHER_PA, MakeGateway
 from tests.support.pa import ManualClock
 
@@ -130,14 +131,19 @@ async def test_s6_a_disabled_rule_never_refuses(make_gateway: MakeGateway, clock
 
 
 async def test_s6_every_operation_is_limited_after_auth_and_brand_before_body(
-    make_gateway: MakeGateway, clock: ManualClock
+    make_gateway: MakeGateway, cache_url: str, clock: ManualClock
 ) -> None:
     """Order: route → authentication (401) → Brand (404) → rate limit (429) → body."""
-    gw = await make_gateway(edit=limits(per_user={"rate": 0.1, "burst": 1}), clock=clock)
+    gw = await make_gateway(cache_url, edit=limits(per_user={"rate": 0.1, "burst": 1}), clock=clock)
     await ok(await gw.client.get("/a2a/acme/tasks", headers=gw.auth()))
-    # A garbage body is not read: 429, not INVALID_PARAMS.
+    # A garbage body loses to the limit: 429, not INVALID_PARAMS.
     response = await gw.client.post("/a2a/acme/message:send", data=b"{garbage", headers=gw.auth())
     assert await bare_429(response) == 10
+    too_large = b"x" * (gw.config.limits.max_body_bytes + 1)
+    assert (
+        await bare_429(await gw.client.post("/a2a/acme/message:send", data=too_large, headers=gw.auth()))
+        == 10
+    )
     assert await bare_429(await gw.client.get("/a2a/acme/tasks/t-1", headers=gw.auth())) == 10
     # Authentication and the Brand lookup come first, and cost nothing.
     assert (await gw.client.get("/a2a/acme/tasks")).status == 401
@@ -146,6 +152,37 @@ async def test_s6_every_operation_is_limited_after_auth_and_brand_before_body(
     assert (await gw.client.get("/a2a/acme/nothing-here", headers=gw.auth())).status == 404
     clock.advance(10)
     await ok(await gw.client.get("/a2a/acme/tasks", headers=gw.auth()))
+
+
+async def test_s6_a_bad_body_within_budget_is_400_and_counts(
+    make_gateway: MakeGateway, cache_url: str, clock: ManualClock
+) -> None:
+    """``message:send`` charges a bad body on its own (the turn never begins): it uses budget like any."""
+    gw = await make_gateway(cache_url, edit=limits(per_user={"rate": 0.5, "burst": 2}), clock=clock)
+    response = await gw.client.post("/a2a/acme/message:send", data=b"{garbage", headers=gw.auth())
+    assert response.status == 400
+    assert orjson.loads(await response.read())["error"]["details"][0]["reason"] == "INVALID_PARAMS"
+    await ok(await gw.send(message_id="m-1"))
+    assert await bare_429(await gw.send(message_id="m-2")) == 2
+    assert len(gw.bot.calls) == 1
+
+
+async def test_s6_a_turn_charges_both_limits_or_neither(
+    make_gateway: MakeGateway, cache_url: str, clock: ManualClock
+) -> None:
+    """In the turn's own store step too: alice's refusals leave her personal agent's budget whole."""
+    edit = limits(per_agent={"rate": 0.5, "burst": 3}, per_user={"rate": 0.25, "burst": 1})
+    gw = await make_gateway(cache_url, edit=edit, clock=clock)
+    await ok(await gw.send(message_id="m-1"))
+    for _ in range(5):
+        assert await bare_429(await gw.send(message_id="m-2")) == 4
+    await ok(await gw.send(sub="bob"))
+    await ok(await gw.send(sub="carol"))
+    assert await bare_429(await gw.send(sub="dave")) == 2
+    clock.advance(4)
+    # The refused turn left no in-flight marker: its retry runs, and the bot sees it once.
+    await ok(await gw.send(message_id="m-2"))
+    assert [call.body["message_id"] for call in gw.bot.calls].count("m-2") == 1
 
 
 async def test_s6_refused_requests_do_not_use_up_the_budget(
@@ -171,6 +208,9 @@ async def test_s6_store_down_fails_open_by_default(make_gateway: MakeGateway) ->
     response = await gw.send()
     assert response.status == 500
     assert orjson.loads(await response.read())["error"]["details"][0]["reason"] == "INTERNAL"
+    # A bad body never needs the conversation store: its limits fail open, and the body answers.
+    response = await gw.client.post("/a2a/acme/message:send", data=b"{garbage", headers=gw.auth())
+    assert response.status == 400
 
 
 async def test_s6_store_down_fail_closed_is_internal_not_429(make_gateway: MakeGateway) -> None:
@@ -217,7 +257,7 @@ class BrokenLimiter(RateLimiter):
 
 async def test_metrics_count_refusals_by_brand_and_limit_and_store_errors(clock: ManualClock) -> None:
     metrics = Metrics()
-    service = RateLimits(MemoryRateLimiter(clock=clock), metrics=metrics)
+    service = RateLimits(MemoryRateLimiter(MemoryKeyspace(clock)), metrics=metrics)
     settings = RateLimitsConfig(per_agent=RateRule(1, 5), per_user=RateRule(1, 1))
     await service.check_a2a("acme", settings, "https://pa.example", "alice")
     with pytest.raises(RateLimited) as refused:
@@ -230,9 +270,30 @@ async def test_metrics_count_refusals_by_brand_and_limit_and_store_errors(clock:
     assert sample("pact_store_errors_total", {"operation": "rate_limit"}) == 1.0
 
 
+def test_a2a_charge_is_named_once_per_identity_and_bounded() -> None:
+    """The subject digests and keys of a repeat caller come from a bounded LRU, not recomputed."""
+    service = RateLimits(MemoryRateLimiter(MemoryKeyspace(ManualClock())), identities=2)
+    settings = RateLimitsConfig(per_agent=RateRule(1, 5), per_user=RateRule(1, 1))
+    alice = service.a2a_charge("acme", settings, "https://pa.example", "alice")
+    assert alice.names == ("per_agent", "per_user")
+    assert [hit.key for hit in alice.hits] == [
+        f"pact:acme:rl:per_agent:{subject_digest('https://pa.example')}",
+        f"pact:acme:rl:per_user:{subject_digest('https://pa.example', 'alice')}",
+    ]
+    assert service.a2a_charge("acme", settings, "https://pa.example", "alice") is alice
+    bob = service.a2a_charge("acme", settings, "https://pa.example", "bob")
+    assert service.a2a_charge("acme", settings, "https://pa.example", "alice") is alice  # most recent now
+    service.a2a_charge("globex", settings, "https://pa.example", "alice")  # evicts bob, the least recent
+    assert service.a2a_charge("acme", settings, "https://pa.example", "bob") is not bob
+    assert service.a2a_charge("acme", settings, "https://pa.example", "bob") == bob
+    # Other rules for the same identity are never served from the cache.
+    stricter = RateLimitsConfig(per_agent=RateRule(1, 5), per_user=RateRule(1, 1, enabled=False))
+    assert service.a2a_charge("acme", stricter, "https://pa.example", "alice").names == ("per_agent",)
+
+
 async def test_limits_are_reusable_for_endpoints_without_a_pa_identity(clock: ManualClock) -> None:
     """The Delegated profile's OAuth endpoints will limit by device code or client address."""
-    limiter = MemoryRateLimiter(clock=clock)
+    limiter = MemoryRateLimiter(MemoryKeyspace(clock))
     service = RateLimits(limiter)
     poll = Limit("token_poll", subject_digest("dc_9f3c"), Rule(rate=0.2, burst=1))
     await service.enforce("acme", [poll], fail_open=True)

@@ -155,8 +155,14 @@ async def test_s6_rate_limits_add_up_across_replicas(make_gateway: MakeGateway, 
 
 
 async def test_redis_round_trips_per_message_send(make_gateway: MakeGateway, redis_url: str) -> None:
-    """The hot path with rate limiting on: one rate-limit script, one begin-turn script, one
-    complete-turn script. The turn itself stays within the perf issue's target of 2."""
+    """The hot path with rate limiting on takes exactly 2 round trips, the perf issue's target: one
+    begin-turn script (which charges the §6 limits first) and one complete-turn script.
+
+    The rarer paths, as the README documents them: a retry answered from the store takes 1; a
+    first message retried without ``contextId`` takes 2 (open finds the earlier conversation,
+    continue claims it); a ``messageId`` reused by a different first message takes 3 (open finds
+    the other first message, a second open without the retry check, complete).
+    """
     gw = await make_gateway(redis_url)
     client = redis_store(gw).client
     # Warm up: the first call of each script loads it (NOSCRIPT, SCRIPT LOAD, EVALSHA) once per pool.
@@ -169,7 +175,31 @@ async def test_redis_round_trips_per_message_send(make_gateway: MakeGateway, red
         await message(await gw.send("It is A-10002", message_id="m-3", context_id=context_id))
     with recorded_commands(client) as replay:
         await message(await gw.send("It is A-10002", message_id="m-3", context_id=context_id))
+    with recorded_commands(client) as first_retried:
+        await message(await gw.send("Hello again", message_id="m-2"))
+    with recorded_commands(client) as first_reused:
+        await message(await gw.send("Something else", message_id="m-2"))
 
-    assert first_turn == ["EVALSHA"] * 3  # rate limits, open + claim, complete
-    assert next_turn == ["EVALSHA"] * 3  # rate limits, claim, complete
-    assert replay == ["EVALSHA"] * 2  # rate limits, claim (answers the stored reply)
+    assert first_turn == ["EVALSHA"] * 2  # limits + open + claim, complete
+    assert next_turn == ["EVALSHA"] * 2  # limits + claim, complete
+    assert replay == ["EVALSHA"]  # limits + claim answers the stored reply
+    assert first_retried == ["EVALSHA"] * 2  # limits + open finds m-2's conversation, continue replays
+    assert first_reused == ["EVALSHA"] * 3  # limits + open finds other text, open unchecked, complete
+
+
+async def test_redis_round_trips_when_refused_or_malformed(make_gateway: MakeGateway, redis_url: str) -> None:
+    """A 429 is the begin-turn script alone (nothing claimed); a bad body charges the limits alone."""
+
+    def tight(raw: dict[str, Any]) -> None:
+        raw["rate_limits"] = {"per_user": {"rate": 0.01, "burst": 3}}
+
+    gw = await make_gateway(redis_url, edit=tight)
+    client = redis_store(gw).client
+    await message(await gw.send(message_id="m-0"))  # loads the scripts
+    assert (await gw.client.get("/a2a/acme/tasks", headers=gw.auth())).status == 200
+    with recorded_commands(client) as malformed:
+        response = await gw.client.post("/a2a/acme/message:send", data=b"{garbage", headers=gw.auth())
+        assert response.status == 400
+    with recorded_commands(client) as refused:
+        assert (await gw.send(message_id="m-1")).status == 429
+    assert malformed == refused == ["EVALSHA"]

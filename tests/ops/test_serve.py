@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import gc
 import os
 import signal
 from collections import Counter
@@ -22,6 +23,7 @@ import pytest
 import yaml
 
 from gateway.cli import main
+from gateway.ops.server import YOUNG_GC_THRESHOLD, settle_heap
 from tests.ops.conftest import Processes, ServeProcess, sample, until
 from tests.support.bot import ControlledBot
 from tests.support.gateway import AUDIENCE, base_config
@@ -236,3 +238,15 @@ def test_workers_must_be_at_least_1(
     path.write_text(yaml.safe_dump(raw), encoding="utf-8")
     assert main(["serve", "--config", str(path), "--workers", "0"]) == 2
     assert "--workers must be at least 1" in capsys.readouterr().err
+
+
+def test_settle_heap_freezes_start_up_and_raises_only_the_young_threshold() -> None:
+    """What every serving process does once started (in-process here, and undone afterwards)."""
+    before = gc.get_threshold()
+    try:
+        settle_heap()
+        assert gc.get_freeze_count() > 0
+        assert gc.get_threshold() == (YOUNG_GC_THRESHOLD, *before[1:])
+    finally:
+        gc.unfreeze()
+        gc.set_threshold(*before)

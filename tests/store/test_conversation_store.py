@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import hashlib
 from collections.abc import AsyncIterator
 
 import pytest
 
 from gateway.config import CacheConfig
 from gateway.store import ConversationStore, Owner, TurnStatus
+from gateway.store.base import text_digest
 from gateway.store.memory import MemoryStore
 from gateway.store.redis import RedisStore
 
@@ -177,3 +179,11 @@ async def test_redis_keys_are_prefixed_per_brand_and_expire(redis_url: str) -> N
         assert await store.client.ttl("pact:acme:conv:ctx-1") <= 1000
     finally:
         await store.close()
+
+
+def test_digests_keep_the_form_redis_already_holds() -> None:
+    """Raw bytes in memory now, but the same 128 bits in hex as before: stored Redis keys still match."""
+    material = "\x00".join((ALICE.brand_id, ALICE.issuer, ALICE.sub)).encode()
+    assert ALICE.digest == hashlib.sha256(material).hexdigest()[:32]
+    assert ALICE.digest_bytes == bytes.fromhex(ALICE.digest)
+    assert text_digest("hello").hex() == hashlib.sha256(b"hello").hexdigest()[:32]

@@ -23,7 +23,7 @@ from gateway.store.limits import (
     gcra,
     open_rate_limiter,
 )
-from gateway.store.memory import MemoryStore
+from gateway.store.memory import MemoryKeyspace, MemoryStore
 from gateway.store.redis import RedisStore
 from tests.support.commands import recorded_commands
 from tests.support.pa import ManualClock
@@ -38,7 +38,7 @@ def clock() -> ManualClock:
 async def limiter(cache_url: str, clock: ManualClock) -> AsyncIterator[RateLimiter]:
     """A limiter on each backend in turn: memory, then the real Redis (through a RedisStore's pool)."""
     if cache_url == "memory://":
-        memory = MemoryRateLimiter(clock=clock)
+        memory = MemoryRateLimiter(MemoryKeyspace(clock))
         yield memory
         await memory.close()
         return

@@ -1,0 +1,125 @@
+"""GCRA, the one rate-limit arithmetic every backend and every script runs (§6).
+
+GCRA (the generic cell rate algorithm) is a token bucket kept as one number per key: its
+*theoretical arrival time* ``tat``. A request costs one emission interval ``1/rate``; it is
+allowed while ``tat`` stays within ``burst`` intervals of now. No background refill, and a key
+whose ``tat`` is in the past is exactly an idle key, so an expired counter needs no special case.
+
+Several limits on one request are charged all or nothing: every counter or none, so a request
+refused by its per-user limit does not also eat into its personal agent's budget.
+
+The arithmetic exists twice, once per language, and nowhere else: :func:`gcra` (Python, for the
+memory backend) and :data:`GCRA_LUA` (the Lua every Redis script that charges limits is built
+from, by string composition, so the separate limit check and the begin-turn scripts run
+literally the same code). Both work in whole microseconds: integers below 2**53 are exact in
+Lua's doubles too, so a request at the edge of its burst is never refused by a rounding error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+__all__ = ["GCRA_LUA", "US", "Hit", "Rule", "gcra", "gcra_all", "now_us", "script_arguments"]
+
+US = 1_000_000
+"""Microseconds per second."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:
+    """``rate`` requests per second sustained; ``burst`` requests at once from idle."""
+
+    rate: float
+    burst: int
+    interval_us: int = field(init=False, repr=False, compare=False)
+    """Microseconds one request costs; whole microseconds keep both languages exact."""
+    tolerance_us: int = field(init=False, repr=False, compare=False)
+    """How far ahead of now ``tat`` may run: ``burst`` requests' worth."""
+
+    def __post_init__(self) -> None:
+        if not (self.rate > 0 and self.burst >= 1):
+            raise ValueError("a rate limit needs rate > 0 and burst >= 1")
+        # Derived once here rather than per request: a rule is built per configuration, charged per request.
+        interval = max(1, round(US / self.rate))
+        object.__setattr__(self, "interval_us", interval)
+        object.__setattr__(self, "tolerance_us", self.burst * interval)
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    """One counter to charge: a store key and the rule it is held to."""
+
+    key: str
+    rule: Rule
+
+
+def gcra(tat_us: int | None, now_us: int, rule: Rule) -> tuple[int, int]:
+    """One GCRA step in microseconds: ``(new_tat, wait)``, ``wait`` 0 when allowed.
+
+    ``tat_us`` is ``None`` (or any time not after now) for an idle key.
+    """
+    new_tat = max(tat_us if tat_us is not None else now_us, now_us) + rule.interval_us
+    return new_tat, max(0, new_tat - rule.tolerance_us - now_us)
+
+
+def gcra_all(tats: Sequence[int | None], now_us: int, hits: Sequence[Hit]) -> tuple[list[int], list[int]]:
+    """Every hit's step at once: ``(new_tats, waits)``. Charge the new tats only if every wait is 0."""
+    new_tats: list[int] = []
+    waits: list[int] = []
+    for tat, hit in zip(tats, hits, strict=True):
+        new_tat, wait = gcra(tat, now_us, hit.rule)
+        new_tats.append(new_tat)
+        waits.append(wait)
+    return new_tats, waits
+
+
+def now_us(clock: Callable[[], float]) -> int:
+    return int(clock() * US)
+
+
+GCRA_LUA = """
+-- gcra(): GCRA over the leading KEYS[1..n], all or nothing. ARGV[1] n, ARGV[2] now (µs), then per
+-- key its interval and tolerance (µs). Charges every key (PX: gone once idle again) or none.
+-- Returns refused (boolean), the waits (µs, 0 where allowed) and n.
+local function gcra()
+  local n = tonumber(ARGV[1])
+  local now = tonumber(ARGV[2])
+  local tats, waits, refused = {}, {}, false
+  for i = 1, n do
+    local tat = tonumber(redis.call('GET', KEYS[i]) or '0')
+    if tat < now then tat = now end
+    tats[i] = tat + tonumber(ARGV[1 + 2 * i])
+    local wait = tats[i] - tonumber(ARGV[2 + 2 * i]) - now
+    if wait > 0 then
+      refused = true
+      waits[i] = wait
+    else
+      waits[i] = 0
+    end
+  end
+  if not refused then
+    for i = 1, n do
+      redis.call('SET', KEYS[i], string.format('%d', tats[i]), 'PX', math.ceil((tats[i] - now) / 1000))
+    end
+  end
+  return refused, waits, n
+end
+
+-- The KEYS and ARGV after the limits' own: what the rest of a script works on.
+local function after_limits(n)
+  local keys, argv = {}, {}
+  for i = n + 1, #KEYS do keys[#keys + 1] = KEYS[i] end
+  for i = 3 + 2 * n, #ARGV do argv[#argv + 1] = ARGV[i] end
+  return keys, argv
+end
+"""
+"""Lua defining ``gcra()`` and ``after_limits(n)``; a script that charges limits starts with it."""
+
+
+def script_arguments(hits: Sequence[Hit], now: int) -> tuple[list[str], list[int]]:
+    """The leading KEYS and ARGV that :data:`GCRA_LUA` reads, for ``hits`` charged at ``now`` (µs)."""
+    args = [len(hits), now]
+    for hit in hits:
+        args += [hit.rule.interval_us, hit.rule.tolerance_us]
+    return [hit.key for hit in hits], args
