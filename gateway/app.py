@@ -29,29 +29,20 @@ STORE = web.AppKey("store", ConversationStore)
 JWKS = web.AppKey("jwks", JwksCache)
 UPSTREAM_SESSION = web.AppKey("upstream_session", aiohttp.ClientSession)
 RATE_LIMITER = web.AppKey("rate_limiter", RateLimiter)
+Clock = Callable[[], float]
+BREAKER_CLOCK: web.AppKey[Clock] = web.AppKey("breaker_clock")
 
 
-def build_runtime(
-    config: GatewayConfig,
-    *,
-    store: ConversationStore,
-    jwks: JwksCache,
-    upstream_session: aiohttp.ClientSession,
-    limiter: RateLimiter,
-    metrics: Metrics | None = None,
-    clock: Callable[[], float] | None = None,
-    previous: Runtime | None = None,
-) -> Runtime:
-    """Everything one configuration serves, built in one go so a reload can swap it atomically.
+def build_runtime(app: web.Application, config: GatewayConfig, *, previous: Runtime | None = None) -> Runtime:
+    """Everything one configuration serves, built on the app's running resources in one go, so
+    a reload can swap it atomically.
 
     A reload passes the ``previous`` runtime. Its verifier is updated in place, last, so its
     cache of verified tokens survives while tokens of issuers the new file disables are
     dropped; a Brand whose ``upstream`` settings did not change keeps its guarded bot, so its
     circuit breaker state and concurrency slots (held by turns still running) carry over.
-
-    ``clock`` replaces both the wall clock of the shared rate limits and the monotonic clock of
-    the per-process circuit breakers (tests move time instead of sleeping).
     """
+    metrics = app[METRICS]
     bots: dict[str, GuardedBot] = {}
     for brand in config.brands.values():
         before = previous.config.brands.get(brand.id) if previous is not None else None
@@ -59,18 +50,18 @@ def build_runtime(
             bots[brand.id] = previous.bots[brand.id]
         else:
             bots[brand.id] = GuardedBot(
-                HttpJsonAdapter(brand.upstream, upstream_session),
+                HttpJsonAdapter(brand.upstream, app[UPSTREAM_SESSION]),
                 brand.id,
                 brand.upstream,
                 metrics=metrics,
-                clock=clock or time.monotonic,
+                clock=app[BREAKER_CLOCK],
             )
     cards = {brand.id: render_card(config, brand) for brand in config.brands.values()}
     adapters: dict[str, BotAdapter] = dict(bots)
-    limits = RateLimits(limiter, metrics=metrics)
-    turns = TurnService(store, adapters, limits, metrics)
+    limits = RateLimits(app[RATE_LIMITER], metrics=metrics)
+    turns = TurnService(app[STORE], adapters, limits, metrics)
     if previous is None:
-        verifier = PAVerifier(config.personal_agents, config.provider.audience, jwks)
+        verifier = PAVerifier(config.personal_agents, config.provider.audience, app[JWKS])
     else:
         verifier = previous.verifier
         verifier.update(config.personal_agents, config.provider.audience)
@@ -78,23 +69,11 @@ def build_runtime(
 
 
 def reload_runtime(app: web.Application, config: GatewayConfig) -> Runtime:
-    """Swap in the runtime for a reloaded ``config``, built on the app's running resources.
-
-    The store, upstream session, JWKS cache, rate limiter, metrics and verifier are reused;
-    requests already running keep the runtime they started with (the swap is one assignment).
-    """
+    """Swap in the runtime for a reloaded ``config``; requests already running keep the runtime
+    they started with (the swap is one assignment)."""
     ref = app[RUNTIME]
-    runtime = build_runtime(
-        config,
-        store=app[STORE],
-        jwks=app[JWKS],
-        upstream_session=app[UPSTREAM_SESSION],
-        limiter=app[RATE_LIMITER],
-        metrics=app[METRICS],
-        previous=ref.current,
-    )
-    ref.current = runtime
-    return runtime
+    ref.current = build_runtime(app, config, previous=ref.current)
+    return ref.current
 
 
 def create_app(
@@ -116,6 +95,8 @@ def create_app(
         client_max_size=config.limits.max_body_bytes,
     )
     app[METRICS] = Metrics() if metrics is None else metrics
+    # The per-process circuit breakers' clock; a test moves it instead of sleeping.
+    app[BREAKER_CLOCK] = clock or time.monotonic
     add_routes(app.router)
 
     def on_jwks_fetch(issuer: str, ok: bool) -> None:
@@ -137,17 +118,7 @@ def create_app(
         )
         # §6 counters beside the conversations: the store's connection pool or container, and its clock.
         app[RATE_LIMITER] = open_rate_limiter(app[STORE])
-        app[RUNTIME] = RuntimeRef(
-            build_runtime(
-                config,
-                store=app[STORE],
-                jwks=app[JWKS],
-                upstream_session=app[UPSTREAM_SESSION],
-                limiter=app[RATE_LIMITER],
-                metrics=app[METRICS],
-                clock=clock,
-            )
-        )
+        app[RUNTIME] = RuntimeRef(build_runtime(app, config))
         yield
         await app[RATE_LIMITER].close()
         await app[UPSTREAM_SESSION].close()
