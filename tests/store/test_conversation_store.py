@@ -4,44 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import AsyncIterator
 
 import pytest
 
 from gateway.config import CacheConfig
 from gateway.store import ConversationStore, Owner, TurnStatus
 from gateway.store.base import text_digest
-from gateway.store.memory import MemoryStore
 from gateway.store.redis import RedisStore
+from tests.support.pa import ManualClock
 
 ALICE = Owner("acme", "https://pa.example", "alice")
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_800_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-async def store(cache_url: str, clock: Clock) -> AsyncIterator[ConversationStore]:
-    config = CacheConfig(
-        url=cache_url, conversation_ttl=100, closed_ttl=1000, retry_window=30, pending_ttl=10
-    )
-    backend: ConversationStore = (
-        MemoryStore(config, clock=clock)
-        if cache_url.startswith("memory")
-        else RedisStore(config, clock=clock)
-    )
-    yield backend
-    await backend.close()
 
 
 async def test_s4_2_new_conversation_then_continue(store: ConversationStore) -> None:
@@ -92,7 +64,7 @@ async def test_s4_3_repeat_while_in_flight(store: ConversationStore) -> None:
 
 
 async def test_s4_3_in_flight_marker_expires_after_pending_ttl(
-    store: ConversationStore, clock: Clock
+    store: ConversationStore, clock: ManualClock
 ) -> None:
     await store.begin_turn(ALICE, None, "m1", "hello", "ctx-1")
     await store.complete_turn(ALICE, "ctx-1", "m1", b"r1", close=False)
@@ -136,7 +108,7 @@ async def test_s4_3_first_message_retried_without_context(store: ConversationSto
 
 
 async def test_s4_3_first_message_dedup_needs_same_text_owner_and_window(
-    store: ConversationStore, clock: Clock
+    store: ConversationStore, clock: ManualClock
 ) -> None:
     await store.begin_turn(ALICE, None, "m1", "hello", "ctx-1")
     await store.complete_turn(ALICE, "ctx-1", "m1", b"r1", close=False)
@@ -155,7 +127,7 @@ async def test_s4_2_closed_conversation(store: ConversationStore) -> None:
     assert (replay.status, replay.reply) == (TurnStatus.REPLAY, b"farewell")
 
 
-async def test_s4_2_idle_conversation_expires_to_closed(store: ConversationStore, clock: Clock) -> None:
+async def test_s4_2_idle_conversation_expires_to_closed(store: ConversationStore, clock: ManualClock) -> None:
     await store.begin_turn(ALICE, None, "m1", "hi", "ctx-1")
     await store.complete_turn(ALICE, "ctx-1", "m1", b"r1", close=False)
     clock.now += 101

@@ -2,12 +2,10 @@
 
 The counters are the rate limiter's own: the store and the limiter beside it
 (:func:`open_rate_limiter`) share keys, arithmetic and clock, so a charge on one path is
-seen by the other. Time is a :class:`Clock` that only moves when a test says so.
+seen by the other. Time is a :class:`~tests.support.pa.ManualClock` that only moves when a test says so.
 """
 
 from __future__ import annotations
-
-from collections.abc import AsyncIterator
 
 import pytest
 
@@ -16,40 +14,13 @@ from gateway.store import ConversationStore, Owner, TurnStatus
 from gateway.store import keys as store_keys
 from gateway.store.gcra import GCRA_LUA, Hit, Rule
 from gateway.store.limits import _HIT_ALL, RateLimiter, open_rate_limiter
-from gateway.store.memory import MemoryStore
 from gateway.store.redis import _CONTINUE, _OPEN, RedisStore
 from tests.support.commands import recorded_commands
+from tests.support.pa import ManualClock
 
 ALICE = Owner("acme", "https://pa.example", "alice")
 AGENT = Hit("pact:acme:rl:per_agent:a", Rule(rate=1, burst=3))
 USER = Hit("pact:acme:rl:per_user:u", Rule(rate=1, burst=1))
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1_800_000_000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
-@pytest.fixture
-def clock() -> Clock:
-    return Clock()
-
-
-@pytest.fixture
-async def store(cache_url: str, clock: Clock) -> AsyncIterator[ConversationStore]:
-    config = CacheConfig(
-        url=cache_url, conversation_ttl=100, closed_ttl=1000, retry_window=30, pending_ttl=10
-    )
-    backend: ConversationStore = (
-        MemoryStore(config, clock=clock)
-        if cache_url.startswith("memory")
-        else RedisStore(config, clock=clock)
-    )
-    yield backend
-    await backend.close()
 
 
 @pytest.fixture
@@ -69,7 +40,7 @@ def test_every_script_that_charges_runs_the_one_gcra_snippet() -> None:
 
 
 async def test_s6_refusal_claims_nothing_and_the_retry_after_the_wait_runs(
-    store: ConversationStore, clock: Clock
+    store: ConversationStore, clock: ManualClock
 ) -> None:
     await opened(store)
     assert (await store.begin_turn(ALICE, "ctx-1", "m1", "x", "u", limits=[USER])).status is TurnStatus.NEW
@@ -84,7 +55,7 @@ async def test_s6_refusal_claims_nothing_and_the_retry_after_the_wait_runs(
     assert (retry.status, retry.new_conversation) == (TurnStatus.NEW, False)
 
 
-async def test_s6_refused_first_message_opens_nothing(store: ConversationStore, clock: Clock) -> None:
+async def test_s6_refused_first_message_opens_nothing(store: ConversationStore, clock: ManualClock) -> None:
     await opened(store)
     assert (await store.begin_turn(ALICE, "ctx-1", "m1", "x", "u", limits=[USER])).status is TurnStatus.NEW
     refused = await store.begin_turn(ALICE, None, "m9", "hi", "ctx-refused", limits=[USER])
@@ -96,7 +67,9 @@ async def test_s6_refused_first_message_opens_nothing(store: ConversationStore, 
     assert (retry.status, retry.context_id, retry.new_conversation) == (TurnStatus.NEW, "ctx-2", True)
 
 
-async def test_s6_redis_refusal_leaves_no_marker_record_or_counter(redis_url: str, clock: Clock) -> None:
+async def test_s6_redis_refusal_leaves_no_marker_record_or_counter(
+    redis_url: str, clock: ManualClock
+) -> None:
     store = RedisStore(CacheConfig(url=redis_url), clock=clock)
     try:
         await opened(store)
@@ -117,7 +90,7 @@ async def test_s6_redis_refusal_leaves_no_marker_record_or_counter(redis_url: st
 
 
 async def test_s6_fused_charge_is_all_or_nothing_across_both_limits(
-    store: ConversationStore, limiter: RateLimiter, clock: Clock
+    store: ConversationStore, limiter: RateLimiter, clock: ManualClock
 ) -> None:
     """Refused by the per-user limit, the turn charges the personal agent's budget nothing either."""
     await opened(store)
@@ -149,7 +122,7 @@ async def test_s6_a_refusal_wins_over_every_turn_verdict(store: ConversationStor
         assert claim.status is TurnStatus.RATE_LIMITED
 
 
-async def test_redis_fused_begin_is_one_round_trip(redis_url: str, clock: Clock) -> None:
+async def test_redis_fused_begin_is_one_round_trip(redis_url: str, clock: ManualClock) -> None:
     store = RedisStore(CacheConfig(url=redis_url), clock=clock)
     try:
         await store.begin_turn(ALICE, None, "warm", "hello", "ctx-0", limits=[AGENT])  # loads the scripts
