@@ -167,7 +167,8 @@ async def test_s4_3_failed_bot_call_stores_nothing_and_retry_runs(
     make_gateway: MakeGateway, cache_url: str, mode: str
 ) -> None:
     def fast_timeout(raw: dict[str, Any]) -> None:
-        raw["brands"][0]["upstream"]["timeout"] = 0.3
+        # Short enough for the "slow" bot (30 s) to time out, long enough for a loaded CI machine.
+        raw["brands"][0]["upstream"]["timeout"] = 1.0
 
     gw = await make_gateway(cache_url, edit=fast_timeout)
     context_id = (await ok(await gw.send(message_id="m-1")))["contextId"]
