@@ -1,0 +1,32 @@
+"""The store under test, once per backend (memory, then the real Redis), on a clock tests move."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+
+from gateway.config import CacheConfig
+from gateway.store import ConversationStore
+from gateway.store.memory import MemoryStore
+from gateway.store.redis import RedisStore
+from tests.support.pa import ManualClock
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(start=1_800_000_000.0)
+
+
+@pytest.fixture
+async def store(cache_url: str, clock: ManualClock) -> AsyncIterator[ConversationStore]:
+    config = CacheConfig(
+        url=cache_url, conversation_ttl=100, closed_ttl=1000, retry_window=30, pending_ttl=10
+    )
+    backend: ConversationStore = (
+        MemoryStore(config, clock=clock)
+        if cache_url.startswith("memory")
+        else RedisStore(config, clock=clock)
+    )
+    yield backend
+    await backend.close()
