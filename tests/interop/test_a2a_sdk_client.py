@@ -12,16 +12,14 @@ The SDK, not a hand-written request, does every step a personal agent does:
   (``INVALID_PARAMS`` → ``InvalidParamsError``), and a request without a token is a bare
   ``401`` that the SDK surfaces as an HTTP error.
 
-The gateway runs on a socket bound before the configuration is built, so ``public_url`` (and
+The gateway runs self-addressed (``make_gateway(self_addressed=True)``), so ``public_url`` (and
 therefore the card's interface URL the SDK follows) is the test server's real address.
 """
 
 from __future__ import annotations
 
-import socket
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from collections.abc import AsyncIterator
 
 import httpx
 import pytest
@@ -38,60 +36,25 @@ from a2a.client import (
 )
 from a2a.types.a2a_pb2 import AgentCard, Message, Part, Role, SendMessageRequest
 from a2a.utils.errors import InvalidParamsError
-from aiohttp.test_utils import TestClient, TestServer
 
 from examples.sample_bot.bot import GREETING
-from gateway.app import create_app
-from gateway.config import load_config
-from tests.support.bot import ControlledBot
-from tests.support.gateway import Harness, base_config
-from tests.support.pa import FakeJwksServer, PAKey
+from tests.support.gateway import Harness, MakeGateway
 
 SCHEME = "paJwt"
 CARD_PATH = "/a2a/acme/.well-known/agent-card.json"
 
-MakeSdkGateway = Callable[[str], Awaitable[Harness]]
+
+@pytest.fixture
+async def sdk_gw(make_gateway: MakeGateway, cache_url: str) -> Harness:
+    """A gateway whose cards point at itself, on each backend in turn: memory, then the real Redis."""
+    harness = await make_gateway(cache_url, self_addressed=True)
+    assert str(harness.client.make_url("/")).rstrip("/") == harness.config.public_url
+    return harness
 
 
 @pytest.fixture
-async def make_sdk_gateway(
-    jwks_server: FakeJwksServer, es256_key: PAKey, pa_issuer: str, bot: ControlledBot
-) -> AsyncIterator[MakeSdkGateway]:
-    """A gateway whose ``public_url`` is its own loopback address, so its cards point at itself."""
-    clients: list[TestClient[Any, Any]] = []
-
-    async def make(cache_url: str) -> Harness:
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        raw = base_config(pa_issuer, jwks_server.jwks_uri, bot.url, cache_url)
-        raw["public_url"] = f"http://127.0.0.1:{port}"
-        config = load_config(raw, {})
-
-        def bound_socket(host: str, port: int, family: socket.AddressFamily) -> socket.socket:
-            return sock
-
-        server = TestServer(create_app(config), host="127.0.0.1", port=port, socket_factory=bound_socket)
-        client: TestClient[Any, Any] = TestClient(server)
-        await client.start_server()
-        clients.append(client)
-        assert str(client.make_url("/")).rstrip("/") == config.public_url
-        return Harness(client, bot, config, es256_key, pa_issuer)
-
-    yield make
-    for client in clients:
-        await client.close()
-
-
-@pytest.fixture
-async def sdk_gw(make_sdk_gateway: MakeSdkGateway, cache_url: str) -> Harness:
-    """On each backend in turn: memory, then the real Redis."""
-    return await make_sdk_gateway(cache_url)
-
-
-@pytest.fixture
-async def sdk_gw_memory(make_sdk_gateway: MakeSdkGateway) -> Harness:
-    return await make_sdk_gateway("memory://")
+async def sdk_gw_memory(make_gateway: MakeGateway) -> Harness:
+    return await make_gateway(self_addressed=True)
 
 
 class SentRequests:

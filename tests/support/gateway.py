@@ -8,6 +8,7 @@ operator's YAML would be loaded, and returns a :class:`Harness` that mints token
 from __future__ import annotations
 
 import copy
+import socket
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -114,6 +115,8 @@ async def make_gateway(
     """``await make_gateway(cache_url="memory://", edit=lambda raw: ..., store=None, clock=None)``.
 
     ``metrics=Metrics()`` keeps the registry in the test's hands, to serve it on an ops listener.
+    ``self_addressed=True`` binds the socket before the configuration is built, so ``public_url``
+    (and every card's interface URL) is the test server's real address, for clients that follow it.
     """
     clients: list[TestClient[Any, Any]] = []
 
@@ -123,14 +126,20 @@ async def make_gateway(
         store: ConversationStore | None = None,
         clock: Callable[[], float] | None = None,
         metrics: Metrics | None = None,
+        self_addressed: bool = False,
     ) -> Harness:
         raw = base_config(pa_issuer, jwks_server.jwks_uri, bot.url, cache_url)
+        server_options: dict[str, Any] = {}
+        if self_addressed:
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind(("127.0.0.1", 0))
+            raw["public_url"] = f"http://127.0.0.1:{sock.getsockname()[1]}"
+            server_options = {"port": sock.getsockname()[1], "socket_factory": lambda *_: sock}
         if edit is not None:
             edit(raw)
         config = load_config(raw, {})
-        client: TestClient[Any, Any] = TestClient(
-            TestServer(create_app(config, store=store, clock=clock, metrics=metrics), host="127.0.0.1")
-        )
+        app = create_app(config, store=store, clock=clock, metrics=metrics)
+        client: TestClient[Any, Any] = TestClient(TestServer(app, host="127.0.0.1", **server_options))
         await client.start_server()
         clients.append(client)
         return Harness(client, bot, config, es256_key, pa_issuer)
