@@ -61,7 +61,12 @@ def build_runtime(app: web.Application, config: GatewayConfig, *, previous: Runt
     limits = RateLimits(app[RATE_LIMITER], metrics=metrics)
     turns = TurnService(app[STORE], adapters, limits, metrics)
     if previous is None:
-        verifier = PAVerifier(config.personal_agents, config.provider.audience, app[JWKS])
+        verifier = PAVerifier(
+            config.personal_agents,
+            config.provider.audience,
+            app[JWKS],
+            on_discovery_fetch=metrics.discovery_fetched,
+        )
     else:
         verifier = previous.verifier
         verifier.update(config.personal_agents, config.provider.audience)

@@ -88,6 +88,9 @@ class JwksPolicy:
     refetch_cooldown: float = 15.0
     timeout: float = 5.0
     max_bytes: int = 65536
+    # Under the open policy anyone can be an issuer: this bounds the memory their keys and
+    # discovery documents take. The least recently used is dropped first; inline keys never are.
+    max_cached_issuers: int = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -286,6 +289,7 @@ SCHEMA: dict[str, Any] = _obj(
                         "refetch_cooldown": {"type": "number", "minimum": 0},
                         "timeout": _POS_NUM,
                         "max_bytes": _POS_INT,
+                        "max_cached_issuers": _POS_INT,
                     }
                 ),
             }

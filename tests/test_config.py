@@ -13,6 +13,7 @@ from gateway.config import ConfigError, load_config, load_config_file
 
 ROOT = Path(__file__).resolve().parent.parent
 ENV = {"ACME_BOT_TOKEN": "secret-token"}
+MAX_ISSUERS: list[str | int] = ["personal_agents", "jwks", "max_cached_issuers"]
 
 
 def example() -> dict[str, Any]:
@@ -91,6 +92,11 @@ def _mutate(path: list[str | int], value: Any) -> dict[str, Any]:
             "loopback or private",
         ),
         (["cache", "closed_ttl"], 10, "cache.closed_ttl", "at least conversation_ttl"),
+        (MAX_ISSUERS, 0, "personal_agents.jwks.max_cached_issuers", "is less than the minimum of 1"),
+        (MAX_ISSUERS, -1, "personal_agents.jwks.max_cached_issuers", "is less than the minimum of 1"),
+        (MAX_ISSUERS, 1.5, "personal_agents.jwks.max_cached_issuers", "is not of type 'integer'"),
+        (MAX_ISSUERS, "4096", "personal_agents.jwks.max_cached_issuers", "is not of type 'integer'"),
+        (MAX_ISSUERS, True, "personal_agents.jwks.max_cached_issuers", "is not of type 'integer'"),
     ],
 )
 def test_bad_value_names_its_yaml_path(path: list[str | int], value: Any, where: str, why: str) -> None:
@@ -98,6 +104,14 @@ def test_bad_value_names_its_yaml_path(path: list[str | int], value: Any, where:
         load_config(_mutate(path, value), ENV)
     assert caught.value.path == where
     assert why in caught.value.reason
+
+
+@pytest.mark.parametrize(("value", "expected"), [(KeyError, 4096), (1, 1), (250_000, 250_000)])
+def test_jwks_max_cached_issuers_defaults_to_4096_and_takes_any_positive_integer(
+    value: Any, expected: int
+) -> None:
+    raw = _mutate(MAX_ISSUERS, value)
+    assert load_config(raw, ENV).personal_agents.jwks.max_cached_issuers == expected
 
 
 def test_development_switch_allows_http_loopback_jwks() -> None:

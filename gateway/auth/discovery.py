@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 from yarl import URL
 
-from gateway.auth.jwks import DEFAULT_MAX_ISSUERS, FetchError, JsonFetcher, RefreshingStore
+from gateway.auth.jwks import FetchError, JsonFetcher, RefreshingStore
 from gateway.auth.ssrf import BlockedTarget, check_fetch_url
 from gateway.protocol.claims import AuthFailure
 
@@ -50,17 +50,26 @@ def discovery_url(issuer: str) -> str:
 
 
 class OidcDiscovery:
-    """Issuer → ``jwks_uri`` from each issuer's OIDC discovery document."""
+    """Issuer → ``jwks_uri`` from each issuer's OIDC discovery document.
+
+    ``on_fetch`` hears whether each discovery fetch produced a usable ``jwks_uri``; it is told
+    no issuer, since anyone can name one under the ``open`` policy.
+    """
 
     def __init__(
-        self, fetcher: JsonFetcher, *, clock: Callable[[], float], max_issuers: int = DEFAULT_MAX_ISSUERS
+        self,
+        fetcher: JsonFetcher,
+        *,
+        clock: Callable[[], float],
+        on_fetch: Callable[[bool], None] | None = None,
     ) -> None:
         self._fetcher = fetcher
+        self._on_fetch = on_fetch
         self._store: RefreshingStore[str] = RefreshingStore(
             self._load,
             clock=clock,
             cooldown=fetcher.policy.refetch_cooldown,
-            max_entries=max_issuers,
+            max_entries=fetcher.policy.max_cached_issuers,
             label="OIDC discovery",
             # Anyone can name an issuer under the open policy: its failures are not the operator's.
             failure_log_level=logging.INFO,
@@ -77,6 +86,19 @@ class OidcDiscovery:
         return jwks_uri
 
     async def _load(self, issuer: str, url: str) -> tuple[str, float]:
+        try:
+            jwks_uri, ttl = await self._discover(issuer, url)
+        except FetchError:
+            self._notify(ok=False)
+            raise
+        self._notify(ok=True)
+        return jwks_uri, ttl
+
+    def _notify(self, *, ok: bool) -> None:
+        if self._on_fetch is not None:
+            self._on_fetch(ok)
+
+    async def _discover(self, issuer: str, url: str) -> tuple[str, float]:
         document, ttl = await self._fetcher.get(url)
         # OIDC Discovery §4.3: the document must be about the issuer that was asked for.
         if document.get("issuer", issuer) != issuer:

@@ -32,7 +32,6 @@ from gateway.config import JwksPolicy
 from gateway.protocol.claims import AuthFailure
 
 __all__ = [
-    "DEFAULT_MAX_ISSUERS",
     "FetchError",
     "JsonFetcher",
     "JwksCache",
@@ -54,7 +53,6 @@ T = TypeVar("T")
 
 MIN_RSA_BITS = 2048  # below this a key is refused as weak (NIST SP 800-131A)
 MAX_RSA_BITS = 8192  # above this a key is skipped: verifying with it is a CPU cost anyone could impose
-DEFAULT_MAX_ISSUERS = 4096  # bounds memory under the open policy, where anyone can be an issuer
 
 
 def log_safe(value: str) -> str:
@@ -373,7 +371,6 @@ class JwksCache:
         development: bool,
         clock: Callable[[], float] = time.monotonic,
         on_fetch: Callable[[str, bool], None] | None = None,
-        max_issuers: int = DEFAULT_MAX_ISSUERS,
     ) -> None:
         self._fetcher = JsonFetcher(session, policy, development=development)
         self._clock = clock
@@ -383,7 +380,7 @@ class JwksCache:
             self._load,
             clock=clock,
             cooldown=policy.refetch_cooldown,
-            max_entries=max_issuers,
+            max_entries=policy.max_cached_issuers,
             label="JWKS",
         )
 

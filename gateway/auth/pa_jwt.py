@@ -95,7 +95,10 @@ class _Verdict:
 
 
 class PAVerifier:
-    """Verifies §3.2 personal-agent JWTs against the registered (or discovered) issuers' JWKS."""
+    """Verifies §3.2 personal-agent JWTs against the registered (or discovered) issuers' JWKS.
+
+    ``on_discovery_fetch`` hears whether each OIDC discovery fetch (``open`` policy) succeeded.
+    """
 
     def __init__(
         self,
@@ -105,10 +108,11 @@ class PAVerifier:
         *,
         clock: Callable[[], float] = time.time,
         token_cache_size: int = 10000,
+        on_discovery_fetch: Callable[[bool], None] | None = None,
     ) -> None:
         self._jwks = jwks
         self._clock = clock
-        self._discovery = OidcDiscovery(jwks.fetcher, clock=jwks.clock)
+        self._discovery = OidcDiscovery(jwks.fetcher, clock=jwks.clock, on_fetch=on_discovery_fetch)
         self._tokens: TokenCache[_Verdict] = TokenCache(token_cache_size)
         # Signature only: every claim is checked by check_claims, which names the exact reason.
         self._jwt = jwt.PyJWT(

@@ -137,6 +137,13 @@ class Metrics:
         self.store_errors = Counter(
             "pact_store_errors", "Store operations that failed.", ["operation"], registry=r
         )
+        # Discovery happens only for issuers the open policy admitted, so no issuer label.
+        self.discovery_fetches = Counter(
+            "pact_oidc_discovery_fetches",
+            "OIDC discovery fetches of open-policy issuers' jwks_uri, by result.",
+            ["result"],
+            registry=r,
+        )
         # Labelled children of the per-turn metrics, found once per label set and kept: a
         # ``.labels()`` call stringifies every value and takes the metric's lock on each use.
         # Bounded because every label is (see the module docstring), and never larger than
@@ -186,3 +193,7 @@ class Metrics:
     def store_error(self, operation: str) -> None:
         """A store call that raised :class:`StoreError` (``begin_turn``, ``complete_turn`` …)."""
         self.store_errors.labels(operation).inc()
+
+    def discovery_fetched(self, ok: bool) -> None:
+        """One OIDC discovery fetch (``open`` policy): ``ok`` when it yielded a usable ``jwks_uri``."""
+        self.discovery_fetches.labels("ok" if ok else "error").inc()

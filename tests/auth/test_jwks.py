@@ -8,16 +8,18 @@ from __future__ import annotations
 import asyncio
 import secrets
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from typing import Any
 
 import aiohttp
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from gateway.auth.jwks import JwksCache, parse_jwk, parse_jwks, ttl_from_cache_control
+from gateway.auth.jwks import JwksCache, PublicKey, parse_jwk, parse_jwks, ttl_from_cache_control
 from gateway.auth.pa_jwt import AuthFailure, PAVerifier
 from gateway.config import JwksPolicy, PersonalAgentsConfig
-from tests.support.pa import FailureMode, FakeJwksServer, ManualClock, PAKey, jwks_policy
+from tests.support.pa import FailureMode, FakeJwksServer, ManualClock, PAKey, jwks_policy, refusal
 
 SUB = "user-1"
 FAILURES: list[FailureMode] = [
@@ -29,6 +31,27 @@ FAILURES: list[FailureMode] = [
     "not_json",
     "not_object",
 ]
+Fetches = list[tuple[str, bool]]
+Mint = Callable[..., str]
+
+
+@dataclass(frozen=True)
+class Lookup:
+    """``key_for`` as the verifier calls it: one issuer, its ``jwks_uri`` (``None``: inline keys)
+    and a token's ``kid``/``alg``, by default those of ``key``."""
+
+    jwks: JwksCache
+    issuer: str
+    jwks_uri: str | None
+    key: PAKey
+
+    async def find(self, kid: str | None = None) -> PublicKey:
+        return await self.jwks.key_for(self.issuer, self.jwks_uri, kid or self.key.kid, self.key.alg)
+
+    async def refusal(self, kid: str | None = None) -> str:
+        with pytest.raises(AuthFailure) as failure:
+            await self.find(kid)
+        return failure.value.reason
 
 
 @pytest.fixture
@@ -39,11 +62,12 @@ def clock() -> ManualClock:
 
 @pytest.fixture
 def policy() -> JwksPolicy:
+    """The ``jwks`` cache's bounds; a test that needs another parametrizes ``policy`` directly."""
     return jwks_policy()
 
 
 @pytest.fixture
-def fetches() -> list[tuple[str, bool]]:
+def fetches() -> Fetches:
     return []
 
 
@@ -52,7 +76,7 @@ def jwks(
     fetch_session: aiohttp.ClientSession,
     policy: JwksPolicy,
     clock: ManualClock,
-    fetches: list[tuple[str, bool]],
+    fetches: Fetches,
 ) -> JwksCache:
     return JwksCache(
         fetch_session,
@@ -64,29 +88,35 @@ def jwks(
 
 
 @pytest.fixture
+def lookup(jwks: JwksCache, jwks_server: FakeJwksServer, es256_key: PAKey) -> Lookup:
+    """The fake server's issuer and ``jwks_uri``, asked for ``es256_key``."""
+    return Lookup(jwks, jwks_server.issuer, jwks_server.jwks_uri, es256_key)
+
+
+@pytest.fixture
 def verifier(pa_agents: PersonalAgentsConfig, pa_audience: str, jwks: JwksCache) -> PAVerifier:
     return PAVerifier(pa_agents, pa_audience, jwks, token_cache_size=0)
 
 
-async def key_for(jwks: JwksCache, server: FakeJwksServer, key: PAKey) -> Any:
-    return await jwks.key_for(server.issuer, server.jwks_uri, key.kid, key.alg)
+@pytest.fixture
+def mint(es256_key: PAKey, pa_issuer: str, pa_audience: str) -> Mint:
+    """``mint(key=es256_key, sub=SUB)``: a token of the registered issuer for the gateway."""
 
+    def make(key: PAKey = es256_key, sub: str = SUB) -> str:
+        return key.mint(pa_issuer, sub, pa_audience)
 
-async def failure_of(jwks: JwksCache, server: FakeJwksServer, kid: str, alg: str = "ES256") -> str:
-    with pytest.raises(AuthFailure) as failure:
-        await jwks.key_for(server.issuer, server.jwks_uri, kid, alg)
-    return failure.value.reason
+    return make
 
 
 # --- fetch and parse --------------------------------------------------------------------------
 
 
 async def test_s3_2_keys_are_parsed_once_and_reused(
-    jwks: JwksCache, jwks_server: FakeJwksServer, es256_key: PAKey, fetches: list[tuple[str, bool]]
+    jwks: JwksCache, lookup: Lookup, jwks_server: FakeJwksServer, es256_key: PAKey, fetches: Fetches
 ) -> None:
     assert not jwks.has_keys(jwks_server.issuer)
-    first = await key_for(jwks, jwks_server, es256_key)
-    second = await key_for(jwks, jwks_server, es256_key)
+    first = await lookup.find()
+    second = await lookup.find()
     assert isinstance(first, ec.EllipticCurvePublicKey)
     assert first is second
     assert first.public_numbers() == es256_key.private_key.public_key().public_numbers()
@@ -96,7 +126,7 @@ async def test_s3_2_keys_are_parsed_once_and_reused(
 
 
 async def test_s3_2_unsupported_keys_are_skipped_not_fatal(
-    jwks: JwksCache, jwks_server: FakeJwksServer, es256_key: PAKey, rs256_key: PAKey
+    lookup: Lookup, jwks_server: FakeJwksServer, es256_key: PAKey, rs256_key: PAKey
 ) -> None:
     p384 = ec.generate_private_key(ec.SECP384R1())
     numbers = p384.public_key().public_numbers()
@@ -110,9 +140,9 @@ async def test_s3_2_unsupported_keys_are_skipped_not_fatal(
         es256_key,
     )
     jwks_server.keys.append("not-an-object")
-    assert isinstance(await key_for(jwks, jwks_server, es256_key), ec.EllipticCurvePublicKey)
+    assert isinstance(await lookup.find(), ec.EllipticCurvePublicKey)
     for kid in ("hmac", "ed", "p384", "broken", "enc", "rs512"):
-        assert await failure_of(jwks, jwks_server, kid) == "unknown_kid"
+        assert await lookup.refusal(kid) == "unknown_kid"
 
 
 def test_s3_2_parse_jwk_reads_only_public_members(rs256_key: PAKey) -> None:
@@ -130,49 +160,45 @@ def test_s3_1_a_jwks_needs_a_keys_array(document: dict[str, Any]) -> None:
 
 
 async def test_s3_1_document_without_keys_array_is_a_failed_fetch(
-    jwks: JwksCache, jwks_server: FakeJwksServer, es256_key: PAKey, fetches: list[tuple[str, bool]]
+    lookup: Lookup, jwks_server: FakeJwksServer, fetches: Fetches
 ) -> None:
     jwks_server.fail("not_object")
-    assert await failure_of(jwks, jwks_server, es256_key.kid) == "jwks_unavailable"
+    assert await lookup.refusal() == "jwks_unavailable"
     assert fetches == [(jwks_server.issuer, False)]
 
 
 async def test_s3_1_preloaded_keys_are_never_fetched(jwks: JwksCache, jwks_server: FakeJwksServer) -> None:
-    key = PAKey.es256()
-    jwks.preload("https://airgapped.example", {"keys": [key.public_jwk()]})
-    assert jwks.has_keys("https://airgapped.example")
-    found = await jwks.key_for("https://airgapped.example", None, key.kid, "ES256")
-    assert isinstance(found, ec.EllipticCurvePublicKey)
-    with pytest.raises(AuthFailure) as failure:
-        await jwks.key_for("https://airgapped.example", None, "other-kid", "ES256")
-    assert failure.value.reason == "unknown_kid"
+    airgapped = Lookup(jwks, "https://airgapped.example", None, PAKey.es256())
+    jwks.preload(airgapped.issuer, {"keys": [airgapped.key.public_jwk()]})
+    assert jwks.has_keys(airgapped.issuer)
+    assert isinstance(await airgapped.find(), ec.EllipticCurvePublicKey)
+    assert await airgapped.refusal("other-kid") == "unknown_kid"
     assert jwks_server.fetch_count == 0
 
 
 async def test_s3_1_preload_replaced_by_jwks_uri_is_fetched(
-    jwks: JwksCache, jwks_server: FakeJwksServer, es256_key: PAKey
+    jwks: JwksCache, lookup: Lookup, jwks_server: FakeJwksServer
 ) -> None:
     """A reload that moves an issuer from inline keys to a jwksUri must not keep the old pin."""
     jwks.preload(jwks_server.issuer, {"keys": [PAKey.es256().public_jwk()]})
-    await key_for(jwks, jwks_server, es256_key)
+    await lookup.find()
     assert jwks_server.fetch_count == 1
 
 
 async def test_s3_1_changed_jwks_uri_starts_afresh(
-    jwks: JwksCache, jwks_server: FakeJwksServer, es256_key: PAKey
+    jwks: JwksCache, lookup: Lookup, jwks_server: FakeJwksServer
 ) -> None:
-    await key_for(jwks, jwks_server, es256_key)
+    await lookup.find()
     before = jwks.version(jwks_server.issuer)
-    other_uri = jwks_server.jwks_uri + "?v=2"
-    await jwks.key_for(jwks_server.issuer, other_uri, es256_key.kid, "ES256")
+    await replace(lookup, jwks_uri=jwks_server.jwks_uri + "?v=2").find()
     assert jwks_server.fetch_count == 2
     assert jwks.version(jwks_server.issuer) != before  # cached verdicts are re-checked
 
 
 async def test_jwks_cache_never_closes_the_session(
-    jwks: JwksCache, fetch_session: aiohttp.ClientSession, jwks_server: FakeJwksServer, es256_key: PAKey
+    lookup: Lookup, fetch_session: aiohttp.ClientSession
 ) -> None:
-    await key_for(jwks, jwks_server, es256_key)
+    await lookup.find()
     assert not fetch_session.closed
 
 
@@ -206,20 +232,15 @@ def test_cache_control_max_age_clamped_to_policy(header: str | None, ttl: float)
     ("cache_control", "ttl"), [("max-age=5", 60), ("max-age=999999999", 86400), (None, 300)]
 )
 async def test_cache_control_ttl_decides_when_keys_are_refetched(
-    jwks: JwksCache,
-    jwks_server: FakeJwksServer,
-    es256_key: PAKey,
-    clock: ManualClock,
-    cache_control: str | None,
-    ttl: float,
+    lookup: Lookup, jwks_server: FakeJwksServer, clock: ManualClock, cache_control: str | None, ttl: float
 ) -> None:
     jwks_server.cache_control = cache_control
-    await key_for(jwks, jwks_server, es256_key)
+    await lookup.find()
     clock.advance(ttl - 1)
-    await key_for(jwks, jwks_server, es256_key)
+    await lookup.find()
     assert jwks_server.fetch_count == 1
     clock.advance(1)
-    await key_for(jwks, jwks_server, es256_key)
+    await lookup.find()
     assert jwks_server.fetch_count == 2
 
 
@@ -228,52 +249,43 @@ async def test_cache_control_ttl_decides_when_keys_are_refetched(
 
 async def test_s3_1_rotation_picked_up_after_unknown_kid(
     verifier: PAVerifier,
+    mint: Mint,
     jwks_server: FakeJwksServer,
     es256_key: PAKey,
-    pa_issuer: str,
-    pa_audience: str,
     clock: ManualClock,
     policy: JwksPolicy,
 ) -> None:
-    await verifier.verify(es256_key.mint(pa_issuer, SUB, pa_audience))
+    await verifier.verify(mint())
     rotated = PAKey.es256()
     jwks_server.set_keys(es256_key, rotated)
     clock.advance(policy.refetch_cooldown)
-    identity = await verifier.verify(rotated.mint(pa_issuer, SUB, pa_audience))
+    identity = await verifier.verify(mint(rotated))
     assert identity.sub == SUB
     assert jwks_server.fetch_count == 2
 
 
 async def test_s3_1_unknown_kid_inside_the_cooldown_does_not_refetch(
-    verifier: PAVerifier,
-    jwks_server: FakeJwksServer,
-    es256_key: PAKey,
-    pa_issuer: str,
-    pa_audience: str,
-    clock: ManualClock,
-    policy: JwksPolicy,
+    verifier: PAVerifier, mint: Mint, jwks_server: FakeJwksServer, clock: ManualClock, policy: JwksPolicy
 ) -> None:
-    await verifier.verify(es256_key.mint(pa_issuer, SUB, pa_audience))
+    await verifier.verify(mint())
     rotated = PAKey.es256()
     jwks_server.set_keys(rotated)
     clock.advance(policy.refetch_cooldown - 0.5)
-    with pytest.raises(AuthFailure) as failure:
-        await verifier.verify(rotated.mint(pa_issuer, SUB, pa_audience))
-    assert failure.value.reason == "unknown_kid"
+    assert await refusal(verifier, mint(rotated)) == "unknown_kid"
     assert jwks_server.fetch_count == 1
 
 
 async def test_s3_1_flood_of_50_random_kids_causes_no_extra_fetch_within_cooldown(
-    jwks: JwksCache, jwks_server: FakeJwksServer, es256_key: PAKey, clock: ManualClock, policy: JwksPolicy
+    lookup: Lookup, jwks_server: FakeJwksServer, clock: ManualClock, policy: JwksPolicy
 ) -> None:
-    await key_for(jwks, jwks_server, es256_key)
+    await lookup.find()
     for _ in range(50):
-        assert await failure_of(jwks, jwks_server, secrets.token_hex(8)) == "unknown_kid"
+        assert await lookup.refusal(secrets.token_hex(8)) == "unknown_kid"
     assert jwks_server.fetch_count == 1
     # Once the cool-down has passed, the next flood buys exactly one refetch.
     clock.advance(policy.refetch_cooldown)
     results = await asyncio.gather(
-        *(failure_of(jwks, jwks_server, secrets.token_hex(8)) for _ in range(50)),
+        *(lookup.refusal(secrets.token_hex(8)) for _ in range(50)),
     )
     assert set(results) == {"unknown_kid"}
     assert jwks_server.fetch_count == 2
@@ -283,21 +295,21 @@ async def test_s3_1_flood_of_50_random_kids_causes_no_extra_fetch_within_cooldow
 
 
 async def test_single_flight_20_concurrent_verifies_on_a_cold_cache_fetch_once(
-    verifier: PAVerifier, jwks_server: FakeJwksServer, es256_key: PAKey, pa_issuer: str, pa_audience: str
+    verifier: PAVerifier, mint: Mint, jwks_server: FakeJwksServer
 ) -> None:
     jwks_server.delay = 0.05
-    tokens = [es256_key.mint(pa_issuer, f"user-{i}", pa_audience) for i in range(20)]
+    tokens = [mint(sub=f"user-{i}") for i in range(20)]
     identities = await asyncio.gather(*(verifier.verify(token) for token in tokens))
     assert [identity.sub for identity in identities] == [f"user-{i}" for i in range(20)]
     assert jwks_server.fetch_count == 1
 
 
 async def test_single_flight_a_cancelled_caller_does_not_cancel_the_fetch(
-    jwks: JwksCache, jwks_server: FakeJwksServer, es256_key: PAKey
+    lookup: Lookup, jwks_server: FakeJwksServer
 ) -> None:
     jwks_server.delay = 0.1
-    first = asyncio.create_task(key_for(jwks, jwks_server, es256_key))
-    second = asyncio.create_task(key_for(jwks, jwks_server, es256_key))
+    first = asyncio.create_task(lookup.find())
+    second = asyncio.create_task(lookup.find())
     await asyncio.sleep(0.02)
     first.cancel()
     assert isinstance(await second, ec.EllipticCurvePublicKey)
@@ -309,90 +321,114 @@ async def test_single_flight_a_cancelled_caller_does_not_cancel_the_fetch(
 
 @pytest.mark.parametrize("mode", FAILURES)
 async def test_failed_first_fetch_is_jwks_unavailable(
-    jwks: JwksCache,
-    jwks_server: FakeJwksServer,
-    es256_key: PAKey,
-    fetches: list[tuple[str, bool]],
-    mode: FailureMode,
+    jwks: JwksCache, lookup: Lookup, jwks_server: FakeJwksServer, fetches: Fetches, mode: FailureMode
 ) -> None:
     """500, timeout, redirect, oversize (with and without Content-Length), non-JSON, non-object."""
     jwks_server.fail(mode)
     started = time.monotonic()
-    assert await failure_of(jwks, jwks_server, es256_key.kid) == "jwks_unavailable"
+    assert await lookup.refusal() == "jwks_unavailable"
     assert time.monotonic() - started < 0.9  # a hang ends at the policy timeout
     assert fetches == [(jwks_server.issuer, False)]
     assert not jwks.has_keys(jwks_server.issuer)
 
 
-async def test_redirect_is_not_followed(
-    jwks: JwksCache, jwks_server: FakeJwksServer, es256_key: PAKey
-) -> None:
+async def test_redirect_is_not_followed(lookup: Lookup, jwks_server: FakeJwksServer) -> None:
     jwks_server.fail("redirect")
-    assert await failure_of(jwks, jwks_server, es256_key.kid) == "jwks_unavailable"
+    assert await lookup.refusal() == "jwks_unavailable"
     assert jwks_server.fetch_count == 1  # the redirect target was never requested
 
 
+@pytest.mark.parametrize("policy", [jwks_policy(max_bytes=4096)], ids=["max_bytes=4096"])
 @pytest.mark.parametrize("mode", ["oversize", "oversize_chunked"])
 async def test_body_over_max_bytes_refused(
     fetch_session: aiohttp.ClientSession,
+    lookup: Lookup,
     jwks_server: FakeJwksServer,
-    es256_key: PAKey,
+    policy: JwksPolicy,
     mode: FailureMode,
 ) -> None:
-    jwks = JwksCache(fetch_session, jwks_policy(max_bytes=4096), development=True)
     jwks_server.oversize_bytes = 5000
     jwks_server.fail(mode)
-    assert await failure_of(jwks, jwks_server, es256_key.kid) == "jwks_unavailable"
-    jwks_server.fail(None)
+    assert await lookup.refusal() == "jwks_unavailable"
     jwks_server.oversize_bytes = 1000
-    jwks_server.fail(mode)
-    fresh = JwksCache(fetch_session, jwks_policy(max_bytes=4096), development=True)
-    assert isinstance(await key_for(fresh, jwks_server, es256_key), ec.EllipticCurvePublicKey)
+    fresh = replace(lookup, jwks=JwksCache(fetch_session, policy, development=True))
+    assert isinstance(await fresh.find(), ec.EllipticCurvePublicKey)
 
 
 @pytest.mark.parametrize("mode", FAILURES)
 async def test_last_good_keys_survive_an_outage_after_ttl_expiry(
     verifier: PAVerifier,
+    mint: Mint,
     jwks_server: FakeJwksServer,
-    es256_key: PAKey,
     pa_issuer: str,
-    pa_audience: str,
     clock: ManualClock,
-    fetches: list[tuple[str, bool]],
+    fetches: Fetches,
     mode: FailureMode,
 ) -> None:
-    await verifier.verify(es256_key.mint(pa_issuer, SUB, pa_audience))
+    await verifier.verify(mint())
     jwks_server.fail(mode)
     clock.advance(301)  # past the default TTL
-    identity = await verifier.verify(es256_key.mint(pa_issuer, SUB, pa_audience))
+    identity = await verifier.verify(mint())
     assert identity.sub == SUB
     assert fetches == [(pa_issuer, True), (pa_issuer, False)]  # the refetch was tried, and failed
 
 
 async def test_failed_fetches_are_retried_only_after_the_cooldown(
-    jwks: JwksCache, jwks_server: FakeJwksServer, es256_key: PAKey, clock: ManualClock, policy: JwksPolicy
+    lookup: Lookup, jwks_server: FakeJwksServer, clock: ManualClock, policy: JwksPolicy
 ) -> None:
     jwks_server.fail("error")
     for _ in range(5):
-        assert await failure_of(jwks, jwks_server, es256_key.kid) == "jwks_unavailable"
+        assert await lookup.refusal() == "jwks_unavailable"
     assert jwks_server.fetch_count == 1
     jwks_server.fail(None)
     clock.advance(policy.refetch_cooldown)
-    assert isinstance(await key_for(jwks, jwks_server, es256_key), ec.EllipticCurvePublicKey)
+    assert isinstance(await lookup.find(), ec.EllipticCurvePublicKey)
     assert jwks_server.fetch_count == 2
 
 
 async def test_version_changes_only_when_the_keys_do(
-    jwks: JwksCache, jwks_server: FakeJwksServer, es256_key: PAKey, clock: ManualClock
+    jwks: JwksCache, lookup: Lookup, jwks_server: FakeJwksServer, clock: ManualClock
 ) -> None:
     assert jwks.version(jwks_server.issuer) is None
-    await key_for(jwks, jwks_server, es256_key)
+    await lookup.find()
     first = jwks.version(jwks_server.issuer)
     clock.advance(300)
-    await key_for(jwks, jwks_server, es256_key)
+    await lookup.find()
     assert jwks.version(jwks_server.issuer) == first
     jwks_server.add_key(PAKey.es256())
     clock.advance(300)
-    await key_for(jwks, jwks_server, es256_key)
+    await lookup.find()
     assert jwks_server.fetch_count == 3
     assert jwks.version(jwks_server.issuer) != first
+
+
+# --- the bound on cached issuers (personal_agents.jwks.max_cached_issuers) ----------------------
+
+
+@pytest.mark.parametrize("policy", [jwks_policy(max_cached_issuers=2)], ids=["max_cached_issuers=2"])
+async def test_keys_of_the_least_recently_used_issuer_are_dropped_beyond_max_cached_issuers(
+    jwks: JwksCache, lookup: Lookup, jwks_server: FakeJwksServer, policy: JwksPolicy
+) -> None:
+    """Under the open policy anyone can be an issuer, so the cache is bounded; recent use keeps keys."""
+    a, b, c = (replace(lookup, issuer=f"https://pa-{name}.example") for name in "abc")
+    await a.find()
+    await b.find()
+    await a.find()  # a is now more recently used than b
+    await c.find()
+    assert [jwks.has_keys(pa.issuer) for pa in (a, b, c)] == [True, False, True]
+    assert jwks_server.fetch_count == 3
+    await b.find()  # fetched afresh; a is now the least recently used
+    assert [jwks.has_keys(pa.issuer) for pa in (a, b, c)] == [False, True, True]
+    assert jwks_server.fetch_count == 4
+
+
+@pytest.mark.parametrize("policy", [jwks_policy(max_cached_issuers=2)], ids=["max_cached_issuers=2"])
+async def test_s3_1_inline_keys_are_never_dropped_for_the_bound(
+    jwks: JwksCache, lookup: Lookup, policy: JwksPolicy
+) -> None:
+    airgapped = Lookup(jwks, "https://airgapped.example", None, PAKey.es256())
+    jwks.preload(airgapped.issuer, {"keys": [airgapped.key.public_jwk()]})
+    for name in "abc":
+        await replace(lookup, issuer=f"https://pa-{name}.example").find()
+    assert isinstance(await airgapped.find(), ec.EllipticCurvePublicKey)
+    assert jwks.has_keys("https://pa-c.example")

@@ -3,20 +3,33 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
+from typing import Any
 
 import aiohttp
 import pytest
 
 from gateway.auth.jwks import JwksCache
-from gateway.auth.pa_jwt import AuthFailure, PAVerifier
+from gateway.auth.pa_jwt import PAVerifier
 from gateway.auth.token_cache import TokenCache
 from gateway.config import PersonalAgentsConfig
-from tests.support.pa import FakeJwksServer, ManualClock, PAKey, allowlist, jwks_policy
+from tests.support.pa import FakeJwksServer, ManualClock, PAKey, allowlist, jwks_policy, refusal
 
 SUB = "user-1"
+EXP = 100.0  # when the LRU tests' entries expire; they read the cache before it
+Mint = Callable[..., str]
+Reload = Callable[..., None]
 
 
 # --- the LRU itself ---------------------------------------------------------------------------
+
+
+def lru(size: int, *entries: tuple[str, int, str]) -> TokenCache[int]:
+    """A cache of ``size`` given (token, value, issuer) entries in order, each expiring at EXP."""
+    cache: TokenCache[int] = TokenCache(size)
+    for token, value, issuer in entries:
+        cache.put(token, value, issuer=issuer, expires_at=EXP)
+    return cache
 
 
 def test_token_cache_entry_is_unusable_at_exp() -> None:
@@ -29,27 +42,21 @@ def test_token_cache_entry_is_unusable_at_exp() -> None:
 
 
 def test_token_cache_is_a_bounded_lru() -> None:
-    cache: TokenCache[int] = TokenCache(2)
-    cache.put("a", 1, issuer="i", expires_at=100.0)
-    cache.put("b", 2, issuer="i", expires_at=100.0)
+    cache = lru(2, ("a", 1, "i"), ("b", 2, "i"))
     assert cache.get("a", 0.0) == 1  # "a" is now the most recently used
-    cache.put("c", 3, issuer="i", expires_at=100.0)
+    cache.put("c", 3, issuer="i", expires_at=EXP)
     assert (cache.get("a", 0.0), cache.get("b", 0.0), cache.get("c", 0.0)) == (1, None, 3)
     assert len(cache) == 2
 
 
 def test_token_cache_drops_entries_per_issuer() -> None:
-    cache: TokenCache[int] = TokenCache(10)
-    cache.put("a", 1, issuer="keep", expires_at=100.0)
-    cache.put("b", 2, issuer="drop", expires_at=100.0)
+    cache = lru(10, ("a", 1, "keep"), ("b", 2, "drop"))
     cache.retain_issuers(lambda issuer: issuer == "keep")
     assert (cache.get("a", 0.0), cache.get("b", 0.0)) == (1, None)
 
 
 def test_token_cache_of_size_zero_stores_nothing() -> None:
-    cache: TokenCache[int] = TokenCache(0)
-    cache.put("a", 1, issuer="i", expires_at=100.0)
-    assert cache.get("a", 0.0) is None
+    assert lru(0, ("a", 1, "i")).get("a", 0.0) is None
 
 
 # --- through the verifier ---------------------------------------------------------------------
@@ -77,19 +84,44 @@ def verifier(
     return PAVerifier(pa_agents, pa_audience, jwks, clock=wall)
 
 
-async def test_token_cache_hit_returns_the_cached_identity(
-    verifier: PAVerifier, es256_key: PAKey, pa_issuer: str, pa_audience: str, wall: ManualClock
-) -> None:
-    token = es256_key.mint(pa_issuer, SUB, pa_audience, iat=wall.now)
+@pytest.fixture
+def mint(es256_key: PAKey, pa_issuer: str, pa_audience: str, wall: ManualClock) -> Mint:
+    """``mint(key=es256_key, **claims)``: a token of the registered issuer for SUB, issued at ``wall`` now."""
+
+    def make(key: PAKey = es256_key, **claims: Any) -> str:
+        return key.mint(pa_issuer, SUB, pa_audience, iat=wall.now, **claims)
+
+    return make
+
+
+@pytest.fixture
+def reload(verifier: PAVerifier, jwks_server: FakeJwksServer, pa_issuer: str, pa_audience: str) -> Reload:
+    """``reload(issuer=…, jwks_uri=…, enabled=…, audience=…)``: a configuration reload that registers
+    one personal agent, by default the test PA unchanged."""
+
+    def apply(
+        *,
+        issuer: str = pa_issuer,
+        jwks_uri: str = jwks_server.jwks_uri,
+        enabled: bool = True,
+        audience: str = pa_audience,
+    ) -> None:
+        verifier.update(allowlist(issuer, jwks_uri, enabled=enabled), audience)
+
+    return apply
+
+
+async def test_token_cache_hit_returns_the_cached_identity(verifier: PAVerifier, mint: Mint) -> None:
+    token = mint()
     first = await verifier.verify(token)
     assert await verifier.verify(token) is first
-    assert await verifier.verify(es256_key.mint(pa_issuer, SUB, pa_audience, iat=wall.now)) is not first
+    assert await verifier.verify(mint()) is not first
 
 
 async def test_token_cache_entry_is_not_used_at_or_past_exp(
-    verifier: PAVerifier, es256_key: PAKey, pa_issuer: str, pa_audience: str, wall: ManualClock
+    verifier: PAVerifier, mint: Mint, wall: ManualClock
 ) -> None:
-    token = es256_key.mint(pa_issuer, SUB, pa_audience, iat=wall.now, exp=wall.now + 60)
+    token = mint(exp=wall.now + 60)
     first = await verifier.verify(token)
     wall.advance(59.9)
     assert await verifier.verify(token) is first
@@ -97,89 +129,60 @@ async def test_token_cache_entry_is_not_used_at_or_past_exp(
     second = await verifier.verify(token)
     assert second is not first
     wall.advance(30)  # exp + 30 s: the full check refuses, and so must the cache
-    with pytest.raises(AuthFailure) as failure:
-        await verifier.verify(token)
-    assert failure.value.reason == "expired"
+    assert await refusal(verifier, token) == "expired"
 
 
 async def test_s3_1_token_cache_dropped_when_issuer_disabled(
-    verifier: PAVerifier,
-    jwks_server: FakeJwksServer,
-    es256_key: PAKey,
-    pa_issuer: str,
-    pa_audience: str,
-    wall: ManualClock,
+    verifier: PAVerifier, mint: Mint, reload: Reload
 ) -> None:
-    token = es256_key.mint(pa_issuer, SUB, pa_audience, iat=wall.now)
+    token = mint()
     first = await verifier.verify(token)
-    verifier.update(allowlist(pa_issuer, jwks_server.jwks_uri, enabled=False), pa_audience)
-    with pytest.raises(AuthFailure) as failure:
-        await verifier.verify(token)
-    assert failure.value.reason == "disabled_issuer"
-    verifier.update(allowlist(pa_issuer, jwks_server.jwks_uri), pa_audience)
+    reload(enabled=False)
+    assert await refusal(verifier, token) == "disabled_issuer"
+    reload()
     assert await verifier.verify(token) is not first  # the entry was dropped, not just hidden
 
 
-async def test_s3_1_token_cache_dropped_when_issuer_removed(
-    verifier: PAVerifier, es256_key: PAKey, pa_issuer: str, pa_audience: str, wall: ManualClock
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        (
+            {"issuer": "https://other.example", "jwks_uri": "https://other.example/jwks.json"},
+            "unknown_issuer",
+        ),
+        ({"audience": "new-audience"}, "bad_audience"),
+    ],
+    ids=["issuer_removed", "audience_changed"],
+)
+async def test_s3_1_token_cache_dropped_when_a_reload_would_refuse_the_token(
+    verifier: PAVerifier, mint: Mint, reload: Reload, change: dict[str, str], reason: str
 ) -> None:
-    token = es256_key.mint(pa_issuer, SUB, pa_audience, iat=wall.now)
+    token = mint()
     await verifier.verify(token)
-    verifier.update(allowlist("https://other.example", "https://other.example/jwks.json"), pa_audience)
-    with pytest.raises(AuthFailure) as failure:
-        await verifier.verify(token)
-    assert failure.value.reason == "unknown_issuer"
+    reload(**change)
+    assert await refusal(verifier, token) == reason
 
 
 async def test_s3_1_token_cache_kept_for_issuers_still_enabled(
-    verifier: PAVerifier,
-    jwks_server: FakeJwksServer,
-    es256_key: PAKey,
-    pa_issuer: str,
-    pa_audience: str,
-    wall: ManualClock,
+    verifier: PAVerifier, mint: Mint, reload: Reload
 ) -> None:
-    token = es256_key.mint(pa_issuer, SUB, pa_audience, iat=wall.now)
+    token = mint()
     first = await verifier.verify(token)
-    verifier.update(allowlist(pa_issuer, jwks_server.jwks_uri), pa_audience)
+    reload()
     assert await verifier.verify(token) is first
 
 
-async def test_s3_1_audience_change_on_reload_clears_the_token_cache(
-    verifier: PAVerifier,
-    jwks_server: FakeJwksServer,
-    es256_key: PAKey,
-    pa_issuer: str,
-    pa_audience: str,
-    wall: ManualClock,
-) -> None:
-    token = es256_key.mint(pa_issuer, SUB, pa_audience, iat=wall.now)
-    await verifier.verify(token)
-    verifier.update(allowlist(pa_issuer, jwks_server.jwks_uri), "new-audience")
-    with pytest.raises(AuthFailure) as failure:
-        await verifier.verify(token)
-    assert failure.value.reason == "bad_audience"
-
-
 async def test_s3_1_token_cache_not_used_after_its_key_was_rotated_out(
-    verifier: PAVerifier,
-    jwks_server: FakeJwksServer,
-    es256_key: PAKey,
-    pa_issuer: str,
-    pa_audience: str,
-    wall: ManualClock,
-    mono: ManualClock,
+    verifier: PAVerifier, mint: Mint, jwks_server: FakeJwksServer, mono: ManualClock
 ) -> None:
     """Once a refetch drops the key, a cached verdict for a token it signed is not trusted."""
-    token = es256_key.mint(pa_issuer, SUB, pa_audience, iat=wall.now)
+    token = mint()
     await verifier.verify(token)
     rotated = PAKey.es256()
     jwks_server.set_keys(rotated)
     mono.advance(301)
-    await verifier.verify(rotated.mint(pa_issuer, SUB, pa_audience, iat=wall.now))
-    with pytest.raises(AuthFailure) as failure:
-        await verifier.verify(token)
-    assert failure.value.reason == "unknown_kid"
+    await verifier.verify(mint(rotated))
+    assert await refusal(verifier, token) == "unknown_kid"
 
 
 async def test_token_cache_hit_is_at_least_10x_cheaper_than_full_es256_verification(

@@ -8,7 +8,7 @@ a :class:`ManualClock`, so cool-downs pass without sleeping.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 import orjson
@@ -20,11 +20,12 @@ from gateway.http.state import METRICS
 from gateway.ops.metrics import Metrics
 from gateway.upstream.base import BotBusy, BotReply, Turn, UpstreamError
 from gateway.upstream.guard import CircuitBreaker, CircuitState, GuardedBot, Permit
-from tests.support.gateway import MakeGateway
+from tests.support.gateway import Harness, MakeGateway
 from tests.support.pa import ManualClock
 
 A2A_JSON = "application/a2a+json"
 STILL_RUNNING = "A message with this messageId is still being processed"
+BreakerGateway = Callable[..., Awaitable[Harness]]
 
 
 def upstream(**settings: Any) -> Callable[[dict[str, Any]], None]:
@@ -56,6 +57,36 @@ async def internal(response: ClientResponse) -> None:
     assert (error["message"], error["details"][0]["reason"]) == ("Internal error", "INTERNAL")
 
 
+async def hold_at_the_bot(
+    gw: Harness, *turns: Coroutine[Any, Any, ClientResponse], calls: int
+) -> tuple[asyncio.Event, list[asyncio.Task[ClientResponse]]]:
+    """Close the bot's gate, start ``turns``, and wait until the bot has had ``calls`` calls in all.
+
+    The gate is returned for the test to open."""
+    gate = gw.bot.gate = asyncio.Event()
+    tasks = [asyncio.create_task(turn) for turn in turns]
+    await until(lambda: len(gw.bot.calls) == calls)
+    return gate, tasks
+
+
+@pytest.fixture
+def breaker_clock() -> ManualClock:
+    """The gateway's breaker time: tests move it instead of sleeping."""
+    return ManualClock(start=100.0)
+
+
+@pytest.fixture
+def with_breaker(make_gateway: MakeGateway, breaker_clock: ManualClock) -> BreakerGateway:
+    """``await with_breaker(failures, cooldown, cache_url="memory://")``: a gateway whose ``acme`` bot
+    has that circuit breaker, with a 30 s window, on ``breaker_clock``."""
+
+    async def make(failures: int, cooldown: float, cache_url: str = "memory://") -> Harness:
+        breaker = {"failures": failures, "window": 30, "cooldown": cooldown}
+        return await make_gateway(cache_url, edit=upstream(circuit_breaker=breaker), clock=breaker_clock)
+
+    return make
+
+
 # Concurrency cap.
 
 
@@ -64,9 +95,7 @@ async def test_s6_over_the_concurrency_cap_is_bare_429_and_the_retry_runs_the_tu
 ) -> None:
     gw = await make_gateway(cache_url, edit=upstream(max_concurrency=1, queue_timeout=0.2))
     context_id = (await message(await gw.send(message_id="m-1")))["contextId"]
-    gw.bot.gate = asyncio.Event()
-    held = asyncio.create_task(gw.send("Hello", message_id="other-1", sub="bob"))
-    await until(lambda: len(gw.bot.calls) == 2)
+    gate, [held] = await hold_at_the_bot(gw, gw.send("Hello", message_id="other-1", sub="bob"), calls=2)
     # The one slot is taken: this turn waits queue_timeout, then is refused without reaching the bot.
     loop = asyncio.get_running_loop()
     started = loop.time()
@@ -77,7 +106,7 @@ async def test_s6_over_the_concurrency_cap_is_bare_429_and_the_retry_runs_the_tu
     assert await refused.read() == b""
     assert refused.headers.get("Content-Type", "") != A2A_JSON
     assert len(gw.bot.calls) == 2
-    gw.bot.gate.set()
+    gate.set()
     await message(await held)
     # The in-flight marker was released: the retry runs the turn (not "still being processed").
     retry = await message(await gw.send("It is A-10001", message_id="m-2", context_id=context_id))
@@ -87,11 +116,9 @@ async def test_s6_over_the_concurrency_cap_is_bare_429_and_the_retry_runs_the_tu
 
 async def test_a_refused_first_message_opens_no_conversation(make_gateway: MakeGateway) -> None:
     gw = await make_gateway(edit=upstream(max_concurrency=1, queue_timeout=0))
-    gw.bot.gate = asyncio.Event()
-    held = asyncio.create_task(gw.send("Hello", message_id="m-1"))
-    await until(lambda: len(gw.bot.calls) == 1)
+    gate, [held] = await hold_at_the_bot(gw, gw.send("Hello", message_id="m-1"), calls=1)
     assert (await gw.send("Hi there", message_id="first", sub="bob")).status == 429
-    gw.bot.gate.set()
+    gate.set()
     await message(await held)
     await message(await gw.send("Hi there", message_id="first", sub="bob"))
     assert gw.bot.calls[-1].body["new_conversation"] is True
@@ -99,12 +126,10 @@ async def test_a_refused_first_message_opens_no_conversation(make_gateway: MakeG
 
 async def test_a_queued_turn_runs_when_a_slot_frees_in_time(make_gateway: MakeGateway) -> None:
     gw = await make_gateway(edit=upstream(max_concurrency=2, queue_timeout=5))
-    gw.bot.gate = asyncio.Event()
-    tasks = [asyncio.create_task(gw.send(sub=f"user-{i}")) for i in range(4)]
-    await until(lambda: len(gw.bot.calls) == 2)
+    gate, tasks = await hold_at_the_bot(gw, *(gw.send(sub=f"user-{i}") for i in range(4)), calls=2)
     await asyncio.sleep(0.05)
     assert len(gw.bot.calls) == 2  # never more than the cap at the bot
-    gw.bot.gate.set()
+    gate.set()
     for response in await asyncio.gather(*tasks):
         await message(response)
     assert len(gw.bot.calls) == 4
@@ -114,11 +139,9 @@ async def test_a_queued_turn_runs_when_a_slot_frees_in_time(make_gateway: MakeGa
 
 
 async def test_breaker_opens_after_n_failures_and_fails_fast_without_calling_the_bot(
-    make_gateway: MakeGateway, cache_url: str
+    with_breaker: BreakerGateway, breaker_clock: ManualClock, cache_url: str
 ) -> None:
-    clock = ManualClock(start=100.0)
-    breaker = {"failures": 3, "window": 30, "cooldown": 15}
-    gw = await make_gateway(cache_url, edit=upstream(circuit_breaker=breaker), clock=clock)
+    gw = await with_breaker(failures=3, cooldown=15, cache_url=cache_url)
     context_id = (await message(await gw.send(message_id="m-1")))["contextId"]
     gw.bot.mode = "status500"
     for i in range(3):
@@ -134,44 +157,42 @@ async def test_breaker_opens_after_n_failures_and_fails_fast_without_calling_the
     assert len(gw.bot.calls) == 4
     # Other Brands have their own breaker.
     await message(await gw.send(brand="globex"))
-    clock.advance(14.9)
+    breaker_clock.advance(14.9)
     await internal(await gw.send("It is A-10001", message_id="m-9", context_id=context_id))
     assert len(gw.bot.calls) == 5
     # After the cool-down one probe goes through; its success closes the circuit.
-    clock.advance(0.1)
+    breaker_clock.advance(0.1)
     probe = await message(await gw.send("It is A-10001", message_id="m-9", context_id=context_id))
     assert "A-10001" in probe["parts"][0]["text"]
     await message(await gw.send("It is A-10002", message_id="m-10", context_id=context_id))
     assert len(gw.bot.calls) == 7
 
 
-async def test_breaker_failed_probe_reopens(make_gateway: MakeGateway) -> None:
-    clock = ManualClock(start=100.0)
-    breaker = {"failures": 2, "window": 30, "cooldown": 10}
-    gw = await make_gateway(edit=upstream(circuit_breaker=breaker), clock=clock)
+async def test_breaker_failed_probe_reopens(with_breaker: BreakerGateway, breaker_clock: ManualClock) -> None:
+    gw = await with_breaker(failures=2, cooldown=10)
     gw.bot.mode = "status500"
     for _ in range(2):
         await internal(await gw.send())
-    clock.advance(10)
+    breaker_clock.advance(10)
     await internal(await gw.send())  # the probe reaches the bot, and fails
     assert len(gw.bot.calls) == 3
     await internal(await gw.send())  # open again: no call
     assert len(gw.bot.calls) == 3
     gw.bot.mode = "sample"
-    clock.advance(10)
+    breaker_clock.advance(10)
     await message(await gw.send())
     await message(await gw.send())
     assert len(gw.bot.calls) == 5
 
 
-async def test_breaker_counts_only_failures_in_a_row_within_the_window(make_gateway: MakeGateway) -> None:
-    clock = ManualClock(start=100.0)
-    breaker = {"failures": 3, "window": 30, "cooldown": 15}
-    gw = await make_gateway(edit=upstream(circuit_breaker=breaker), clock=clock)
+async def test_breaker_counts_only_failures_in_a_row_within_the_window(
+    with_breaker: BreakerGateway, breaker_clock: ManualClock
+) -> None:
+    gw = await with_breaker(failures=3, cooldown=15)
     gw.bot.mode = "status500"
     for _ in range(3):
         await internal(await gw.send())
-        clock.advance(20)  # three failures, but spread over 40 s
+        breaker_clock.advance(20)  # three failures, but spread over 40 s
     await internal(await gw.send())
     assert len(gw.bot.calls) == 4
     gw.bot.mode = "sample"
@@ -190,6 +211,19 @@ async def test_breaker_counts_only_failures_in_a_row_within_the_window(make_gate
 
 def settings(**overrides: Any) -> CircuitBreakerConfig:
     return CircuitBreakerConfig(**{"failures": 2, "window": 30.0, "cooldown": 15.0, **overrides})
+
+
+def bot_config(**overrides: Any) -> UpstreamConfig:
+    return UpstreamConfig(url="http://bot.test/chat", **overrides)
+
+
+def concurrency_refusals(metrics: Metrics) -> float | None:
+    labels = {"brand": "acme", "limit": "concurrency"}
+    return metrics.registry.get_sample_value("pact_rate_limited_total", labels)
+
+
+def turn(message_id: str = "m-1") -> Turn:
+    return Turn("acme", "c-1", message_id, "hi", "https://pa.example", "alice", False, "req-00000001")
 
 
 def test_breaker_only_the_probe_moves_an_open_circuit() -> None:
@@ -245,16 +279,11 @@ class ScriptedBot:
         return BotReply("ok")
 
 
-TURN = Turn("acme", "c-1", "m-1", "hi", "https://pa.example", "alice", False, "req-00000001")
-
-
 async def test_guard_exports_circuit_state_and_concurrency_refusals() -> None:
     metrics = Metrics()
     clock = ManualClock(start=0.0)
     bot = ScriptedBot()
-    config = UpstreamConfig(
-        url="http://bot.test/chat", max_concurrency=1, queue_timeout=0, circuit_breaker=settings()
-    )
+    config = bot_config(max_concurrency=1, queue_timeout=0, circuit_breaker=settings())
     guard = GuardedBot(bot, "acme", config, metrics=metrics, clock=clock)
 
     def state() -> float | None:
@@ -264,15 +293,15 @@ async def test_guard_exports_circuit_state_and_concurrency_refusals() -> None:
     bot.failing = True
     for _ in range(2):
         with pytest.raises(UpstreamError):
-            await guard.send(TURN)
+            await guard.send(turn())
     assert state() == 2
     with pytest.raises(UpstreamError, match="circuit_open"):
-        await guard.send(TURN)
+        await guard.send(turn())
     assert bot.calls == 2
     clock.advance(15)
     bot.failing = False
     bot.gate = asyncio.Event()
-    probe = asyncio.create_task(guard.send(TURN))
+    probe = asyncio.create_task(guard.send(turn()))
     await until(lambda: bot.calls == 3)
     assert state() == 1
     bot.gate.set()
@@ -280,15 +309,12 @@ async def test_guard_exports_circuit_state_and_concurrency_refusals() -> None:
     assert state() == 0
     # The cap: a second concurrent call with no queueing time is refused at once.
     bot.gate = asyncio.Event()
-    first = asyncio.create_task(guard.send(TURN))
+    first = asyncio.create_task(guard.send(turn()))
     await until(lambda: bot.calls == 4)
     with pytest.raises(BotBusy) as busy:
-        await guard.send(TURN)
+        await guard.send(turn())
     assert busy.value.retry_after == 1
-    sample = metrics.registry.get_sample_value(
-        "pact_rate_limited_total", {"brand": "acme", "limit": "concurrency"}
-    )
-    assert sample == 1.0
+    assert concurrency_refusals(metrics) == 1.0
     bot.gate.set()
     await first
 
@@ -296,16 +322,14 @@ async def test_guard_exports_circuit_state_and_concurrency_refusals() -> None:
 async def test_guard_cancelled_call_frees_its_slot() -> None:
     bot = ScriptedBot()
     bot.gate = asyncio.Event()
-    guard = GuardedBot(
-        bot, "acme", UpstreamConfig(url="http://bot.test/chat", max_concurrency=1, queue_timeout=0)
-    )
-    call = asyncio.create_task(guard.send(TURN))
+    guard = GuardedBot(bot, "acme", bot_config(max_concurrency=1, queue_timeout=0))
+    call = asyncio.create_task(guard.send(turn()))
     await until(lambda: bot.calls == 1)
     call.cancel()
     with pytest.raises(asyncio.CancelledError):
         await call
     bot.gate.set()
-    assert await guard.send(TURN) == BotReply("ok")
+    assert await guard.send(turn()) == BotReply("ok")
     assert guard.circuit_state is CircuitState.CLOSED
 
 
@@ -325,16 +349,11 @@ class HeldBot:
         return BotReply(turn.message_id)
 
 
-def turn(message_id: str) -> Turn:
-    return Turn("acme", "c-1", message_id, "hi", "https://pa.example", "alice", False, "req-00000001")
-
-
 async def test_guard_free_slots_are_taken_at_once_and_the_cap_still_refuses() -> None:
     """The free-slot short cut still takes a slot per call, gives it back, and refuses at the cap."""
     metrics = Metrics()
     bot = HeldBot()
-    config = UpstreamConfig(url="http://bot.test/chat", max_concurrency=2, queue_timeout=0)
-    guard = GuardedBot(bot, "acme", config, metrics=metrics)
+    guard = GuardedBot(bot, "acme", bot_config(max_concurrency=2, queue_timeout=0), metrics=metrics)
     first = asyncio.create_task(guard.send(turn("m-1")))
     second = asyncio.create_task(guard.send(turn("m-2")))
     await until(lambda: len(bot.arrived) == 2)
@@ -351,10 +370,7 @@ async def test_guard_free_slots_are_taken_at_once_and_the_cap_still_refuses() ->
     for message_id in ("m-2", "m-4"):
         bot.release(message_id)
     assert [reply.text for reply in await asyncio.gather(second, third)] == ["m-2", "m-4"]
-    refused = metrics.registry.get_sample_value(
-        "pact_rate_limited_total", {"brand": "acme", "limit": "concurrency"}
-    )
-    assert refused == 2
+    assert concurrency_refusals(metrics) == 2
     # Every slot came back: two calls at once run again.
     for message_id in ("m-6", "m-7"):
         bot.release(message_id)
@@ -365,8 +381,7 @@ async def test_guard_free_slots_are_taken_at_once_and_the_cap_still_refuses() ->
 async def test_guard_a_queued_turn_gets_the_freed_slot_before_a_newcomer() -> None:
     """A turn arriving as a slot frees must not take it from one already waiting: first come, first served."""
     bot = HeldBot()
-    config = UpstreamConfig(url="http://bot.test/chat", max_concurrency=1, queue_timeout=5)
-    guard = GuardedBot(bot, "acme", config)
+    guard = GuardedBot(bot, "acme", bot_config(max_concurrency=1, queue_timeout=5))
     holder = asyncio.create_task(guard.send(turn("m-holder")))
     await until(lambda: bot.arrived == ["m-holder"])
     queued = asyncio.create_task(guard.send(turn("m-queued")))

@@ -146,6 +146,35 @@ async def test_jwks_failure_counted_and_open_issuers_share_one_label(
     assert stranger.issuer not in text
 
 
+async def test_s3_1_open_policy_discovery_fetches_counted_apart_from_jwks_fetches(
+    make_gateway: MakeGateway, ops_for: OpsFor
+) -> None:
+    """OIDC discovery is ``pact_oidc_discovery_fetches_total{result}``: no issuer label, not a JWKS fetch."""
+
+    def open_policy(raw: dict[str, Any]) -> None:
+        raw["personal_agents"]["policy"] = "open"
+
+    metrics = Metrics()
+    gw = await make_gateway(edit=open_policy, metrics=metrics)
+    ops = await ops_for(gw, metrics)
+    stranger_key = PAKey.es256()
+    async with FakeJwksServer() as stranger, FakeJwksServer() as broken:
+        stranger.set_keys(stranger_key)
+        token = stranger_key.mint(stranger.issuer, "alice", AUDIENCE)
+        for _ in range(2):
+            assert (await gw.send(headers={"Authorization": f"Bearer {token}"})).status == 200
+        broken.discovery_failure = "error"
+        token = stranger_key.mint(broken.issuer, "alice", AUDIENCE)
+        assert (await gw.send(headers={"Authorization": f"Bearer {token}"})).status == 401
+    text = await scrape(ops)
+    assert sample(text, "pact_oidc_discovery_fetches_total", result="ok") == stranger.discovery_count == 1
+    assert sample(text, "pact_oidc_discovery_fetches_total", result="error") == broken.discovery_count == 1
+    assert sample(text, "pact_jwks_fetches_total", issuer="open", result="ok") == 1
+    assert sample(text, "pact_jwks_fetches_total", result="error") == 0
+    assert stranger.issuer not in text
+    assert broken.issuer not in text
+
+
 async def test_store_errors_counted_by_operation(make_gateway: MakeGateway, ops_for: OpsFor) -> None:
     store = RedisStore(CacheConfig(url=f"redis://127.0.0.1:{free_port()}/0"))
     try:

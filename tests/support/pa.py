@@ -1,8 +1,8 @@
 """Shared personal-agent (§3) test fixtures: signing keys, token minting and a fake JWKS server.
 
 Registered for the whole suite in ``tests/conftest.py``. Plain helpers (:class:`PAKey`,
-:class:`FakeJwksServer`, :class:`ManualClock`, :func:`allowlist`, :func:`jwks_policy`) can be
-used directly; the fixtures at the bottom hand out ready-made instances.
+:class:`FakeJwksServer`, :class:`ManualClock`, :func:`allowlist`, :func:`jwks_policy`,
+:func:`refusal`) can be used directly; the fixtures at the bottom hand out ready-made instances.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from jwt.algorithms import ECAlgorithm, RSAAlgorithm
 
 from gateway.auth.jwks import make_fetch_session
+from gateway.auth.pa_jwt import AuthFailure, PAVerifier
 from gateway.config import JwksPolicy, PersonalAgentConfig, PersonalAgentsConfig
 
 __all__ = [
@@ -46,6 +47,7 @@ __all__ = [
     "pa_agents",
     "pa_audience",
     "pa_issuer",
+    "refusal",
     "rs256_key",
 ]
 
@@ -311,6 +313,13 @@ def allowlist(
     """A registry with one personal agent (§3.1)."""
     agent = PersonalAgentConfig(issuer=issuer, jwks_uri=jwks_uri, enabled=enabled, jwks=jwks)
     return PersonalAgentsConfig(policy=policy, registered=(agent,), jwks=jwks_settings or jwks_policy())
+
+
+async def refusal(verifier: PAVerifier, token: str) -> str:
+    """The §3.4 reason ``verifier`` refuses ``token`` with; the test fails if it accepts it."""
+    with pytest.raises(AuthFailure) as failure:
+        await verifier.verify(token)
+    return failure.value.reason
 
 
 @pytest.fixture
