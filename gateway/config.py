@@ -113,6 +113,7 @@ class CacheConfig:
     closed_ttl: int = 7 * 86400
     retry_window: int = 300
     pending_ttl: int = 60
+    timeout: float = 2.0  # seconds a Redis command or connection attempt may take
 
     @property
     def backend(self) -> Literal["memory", "redis"]:
@@ -301,6 +302,7 @@ SCHEMA: dict[str, Any] = _obj(
                 "closed_ttl": _POS_INT,
                 "retry_window": _POS_INT,
                 "pending_ttl": _POS_INT,
+                "timeout": _POS_NUM,
             }
         ),
         "limits": _obj(
@@ -488,6 +490,7 @@ def _build(raw: Mapping[str, Any], environ: Mapping[str, str]) -> GatewayConfig:
         closed_ttl=cache.closed_ttl,
         retry_window=cache.retry_window,
         pending_ttl=cache.pending_ttl,
+        timeout=cache.timeout,
     )
     if cache.closed_ttl < cache.conversation_ttl:
         raise ConfigError("cache.closed_ttl", "must be at least conversation_ttl")

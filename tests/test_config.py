@@ -92,6 +92,7 @@ def _mutate(path: list[str | int], value: Any) -> dict[str, Any]:
             "loopback or private",
         ),
         (["cache", "closed_ttl"], 10, "cache.closed_ttl", "at least conversation_ttl"),
+        (["cache", "timeout"], 0, "cache.timeout", "less than or equal to the minimum of 0"),
         (MAX_ISSUERS, 0, "personal_agents.jwks.max_cached_issuers", "is less than the minimum of 1"),
         (MAX_ISSUERS, -1, "personal_agents.jwks.max_cached_issuers", "is less than the minimum of 1"),
         (MAX_ISSUERS, 1.5, "personal_agents.jwks.max_cached_issuers", "is not of type 'integer'"),

@@ -14,13 +14,11 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 
-import redis.asyncio as aioredis
-from redis.exceptions import RedisError
-
-from gateway.store.base import ConversationStore, StoreError
+from gateway.store.base import ConversationStore
 from gateway.store.gcra import GCRA_LUA, US, Hit, Rule, gcra, now_us, script_arguments
 from gateway.store.memory import MemoryKeyspace, MemoryStore
 from gateway.store.redis import RedisStore
+from gateway.store.redis_pipe import RedisPipe, Script
 
 __all__ = [
     "Hit",
@@ -74,7 +72,7 @@ class MemoryRateLimiter(RateLimiter):
 
 # ARGV and KEYS as GCRA_LUA reads them, and nothing after. Returns one integer per key: 0 allowed,
 # else the microseconds to wait.
-_HIT_ALL = (
+_HIT_ALL = Script(
     GCRA_LUA
     + """
 local _, waits = gcra()
@@ -84,20 +82,17 @@ return waits
 
 
 class RedisRateLimiter(RateLimiter):
-    """Counters on the conversation store's Redis, through its connection pool (no second pool)."""
+    """Counters on the conversation store's Redis, through its connection (no second one)."""
 
-    def __init__(self, client: aioredis.Redis, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, redis: RedisPipe, *, clock: Callable[[], float] = time.time) -> None:
         # The replicas' wall clocks meet in one counter: NTP-level skew (ms) shifts a limit by
         # skew × rate requests, which is noise next to a burst.
         self._clock = clock
-        self._script = client.register_script(_HIT_ALL)
+        self._redis = redis
 
     async def hit_all(self, hits: Sequence[Hit]) -> list[float]:
         keys, args = script_arguments(hits, now_us(self._clock))
-        try:
-            waits = await self._script(keys=keys, args=args)
-        except (RedisError, OSError) as exc:
-            raise StoreError(f"redis: {type(exc).__name__}") from exc
+        waits = await self._redis.run(_HIT_ALL, keys, args)
         return [int(wait) / US for wait in waits]
 
     async def close(self) -> None:
@@ -111,7 +106,7 @@ def open_rate_limiter(store: ConversationStore) -> RateLimiter:
     store's begin-turn step: both paths must agree on what "now" is.
     """
     if isinstance(store, RedisStore):
-        return RedisRateLimiter(store.client, clock=store.clock)
+        return RedisRateLimiter(store.redis, clock=store.clock)
     if isinstance(store, MemoryStore):
         return MemoryRateLimiter(store.keyspace)
     raise TypeError(f"no rate limiter for {type(store).__name__}")

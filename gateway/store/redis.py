@@ -1,4 +1,4 @@
-"""The Redis backend: aiocache's ``RedisCache`` connection, with each turn decision in one Lua script.
+"""The Redis backend: each turn decision in one Lua script, over one pipelined connection.
 
 A conversation is one hash: ``o`` owner digest, ``c`` closed flag, ``a`` answered flag,
 ``l`` last-turn time (ms) and one ``m:{messageId}`` field per turn holding ``P{deadline}``
@@ -6,7 +6,8 @@ while in flight or ``R{reply bytes}`` once answered. Scripts make the in-flight 
 atomic across replicas and keep the hot path to two round trips per turn: one script begins
 it, charging the request's §6 rate limits first (the same GCRA code as the separate limit
 check, :data:`gateway.store.gcra.GCRA_LUA`), and one completes it. Keys are standalone-Redis
-keys (a Redis Cluster would need hash tags).
+keys (a Redis Cluster would need hash tags). The connection is :class:`RedisPipe`'s (see
+``redis_pipe.py`` for why not a pooled client).
 """
 
 from __future__ import annotations
@@ -14,16 +15,12 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
-from urllib.parse import unquote, urlsplit
-
-import redis.asyncio as aioredis
-from aiocache import RedisCache
-from redis.exceptions import RedisError
 
 from gateway.config import CacheConfig
 from gateway.store import keys
-from gateway.store.base import ConversationStore, Owner, StoreError, TurnClaim, TurnStatus, text_digest
+from gateway.store.base import ConversationStore, Owner, TurnClaim, TurnStatus, text_digest
 from gateway.store.gcra import GCRA_LUA, US, Hit, script_arguments
+from gateway.store.redis_pipe import RedisAddress, RedisPipe, Script
 
 # What a begin-turn script does first: charge the limits (the leading KEYS; see GCRA_LUA) or
 # answer {'limited', wait, ...} having claimed nothing; then K and A are its own KEYS and ARGV.
@@ -38,7 +35,7 @@ local K, A = after_limits(n)
 
 # K[1] conversation, K[2] first-message key ("" to skip the retry check).
 # A: owner, field, now_ms, pending_deadline_ms, record_ttl_s, retry_window_s, first_value
-_OPEN = (
+_OPEN = Script(
     _CHARGE_FIRST
     + """
 if K[2] ~= '' then
@@ -53,7 +50,7 @@ return {'new'}
 )
 
 # K[1] conversation. A: owner, field, now_ms, pending_deadline_ms, idle_ttl_ms
-_CONTINUE = (
+_CONTINUE = Script(
     _CHARGE_FIRST
     + """
 local v = redis.call('HMGET', K[1], 'o', 'c', 'l', A[2], 'a')
@@ -68,15 +65,15 @@ return {'new', v[5]}
 )
 
 # KEYS[1] conversation. ARGV: owner, field, reply, now_ms, close flag, ttl_s
-_COMPLETE = """
+_COMPLETE = Script("""
 redis.call('HSET', KEYS[1], 'o', ARGV[1], ARGV[2], 'R' .. ARGV[3], 'l', ARGV[4], 'a', '1')
 if ARGV[5] == '1' then redis.call('HSET', KEYS[1], 'c', '1') end
 redis.call('EXPIRE', KEYS[1], ARGV[6])
 return 1
-"""
+""")
 
 # KEYS[1] conversation, KEYS[2] first-message key. ARGV: owner, field, new flag, context id
-_ABORT = """
+_ABORT = Script("""
 if redis.call('HGET', KEYS[1], 'o') ~= ARGV[1] then return 0 end
 if ARGV[3] == '1' then
   redis.call('DEL', KEYS[1])
@@ -87,54 +84,23 @@ else
   if turn and string.sub(turn, 1, 1) == 'P' then redis.call('HDEL', KEYS[1], ARGV[2]) end
 end
 return 1
-"""
-
-
-def redis_cache_from_url(url: str, *, socket_timeout: float = 2.0) -> RedisCache:
-    """An aiocache ``RedisCache`` for ``redis://`` or ``rediss://`` (TLS) URLs with optional user/password."""
-    parts = urlsplit(url)
-    pool_kwargs: dict[str, Any] = {"socket_timeout": socket_timeout, "health_check_interval": 30}
-    if parts.username:
-        pool_kwargs["username"] = unquote(parts.username)
-    db = parts.path.lstrip("/") or "0"
-    return RedisCache(
-        endpoint=parts.hostname or "127.0.0.1",
-        port=parts.port or 6379,
-        db=int(db),
-        password=unquote(parts.password) if parts.password else None,
-        ssl=parts.scheme == "rediss",
-        create_connection_timeout=socket_timeout,
-        connection_pool_kwargs=pool_kwargs,
-        timeout=None,
-    )
+""")
 
 
 class RedisStore(ConversationStore):
     def __init__(self, config: CacheConfig, *, clock: Callable[[], float] = time.time) -> None:
         self._config = config
         self._clock = clock
-        self._cache = redis_cache_from_url(config.url)
-        client: aioredis.Redis = self._cache.client
-        self._client = client
-        self._open_script = client.register_script(_OPEN)
-        self._continue_script = client.register_script(_CONTINUE)
-        self._complete_script = client.register_script(_COMPLETE)
-        self._abort_script = client.register_script(_ABORT)
+        self._redis = RedisPipe(RedisAddress.from_url(config.url), timeout=config.timeout)
 
     @property
-    def client(self) -> aioredis.Redis:
-        """The shared connection pool; other stores (rate limits, grants) reuse it."""
-        return self._client
+    def redis(self) -> RedisPipe:
+        """The connection; other Redis state (rate limits, grants) shares it."""
+        return self._redis
 
     @property
     def _record_ttl(self) -> int:
         return self._config.conversation_ttl + self._config.closed_ttl
-
-    async def _run(self, script: Any, keys_: Sequence[str], args: Sequence[str | bytes | int]) -> Any:
-        try:
-            return await script(keys=list(keys_), args=list(args))
-        except (RedisError, OSError) as exc:
-            raise StoreError(f"redis: {type(exc).__name__}") from exc
 
     async def _open(
         self,
@@ -148,8 +114,8 @@ class RedisStore(ConversationStore):
     ) -> list[Any]:
         limit_keys, limit_args = script_arguments(limits, int(now * US))
         now_ms = int(now * 1000)
-        result: list[Any] = await self._run(
-            self._open_script,
+        result: list[Any] = await self._redis.run(
+            _OPEN,
             [*limit_keys, keys.conversation_key(owner.brand_id, context_id), first_key],
             [
                 *limit_args,
@@ -169,8 +135,8 @@ class RedisStore(ConversationStore):
     ) -> TurnClaim:
         limit_keys, limit_args = script_arguments(limits, int(now * US))
         now_ms = int(now * 1000)
-        result = await self._run(
-            self._continue_script,
+        result = await self._redis.run(
+            _CONTINUE,
             [*limit_keys, keys.conversation_key(owner.brand_id, context_id)],
             [
                 *limit_args,
@@ -235,8 +201,8 @@ class RedisStore(ConversationStore):
     async def complete_turn(
         self, owner: Owner, context_id: str, message_id: str, reply: bytes, *, close: bool
     ) -> None:
-        await self._run(
-            self._complete_script,
+        await self._redis.run(
+            _COMPLETE,
             [keys.conversation_key(owner.brand_id, context_id)],
             [
                 owner.digest,
@@ -251,8 +217,8 @@ class RedisStore(ConversationStore):
     async def abort_turn(
         self, owner: Owner, context_id: str, message_id: str, *, new_conversation: bool
     ) -> None:
-        await self._run(
-            self._abort_script,
+        await self._redis.run(
+            _ABORT,
             [
                 keys.conversation_key(owner.brand_id, context_id),
                 keys.first_message_key(owner.brand_id, owner.digest, message_id),
@@ -264,10 +230,7 @@ class RedisStore(ConversationStore):
         """Nothing to start: Redis expires the keys itself."""
 
     async def ping(self) -> None:
-        try:
-            await self._client.ping()
-        except (RedisError, OSError) as exc:
-            raise StoreError(f"redis: {type(exc).__name__}") from exc
+        await self._redis.ping()
 
     @property
     def clock(self) -> Callable[[], float]:
@@ -275,8 +238,7 @@ class RedisStore(ConversationStore):
         return self._clock
 
     async def close(self) -> None:
-        # aiocache's own close() calls redis-py's deprecated close(); aclose() is the same release.
-        await self._client.aclose()
+        await self._redis.close()
 
 
 def _limited(result: list[Any]) -> TurnClaim:

@@ -58,12 +58,14 @@ def redis_store(gw: Harness) -> RedisStore:
     return store
 
 
-async def test_replicas_are_independent_apps_with_their_own_pools(replicas: tuple[Harness, Harness]) -> None:
+async def test_replicas_are_independent_apps_with_their_own_connections(
+    replicas: tuple[Harness, Harness],
+) -> None:
     a, b = replicas
     await message(await a.send())
     await message(await b.send())
     assert redis_store(a) is not redis_store(b)
-    assert redis_store(a).client.connection_pool is not redis_store(b).client.connection_pool
+    assert redis_store(a).redis is not redis_store(b).redis
 
 
 async def test_s4_2_conversation_started_on_one_continues_on_the_other(
@@ -164,20 +166,20 @@ async def test_redis_round_trips_per_message_send(make_gateway: MakeGateway, red
     the other first message, a second open without the retry check, complete).
     """
     gw = await make_gateway(redis_url)
-    client = redis_store(gw).client
-    # Warm up: the first call of each script loads it (NOSCRIPT, SCRIPT LOAD, EVALSHA) once per pool.
+    redis = redis_store(gw).redis
+    # Warm up: the first call of each script loads it (EVALSHA answered NOSCRIPT, then EVAL) once per Redis.
     context_id = (await message(await gw.send(message_id="m-0")))["contextId"]
     await message(await gw.send("It is A-10001", message_id="m-1", context_id=context_id))
 
-    with recorded_commands(client) as first_turn:
+    with recorded_commands(redis) as first_turn:
         await message(await gw.send("Hello again", message_id="m-2"))
-    with recorded_commands(client) as next_turn:
+    with recorded_commands(redis) as next_turn:
         await message(await gw.send("It is A-10002", message_id="m-3", context_id=context_id))
-    with recorded_commands(client) as replay:
+    with recorded_commands(redis) as replay:
         await message(await gw.send("It is A-10002", message_id="m-3", context_id=context_id))
-    with recorded_commands(client) as first_retried:
+    with recorded_commands(redis) as first_retried:
         await message(await gw.send("Hello again", message_id="m-2"))
-    with recorded_commands(client) as first_reused:
+    with recorded_commands(redis) as first_reused:
         await message(await gw.send("Something else", message_id="m-2"))
 
     assert first_turn == ["EVALSHA"] * 2  # limits + open + claim, complete
@@ -194,12 +196,12 @@ async def test_redis_round_trips_when_refused_or_malformed(make_gateway: MakeGat
         raw["rate_limits"] = {"per_user": {"rate": 0.01, "burst": 3}}
 
     gw = await make_gateway(redis_url, edit=tight)
-    client = redis_store(gw).client
+    redis = redis_store(gw).redis
     await message(await gw.send(message_id="m-0"))  # loads the scripts
     assert (await gw.client.get("/a2a/acme/tasks", headers=gw.auth())).status == 200
-    with recorded_commands(client) as malformed:
+    with recorded_commands(redis) as malformed:
         response = await gw.client.post("/a2a/acme/message:send", data=b"{garbage", headers=gw.auth())
         assert response.status == 400
-    with recorded_commands(client) as refused:
+    with recorded_commands(redis) as refused:
         assert (await gw.send(message_id="m-1")).status == 429
     assert malformed == refused == ["EVALSHA"]

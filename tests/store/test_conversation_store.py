@@ -6,6 +6,7 @@ import asyncio
 import hashlib
 
 import pytest
+import redis.asyncio as aioredis
 
 from gateway.config import CacheConfig
 from gateway.store import ConversationStore, Owner, TurnStatus
@@ -134,21 +135,23 @@ async def test_s4_2_idle_conversation_expires_to_closed(store: ConversationStore
     assert (await store.begin_turn(ALICE, "ctx-1", "m2", "x", "u")).status is TurnStatus.CLOSED
 
 
-async def test_redis_keys_are_prefixed_per_brand_and_expire(redis_url: str) -> None:
+async def test_redis_keys_are_prefixed_per_brand_and_expire(
+    redis_url: str, redis_client: aioredis.Redis
+) -> None:
     config = CacheConfig(url=redis_url, conversation_ttl=100, closed_ttl=1000)
     store = RedisStore(config)
     try:
         await store.begin_turn(ALICE, None, "m1", "hi", "ctx-1")
         await store.complete_turn(ALICE, "ctx-1", "m1", b"r1", close=False)
-        keys = sorted(k.decode() if isinstance(k, bytes) else k for k in await store.client.keys("*"))
+        keys = sorted(k.decode() if isinstance(k, bytes) else k for k in await redis_client.keys("*"))
         assert all(k.startswith("pact:acme:") for k in keys)
-        ttl = await store.client.ttl("pact:acme:conv:ctx-1")
+        ttl = await redis_client.ttl("pact:acme:conv:ctx-1")
         assert 1000 < ttl <= 1100
         assert "alice" not in " ".join(keys)
-        values = await store.client.hgetall("pact:acme:conv:ctx-1")
+        values = await redis_client.hgetall("pact:acme:conv:ctx-1")
         assert all(b"alice" not in v for v in values.values())
         await store.complete_turn(ALICE, "ctx-1", "m1", b"r1", close=True)
-        assert await store.client.ttl("pact:acme:conv:ctx-1") <= 1000
+        assert await redis_client.ttl("pact:acme:conv:ctx-1") <= 1000
     finally:
         await store.close()
 

@@ -9,6 +9,7 @@ import socket
 from collections.abc import AsyncIterator
 
 import pytest
+import redis.asyncio as aioredis
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -36,14 +37,14 @@ def clock() -> ManualClock:
 
 @pytest.fixture
 async def limiter(cache_url: str, clock: ManualClock) -> AsyncIterator[RateLimiter]:
-    """A limiter on each backend in turn: memory, then the real Redis (through a RedisStore's pool)."""
+    """A limiter on each backend in turn: memory, then the real Redis (through a RedisStore's connection)."""
     if cache_url == "memory://":
         memory = MemoryRateLimiter(MemoryKeyspace(clock))
         yield memory
         await memory.close()
         return
     store = RedisStore(CacheConfig(url=cache_url))
-    yield RedisRateLimiter(store.client, clock=clock)
+    yield RedisRateLimiter(store.redis, clock=clock)
     await store.close()
 
 
@@ -129,43 +130,48 @@ async def test_s6_fractional_rates(limiter: RateLimiter, clock: ManualClock) -> 
 
 
 async def test_redis_counters_expire_when_idle_and_hold_no_clear_text(
-    redis_url: str, clock: ManualClock
+    redis_url: str, redis_client: aioredis.Redis, clock: ManualClock
 ) -> None:
     store = RedisStore(CacheConfig(url=redis_url))
     try:
-        limiter = RedisRateLimiter(store.client, clock=clock)
+        limiter = RedisRateLimiter(store.redis, clock=clock)
         assert await limiter.hit("pact:acme:rl:per_user:abc", 2, 10) == 0.0
-        ttl_ms = await store.client.pttl("pact:acme:rl:per_user:abc")
+        ttl_ms = await redis_client.pttl("pact:acme:rl:per_user:abc")
         assert 0 < ttl_ms <= 500  # back to idle after one interval: nothing left behind
         assert (
-            await store.client.get("pact:acme:rl:per_user:abc")
+            await redis_client.get("pact:acme:rl:per_user:abc")
             == str(int(clock() * 1_000_000) + 500_000).encode()
         )
     finally:
         await store.close()
 
 
-async def test_redis_refusal_writes_nothing(redis_url: str, clock: ManualClock) -> None:
+async def test_redis_refusal_writes_nothing(
+    redis_url: str, redis_client: aioredis.Redis, clock: ManualClock
+) -> None:
     store = RedisStore(CacheConfig(url=redis_url))
     try:
-        limiter = RedisRateLimiter(store.client, clock=clock)
+        limiter = RedisRateLimiter(store.redis, clock=clock)
         await limiter.hit("k", 1, 1)
-        before = await store.client.get("k")
+        before = await redis_client.get("k")
         assert await limiter.hit_all([Hit("k", Rule(1, 1)), Hit("other", Rule(1, 1))]) == [1.0, 0.0]
-        assert await store.client.get("k") == before
-        assert await store.client.exists("other") == 0
+        assert await redis_client.get("k") == before
+        assert await redis_client.exists("other") == 0
     finally:
         await store.close()
 
 
-async def test_limiter_shares_the_stores_connection_pool(redis_url: str) -> None:
+async def test_limiter_shares_the_stores_connection(redis_url: str) -> None:
     store = RedisStore(CacheConfig(url=redis_url))
     try:
         limiter = open_rate_limiter(store)
         assert isinstance(limiter, RedisRateLimiter)
         await limiter.hit("k", 1, 1)
-        await limiter.close()  # a shared pool is not the limiter's to close
-        assert await store.client.ping()
+        with recorded_commands(store.redis) as commands:
+            await limiter.hit("k", 1, 1)
+        assert commands == ["EVALSHA"]
+        await limiter.close()  # a shared connection is not the limiter's to close
+        await store.ping()
         assert isinstance(open_rate_limiter(MemoryStore(CacheConfig())), MemoryRateLimiter)
     finally:
         await store.close()
@@ -175,7 +181,7 @@ async def test_redis_down_is_a_store_error() -> None:
     store = RedisStore(CacheConfig(url=f"redis://127.0.0.1:{closed_port()}/15"))
     try:
         with pytest.raises(StoreError, match="redis"):
-            await RedisRateLimiter(store.client).hit("k", 1, 1)
+            await RedisRateLimiter(store.redis).hit("k", 1, 1)
     finally:
         await store.close()
 
@@ -183,9 +189,9 @@ async def test_redis_down_is_a_store_error() -> None:
 async def test_redis_script_is_one_round_trip_for_every_limit(redis_url: str) -> None:
     store = RedisStore(CacheConfig(url=redis_url))
     try:
-        limiter = RedisRateLimiter(store.client)
+        limiter = RedisRateLimiter(store.redis)
         await limiter.hit("warm", 1, 1)  # the first call loads the script
-        with recorded_commands(store.client) as commands:
+        with recorded_commands(store.redis) as commands:
             await limiter.hit_all([Hit("a", Rule(1, 1)), Hit("b", Rule(1, 1)), Hit("c", Rule(1, 1))])
         assert commands == ["EVALSHA"]
     finally:

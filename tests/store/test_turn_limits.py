@@ -8,6 +8,7 @@ seen by the other. Time is a :class:`~tests.support.pa.ManualClock` that only mo
 from __future__ import annotations
 
 import pytest
+import redis.asyncio as aioredis
 
 from gateway.config import CacheConfig
 from gateway.store import ConversationStore, Owner, TurnStatus
@@ -36,7 +37,7 @@ async def opened(store: ConversationStore, context_id: str = "ctx-1") -> None:
 def test_every_script_that_charges_runs_the_one_gcra_snippet() -> None:
     """String composition: the separate check and both begin-turn scripts share the arithmetic verbatim."""
     for script in (_HIT_ALL, _OPEN, _CONTINUE):
-        assert script.startswith(GCRA_LUA)
+        assert script.source.startswith(GCRA_LUA)
 
 
 async def test_s6_refusal_claims_nothing_and_the_retry_after_the_wait_runs(
@@ -68,23 +69,23 @@ async def test_s6_refused_first_message_opens_nothing(store: ConversationStore, 
 
 
 async def test_s6_redis_refusal_leaves_no_marker_record_or_counter(
-    redis_url: str, clock: ManualClock
+    redis_url: str, redis_client: aioredis.Redis, clock: ManualClock
 ) -> None:
     store = RedisStore(CacheConfig(url=redis_url), clock=clock)
     try:
         await opened(store)
         await store.begin_turn(ALICE, "ctx-1", "m1", "x", "u", limits=[USER])
-        before = await store.client.get(USER.key)
+        before = await redis_client.get(USER.key)
         refused = await store.begin_turn(ALICE, "ctx-1", "m2", "x", "u", limits=[AGENT, USER])
         assert refused.waits == (0.0, 1.0)
         refused = await store.begin_turn(ALICE, None, "m3", "hi", "ctx-3", limits=[AGENT, USER])
         assert refused.status is TurnStatus.RATE_LIMITED
         conversation = store_keys.conversation_key("acme", "ctx-1")
-        assert await store.client.hexists(conversation, store_keys.turn_field("m2")) == 0
-        assert await store.client.exists(store_keys.conversation_key("acme", "ctx-3")) == 0
-        assert await store.client.exists(store_keys.first_message_key("acme", ALICE.digest, "m3")) == 0
-        assert await store.client.get(USER.key) == before
-        assert await store.client.exists(AGENT.key) == 0
+        assert await redis_client.hexists(conversation, store_keys.turn_field("m2")) == 0
+        assert await redis_client.exists(store_keys.conversation_key("acme", "ctx-3")) == 0
+        assert await redis_client.exists(store_keys.first_message_key("acme", ALICE.digest, "m3")) == 0
+        assert await redis_client.get(USER.key) == before
+        assert await redis_client.exists(AGENT.key) == 0
     finally:
         await store.close()
 
@@ -127,9 +128,9 @@ async def test_redis_fused_begin_is_one_round_trip(redis_url: str, clock: Manual
     try:
         await store.begin_turn(ALICE, None, "warm", "hello", "ctx-0", limits=[AGENT])  # loads the scripts
         await store.begin_turn(ALICE, "ctx-0", "warm-2", "x", "u", limits=[AGENT])
-        with recorded_commands(store.client) as first:
+        with recorded_commands(store.redis) as first:
             await store.begin_turn(ALICE, None, "m1", "hello", "ctx-1", limits=[AGENT, USER])
-        with recorded_commands(store.client) as refused:
+        with recorded_commands(store.redis) as refused:
             await store.begin_turn(ALICE, "ctx-1", "m2", "x", "u", limits=[AGENT, USER])
         assert first == refused == ["EVALSHA"]
     finally:

@@ -1,33 +1,31 @@
-"""Counting Redis round trips without ``MONITOR``: wrap one client's ``execute_command``.
+"""Counting Redis round trips without ``MONITOR``: wrap one connection's ``execute``.
 
-Every command redis-py sends outside a pipeline, scripts included (``EVALSHA``), passes
-through ``execute_command`` once and costs one round trip, so the recorded list is the
-round trips made through that client, and nothing another test or process sends counts.
+Every command the gateway sends, scripts included (``EVALSHA``), passes through
+:meth:`RedisPipe.execute` once and costs one round trip, so the recorded list is the round
+trips made through that connection, and nothing another test or process sends counts.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import cast
+from typing import Any
 
-import redis.asyncio as aioredis
-
-Execute = Callable[..., Awaitable[object]]
+from gateway.store.redis_pipe import Arg, RedisPipe
 
 
 @contextmanager
-def recorded_commands(client: aioredis.Redis) -> Iterator[list[str]]:
-    """Yield the list of command names ``client`` sends while the block runs."""
+def recorded_commands(redis: RedisPipe) -> Iterator[list[str]]:
+    """Yield the list of command names ``redis`` sends while the block runs."""
     commands: list[str] = []
-    original = cast(Execute, client.execute_command)
+    original = redis.execute
 
-    async def counting(*args: object, **options: object) -> object:
+    async def counting(*args: Arg) -> Any:
         commands.append(str(args[0]))
-        return await original(*args, **options)
+        return await original(*args)
 
-    client.execute_command = counting  # type: ignore[method-assign]
+    redis.execute = counting  # type: ignore[method-assign]
     try:
         yield commands
     finally:
-        del client.execute_command  # the class's method again
+        del redis.execute  # the class's method again

@@ -27,6 +27,14 @@ async def redis_url() -> AsyncIterator[str]:
     await client.aclose()
 
 
+@pytest.fixture
+async def redis_client(redis_url: str) -> AsyncIterator[aioredis.Redis]:
+    """Its own client on the test database, to look at what the gateway wrote (not through the gateway)."""
+    client = aioredis.Redis.from_url(redis_url)
+    yield client
+    await client.aclose()
+
+
 @pytest.fixture(params=["memory", "redis"])
 def cache_url(request: pytest.FixtureRequest) -> str:
     """Runs a test once per backend: the in-memory cache and the real Redis."""
