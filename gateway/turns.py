@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import time
 import uuid
 from collections.abc import Mapping
@@ -30,7 +31,8 @@ def new_context_id() -> str:
 
 
 def new_reply_id() -> str:
-    return f"r-{uuid.uuid4().hex}"
+    """``r-`` and 32 hex digits from the OS CSPRNG: an opaque id, so no ``UUID`` object is built for it."""
+    return "r-" + os.urandom(16).hex()
 
 
 class TurnService:
@@ -40,11 +42,30 @@ class TurnService:
         adapters: Mapping[str, BotAdapter],
         limits: RateLimits,
         metrics: Metrics | None = None,
+        *,
+        owners: int = 4096,
     ) -> None:
         self._store = store
         self._adapters = adapters
         self._limits = limits
         self._metrics = metrics
+        self._owners_size = owners
+        self._owners: dict[tuple[str, str, str], Owner] = {}
+
+    def owner(self, brand_id: str, issuer: str, sub: str) -> Owner:
+        """The :class:`Owner` of ``(brand_id, issuer, sub)``, kept for the last ``owners`` of them.
+
+        Building one hashes the triple (SHA-256), and a personal agent's turns repeat the same
+        few Users. When full, the oldest entry goes: a miss only costs that hash again.
+        """
+        key = (brand_id, issuer, sub)
+        owner = self._owners.get(key)
+        if owner is None:
+            owner = Owner(brand_id, issuer, sub)
+            if len(self._owners) >= self._owners_size:
+                del self._owners[next(iter(self._owners))]
+            self._owners[key] = owner
+        return owner
 
     def _observe_bot(self, brand_id: str, outcome: str, started: float) -> None:
         if self._metrics is not None:
@@ -55,13 +76,16 @@ class TurnService:
             self._metrics.store_error(operation)
 
     async def _claim(self, owner: Owner, message: SendMessage, charge: Charge, request_id: str) -> TurnClaim:
+        # The store reads the new conversation's id only for a message without ``contextId``
+        # (ConversationStore.begin_turn), so later turns skip minting one.
+        context_id = message.context_id
         try:
             return await self._store.begin_turn(
                 owner,
-                message.context_id,
+                context_id,
                 message.message_id,
                 message.text,
-                new_context_id(),
+                new_context_id() if context_id is None else "",
                 limits=charge.hits,
             )
         except StoreError as exc:

@@ -25,7 +25,6 @@ from gateway.protocol import errors
 from gateway.protocol.errors import A2AError, Reason
 from gateway.protocol.messages import parse_send_message
 from gateway.protocol.tasks import empty_task_list, parse_page_size
-from gateway.store.base import Owner
 
 AUTH_FAILURE = web.RequestKey("auth_failure", str)
 PA_IDENTITY = web.RequestKey("pa_identity", PAIdentity)
@@ -107,7 +106,7 @@ async def send_message(request: web.Request, caller: Caller) -> web.Response:
         await runtime.limits.check_a2a(brand.id, brand.rate_limits, identity.issuer, identity.sub)
         raise
     charge = runtime.limits.a2a_charge(brand.id, brand.rate_limits, identity.issuer, identity.sub)
-    owner = Owner(brand.id, identity.issuer, identity.sub)
+    owner = runtime.turns.owner(brand.id, identity.issuer, identity.sub)
     return responses.a2a(await runtime.turns.send(owner, message, charge, request[REQUEST_ID]))
 
 

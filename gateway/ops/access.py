@@ -78,18 +78,21 @@ class AccessLog:
             self._record(request, status, time.perf_counter() - started)
 
     def _record(self, request: web.Request, status: int, seconds: float) -> None:
-        config = request.app[RUNTIME].current.config
+        app = request.app
+        config = app[RUNTIME].current.config
         operation = operation_name(request)
         brand = brand_label(config, _brand_id(request))
         outcome = "cancelled" if status == CLIENT_GONE else outcome_for_status(status)
-        metrics = request.app[METRICS]
+        metrics = app[METRICS]
         metrics.observe_request(brand, operation, outcome, seconds)
-        auth_failure = request.get(AUTH_FAILURE)
+        # Authentication sets one or the other, so a served request never pays the missing
+        # key's KeyError that looking up AUTH_FAILURE would raise and catch.
+        identity = request.get(PA_IDENTITY)
+        auth_failure = request.get(AUTH_FAILURE) if identity is None else None
         if auth_failure is not None:
             metrics.auth_failed(auth_failure)
         if not config.logging.access_log or not self._log.isEnabledFor(logging.INFO):
             return
-        identity = request.get(PA_IDENTITY)
         method = request.method
         log_fields(
             self._log,

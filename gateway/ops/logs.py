@@ -5,7 +5,9 @@ Structured fields reach a record in one of two ways, and both formatters print t
 * ``extra=`` on an ordinary logging call (errors, warnings, start-up): logging copies each
   field into the record, and the formatter sifts them back out of ``record.__dict__``;
 * :func:`log_fields`, for the per-request access line: the fields travel as one dict on
-  the record, so nothing is copied, sifted or looked up on the way to the formatter.
+  the record, so nothing is copied, sifted or looked up on the way to the formatter; and
+  when the gateway's own JSON handler is the only one listening (production), the line is
+  written straight from the fields, with no record at all.
 
 What must never reach a log is kept out at the source (handlers log reasons, not tokens;
 ``sub`` only as :func:`sub_digest`). :class:`GatewayLogHandler` is the second line of defence:
@@ -19,8 +21,10 @@ import datetime as dt
 import hashlib
 import json
 import logging
+import os
 import re
 import sys
+import time
 from collections.abc import Mapping
 from typing import Any, TextIO
 
@@ -109,14 +113,62 @@ def log_fields(logger: logging.Logger, level: int, message: str, fields: dict[st
 
     What ``logger.log(level, message, extra=fields)`` prints, for a fraction of the cost: no
     caller lookup (a frame walk whose answer, the access middleware, says nothing), no copy
-    of each field into the record, and the formatter takes ``fields`` as it is. ``message``
-    is final text (never %-formatted); ``fields`` must not be changed after the call.
+    of each field into the record, and the formatter takes ``fields`` as it is. When the
+    gateway's JSON handler is the one place the record would go (:func:`_sole_json_handler`),
+    it writes the same line from ``fields`` directly: building a ``LogRecord`` and passing it
+    through logging's dispatch cost more than the line itself. ``message`` is final text
+    (never %-formatted); ``fields`` must not be changed after the call.
     """
     if not logger.isEnabledFor(level):
         return
+    handler = _sole_json_handler(logger, level)
+    if handler is None:
+        logger.handle(_fields_record(logger, level, message, fields))
+        return
+    level_name = logging.getLevelName(level)
+    head = {"level": level_name, "logger": logger.name, "message": message, "pid": os.getpid()}
+    try:
+        handler.write_line(_json_line(head, fields, time.time()))
+    except RecursionError:  # as StreamHandler.emit: not a logging failure to report and forget
+        raise
+    except Exception:
+        handler.handleError(_fields_record(logger, level, message, fields))
+
+
+def _fields_record(
+    logger: logging.Logger, level: int, message: str, fields: dict[str, Any]
+) -> logging.LogRecord:
     record = logger.makeRecord(logger.name, level, "", 0, message, (), None)
     record.__dict__[FIELDS_ATTR] = fields
-    logger.handle(record)
+    return record
+
+
+def _sole_json_handler(logger: logging.Logger, level: int) -> GatewayLogHandler | None:
+    """The handler a ``level`` record of ``logger`` would reach, if it is the only one and plain.
+
+    Plain: exactly a :class:`GatewayLogHandler` with exactly a :class:`JsonFormatter`, no filter
+    on the logger or the handler, and not above ``level``; anything else (a test's capture
+    handler, a filter, a second handler) gets an ordinary record through ``logger.handle``.
+    This is the walk ``Logger.callHandlers`` makes, so the answer is never stale.
+    """
+    if logger.disabled or logger.filters:
+        return None
+    found: logging.Handler | None = None
+    current: logging.Logger | None = logger
+    while current is not None:
+        for handler in current.handlers:
+            if found is not None:
+                return None
+            found = handler
+        current = current.parent if current.propagate else None
+    if (
+        type(found) is not GatewayLogHandler
+        or type(found.formatter) is not JsonFormatter
+        or found.filters
+        or level < found.level
+    ):
+        return None
+    return found
 
 
 def _fields(record: logging.LogRecord) -> Mapping[str, Any]:
@@ -134,7 +186,7 @@ class JsonFormatter(logging.Formatter):
     """
 
     def format(self, record: logging.LogRecord) -> str:
-        payload: dict[str, Any] = {
+        head: dict[str, Any] = {
             "level": record.levelname,
             "logger": record.name,
             "message": record.getMessage(),
@@ -143,15 +195,24 @@ class JsonFormatter(logging.Formatter):
         if record.exc_info and not record.exc_text:
             record.exc_text = self.formatException(record.exc_info)
         if record.exc_text:
-            payload["exc_info"] = record.exc_text
+            head["exc_info"] = record.exc_text
         if record.stack_info:
-            payload["stack_info"] = self.formatStack(record.stack_info)
-        payload.update(_fields(record))
-        payload["timestamp"] = dt.datetime.fromtimestamp(record.created, dt.UTC)
-        try:
-            return orjson.dumps(payload, default=str).decode()
-        except TypeError:  # orjson.JSONEncodeError
-            return json.dumps(payload, default=str)
+            head["stack_info"] = self.formatStack(record.stack_info)
+        return _json_line(head, _fields(record), record.created)
+
+
+def _json_line(head: dict[str, Any], fields: Mapping[str, Any], created: float) -> str:
+    """``head``, then ``fields``, then the UTC ``timestamp`` of ``created``: one JSON line (unredacted).
+
+    Shared by :class:`JsonFormatter` and the record-less path of :func:`log_fields`, so both
+    write the same bytes. ``head`` is extended in place.
+    """
+    head.update(fields)
+    head["timestamp"] = dt.datetime.fromtimestamp(created, dt.UTC)
+    try:
+        return orjson.dumps(head, default=str).decode()
+    except TypeError:  # orjson.JSONEncodeError
+        return json.dumps(head, default=str)
 
 
 class TextFormatter(logging.Formatter):
@@ -180,6 +241,13 @@ class GatewayLogHandler(logging.StreamHandler[TextIO]):
 
     def format(self, record: logging.LogRecord) -> str:
         return redact(super().format(record))
+
+    def write_line(self, line: str) -> None:
+        """Redact and write a line :class:`JsonFormatter` made, as :meth:`emit` writes a record's."""
+        line = redact(line) + self.terminator
+        with self.lock:  # type: ignore[union-attr]  # created by Handler.__init__, never None
+            self.stream.write(line)
+            self.stream.flush()
 
 
 def configure_logging(config: LoggingConfig, stream: TextIO | None = None) -> None:

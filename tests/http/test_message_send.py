@@ -3,12 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import uuid
 from typing import Any
 
 import orjson
 import pytest
 from aiohttp import ClientResponse
 
+from gateway.config import CacheConfig
+from gateway.ops.limits import RateLimits
+from gateway.store.base import Owner
+from gateway.store.limits import MemoryRateLimiter
+from gateway.store.memory import MemoryStore
+from gateway.turns import TurnService
 from tests.support.gateway import OTHER_PA, Harness, MakeGateway
 
 A2A_JSON = "application/a2a+json"
@@ -270,3 +277,28 @@ async def test_body_over_the_limit_is_invalid_params(make_gateway: MakeGateway) 
     gw = await make_gateway(edit=small)
     response = await gw.send("x" * 500)
     assert await error_of(response) == (400, "INVALID_PARAMS", "Request body too large")
+
+
+async def test_s4_2_reply_ids_are_fresh_and_opaque(gw_memory: Harness) -> None:
+    first = await ok(await gw_memory.send("Hi", message_id="m-1"))
+    second = await ok(await gw_memory.send("It is A-10001", message_id="m-2", context_id=first["contextId"]))
+    for reply in (first, second):
+        assert reply["messageId"].startswith("r-")
+        assert len(reply["messageId"]) == 34
+        int(reply["messageId"][2:], 16)
+    assert first["messageId"] != second["messageId"]
+    assert uuid.UUID(first["contextId"]).version == 4
+
+
+def test_owners_are_kept_per_user_and_bounded() -> None:
+    store = MemoryStore(CacheConfig())
+    turns = TurnService(store, {}, RateLimits(MemoryRateLimiter(store.keyspace)), owners=2)
+    alice = turns.owner("acme", "https://pa.example", "alice")
+    assert alice == Owner("acme", "https://pa.example", "alice")
+    assert alice.digest == Owner("acme", "https://pa.example", "alice").digest
+    assert turns.owner("acme", "https://pa.example", "alice") is alice
+    turns.owner("acme", "https://pa.example", "bob")
+    turns.owner("other", "https://pa.example", "alice")  # the oldest (acme, alice) makes room
+    again = turns.owner("acme", "https://pa.example", "alice")
+    assert again == alice
+    assert again is not alice

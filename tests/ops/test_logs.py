@@ -5,11 +5,13 @@ a provider failure logged once, with no traceback.
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
 import json
 import logging
 import os
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +19,16 @@ import pytest
 
 from gateway.config import LoggingConfig
 from gateway.http.state import METRICS
-from gateway.ops.logs import ACCESS_LOGGER, SubDigests, log_fields, sub_digest
+from gateway.ops.logs import (
+    ACCESS_LOGGER,
+    FIELDS_ATTR,
+    GatewayLogHandler,
+    SubDigests,
+    TextFormatter,
+    _sole_json_handler,
+    log_fields,
+    sub_digest,
+)
 from tests.ops.conftest import CapturedLogs, _captured
 from tests.support.gateway import AUDIENCE, Harness, MakeGateway
 
@@ -227,3 +238,105 @@ def test_sub_digests_are_cached_and_bounded() -> None:
         assert digests.get(issuer, sub) == sub_digest(issuer, sub)
     with pytest.raises(ValueError, match="at least 1"):
         SubDigests(size=0)
+
+
+# Without a record: the gateway's JSON handler alone writes the access line straight from its fields.
+
+
+@contextlib.contextmanager
+def _only_the_gateway_handler() -> Iterator[None]:
+    """Detach every other root handler (pytest's captures) so the record-less path is taken."""
+    root = logging.getLogger()
+    others = [h for h in root.handlers if not isinstance(h, GatewayLogHandler)]
+    for handler in others:
+        root.removeHandler(handler)
+    try:
+        yield
+    finally:
+        for handler in others:
+            root.addHandler(handler)
+
+
+def _access_line(logs: CapturedLogs, fields: dict[str, Any], *, sole: bool) -> dict[str, Any]:
+    logger = logging.getLogger(ACCESS_LOGGER)
+    before = len(logs.text)
+    with _only_the_gateway_handler() if sole else contextlib.nullcontext():
+        assert (_sole_json_handler(logger, logging.INFO) is not None) is sole
+        log_fields(logger, logging.INFO, "POST SendMessage 200", fields)
+    line = logs.text[before:]
+    assert line.endswith("\n")
+    assert line.count("\n") == 1
+    record: dict[str, Any] = json.loads(line)
+    return record
+
+
+def test_the_record_less_line_is_the_record_line(json_logs: CapturedLogs) -> None:
+    fields = {
+        "request_id": f"id-{JWS}",
+        "status": 200,
+        "latency_ms": 1.5,
+        "pa_issuer": None,
+        "path": Path("/etc/gateway.yaml"),
+        "pid": "a field wins over the fixed key, in the fixed key's place",
+    }
+    direct = _access_line(json_logs, fields, sole=True)
+    through_logging = _access_line(json_logs, fields, sole=False)
+    assert list(direct) == list(through_logging)
+    assert {k: v for k, v in direct.items() if k != "timestamp"} == {
+        k: v for k, v in through_logging.items() if k != "timestamp"
+    }
+    assert direct["request_id"] == "id-[redacted]"
+    assert direct["path"] == "/etc/gateway.yaml"
+    assert list(direct)[:4] == ["level", "logger", "message", "pid"]
+    stamp = dt.datetime.fromisoformat(direct["timestamp"])
+    assert stamp.utcoffset() == dt.timedelta(0)
+    assert abs(stamp.timestamp() - time.time()) < 60
+    assert JWS not in json_logs.text
+
+
+def test_the_record_less_path_writes_the_process_id(json_logs: CapturedLogs) -> None:
+    assert _access_line(json_logs, {"request_id": "r"}, sole=True)["pid"] == os.getpid()
+
+
+def test_anything_else_listening_gets_an_ordinary_record(json_logs: CapturedLogs) -> None:
+    logger = logging.getLogger(ACCESS_LOGGER)
+    (gateway_handler,) = [h for h in logging.getLogger().handlers if isinstance(h, GatewayLogHandler)]
+    with _only_the_gateway_handler():
+        assert _sole_json_handler(logger, logging.INFO) is gateway_handler
+        gateway_handler.setLevel(logging.WARNING)
+        try:
+            assert _sole_json_handler(logger, logging.INFO) is None  # the handler would drop it
+        finally:
+            gateway_handler.setLevel(logging.NOTSET)
+        second = logging.NullHandler()
+        logger.addHandler(second)
+        try:
+            assert _sole_json_handler(logger, logging.INFO) is None
+        finally:
+            logger.removeHandler(second)
+        for owner in (logger, gateway_handler):
+            owner.addFilter(lambda record: True)
+            try:
+                assert _sole_json_handler(logger, logging.INFO) is None
+            finally:
+                owner.filters.clear()
+        formatter = gateway_handler.formatter
+        gateway_handler.setFormatter(TextFormatter())
+        try:
+            assert _sole_json_handler(logger, logging.INFO) is None
+        finally:
+            gateway_handler.setFormatter(formatter)
+
+
+def test_a_failed_record_less_write_is_reported_like_any_logging_error(
+    json_logs: CapturedLogs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (gateway_handler,) = [h for h in logging.getLogger().handlers if isinstance(h, GatewayLogHandler)]
+    failed: list[logging.LogRecord] = []
+    monkeypatch.setattr(gateway_handler, "write_line", lambda line: 1 / 0)
+    monkeypatch.setattr(gateway_handler, "handleError", failed.append)
+    with _only_the_gateway_handler():
+        log_fields(logging.getLogger(ACCESS_LOGGER), logging.INFO, "POST SendMessage 200", {"status": 200})
+    (record,) = failed
+    assert (record.name, record.getMessage()) == (ACCESS_LOGGER, "POST SendMessage 200")
+    assert record.__dict__[FIELDS_ATTR] == {"status": 200}
