@@ -4,9 +4,9 @@ Why it exists: the Redis backend's turn is two script calls, and the client's ow
 work (not Redis, not the network) was most of what the Redis front cost above the memory
 front. Both clients run the same ``EVALSHA`` (the shape of a continue-turn script: an
 ``HMGET`` and an ``HSET`` on a conversation hash) from ``--concurrency`` tasks, in rounds that
-alternate between the clients, and the process's CPU (user + system, ``os.times``) per call is
-reported, median over rounds. The Redis server's CPU is not counted: it is the same work for
-both.
+alternate between the clients, and the process's CPU (``time.process_time``) per call is
+reported, median over rounds. The Redis server's CPU is not counted here; the benchmark's
+peak rounds report it per turn.
 
 ``python -m bench.redis_client --redis-url redis://127.0.0.1:6379/14`` prints one JSON document.
 It writes keys ``bench:client:*`` in that database and deletes them afterwards.
@@ -17,8 +17,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import statistics
+import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
@@ -36,11 +36,6 @@ return {'new', v[5]}
 Call = Callable[[str, str], Awaitable[Any]]
 
 
-def _cpu() -> float:
-    times = os.times()
-    return times.user + times.system
-
-
 async def _round(call: Call, calls: int, concurrency: int) -> float:
     """CPU microseconds per call, over ``calls`` calls spread across ``concurrency`` tasks."""
 
@@ -48,9 +43,9 @@ async def _round(call: Call, calls: int, concurrency: int) -> float:
         for turn in range(calls // concurrency):
             await call(f"bench:client:{task}", f"m:{turn}")
 
-    started = _cpu()
+    started = time.process_time()
     await asyncio.gather(*(worker(task) for task in range(concurrency)))
-    return (_cpu() - started) / (calls // concurrency * concurrency) * 1e6
+    return (time.process_time() - started) / (calls // concurrency * concurrency) * 1e6
 
 
 async def measure(redis_url: str, calls: int, concurrency: int, rounds: int) -> dict[str, Any]:

@@ -87,13 +87,16 @@ class Settings:
     memory_traced: int
     jwt_fresh: int
     jwt_repeated: int
+    client_calls: int
     profile_duration: float
 
 
 MODES: dict[str, Settings] = {
-    "smoke": Settings("smoke", 0.8, 0.3, 1, 16, 5, 0.8, 1, 32, 40, 2_000, 1_000, 30, 2_000, 2.0),
-    "quick": Settings("quick", 1.6, 0.5, 2, 32, 5, 1.5, 1, 64, 200, 20_000, 3_000, 200, 20_000, 5.0),
-    "full": Settings("full", 15.0, 2.0, 3, 32, 5, 15.0, 3, 64, 1_000, 100_000, 20_000, 2_000, 100_000, 15.0),
+    "smoke": Settings("smoke", 0.8, 0.3, 1, 16, 5, 0.8, 1, 32, 40, 2_000, 1_000, 30, 2_000, 640, 2.0),
+    "quick": Settings("quick", 1.6, 0.5, 2, 32, 5, 1.5, 1, 64, 200, 20_000, 3_000, 200, 20_000, 5_000, 5.0),
+    "full": Settings(
+        "full", 15.0, 2.0, 3, 32, 5, 15.0, 3, 64, 1_000, 100_000, 20_000, 2_000, 100_000, 20_000, 15.0
+    ),
 }
 
 
@@ -669,6 +672,10 @@ def render_table(result: dict[str, Any]) -> str:
         f"Redis round trips per turn {redis['round_trips_per_turn']:.2f} ({redis['client_commands']}); "
         f"commands incl. inside scripts "
         f"{redis['round_trips_per_turn'] + redis['script_internal_commands_per_turn']:.2f}",
+        f"Redis client CPU per script call, 32 concurrent: redis-py "
+        f"{redis['client']['redis_py_cpu_us_per_call']:.1f} us, the gateway's pipe "
+        f"{redis['client']['pipe_cpu_us_per_call']:.1f} us "
+        f"(x{redis['client']['redis_py_vs_pipe_ratio']:.1f})",
         f"memory store: {memory['rss_bytes_per_conversation_excluding_replies']:.0f} B RSS per idle "
         f"conversation excluding replies ({memory['conversations']} conversations; "
         f"tracemalloc {memory['traced_bytes_per_conversation_excluding_replies']:.0f} B, "
@@ -783,6 +790,11 @@ def run(settings: Settings, redis_url: str, with_profile: bool) -> dict[str, Any
             )
             _progress("Redis round trips (MONITOR)")
             redis_result = bench.redis_round_trips()
+            _progress("Redis client cost per script call")
+            redis_result["client"] = _python_json(
+                ["-m", "bench.redis_client", "--redis-url", redis_url, "--calls", str(settings.client_calls)],
+                timeout=600,
+            )
             profile = bench.profile() if with_profile else None
         _progress("memory per idle conversation")
         memory = _python_json(

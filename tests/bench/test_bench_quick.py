@@ -140,6 +140,8 @@ def test_ratios_half_load_redis_memory_and_jwt_were_measured(smoke_run: tuple[di
     redis = result["redis"]
     _positive(redis["turns"], "Redis round-trip turns")
     _positive(redis["round_trips_per_turn"], "Redis round trips per turn")
+    for key in ("redis_py_cpu_us_per_call", "pipe_cpu_us_per_call", "redis_py_vs_pipe_ratio"):
+        _positive(redis["client"][key], f"Redis client {key}")
     memory = result["memory"]
     _positive(memory["conversations"], "idle conversations")
     for key in (
