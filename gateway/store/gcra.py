@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["GCRA_LUA", "US", "Hit", "Rule", "gcra", "gcra_all", "now_us", "script_arguments"]
+__all__ = ["GCRA_LUA", "US", "Hit", "Rule", "gcra", "now_us", "script_arguments"]
 
 US = 1_000_000
 """Microseconds per second."""
@@ -59,19 +59,11 @@ def gcra(tat_us: int | None, now_us: int, rule: Rule) -> tuple[int, int]:
 
     ``tat_us`` is ``None`` (or any time not after now) for an idle key.
     """
-    new_tat = max(tat_us if tat_us is not None else now_us, now_us) + rule.interval_us
-    return new_tat, max(0, new_tat - rule.tolerance_us - now_us)
-
-
-def gcra_all(tats: Sequence[int | None], now_us: int, hits: Sequence[Hit]) -> tuple[list[int], list[int]]:
-    """Every hit's step at once: ``(new_tats, waits)``. Charge the new tats only if every wait is 0."""
-    new_tats: list[int] = []
-    waits: list[int] = []
-    for tat, hit in zip(tats, hits, strict=True):
-        new_tat, wait = gcra(tat, now_us, hit.rule)
-        new_tats.append(new_tat)
-        waits.append(wait)
-    return new_tats, waits
+    # Conditional expressions rather than max(): this runs per limit per request, and a builtin
+    # call costs about three times the comparison it makes (timeit: 284 ns against 104 a step).
+    new_tat = (tat_us if tat_us is not None and tat_us > now_us else now_us) + rule.interval_us
+    wait = new_tat - rule.tolerance_us - now_us
+    return new_tat, wait if wait > 0 else 0
 
 
 def now_us(clock: Callable[[], float]) -> int:
