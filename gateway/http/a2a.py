@@ -85,7 +85,16 @@ def _authenticated(handler: Operation, *, charge_first: bool) -> Handler:
 async def _read_body(request: web.Request, limit: int) -> bytes:
     if request.content_length is not None and request.content_length > limit:
         raise A2AError(Reason.INVALID_PARAMS, "Request body too large")
-    body = await request.content.read(limit + 1)
+    # StreamReader.read(n) returns what has arrived so far, up to n: a body sent in several
+    # pieces (a slow client, chunked encoding) takes several reads. At most limit + 1 bytes are
+    # ever held, so a body without Content-Length cannot grow past the limit either.
+    content = request.content
+    body = await content.read(limit + 1)
+    while len(body) <= limit and not content.at_eof():
+        more = await content.read(limit + 1 - len(body))
+        if not more:
+            break
+        body += more
     if len(body) > limit:
         raise A2AError(Reason.INVALID_PARAMS, "Request body too large")
     return body

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
@@ -278,6 +279,14 @@ async def test_body_over_the_limit_is_invalid_params(make_gateway: MakeGateway) 
     response = await gw.send("x" * 500)
     assert await error_of(response) == (400, "INVALID_PARAMS", "Request body too large")
 
+    async def unannounced() -> AsyncIterator[bytes]:  # chunked: no Content-Length to refuse early
+        for _ in range(5):
+            yield b"x" * 100
+            await asyncio.sleep(0)
+
+    response = await gw.client.post("/a2a/acme/message:send", data=unannounced(), headers=gw.auth())
+    assert await error_of(response) == (400, "INVALID_PARAMS", "Request body too large")
+
 
 async def test_s4_2_reply_ids_are_fresh_and_opaque(gw_memory: Harness) -> None:
     first = await ok(await gw_memory.send("Hi", message_id="m-1"))
@@ -302,3 +311,24 @@ def test_owners_are_kept_per_user_and_bounded() -> None:
     again = turns.owner("acme", "https://pa.example", "alice")
     assert again == alice
     assert again is not alice
+
+
+@pytest.mark.parametrize("chunked", [True, False], ids=["chunked", "content-length"])
+async def test_body_arriving_in_pieces_is_read_whole(gw_memory: Harness, chunked: bool) -> None:
+    """A slow client's body reaches the gateway in several TCP reads; all of it is parsed."""
+    body = orjson.dumps(
+        {"message": {"messageId": "m-pieces", "role": "ROLE_USER", "parts": [{"text": "Hi, order A-10001"}]}}
+    )
+    pieces = [body[:20], body[20:45], body[45:]]
+
+    async def slowly() -> AsyncIterator[bytes]:
+        for piece in pieces:
+            yield piece
+            await asyncio.sleep(0.02)  # lets the gateway read what came so far
+
+    headers = {**gw_memory.auth(), "Content-Type": "application/json"}
+    if not chunked:
+        headers["Content-Length"] = str(len(body))
+    response = await gw_memory.client.post("/a2a/acme/message:send", data=slowly(), headers=headers)
+    reply = await ok(response)
+    assert "A-10001" in reply["parts"][0]["text"]
