@@ -9,11 +9,11 @@ path doing any of it. Only the sweep deletes keys.
 
 The entries:
 
-* a conversation (:class:`_Conversation`): owner digest (16 raw bytes), ``expires``, flags,
+* a conversation (:data:`_Conversation`): ``expires``, owner digest (16 raw bytes), flags,
   and its turns as one flat tuple ``(messageId, reply bytes | in-flight deadline, …)``;
-* a first-message record (:class:`_FirstMessage`, §4.3): the conversation's key (the very
-  string object the conversation is stored under, so it costs nothing), the text digest and
-  ``expires``;
+* a first-message record (:data:`_FirstMessage`, §4.3): ``expires``, the conversation's key
+  (the very string object the conversation is stored under, so it costs nothing) and the
+  text digest;
 * a §6 GCRA counter: its ``tat`` as an ``int`` in microseconds, which is also its deadline
   (a ``tat`` in the past is an idle key, see :mod:`gateway.store.gcra`).
 
@@ -25,6 +25,13 @@ bypassed (``tests/store/test_memory_sweep.py`` pins that aiocache's own API sees
 It also makes every decision plainly atomic: :meth:`MemoryStore.begin_turn` reads, decides and
 writes with no ``await`` at all, so any number of concurrent duplicates see the in-flight
 marker the first one set, and a rate-limit charge is all or nothing.
+
+Records are exact tuples of plain values (bytes, str, float, bool, and a tuple of those), and a
+change stores a new tuple. CPython's cyclic collector stops tracking such a tuple within the
+first two collections it survives (the inner turns tuple, then the record), so stored records
+never reach the generation full collections walk. As slotted objects they stayed tracked, and
+each full collection walked all of them: at 100,000 conversations, 240,000 tracked objects and a
+46 ms pause, against 40,000 and 10 ms now.
 """
 
 from __future__ import annotations
@@ -35,7 +42,7 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from typing import Any, Final, TypeAlias
+from typing import Any, Final, TypeAlias, TypeGuard
 
 from aiocache import SimpleMemoryCache
 
@@ -47,62 +54,54 @@ from gateway.store.gcra import US, Hit, gcra
 __all__ = ["MemoryKeyspace", "MemoryStore"]
 
 
-class _Conversation:
-    """A conversation record (§4.2); ``expires`` in clock seconds decides both CLOSED and absence."""
-
-    __slots__ = ("answered", "closed", "expires", "owner", "turns")
-
-    def __init__(self, owner: bytes, expires: float, turns: tuple[str | bytes | float, ...]) -> None:
-        self.owner = owner
-        self.expires = expires
-        self.answered = False
-        self.closed = False
-        self.turns = turns
-
-    def turn(self, message_id: str) -> bytes | float | None:
-        """The reply bytes, the in-flight deadline, or ``None`` for a turn not seen."""
-        turns = self.turns
-        try:
-            index = turns[::2].index(message_id)
-        except ValueError:
-            return None
-        value = turns[2 * index + 1]
-        return None if isinstance(value, str) else value
-
-    def set_turn(self, message_id: str, value: bytes | float) -> None:
-        # A flat tuple, not a dict: 56 bytes for a one-turn conversation instead of 184, and
-        # conversations are a handful of turns, so the linear scan is a few C comparisons.
-        turns = self.turns
-        try:
-            index = 2 * turns[::2].index(message_id)
-        except ValueError:
-            self.turns = (*turns, message_id, value)
-        else:
-            self.turns = (*turns[: index + 1], value, *turns[index + 2 :])
-
-    def drop_turn(self, message_id: str) -> None:
-        index = 2 * self.turns[::2].index(message_id)
-        self.turns = self.turns[:index] + self.turns[index + 2 :]
-
-
-class _FirstMessage:
-    """§4.3: a first message recently opened ``conversation_key``, recognised by its text digest."""
-
-    __slots__ = ("conversation_key", "digest", "expires")
-
-    def __init__(self, conversation_key: str, digest: bytes, expires: float) -> None:
-        self.conversation_key = conversation_key
-        self.digest = digest
-        self.expires = expires
-
-
+_Conversation: TypeAlias = tuple[float, bytes, bool, bool, tuple[Any, ...]]
+"""``(expires, owner digest, answered, closed, turns)``; ``expires`` (seconds) decides CLOSED and absence."""
+_FirstMessage: TypeAlias = tuple[float, str, bytes]
+"""§4.3 ``(expires, conversation key, text digest)``: a first message recently opened that conversation."""
 _Entry: TypeAlias = "_Conversation | _FirstMessage | int"
+_EXPIRES: Final = 0
+_OWNER: Final = 1
+_CLOSED: Final = 3
+_TURNS: Final = 4
+
+
+def _is_conversation(entry: object) -> TypeGuard[_Conversation]:
+    return type(entry) is tuple and len(entry) == 5
+
+
+def _is_first_message(entry: object) -> TypeGuard[_FirstMessage]:
+    return type(entry) is tuple and len(entry) == 3
+
+
+def _turn(turns: tuple[Any, ...], message_id: str) -> bytes | float | None:
+    """The reply bytes, the in-flight deadline, or ``None`` for a turn not seen."""
+    try:
+        index = turns[::2].index(message_id)
+    except ValueError:
+        return None
+    value: bytes | float = turns[2 * index + 1]
+    return value
+
+
+def _with_turn(turns: tuple[Any, ...], message_id: str, value: bytes | float) -> tuple[Any, ...]:
+    # A flat tuple, not a dict: 56 bytes for a one-turn conversation instead of 184, and
+    # conversations are a handful of turns, so the linear scan is a few C comparisons.
+    try:
+        index = 2 * turns[::2].index(message_id)
+    except ValueError:
+        return (*turns, message_id, value)
+    return (*turns[: index + 1], value, *turns[index + 2 :])
+
+
+def _without_turn(turns: tuple[Any, ...], message_id: str) -> tuple[Any, ...]:
+    index = 2 * turns[::2].index(message_id)
+    return turns[:index] + turns[index + 2 :]
 
 
 def _expired(entry: _Entry, now: float, now_micros: int) -> bool:
     if isinstance(entry, int):
         return entry <= now_micros  # a GCRA tat: idle once now has passed it
-    return entry.expires <= now
+    return entry[_EXPIRES] <= now
 
 
 class MemoryKeyspace:
@@ -216,28 +215,29 @@ class MemoryStore(ConversationStore):
 
     def _conversation(self, key: str, now: float) -> _Conversation | None:
         entry = self.keyspace.entries.get(key)
-        return entry if isinstance(entry, _Conversation) and entry.expires > now else None
+        return entry if _is_conversation(entry) and entry[_EXPIRES] > now else None
 
     def _open(self, key: str, context_id: str, owner: Owner, message_id: str, now: float) -> TurnClaim:
         turns = (message_id, now + self._config.pending_ttl)
-        self.keyspace.put(key, _Conversation(owner.digest_bytes, now + self._record_ttl, turns))
+        self.keyspace.put(key, (now + self._record_ttl, owner.digest_bytes, False, False, turns))
         return TurnClaim(TurnStatus.NEW, context_id, new_conversation=True)
 
-    def _decide(
-        self, conversation: _Conversation | None, owner: Owner, context_id: str, message_id: str, now: float
-    ) -> TurnClaim:
-        if conversation is None or conversation.owner != owner.digest_bytes:
+    def _decide(self, key: str, owner: Owner, context_id: str, message_id: str, now: float) -> TurnClaim:
+        conversation = self._conversation(key, now)
+        if conversation is None or conversation[_OWNER] != owner.digest_bytes:
             return TurnClaim(TurnStatus.UNKNOWN_CONTEXT)
-        turn = conversation.turn(message_id)
+        expires, digest, answered, closed, turns = conversation
+        turn = _turn(turns, message_id)
         if isinstance(turn, bytes):
             return TurnClaim(TurnStatus.REPLAY, context_id, reply=turn)
         # An open record expires closed_ttl after its idle TTL ran out: past that point it is CLOSED.
-        if conversation.closed or now > conversation.expires - self._config.closed_ttl:
+        if closed or now > expires - self._config.closed_ttl:
             return TurnClaim(TurnStatus.CLOSED, context_id)
         if turn is not None and turn > now:
             return TurnClaim(TurnStatus.IN_FLIGHT, context_id)
-        conversation.set_turn(message_id, now + self._config.pending_ttl)
-        return TurnClaim(TurnStatus.NEW, context_id, new_conversation=not conversation.answered)
+        turns = _with_turn(turns, message_id, now + self._config.pending_ttl)
+        self.keyspace.entries[key] = (expires, digest, answered, closed, turns)
+        return TurnClaim(TurnStatus.NEW, context_id, new_conversation=not answered)
 
     async def begin_turn(
         self,
@@ -255,22 +255,22 @@ class MemoryStore(ConversationStore):
             if any(waits):
                 return TurnClaim(TurnStatus.RATE_LIMITED, waits=tuple(wait / US for wait in waits))
         if context_id is not None:
-            conversation = self._conversation(keys.conversation_key(owner.brand_id, context_id), now)
-            return self._decide(conversation, owner, context_id, message_id, now)
+            key = keys.conversation_key(owner.brand_id, context_id)
+            return self._decide(key, owner, context_id, message_id, now)
         entries = self.keyspace.entries
         first_key = keys.first_message_key(owner.brand_id, owner.digest, message_id)
         digest = text_digest(text)
         earlier = entries.get(first_key)
         new_key = keys.conversation_key(owner.brand_id, new_context_id)
-        if not isinstance(earlier, _FirstMessage) or earlier.expires <= now:
-            self.keyspace.put(first_key, _FirstMessage(new_key, digest, now + self._config.retry_window))
+        if not _is_first_message(earlier) or earlier[_EXPIRES] <= now:
+            self.keyspace.put(first_key, (now + self._config.retry_window, new_key, digest))
             return self._open(new_key, new_context_id, owner, message_id, now)
-        if earlier.digest != digest:
+        _, earlier_key, earlier_digest = earlier
+        if earlier_digest != digest:
             # A different first message reusing a messageId opens its own conversation.
             return self._open(new_key, new_context_id, owner, message_id, now)
-        earlier_context = keys.context_of(owner.brand_id, earlier.conversation_key)
-        conversation = self._conversation(earlier.conversation_key, now)
-        claim = self._decide(conversation, owner, earlier_context, message_id, now)
+        earlier_context = keys.context_of(owner.brand_id, earlier_key)
+        claim = self._decide(earlier_key, owner, earlier_context, message_id, now)
         if claim.status is TurnStatus.UNKNOWN_CONTEXT:
             return self._open(new_key, new_context_id, owner, message_id, now)
         return claim
@@ -281,13 +281,17 @@ class MemoryStore(ConversationStore):
         key = keys.conversation_key(owner.brand_id, context_id)
         now = self._clock()
         conversation = self._conversation(key, now)
-        if conversation is None:
-            conversation = _Conversation(owner.digest_bytes, now, ())
-            self.keyspace.put(key, conversation)
-        conversation.set_turn(message_id, reply)
-        conversation.answered = True
-        conversation.closed = conversation.closed or close
-        conversation.expires = now + (self._config.closed_ttl if close else self._record_ttl)
+        closed, turns = (False, ()) if conversation is None else (conversation[_CLOSED], conversation[_TURNS])
+        self.keyspace.put(
+            key,
+            (
+                now + (self._config.closed_ttl if close else self._record_ttl),
+                owner.digest_bytes,
+                True,
+                closed or close,
+                _with_turn(turns, message_id, reply),
+            ),
+        )
 
     async def abort_turn(
         self, owner: Owner, context_id: str, message_id: str, *, new_conversation: bool
@@ -295,17 +299,19 @@ class MemoryStore(ConversationStore):
         key = keys.conversation_key(owner.brand_id, context_id)
         now = self._clock()
         conversation = self._conversation(key, now)
-        if conversation is None or conversation.owner != owner.digest_bytes:
+        if conversation is None or conversation[_OWNER] != owner.digest_bytes:
             return
+        entries = self.keyspace.entries
+        expires, digest, answered, closed, turns = conversation
         if new_conversation:
-            # Expired in place (only the sweep deletes keys): from now on both read as absent.
-            conversation.expires = -math.inf
+            # Expired where they stand (only the sweep deletes keys): from now on both read as absent.
+            entries[key] = (-math.inf, digest, answered, closed, turns)
             first_key = keys.first_message_key(owner.brand_id, owner.digest, message_id)
-            earlier = self.keyspace.entries.get(first_key)
-            if isinstance(earlier, _FirstMessage) and earlier.conversation_key == key:
-                earlier.expires = -math.inf
-        elif isinstance(conversation.turn(message_id), float):
-            conversation.drop_turn(message_id)
+            earlier = entries.get(first_key)
+            if _is_first_message(earlier) and earlier[1] == key:
+                entries[first_key] = (-math.inf, *earlier[1:])
+        elif isinstance(_turn(turns, message_id), float):
+            entries[key] = (expires, digest, answered, closed, _without_turn(turns, message_id))
 
     async def start(self) -> None:
         """The expiry sweep over conversations, first-message records and rate-limit counters."""

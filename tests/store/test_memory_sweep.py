@@ -7,6 +7,7 @@ is a :class:`ManualClock`; the sweep runs every 10 ms, so no test sleeps more th
 from __future__ import annotations
 
 import asyncio
+import gc
 from collections.abc import AsyncIterator, Callable
 
 import pytest
@@ -187,3 +188,21 @@ async def test_the_app_runs_the_sweep_while_it_serves(make_gateway: MakeGateway)
     assert not tasks[0].done()
     await gw.client.close()
     assert tasks[0].done()
+
+
+async def test_stored_records_leave_the_cyclic_collectors_sight(store: MemoryStore) -> None:
+    """Plain tuples, so a full collection does not walk every stored conversation (the latency tail)."""
+    owner = Owner("acme", "https://pa.example", "alice")
+    claim = await store.begin_turn(owner, None, "m-1", "hi", "ctx-1")
+    await store.complete_turn(owner, "ctx-1", "m-1", b"reply", close=False)
+    await store.begin_turn(owner, "ctx-1", "m-2", "more", "", limits=[Hit("rl:alice", Rule(1.0, 5))])
+    # A record's turns tuple is untracked in one collection and the record itself by the next: two
+    # young collections, so records never reach the old generation that full collections walk.
+    gc.collect()
+    gc.collect()
+    records = {
+        "conversation": store.keyspace.entries[store_keys.conversation_key("acme", claim.context_id)],
+        "first message": store.keyspace.entries[store_keys.first_message_key("acme", owner.digest, "m-1")],
+        "rate counter": store.keyspace.entries["rl:alice"],
+    }
+    assert {name: gc.is_tracked(record) for name, record in records.items()} == dict.fromkeys(records, False)
