@@ -121,7 +121,7 @@ def create_app(
         app[JWKS] = JwksCache(
             fetch_session, config.personal_agents.jwks, development=config.development, on_fetch=on_jwks_fetch
         )
-        # §6 counters beside the conversations: the store's connection pool or container, and its clock.
+        # §6 counters beside the conversations: the store's connection or container, and its clock.
         app[RATE_LIMITER] = open_rate_limiter(app[STORE])
         app[RUNTIME] = RuntimeRef(build_runtime(app, config))
         yield

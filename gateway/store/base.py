@@ -77,7 +77,7 @@ def text_digest(text: str) -> bytes:
 
 
 class ConversationStore(ABC):
-    """One interface, two backends (memory and Redis, both on aiocache)."""
+    """One interface, two backends: memory (in aiocache's container) and Redis (one pipelined connection)."""
 
     @abstractmethod
     async def begin_turn(

@@ -50,7 +50,7 @@ class RateLimiter(ABC):
 
     @abstractmethod
     async def close(self) -> None:
-        """Release what this limiter owns (not a connection pool or container it shares)."""
+        """Release what this limiter owns (not a connection or container it shares)."""
 
 
 class MemoryRateLimiter(RateLimiter):

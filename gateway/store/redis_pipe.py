@@ -115,7 +115,7 @@ class _Protocol(asyncio.Protocol):
         self._transport = transport
         sock = transport.get_extra_info("socket")
         if sock is not None:
-            # An idle pooled connection that a NAT or firewall dropped is noticed by the kernel.
+            # An idle connection that a NAT or firewall dropped is noticed by the kernel.
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
         self.open = True
 
