@@ -16,12 +16,13 @@ from typing import Any
 
 import orjson
 import pytest
+from aiohttp.test_utils import TestClient
 
 from gateway.config import CacheConfig
 from gateway.ops.metrics import Metrics
 from gateway.store.redis import RedisStore
 from tests.ops.conftest import ROOT, OpsFor, free_port, sample, scrape
-from tests.support.gateway import AUDIENCE, DISABLED_PA, MakeGateway
+from tests.support.gateway import AUDIENCE, DISABLED_PA, Harness, MakeGateway
 from tests.support.pa import FakeJwksServer, PAKey
 
 
@@ -122,17 +123,25 @@ async def test_jwks_fetches_counted_by_issuer(
     assert sample(text, "pact_jwks_fetches_total", result="error") == 0
 
 
-async def test_jwks_failure_counted_and_open_issuers_share_one_label(
-    make_gateway: MakeGateway, ops_for: OpsFor, jwks_server: FakeJwksServer
-) -> None:
-    """An issuer admitted by the ``open`` policy is counted as ``open``: anyone can mint issuers."""
+async def open_policy_gateway(
+    make_gateway: MakeGateway, ops_for: OpsFor
+) -> tuple[Harness, TestClient[Any, Any]]:
+    """A gateway under ``personal_agents.policy: open``, and its ops listener."""
 
     def open_policy(raw: dict[str, Any]) -> None:
         raw["personal_agents"]["policy"] = "open"
 
     metrics = Metrics()
     gw = await make_gateway(edit=open_policy, metrics=metrics)
-    ops = await ops_for(gw, metrics)
+    return gw, await ops_for(gw, metrics)
+
+
+async def test_jwks_failure_counted_and_open_issuers_share_one_label(
+    make_gateway: MakeGateway, ops_for: OpsFor, jwks_server: FakeJwksServer
+) -> None:
+    """An issuer admitted by the ``open`` policy is counted as ``open``: anyone can mint issuers."""
+
+    gw, ops = await open_policy_gateway(make_gateway, ops_for)
     stranger_key = PAKey.es256()
     async with FakeJwksServer() as stranger:
         stranger.set_keys(stranger_key)
@@ -151,12 +160,7 @@ async def test_s3_1_open_policy_discovery_fetches_counted_apart_from_jwks_fetche
 ) -> None:
     """OIDC discovery is ``pact_oidc_discovery_fetches_total{result}``: no issuer label, not a JWKS fetch."""
 
-    def open_policy(raw: dict[str, Any]) -> None:
-        raw["personal_agents"]["policy"] = "open"
-
-    metrics = Metrics()
-    gw = await make_gateway(edit=open_policy, metrics=metrics)
-    ops = await ops_for(gw, metrics)
+    gw, ops = await open_policy_gateway(make_gateway, ops_for)
     stranger_key = PAKey.es256()
     async with FakeJwksServer() as stranger, FakeJwksServer() as broken:
         stranger.set_keys(stranger_key)

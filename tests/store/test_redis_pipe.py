@@ -135,6 +135,13 @@ async def outcomes(tasks: list[asyncio.Task[Any]]) -> list[Any]:
     return list(await asyncio.gather(*tasks, return_exceptions=True))
 
 
+async def next_command_reconnects(pipe: RedisPipe, fake_redis: FakeRedis) -> None:
+    """After a failure, the next command opens a second connection and is answered on it."""
+    fake_redis.auto[b"PING"] = b"+PONG\r\n"
+    assert await pipe.execute("PING") == b"PONG"
+    assert len(fake_redis.connections) == 2
+
+
 def assert_all_store_errors(results: list[Any], message: str) -> None:
     assert results, "no commands ran"
     for result in results:
@@ -394,9 +401,7 @@ async def test_stuck_connection_fails_every_waiting_command_and_the_next_command
     assert len(fake_redis.connections) == 1
     await fake_redis.wait_until(lambda: fake_redis.closed == 1)  # the stuck connection was dropped
 
-    fake_redis.auto[b"PING"] = b"+PONG\r\n"
-    assert await pipe.execute("PING") == b"PONG"
-    assert len(fake_redis.connections) == 2
+    await next_command_reconnects(pipe, fake_redis)
 
 
 async def test_each_command_gets_its_full_timeout_from_when_it_was_sent(
@@ -439,9 +444,7 @@ async def test_lost_connection_fails_waiting_commands_and_the_next_command_recon
     await fake_redis.hang_up(0)
 
     assert_all_store_errors(await outcomes(tasks), "redis: ConnectionError")
-    fake_redis.auto[b"PING"] = b"+PONG\r\n"
-    await pipe.ping()
-    assert len(fake_redis.connections) == 2
+    await next_command_reconnects(pipe, fake_redis)
 
 
 async def test_a_cancelled_command_keeps_its_place_so_the_next_gets_its_own_reply(
@@ -525,9 +528,7 @@ async def test_bytes_that_are_not_resp_fail_waiting_commands_with_a_protocol_err
 
     assert_all_store_errors(await outcomes(tasks), "redis: protocol error")
     await fake_redis.wait_until(lambda: fake_redis.closed == 1)
-    fake_redis.auto[b"PING"] = b"+PONG\r\n"
-    await pipe.ping()
-    assert len(fake_redis.connections) == 2
+    await next_command_reconnects(pipe, fake_redis)
     assert_no_asyncio_errors(caplog)
 
 
@@ -558,9 +559,7 @@ async def test_close_fails_waiting_commands_and_a_later_command_reconnects(
 
     assert_all_store_errors(await outcomes(tasks), "redis: closed")
     await fake_redis.wait_until(lambda: fake_redis.closed == 1)
-    fake_redis.auto[b"PING"] = b"+PONG\r\n"
-    await pipe.ping()
-    assert len(fake_redis.connections) == 2
+    await next_command_reconnects(pipe, fake_redis)
 
 
 async def test_close_while_connecting_fails_waiting_commands_with_store_error(
