@@ -24,11 +24,12 @@ import yaml
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.config import LoggingConfig
+from gateway.config import CacheConfig, LoggingConfig
 from gateway.ops.health import GatewayReadiness, create_ops_app
 from gateway.ops.logs import AIOHTTP_ACCESS, GatewayLogHandler, configure_logging
 from gateway.ops.metrics import Metrics
-from tests.support.gateway import Harness
+from gateway.store.redis import RedisStore
+from tests.support.gateway import Harness, MakeGateway
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -107,6 +108,29 @@ def json_logs() -> Iterator[CapturedLogs]:
     """The gateway's own logging set-up (JSON lines at INFO), writing to a buffer."""
     with _captured(LoggingConfig(level="INFO", format="json")) as logs:
         yield logs
+
+
+Metered = Callable[..., Awaitable[tuple[Harness, TestClient[Any, Any]]]]
+
+
+@pytest.fixture
+def metered(make_gateway: MakeGateway, ops_for: OpsFor) -> Metered:
+    """``await metered(...)``: ``make_gateway(...)`` with a registry of its own, and its ops listener."""
+
+    async def start(*args: Any, **kwargs: Any) -> tuple[Harness, TestClient[Any, Any]]:
+        metrics = Metrics()
+        harness = await make_gateway(*args, metrics=metrics, **kwargs)
+        return harness, await ops_for(harness, metrics)
+
+    return start
+
+
+@pytest.fixture
+async def unreachable_store() -> AsyncIterator[RedisStore]:
+    """A Redis store pointed at a loopback port nothing listens on."""
+    store = RedisStore(CacheConfig(url=f"redis://127.0.0.1:{free_port()}/0"))
+    yield store
+    await store.close()
 
 
 @pytest.fixture

@@ -10,12 +10,10 @@ import orjson
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from gateway.config import CacheConfig
 from gateway.ops.health import GatewayReadiness, create_ops_app
 from gateway.ops.metrics import Metrics
 from gateway.store.redis import RedisStore
-from tests.ops.conftest import OpsFor, free_port
-from tests.support.gateway import MakeGateway
+from tests.ops.conftest import Metered, free_port
 from tests.support.pa import FakeJwksServer, PAKey
 
 
@@ -25,37 +23,27 @@ async def readyz(ops: TestClient[Any, Any]) -> tuple[int, dict[str, Any]]:
     return response.status, body
 
 
-async def test_healthz_and_readyz_on_both_backends(
-    make_gateway: MakeGateway, ops_for: OpsFor, cache_url: str
-) -> None:
-    metrics = Metrics()
-    gw = await make_gateway(cache_url, metrics=metrics)
-    ops = await ops_for(gw, metrics)
+async def test_healthz_and_readyz_on_both_backends(cache_url: str, metered: Metered) -> None:
+    _, ops = await metered(cache_url)
     health = await ops.get("/healthz")
     assert health.status == 200
     # Readiness waits for the registered issuers' keys: the first probe fetches them.
     assert await readyz(ops) == (200, {"status": "ready"})
 
 
-async def test_readyz_503_when_the_store_is_unreachable(make_gateway: MakeGateway, ops_for: OpsFor) -> None:
-    store = RedisStore(CacheConfig(url=f"redis://127.0.0.1:{free_port()}/0"))
-    try:
-        metrics = Metrics()
-        gw = await make_gateway(store=store, metrics=metrics)
-        ops = await ops_for(gw, metrics)
-        status, body = await readyz(ops)
-        assert status == 503
-        assert body["status"] == "not ready"
-        assert set(body["failing"]) == {"store"}
-        assert body["failing"]["store"].startswith("redis: ")
-        assert (await ops.get("/healthz")).status == 200  # alive, just not ready
-    finally:
-        await store.close()
-
-
-async def test_readyz_503_when_an_enabled_issuer_has_no_keys(
-    make_gateway: MakeGateway, ops_for: OpsFor
+async def test_readyz_503_when_the_store_is_unreachable(
+    metered: Metered, unreachable_store: RedisStore
 ) -> None:
+    _, ops = await metered(store=unreachable_store)
+    status, body = await readyz(ops)
+    assert status == 503
+    assert body["status"] == "not ready"
+    assert set(body["failing"]) == {"store"}
+    assert body["failing"]["store"].startswith("redis: ")
+    assert (await ops.get("/healthz")).status == 200  # alive, just not ready
+
+
+async def test_readyz_503_when_an_enabled_issuer_has_no_keys(metered: Metered) -> None:
     unreachable = f"http://127.0.0.1:{free_port()}/jwks.json"
 
     def add_agents(raw: dict[str, Any]) -> None:
@@ -64,24 +52,18 @@ async def test_readyz_503_when_an_enabled_issuer_has_no_keys(
         # A disabled issuer without keys does not hold readiness back.
         registered.append({"issuer": "https://off-pa.example", "jwks_uri": unreachable, "enabled": False})
 
-    metrics = Metrics()
-    gw = await make_gateway(edit=add_agents, metrics=metrics)
-    ops = await ops_for(gw, metrics)
+    _, ops = await metered(edit=add_agents)
     status, body = await readyz(ops)
     assert status == 503
     assert body["failing"] == {"keys": "no keys for https://keyless-pa.example"}
 
 
-async def test_readyz_recovers_once_the_jwks_answers(
-    make_gateway: MakeGateway, ops_for: OpsFor, jwks_server: FakeJwksServer
-) -> None:
+async def test_readyz_recovers_once_the_jwks_answers(jwks_server: FakeJwksServer, metered: Metered) -> None:
     def no_cooldown(raw: dict[str, Any]) -> None:
         raw["personal_agents"]["jwks"] = {"refetch_cooldown": 0}
 
     jwks_server.fail("error")
-    metrics = Metrics()
-    gw = await make_gateway(edit=no_cooldown, metrics=metrics)
-    ops = await ops_for(gw, metrics)
+    _, ops = await metered(edit=no_cooldown)
     status, body = await readyz(ops)
     assert status == 503
     assert set(body["failing"]) == {"keys"}
@@ -89,9 +71,7 @@ async def test_readyz_recovers_once_the_jwks_answers(
     assert (await readyz(ops))[0] == 200
 
 
-async def test_readyz_counts_inline_keys_at_once(
-    make_gateway: MakeGateway, ops_for: OpsFor, jwks_server: FakeJwksServer
-) -> None:
+async def test_readyz_counts_inline_keys_at_once(jwks_server: FakeJwksServer, metered: Metered) -> None:
     inline = PAKey.es256()
 
     def inline_only(raw: dict[str, Any]) -> None:
@@ -99,9 +79,7 @@ async def test_readyz_counts_inline_keys_at_once(
             {"issuer": "https://airgapped.example", "jwks": {"keys": [inline.public_jwk()]}}
         ]
 
-    metrics = Metrics()
-    gw = await make_gateway(edit=inline_only, metrics=metrics)
-    ops = await ops_for(gw, metrics)
+    _, ops = await metered(edit=inline_only)
     assert (await readyz(ops))[0] == 200
     assert jwks_server.fetch_count == 0
 

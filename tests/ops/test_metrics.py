@@ -16,22 +16,16 @@ from typing import Any
 
 import orjson
 import pytest
-from aiohttp.test_utils import TestClient
 
-from gateway.config import CacheConfig
 from gateway.ops.metrics import Metrics
 from gateway.store.redis import RedisStore
-from tests.ops.conftest import ROOT, OpsFor, free_port, sample, scrape
-from tests.support.gateway import AUDIENCE, DISABLED_PA, Harness, MakeGateway
+from tests.ops.conftest import ROOT, Metered, sample, scrape
+from tests.support.gateway import AUDIENCE, DISABLED_PA
 from tests.support.pa import FakeJwksServer, PAKey
 
 
-async def test_requests_counted_by_brand_operation_and_outcome(
-    make_gateway: MakeGateway, ops_for: OpsFor
-) -> None:
-    metrics = Metrics()
-    gw = await make_gateway(metrics=metrics)
-    ops = await ops_for(gw, metrics)
+async def test_requests_counted_by_brand_operation_and_outcome(metered: Metered) -> None:
+    gw, ops = await metered()
     assert (await gw.send(message_id="m-1")).status == 200
     assert (await gw.send(message_id="m-2")).status == 200
     assert (await gw.client.post("/a2a/acme/message:send", json={})).status == 401
@@ -56,10 +50,8 @@ async def test_requests_counted_by_brand_operation_and_outcome(
     assert sample(text, "pact_request_duration_seconds_bucket", brand="acme", le="+Inf") == 4
 
 
-async def test_s3_4_auth_failures_counted_by_reason(make_gateway: MakeGateway, ops_for: OpsFor) -> None:
-    metrics = Metrics()
-    gw = await make_gateway(metrics=metrics)
-    ops = await ops_for(gw, metrics)
+async def test_s3_4_auth_failures_counted_by_reason(metered: Metered) -> None:
+    gw, ops = await metered()
     expired = gw.key.mint(gw.issuer, "alice", AUDIENCE, iat=time.time() - 600, exp=time.time() - 300)
     for headers in (
         {},
@@ -78,12 +70,8 @@ async def test_s3_4_auth_failures_counted_by_reason(make_gateway: MakeGateway, o
     assert sample(text, "pact_auth_failures_total") == 5
 
 
-async def test_s4_3_retries_served_from_the_store_and_bot_latency(
-    make_gateway: MakeGateway, ops_for: OpsFor
-) -> None:
-    metrics = Metrics()
-    gw = await make_gateway(metrics=metrics)
-    ops = await ops_for(gw, metrics)
+async def test_s4_3_retries_served_from_the_store_and_bot_latency(metered: Metered) -> None:
+    gw, ops = await metered()
     first = await gw.send("Hi", message_id="m-1")
     assert first.status == 200
     for _ in range(2):
@@ -95,10 +83,8 @@ async def test_s4_3_retries_served_from_the_store_and_bot_latency(
     assert sample(text, "pact_requests_total", brand="acme", operation="SendMessage", outcome="ok") == 3
 
 
-async def test_failed_bot_call_counted_by_reason(make_gateway: MakeGateway, ops_for: OpsFor) -> None:
-    metrics = Metrics()
-    gw = await make_gateway(metrics=metrics)
-    ops = await ops_for(gw, metrics)
+async def test_failed_bot_call_counted_by_reason(metered: Metered) -> None:
+    gw, ops = await metered()
     gw.bot.mode = "status500"
     assert (await gw.send()).status == 500
     gw.bot.mode = "bad_body"
@@ -109,12 +95,8 @@ async def test_failed_bot_call_counted_by_reason(make_gateway: MakeGateway, ops_
     assert sample(text, "pact_requests_total", brand="acme", operation="SendMessage", outcome="error") == 2
 
 
-async def test_jwks_fetches_counted_by_issuer(
-    make_gateway: MakeGateway, ops_for: OpsFor, jwks_server: FakeJwksServer
-) -> None:
-    metrics = Metrics()
-    gw = await make_gateway(metrics=metrics)
-    ops = await ops_for(gw, metrics)
+async def test_jwks_fetches_counted_by_issuer(jwks_server: FakeJwksServer, metered: Metered) -> None:
+    gw, ops = await metered()
     for _ in range(3):
         assert (await gw.send()).status == 200
     text = await scrape(ops)
@@ -123,25 +105,16 @@ async def test_jwks_fetches_counted_by_issuer(
     assert sample(text, "pact_jwks_fetches_total", result="error") == 0
 
 
-async def open_policy_gateway(
-    make_gateway: MakeGateway, ops_for: OpsFor
-) -> tuple[Harness, TestClient[Any, Any]]:
-    """A gateway under ``personal_agents.policy: open``, and its ops listener."""
-
-    def open_policy(raw: dict[str, Any]) -> None:
-        raw["personal_agents"]["policy"] = "open"
-
-    metrics = Metrics()
-    gw = await make_gateway(edit=open_policy, metrics=metrics)
-    return gw, await ops_for(gw, metrics)
+def open_policy(raw: dict[str, Any]) -> None:
+    raw["personal_agents"]["policy"] = "open"
 
 
 async def test_jwks_failure_counted_and_open_issuers_share_one_label(
-    make_gateway: MakeGateway, ops_for: OpsFor, jwks_server: FakeJwksServer
+    jwks_server: FakeJwksServer, metered: Metered
 ) -> None:
     """An issuer admitted by the ``open`` policy is counted as ``open``: anyone can mint issuers."""
 
-    gw, ops = await open_policy_gateway(make_gateway, ops_for)
+    gw, ops = await metered(edit=open_policy)
     stranger_key = PAKey.es256()
     async with FakeJwksServer() as stranger:
         stranger.set_keys(stranger_key)
@@ -155,12 +128,10 @@ async def test_jwks_failure_counted_and_open_issuers_share_one_label(
     assert stranger.issuer not in text
 
 
-async def test_s3_1_open_policy_discovery_fetches_counted_apart_from_jwks_fetches(
-    make_gateway: MakeGateway, ops_for: OpsFor
-) -> None:
+async def test_s3_1_open_policy_discovery_fetches_counted_apart_from_jwks_fetches(metered: Metered) -> None:
     """OIDC discovery is ``pact_oidc_discovery_fetches_total{result}``: no issuer label, not a JWKS fetch."""
 
-    gw, ops = await open_policy_gateway(make_gateway, ops_for)
+    gw, ops = await metered(edit=open_policy)
     stranger_key = PAKey.es256()
     async with FakeJwksServer() as stranger, FakeJwksServer() as broken:
         stranger.set_keys(stranger_key)
@@ -179,26 +150,16 @@ async def test_s3_1_open_policy_discovery_fetches_counted_apart_from_jwks_fetche
     assert broken.issuer not in text
 
 
-async def test_store_errors_counted_by_operation(make_gateway: MakeGateway, ops_for: OpsFor) -> None:
-    store = RedisStore(CacheConfig(url=f"redis://127.0.0.1:{free_port()}/0"))
-    try:
-        metrics = Metrics()
-        gw = await make_gateway(store=store, metrics=metrics)
-        ops = await ops_for(gw, metrics)
-        assert (await gw.send()).status == 500
-        text = await scrape(ops)
-        assert sample(text, "pact_store_errors_total", operation="begin_turn") == 1
-        assert sample(text, "pact_requests_total", brand="acme", outcome="error") == 1
-    finally:
-        await store.close()
+async def test_store_errors_counted_by_operation(metered: Metered, unreachable_store: RedisStore) -> None:
+    gw, ops = await metered(store=unreachable_store)
+    assert (await gw.send()).status == 500
+    text = await scrape(ops)
+    assert sample(text, "pact_store_errors_total", operation="begin_turn") == 1
+    assert sample(text, "pact_requests_total", brand="acme", outcome="error") == 1
 
 
-async def test_labels_never_carry_sub_context_path_or_token(
-    make_gateway: MakeGateway, ops_for: OpsFor
-) -> None:
-    metrics = Metrics()
-    gw = await make_gateway(metrics=metrics)
-    ops = await ops_for(gw, metrics)
+async def test_labels_never_carry_sub_context_path_or_token(metered: Metered) -> None:
+    gw, ops = await metered()
     sub = "customer-7c1e-secret"
     token = gw.token(sub)
     response = await gw.send(sub=sub, headers={"Authorization": f"Bearer {token}"})
