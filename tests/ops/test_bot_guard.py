@@ -22,6 +22,7 @@ from gateway.upstream.base import BotBusy, BotReply, Turn, UpstreamError
 from gateway.upstream.guard import CircuitBreaker, CircuitState, GuardedBot, Permit
 from tests.support.gateway import Harness, MakeGateway
 from tests.support.pa import ManualClock
+from tests.support.waiting import until
 
 A2A_JSON = "application/a2a+json"
 STILL_RUNNING = "A message with this messageId is still being processed"
@@ -33,14 +34,6 @@ def upstream(**settings: Any) -> Callable[[dict[str, Any]], None]:
         raw["brands"][0]["upstream"].update(settings)
 
     return edit
-
-
-async def until(condition: Callable[[], bool], limit: float = 5.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + limit
-    while not condition():
-        assert loop.time() < deadline, "condition not reached"
-        await asyncio.sleep(0.01)
 
 
 async def message(response: ClientResponse) -> dict[str, Any]:

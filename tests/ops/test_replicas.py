@@ -9,7 +9,6 @@ Also measures the Redis round trips one ``message:send`` costs on the hot path.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -21,6 +20,7 @@ from gateway.store.redis import RedisStore
 from tests.support.commands import recorded_commands
 from tests.support.gateway import Harness, MakeGateway
 from tests.support.pa import ManualClock
+from tests.support.waiting import until
 
 STILL_RUNNING = "A message with this messageId is still being processed"
 
@@ -40,14 +40,6 @@ async def message(response: ClientResponse) -> dict[str, Any]:
 async def error_of(response: ClientResponse) -> tuple[int, str, str]:
     error = orjson.loads(await response.read())["error"]
     return response.status, error["details"][0]["reason"], error["message"]
-
-
-async def until(condition: Callable[[], bool], limit: float = 5.0) -> None:
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + limit
-    while not condition():
-        assert loop.time() < deadline, "condition not reached"
-        await asyncio.sleep(0.01)
 
 
 def redis_store(gw: Harness) -> RedisStore:

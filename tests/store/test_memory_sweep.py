@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -20,6 +20,7 @@ from gateway.store.limits import open_rate_limiter
 from gateway.store.memory import MemoryKeyspace, MemoryStore
 from tests.support.gateway import MakeGateway
 from tests.support.pa import ManualClock
+from tests.support.waiting import until
 
 ALICE = Owner("acme", "https://pa.example", "alice")
 CONFIG = CacheConfig(conversation_ttl=100, closed_ttl=1000, retry_window=30, pending_ttl=10)
@@ -38,14 +39,6 @@ async def store(clock: ManualClock) -> AsyncIterator[MemoryStore]:
     backend = MemoryStore(CONFIG, clock=clock, sweep_interval=0.01)
     yield backend
     await backend.close()
-
-
-async def until(condition: Callable[[], bool]) -> None:
-    for _ in range(50):
-        if condition():
-            return
-        await asyncio.sleep(0.01)
-    raise AssertionError("the sweep did not get there within 0.5 s")
 
 
 async def answered(
@@ -67,13 +60,13 @@ async def test_sweep_deletes_expired_records_first_messages_and_counters(
     assert {CONVERSATION, FIRST, COUNTER} <= entries.keys()
 
     clock.advance(30)  # the counter is idle after 1 s, the retry window ends at 30 s
-    await until(lambda: FIRST not in entries and COUNTER not in entries)
+    await until(lambda: FIRST not in entries and COUNTER not in entries, limit=0.5)
     assert CONVERSATION in entries
     clock.advance(1000 - 30)  # a closed conversation is remembered closed_ttl
-    await until(lambda: store_keys.conversation_key("acme", "ctx-closed") not in entries)
+    await until(lambda: store_keys.conversation_key("acme", "ctx-closed") not in entries, limit=0.5)
     assert CONVERSATION in entries
     clock.advance(100)  # an open one idle_ttl + closed_ttl after its last turn
-    await until(lambda: not entries)
+    await until(lambda: not entries, limit=0.5)
 
 
 async def test_a_turn_keeps_its_conversation_from_the_sweep(store: MemoryStore, clock: ManualClock) -> None:
@@ -96,7 +89,7 @@ async def test_an_aborted_first_turn_is_expired_in_place_and_swept(
     claim = await store.begin_turn(ALICE, None, "m1", "hello", "ctx-1")
     await store.abort_turn(ALICE, "ctx-1", "m1", new_conversation=claim.new_conversation)
     assert (await store.begin_turn(ALICE, "ctx-1", "m2", "x", "u")).status is TurnStatus.UNKNOWN_CONTEXT
-    await until(lambda: CONVERSATION not in entries and FIRST not in entries)
+    await until(lambda: CONVERSATION not in entries and FIRST not in entries, limit=0.5)
 
 
 async def test_expired_but_unswept_entries_read_as_absent(store: MemoryStore, clock: ManualClock) -> None:
