@@ -30,3 +30,11 @@ async def store(cache_url: str, clock: ManualClock) -> AsyncIterator[Conversatio
     )
     yield backend
     await backend.close()
+
+
+@pytest.fixture
+async def redis_store(redis_url: str, clock: ManualClock) -> AsyncIterator[RedisStore]:
+    """A Redis store on the (flushed) test database, with default settings, on the test's clock."""
+    backend = RedisStore(CacheConfig(url=redis_url), clock=clock)
+    yield backend
+    await backend.close()

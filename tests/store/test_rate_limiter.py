@@ -130,51 +130,39 @@ async def test_s6_fractional_rates(limiter: RateLimiter, clock: ManualClock) -> 
 
 
 async def test_redis_counters_expire_when_idle_and_hold_no_clear_text(
-    redis_url: str, redis_client: aioredis.Redis, clock: ManualClock
+    redis_store: RedisStore, redis_client: aioredis.Redis, clock: ManualClock
 ) -> None:
-    store = RedisStore(CacheConfig(url=redis_url))
-    try:
-        limiter = RedisRateLimiter(store.redis, clock=clock)
-        assert await limiter.hit("pact:acme:rl:per_user:abc", 2, 10) == 0.0
-        ttl_ms = await redis_client.pttl("pact:acme:rl:per_user:abc")
-        assert 0 < ttl_ms <= 500  # back to idle after one interval: nothing left behind
-        assert (
-            await redis_client.get("pact:acme:rl:per_user:abc")
-            == str(int(clock() * 1_000_000) + 500_000).encode()
-        )
-    finally:
-        await store.close()
+    limiter = RedisRateLimiter(redis_store.redis, clock=clock)
+    assert await limiter.hit("pact:acme:rl:per_user:abc", 2, 10) == 0.0
+    ttl_ms = await redis_client.pttl("pact:acme:rl:per_user:abc")
+    assert 0 < ttl_ms <= 500  # back to idle after one interval: nothing left behind
+    assert (
+        await redis_client.get("pact:acme:rl:per_user:abc")
+        == str(int(clock() * 1_000_000) + 500_000).encode()
+    )
 
 
 async def test_redis_refusal_writes_nothing(
-    redis_url: str, redis_client: aioredis.Redis, clock: ManualClock
+    redis_store: RedisStore, redis_client: aioredis.Redis, clock: ManualClock
 ) -> None:
-    store = RedisStore(CacheConfig(url=redis_url))
-    try:
-        limiter = RedisRateLimiter(store.redis, clock=clock)
-        await limiter.hit("k", 1, 1)
-        before = await redis_client.get("k")
-        assert await limiter.hit_all([Hit("k", Rule(1, 1)), Hit("other", Rule(1, 1))]) == [1.0, 0.0]
-        assert await redis_client.get("k") == before
-        assert await redis_client.exists("other") == 0
-    finally:
-        await store.close()
+    limiter = RedisRateLimiter(redis_store.redis, clock=clock)
+    await limiter.hit("k", 1, 1)
+    before = await redis_client.get("k")
+    assert await limiter.hit_all([Hit("k", Rule(1, 1)), Hit("other", Rule(1, 1))]) == [1.0, 0.0]
+    assert await redis_client.get("k") == before
+    assert await redis_client.exists("other") == 0
 
 
-async def test_limiter_shares_the_stores_connection(redis_url: str) -> None:
-    store = RedisStore(CacheConfig(url=redis_url))
-    try:
-        limiter = open_rate_limiter(store)
-        assert isinstance(limiter, RedisRateLimiter)
+async def test_limiter_shares_the_stores_connection(redis_store: RedisStore) -> None:
+    limiter = open_rate_limiter(redis_store)
+    assert isinstance(limiter, RedisRateLimiter)
+    await limiter.hit("k", 1, 1)
+    with recorded_commands(redis_store.redis) as commands:
         await limiter.hit("k", 1, 1)
-        with recorded_commands(store.redis) as commands:
-            await limiter.hit("k", 1, 1)
-        assert commands == ["EVALSHA"]
-        await limiter.close()  # a shared connection is not the limiter's to close
-        await store.ping()
-        assert isinstance(open_rate_limiter(MemoryStore(CacheConfig())), MemoryRateLimiter)
-    finally:
-        await store.close()
+    assert commands == ["EVALSHA"]
+    await limiter.close()  # a shared connection is not the limiter's to close
+    await redis_store.ping()
+    assert isinstance(open_rate_limiter(MemoryStore(CacheConfig())), MemoryRateLimiter)
 
 
 async def test_redis_down_is_a_store_error() -> None:
@@ -186,13 +174,9 @@ async def test_redis_down_is_a_store_error() -> None:
         await store.close()
 
 
-async def test_redis_script_is_one_round_trip_for_every_limit(redis_url: str) -> None:
-    store = RedisStore(CacheConfig(url=redis_url))
-    try:
-        limiter = RedisRateLimiter(store.redis)
-        await limiter.hit("warm", 1, 1)  # the first call loads the script
-        with recorded_commands(store.redis) as commands:
-            await limiter.hit_all([Hit("a", Rule(1, 1)), Hit("b", Rule(1, 1)), Hit("c", Rule(1, 1))])
-        assert commands == ["EVALSHA"]
-    finally:
-        await store.close()
+async def test_redis_script_is_one_round_trip_for_every_limit(redis_store: RedisStore) -> None:
+    limiter = RedisRateLimiter(redis_store.redis)
+    await limiter.hit("warm", 1, 1)  # the first call loads the script
+    with recorded_commands(redis_store.redis) as commands:
+        await limiter.hit_all([Hit("a", Rule(1, 1)), Hit("b", Rule(1, 1)), Hit("c", Rule(1, 1))])
+    assert commands == ["EVALSHA"]

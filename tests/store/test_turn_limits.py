@@ -10,7 +10,6 @@ from __future__ import annotations
 import pytest
 import redis.asyncio as aioredis
 
-from gateway.config import CacheConfig
 from gateway.store import ConversationStore, Owner, TurnStatus
 from gateway.store import keys as store_keys
 from gateway.store.gcra import GCRA_LUA, Hit, Rule
@@ -69,25 +68,21 @@ async def test_s6_refused_first_message_opens_nothing(store: ConversationStore, 
 
 
 async def test_s6_redis_refusal_leaves_no_marker_record_or_counter(
-    redis_url: str, redis_client: aioredis.Redis, clock: ManualClock
+    redis_store: RedisStore, redis_client: aioredis.Redis, clock: ManualClock
 ) -> None:
-    store = RedisStore(CacheConfig(url=redis_url), clock=clock)
-    try:
-        await opened(store)
-        await store.begin_turn(ALICE, "ctx-1", "m1", "x", "u", limits=[USER])
-        before = await redis_client.get(USER.key)
-        refused = await store.begin_turn(ALICE, "ctx-1", "m2", "x", "u", limits=[AGENT, USER])
-        assert refused.waits == (0.0, 1.0)
-        refused = await store.begin_turn(ALICE, None, "m3", "hi", "ctx-3", limits=[AGENT, USER])
-        assert refused.status is TurnStatus.RATE_LIMITED
-        conversation = store_keys.conversation_key("acme", "ctx-1")
-        assert await redis_client.hexists(conversation, store_keys.turn_field("m2")) == 0
-        assert await redis_client.exists(store_keys.conversation_key("acme", "ctx-3")) == 0
-        assert await redis_client.exists(store_keys.first_message_key("acme", ALICE.digest, "m3")) == 0
-        assert await redis_client.get(USER.key) == before
-        assert await redis_client.exists(AGENT.key) == 0
-    finally:
-        await store.close()
+    await opened(redis_store)
+    await redis_store.begin_turn(ALICE, "ctx-1", "m1", "x", "u", limits=[USER])
+    before = await redis_client.get(USER.key)
+    refused = await redis_store.begin_turn(ALICE, "ctx-1", "m2", "x", "u", limits=[AGENT, USER])
+    assert refused.waits == (0.0, 1.0)
+    refused = await redis_store.begin_turn(ALICE, None, "m3", "hi", "ctx-3", limits=[AGENT, USER])
+    assert refused.status is TurnStatus.RATE_LIMITED
+    conversation = store_keys.conversation_key("acme", "ctx-1")
+    assert await redis_client.hexists(conversation, store_keys.turn_field("m2")) == 0
+    assert await redis_client.exists(store_keys.conversation_key("acme", "ctx-3")) == 0
+    assert await redis_client.exists(store_keys.first_message_key("acme", ALICE.digest, "m3")) == 0
+    assert await redis_client.get(USER.key) == before
+    assert await redis_client.exists(AGENT.key) == 0
 
 
 async def test_s6_fused_charge_is_all_or_nothing_across_both_limits(
@@ -123,15 +118,11 @@ async def test_s6_a_refusal_wins_over_every_turn_verdict(store: ConversationStor
         assert claim.status is TurnStatus.RATE_LIMITED
 
 
-async def test_redis_fused_begin_is_one_round_trip(redis_url: str, clock: ManualClock) -> None:
-    store = RedisStore(CacheConfig(url=redis_url), clock=clock)
-    try:
-        await store.begin_turn(ALICE, None, "warm", "hello", "ctx-0", limits=[AGENT])  # loads the scripts
-        await store.begin_turn(ALICE, "ctx-0", "warm-2", "x", "u", limits=[AGENT])
-        with recorded_commands(store.redis) as first:
-            await store.begin_turn(ALICE, None, "m1", "hello", "ctx-1", limits=[AGENT, USER])
-        with recorded_commands(store.redis) as refused:
-            await store.begin_turn(ALICE, "ctx-1", "m2", "x", "u", limits=[AGENT, USER])
-        assert first == refused == ["EVALSHA"]
-    finally:
-        await store.close()
+async def test_redis_fused_begin_is_one_round_trip(redis_store: RedisStore, clock: ManualClock) -> None:
+    await redis_store.begin_turn(ALICE, None, "warm", "hello", "ctx-0", limits=[AGENT])  # loads the scripts
+    await redis_store.begin_turn(ALICE, "ctx-0", "warm-2", "x", "u", limits=[AGENT])
+    with recorded_commands(redis_store.redis) as first:
+        await redis_store.begin_turn(ALICE, None, "m1", "hello", "ctx-1", limits=[AGENT, USER])
+    with recorded_commands(redis_store.redis) as refused:
+        await redis_store.begin_turn(ALICE, "ctx-1", "m2", "x", "u", limits=[AGENT, USER])
+    assert first == refused == ["EVALSHA"]
