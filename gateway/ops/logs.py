@@ -7,7 +7,8 @@ Structured fields reach a record in one of two ways, and both formatters print t
 * :func:`log_fields`, for the per-request access line: the fields travel as one dict on
   the record, so nothing is copied, sifted or looked up on the way to the formatter; and
   when the gateway's own JSON handler is the only one listening (production), the line is
-  written straight from the fields, with no record at all.
+  written straight from the fields, with no record at all, at the end of the event loop's
+  pass (:meth:`GatewayLogHandler.defer`): every access line of a pass in one write.
 
 What must never reach a log is kept out at the source (handlers log reasons, not tokens;
 ``sub`` only as :func:`sub_digest`). :class:`GatewayLogHandler` is the second line of defence:
@@ -17,6 +18,7 @@ anything shaped like a compact JWS in the finished line (message, field, traceba
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
 import hashlib
 import json
@@ -26,7 +28,7 @@ import re
 import sys
 import time
 from collections.abc import Mapping
-from typing import Any, TextIO
+from typing import Any, TextIO, TypeAlias
 
 import orjson
 
@@ -115,8 +117,9 @@ def log_fields(logger: logging.Logger, level: int, message: str, fields: dict[st
     caller lookup (a frame walk whose answer, the access middleware, says nothing), no copy
     of each field into the record, and the formatter takes ``fields`` as it is. When the
     gateway's JSON handler is the one place the record would go (:func:`_sole_json_handler`),
-    it writes the same line from ``fields`` directly: building a ``LogRecord`` and passing it
-    through logging's dispatch cost more than the line itself. ``message`` is final text
+    it queues the same line, made from ``fields`` directly, for the end of the event loop's
+    pass (:meth:`GatewayLogHandler.defer`): building a ``LogRecord`` and passing it through
+    logging's dispatch cost more than the line itself. ``message`` is final text
     (never %-formatted); ``fields`` must not be changed after the call.
     """
     if not logger.isEnabledFor(level):
@@ -125,14 +128,7 @@ def log_fields(logger: logging.Logger, level: int, message: str, fields: dict[st
     if handler is None:
         logger.handle(_fields_record(logger, level, message, fields))
         return
-    level_name = logging.getLevelName(level)
-    head = {"level": level_name, "logger": logger.name, "message": message, "pid": os.getpid()}
-    try:
-        handler.write_line(_json_line(head, fields, time.time()))
-    except RecursionError:  # as StreamHandler.emit: not a logging failure to report and forget
-        raise
-    except Exception:
-        handler.handleError(_fields_record(logger, level, message, fields))
+    handler.defer(logger, level, message, fields, time.time())
 
 
 def _fields_record(
@@ -230,6 +226,9 @@ class TextFormatter(logging.Formatter):
         return f"{head} {fields}{newline}{trace}"
 
 
+_PendingLine: TypeAlias = tuple[logging.Logger, int, str, dict[str, Any], float]
+
+
 class GatewayLogHandler(logging.StreamHandler[TextIO]):
     """The one handler :func:`configure_logging` installs; a second call replaces it.
 
@@ -239,15 +238,66 @@ class GatewayLogHandler(logging.StreamHandler[TextIO]):
     ``[redacted]`` needs none).
     """
 
+    def __init__(self, stream: TextIO) -> None:
+        super().__init__(stream)
+        # Read once: os.getpid() is a system call per line otherwise, and the gateway never
+        # forks after configuring logging (``--workers`` starts new interpreters).
+        self.pid = os.getpid()
+        self._pending: list[_PendingLine] = []
+
     def format(self, record: logging.LogRecord) -> str:
         return redact(super().format(record))
 
-    def write_line(self, line: str) -> None:
-        """Redact and write a line :class:`JsonFormatter` made, as :meth:`emit` writes a record's."""
-        line = redact(line) + self.terminator
+    def defer(
+        self, logger: logging.Logger, level: int, message: str, fields: dict[str, Any], created: float
+    ) -> None:
+        """Queue a :func:`log_fields` line, made at ``created``, for the end of this event-loop pass.
+
+        The access line is written once per request, and a write (a system call, the lock,
+        the redaction scan) costs more than the line: so lines wait for the pass to end and
+        go out together, in order, with one write. Nothing waits longer than that pass, an
+        ordinary record written meanwhile goes out after them (:meth:`emit`), and with no
+        loop running in this thread the line is written at once.
+        """
         with self.lock:  # type: ignore[union-attr]  # created by Handler.__init__, never None
-            self.stream.write(line)
-            self.stream.flush()
+            self._pending.append((logger, level, message, fields, created))
+            if len(self._pending) > 1:
+                return  # the first line of the pass has scheduled the write
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            self.flush()
+            return
+        loop.call_soon(self.flush)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.flush()  # queued access lines were logged first, so they are written first
+        super().emit(record)
+
+    def flush(self) -> None:
+        """Write the queued lines, redacted, in one write; then flush the stream."""
+        with self.lock:  # type: ignore[union-attr]
+            pending, self._pending = self._pending, []
+            if pending:
+                try:
+                    self.stream.write(redact("".join(self._line(*line) for line in pending)))
+                except RecursionError:  # as StreamHandler.emit: not a logging failure to report and forget
+                    raise
+                except Exception:
+                    for logger, level, message, fields, _ in pending:
+                        self.handleError(_fields_record(logger, level, message, fields))
+            super().flush()
+
+    def _line(
+        self, logger: logging.Logger, level: int, message: str, fields: dict[str, Any], created: float
+    ) -> str:
+        head = {
+            "level": logging.getLevelName(level),
+            "logger": logger.name,
+            "message": message,
+            "pid": self.pid,
+        }
+        return _json_line(head, fields, created) + self.terminator
 
 
 def configure_logging(config: LoggingConfig, stream: TextIO | None = None) -> None:

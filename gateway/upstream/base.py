@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 
-@dataclass(frozen=True, slots=True)
-class Turn:
-    """One user turn, as the gateway hands it to a bot after all PACT checks passed."""
+class Turn(NamedTuple):
+    """One user turn, as the gateway hands it to a bot after all PACT checks passed.
+
+    A named tuple rather than a frozen dataclass: equally immutable, and built once per turn
+    for half the cost (a frozen dataclass sets each field through ``object.__setattr__``).
+    """
 
     brand_id: str
     conversation_id: str
@@ -20,8 +22,9 @@ class Turn:
     request_id: str
 
 
-@dataclass(frozen=True, slots=True)
-class BotReply:
+class BotReply(NamedTuple):
+    """What a bot answered: the text, and whether it ends the conversation (§4.2)."""
+
     text: str
     end: bool = False
 

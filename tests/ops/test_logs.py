@@ -5,8 +5,10 @@ a provider failure logged once, with no traceback.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import datetime as dt
+import io
 import json
 import logging
 import os
@@ -328,15 +330,67 @@ def test_anything_else_listening_gets_an_ordinary_record(json_logs: CapturedLogs
             gateway_handler.setFormatter(formatter)
 
 
+class _Unwritable(io.StringIO):
+    def write(self, text: str) -> int:
+        raise OSError("disk full")
+
+
 def test_a_failed_record_less_write_is_reported_like_any_logging_error(
     json_logs: CapturedLogs, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     (gateway_handler,) = [h for h in logging.getLogger().handlers if isinstance(h, GatewayLogHandler)]
     failed: list[logging.LogRecord] = []
-    monkeypatch.setattr(gateway_handler, "write_line", lambda line: 1 / 0)
+    monkeypatch.setattr(gateway_handler, "stream", _Unwritable())
     monkeypatch.setattr(gateway_handler, "handleError", failed.append)
     with _only_the_gateway_handler():
         log_fields(logging.getLogger(ACCESS_LOGGER), logging.INFO, "POST SendMessage 200", {"status": 200})
     (record,) = failed
     assert (record.name, record.getMessage()) == (ACCESS_LOGGER, "POST SendMessage 200")
     assert record.__dict__[FIELDS_ATTR] == {"status": 200}
+
+
+class _CountingWrites(io.StringIO):
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes = 0
+
+    def write(self, text: str) -> int:
+        self.writes += 1
+        return super().write(text)
+
+
+async def test_access_lines_of_one_loop_pass_go_out_together_in_order(
+    json_logs: CapturedLogs, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (gateway_handler,) = [h for h in logging.getLogger().handlers if isinstance(h, GatewayLogHandler)]
+    stream = _CountingWrites()
+    monkeypatch.setattr(gateway_handler, "stream", stream)
+    access = logging.getLogger(ACCESS_LOGGER)
+    with _only_the_gateway_handler():
+        for status in (200, 404, 429):
+            log_fields(access, logging.INFO, f"POST SendMessage {status}", {"status": status})
+        assert stream.getvalue() == ""  # still this pass
+        await asyncio.sleep(0)
+    assert [json.loads(line)["status"] for line in stream.getvalue().splitlines()] == [200, 404, 429]
+    assert stream.writes == 1
+
+
+async def test_an_ordinary_record_goes_out_after_the_access_lines_logged_before_it(
+    json_logs: CapturedLogs,
+) -> None:
+    with _only_the_gateway_handler():
+        log_fields(logging.getLogger(ACCESS_LOGGER), logging.INFO, "POST SendMessage 200", {"status": 200})
+        logging.getLogger("pact_gateway.turns").error("bot call failed")
+    assert [record["message"] for record in json_logs.records()] == [
+        "POST SendMessage 200",
+        "bot call failed",
+    ]
+
+
+async def test_a_queued_access_line_is_written_when_the_handler_is_flushed(json_logs: CapturedLogs) -> None:
+    (gateway_handler,) = [h for h in logging.getLogger().handlers if isinstance(h, GatewayLogHandler)]
+    with _only_the_gateway_handler():
+        log_fields(logging.getLogger(ACCESS_LOGGER), logging.INFO, "POST SendMessage 200", {"status": 200})
+        assert json_logs.text == ""
+        gateway_handler.flush()  # what logging.shutdown() does at exit, when the loop never gets back
+    assert json_logs.access()[0]["status"] == 200
