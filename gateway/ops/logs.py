@@ -232,10 +232,10 @@ _PendingLine: TypeAlias = tuple[logging.Logger, int, str, dict[str, Any], float]
 class GatewayLogHandler(logging.StreamHandler[TextIO]):
     """The one handler :func:`configure_logging` installs; a second call replaces it.
 
-    It redacts the finished line rather than each field: one substring test per line covers
-    the message, every field and any traceback, and the regex runs only when that test finds
-    the start of a token (a base64url token survives JSON escaping unchanged, and
-    ``[redacted]`` needs none).
+    It redacts the finished text rather than each field: one substring test per record (or
+    per batch of access lines) covers the message, every field and any traceback, and the
+    regex runs only when that test finds the start of a token (a base64url token survives
+    JSON escaping unchanged, ``[redacted]`` needs none, and no match can span a newline).
     """
 
     def __init__(self, stream: TextIO) -> None:
