@@ -7,8 +7,8 @@ flushed before and after). One load generator process drives ``message:send`` ag
 each front in turn at a fixed concurrency for a fixed time; the rounds are interleaved
 and repeated, so drift on a shared machine shows up as spread instead of as a bias against
 whichever front ran last. Then: latency at half the gateway's peak, Redis round trips per
-turn, memory per idle conversation, PA JWT verification cost and, with ``--profile``, where
-a gateway spends its time.
+turn, instructions per turn under callgrind (the full run), memory per idle conversation,
+PA JWT verification cost and, with ``--profile``, where a gateway spends its time.
 
 Results: a JSON file (``bench/results/<timestamp>.json`` or ``--out``) and a table. Targets
 are checked but never fail the run: a benchmark reports, CI does not judge timings.
@@ -89,13 +89,17 @@ class Settings:
     jwt_repeated: int
     client_calls: int
     profile_duration: float
+    instruction_turns: int
+    """Turns in the shorter callgrind window (the longer has twice as many); 0 skips the count."""
 
 
 MODES: dict[str, Settings] = {
-    "smoke": Settings("smoke", 0.8, 0.3, 1, 16, 5, 0.8, 1, 32, 40, 2_000, 1_000, 30, 2_000, 640, 2.0),
-    "quick": Settings("quick", 1.6, 0.5, 2, 32, 5, 1.5, 1, 64, 200, 20_000, 3_000, 200, 20_000, 5_000, 5.0),
+    "smoke": Settings("smoke", 0.8, 0.3, 1, 16, 5, 0.8, 1, 32, 40, 2_000, 1_000, 30, 2_000, 640, 2.0, 20),
+    "quick": Settings(
+        "quick", 1.6, 0.5, 2, 32, 5, 1.5, 1, 64, 200, 20_000, 3_000, 200, 20_000, 5_000, 5.0, 0
+    ),
     "full": Settings(
-        "full", 12.0, 2.0, 4, 32, 5, 15.0, 3, 64, 1_000, 100_000, 20_000, 2_000, 100_000, 20_000, 15.0
+        "full", 12.0, 2.0, 4, 32, 5, 15.0, 3, 64, 1_000, 100_000, 20_000, 2_000, 100_000, 20_000, 15.0, 1_300
     ),
 }
 
@@ -413,6 +417,32 @@ class Bench:
             "script_internal_commands": dict(monitor.script_commands),
         }
 
+    def instructions(self, redis_url: str) -> dict[str, Any]:
+        """Instructions per turn of the pass-through and both gateways, counted by callgrind."""
+        from bench import instructions
+
+        turns = self.settings.instruction_turns
+        if turns <= 0:
+            return {"available": False, "note": f"not counted in the {self.settings.mode} run"}
+        if not instructions.available():
+            return {"available": False, "note": "valgrind (callgrind) is not installed"}
+
+        def passthrough(port: int) -> list[str]:
+            return ["-m", "bench.passthrough", "--port", str(port), "--upstream", self.bot_url]
+
+        def gateway(cache_url: str) -> instructions.FrontArgv:
+            return lambda port: self.gateway_argv(self.gateway_config(port, cache_url))
+
+        return instructions.measure(
+            self,
+            [
+                (PASSTHROUGH, passthrough, False),
+                (GW_MEMORY, gateway("memory://"), False),
+                (GW_REDIS, gateway(redis_url), True),
+            ],
+            turns,
+        )
+
     def profile(self) -> dict[str, Any] | None:
         """One gateway-memory round under pyinstrument; ``None`` (with a note) if it is not installed."""
         probe = subprocess.run(
@@ -686,6 +716,17 @@ def render_table(result: dict[str, Any]) -> str:
         f"PA JWT: ES256 {jwt['es256_fresh_us']:.1f} us, RS256 {jwt['rs256_fresh_us']:.1f} us, "
         f"repeated token {jwt['repeated_token_us']:.2f} us (x{jwt['es256_vs_repeated_ratio']:.0f})",
     ]
+    counted = result["instructions"]
+    if counted["available"]:
+        per_turn = {name: front["instructions_per_turn"] for name, front in counted["fronts"].items()}
+        lines.append(
+            f"instructions per turn (callgrind, {counted['concurrency']} in flight): pass-through "
+            f"{per_turn[PASSTHROUGH]:,.0f}, gateway-memory {per_turn[GW_MEMORY]:,.0f} "
+            f"(x{counted['gateway_memory_vs_passthrough']:.2f}), gateway-redis {per_turn[GW_REDIS]:,.0f} "
+            f"(x{counted['gateway_redis_vs_passthrough']:.2f})"
+        )
+    else:
+        lines.append(f"instructions per turn: {counted['note']}")
     workers = result["workers"]
     if workers["available"]:
         lines.append(
@@ -798,6 +839,8 @@ def run(settings: Settings, redis_url: str, with_profile: bool) -> dict[str, Any
                 ["-m", "bench.redis_client", "--redis-url", redis_url, "--calls", str(settings.client_calls)],
                 timeout=600,
             )
+            _progress("instructions per turn (callgrind)")
+            counted = bench.instructions(redis_url)
             profile = bench.profile() if with_profile else None
         _progress("memory per idle conversation")
         memory = _python_json(
@@ -867,8 +910,13 @@ def run(settings: Settings, redis_url: str, with_profile: bool) -> dict[str, Any
         "memory": memory,
         "jwt": jwt_cost,
         "workers": {"available": bench.workers_available},
+        "instructions": counted,
         "profile": profile,
     }
+    if counted["available"]:
+        per_turn = {name: front["instructions_per_turn"] for name, front in counted["fronts"].items()}
+        counted["gateway_memory_vs_passthrough"] = per_turn[GW_MEMORY] / per_turn[PASSTHROUGH]
+        counted["gateway_redis_vs_passthrough"] = per_turn[GW_REDIS] / per_turn[PASSTHROUGH]
     if bench.workers_available:
         one = fronts[GW_REDIS]["throughput_rps"]
         two = fronts[GW_REDIS_2W]["throughput_rps"]

@@ -2,18 +2,19 @@
 
 ``python -m bench --smoke`` drives every front (the bot direct, the pass-through, the gateway
 on memory and on Redis, and two workers when the CLI has them) and every measurement path
-(peak rounds, half-load rounds, Redis round trips, memory per conversation, JWT cost) for a
-fraction of a second each. Timings are never asserted: CI machines are too noisy for that,
-and the benchmark reports figures rather than judging them. What is asserted is that the
-run worked (no failed turns, something measured everywhere) and that the result has the
-shape docs/performance.md describes. It needs Redis at 127.0.0.1:6379 (database 14 only)
-and fails, never skips, without it.
+(peak rounds, half-load rounds, Redis round trips, instructions per turn under callgrind,
+memory per conversation, JWT cost) for a fraction of a second each. Timings are never
+asserted: CI machines are too noisy for that, and the benchmark reports figures rather than
+judging them. What is asserted is that the run worked (no failed turns, something measured
+everywhere) and that the result has the shape docs/performance.md describes. It needs Redis
+at 127.0.0.1:6379 (database 14 only) and fails, never skips, without it.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -40,6 +41,7 @@ SECTIONS = {
     "memory",
     "jwt",
     "workers",
+    "instructions",
     "profile",
     "targets",
 }
@@ -160,6 +162,26 @@ def test_ratios_half_load_redis_memory_and_jwt_were_measured(smoke_run: tuple[di
         _positive(workers["throughput_2_vs_1"], "workers 2/1")
     else:
         assert "not available" in workers["note"]
+
+
+def test_instructions_per_turn_were_counted_for_the_pass_through_and_both_gateways(
+    smoke_run: tuple[dict[str, Any], str],
+) -> None:
+    result, stdout = smoke_run
+    counted = result["instructions"]
+    if shutil.which("valgrind") is None:
+        assert not counted["available"]
+        assert "valgrind" in counted["note"]
+        return
+    assert counted["available"], counted.get("note")
+    assert set(counted["fronts"]) == {"passthrough", "gateway-memory", "gateway-redis"}
+    for name, front in counted["fronts"].items():
+        _positive(front["instructions_per_turn"], f"{name} instructions per turn")
+        shorter, longer = front["windows"]
+        assert longer["turns"] == 2 * shorter["turns"] == 2 * counted["turns"]
+    _positive(counted["gateway_memory_vs_passthrough"], "instructions gateway-memory / pass-through")
+    _positive(counted["gateway_redis_vs_passthrough"], "instructions gateway-redis / pass-through")
+    assert "instructions per turn (callgrind" in stdout
 
 
 def test_targets_are_named_with_a_boolean_verdict(smoke_run: tuple[dict[str, Any], str]) -> None:

@@ -1,0 +1,127 @@
+"""Instructions per turn under callgrind: the one cost figure a shared, noisy machine cannot move.
+
+CPU seconds per turn swing by ±5 % between identical processes measured side by side here,
+so a change worth a few percent cannot be told from noise with them. ``valgrind --tool=callgrind``
+counts the instructions a process executes instead, and that count is the same whatever
+else the machine is doing. It leaves out the kernel's side of system calls (which the
+pass-through pays as much as the gateway) and the cost of cache misses, so it complements
+the CPU figures rather than replacing them.
+
+Each front runs as its own process under callgrind with instrumentation off until it has
+served a warm-up. Then two measured windows, ``turns`` and ``2 × turns``, each dumped and
+zeroed by ``callgrind_control``: every window is its own load-generator process, which mints
+fresh PA JWTs for its 256 users, so each window pays the same full verifications; the
+difference of the two windows is ``turns`` steady-state turns, start-up and first sight of a
+token cancelled out.
+"""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+from bench.procs import ChildFailed, Children, free_port
+from bench.run import Bench, Front
+
+__all__ = ["CONCURRENCY", "FrontArgv", "available", "callgrind_totals", "measure"]
+
+CONCURRENCY = 8
+"""Turns in flight: a light load, at which the slowed-down front still serves a few per loop pass."""
+
+_STARTUP_TIMEOUT = 180.0  # a Python process starts about 50 times slower under callgrind
+_DUMP_TIMEOUT = 30.0
+
+
+def available() -> bool:
+    return shutil.which("valgrind") is not None and shutil.which("callgrind_control") is not None
+
+
+def callgrind_totals(path: Path) -> int:
+    """The ``totals:`` line of one callgrind dump: instructions executed (event ``Ir``)."""
+    for line in path.read_text(errors="replace").splitlines():
+        if line.startswith("totals:"):
+            return int(line.split()[1])
+    raise ChildFailed(f"{path} has no totals line")
+
+
+class _Callgrind:
+    """One front under callgrind and the dumps ``callgrind_control`` makes of it."""
+
+    def __init__(self, children: Children, name: str, python_argv: Sequence[str], out: Path) -> None:
+        self.out = out
+        self.child = children.start(
+            name,
+            [
+                "valgrind",
+                "--tool=callgrind",
+                "--instr-atstart=no",
+                f"--callgrind-out-file={out}",
+                sys.executable,
+                *python_argv,
+            ],
+        )
+
+    def control(self, *args: str) -> None:
+        subprocess.run(
+            ["callgrind_control", *args, str(self.child.pid)], check=True, capture_output=True, timeout=60
+        )
+
+    def dump(self, number: int) -> int:
+        """Dump (and zero) the counters; the instructions since the last dump."""
+        self.control("-d")
+        path = self.out.with_name(f"{self.out.name}.{number}")
+        deadline = time.monotonic() + _DUMP_TIMEOUT
+        while time.monotonic() < deadline:
+            if path.exists():
+                try:
+                    return callgrind_totals(path)
+                except ChildFailed:
+                    pass  # still being written
+            time.sleep(0.1)
+        raise ChildFailed(f"callgrind wrote no readable dump {path}:\n{self.child.tail()}")
+
+
+FrontArgv = Callable[[int], list[str]]
+"""The Python arguments that start an A2A front (``-m …``) listening on the given port."""
+
+
+def measure(bench: Bench, fronts: Sequence[tuple[str, FrontArgv, bool]], turns: int) -> dict[str, Any]:
+    """Instructions per turn of each ``(name, argv for a port, uses Redis)`` front.
+
+    ``bench`` is the running benchmark: its bot, children, work directory and load generator.
+    """
+    results: dict[str, Any] = {"available": True, "turns": turns, "concurrency": CONCURRENCY, "fronts": {}}
+    for name, argv_for, uses_redis in fronts:
+        port = free_port()
+        runner = _Callgrind(
+            bench.children, f"{name}-callgrind", argv_for(port), bench.workdir / f"callgrind-{name}.out"
+        )
+        runner.child.wait_port(port, timeout=_STARTUP_TIMEOUT)
+        front = Front(name, f"http://127.0.0.1:{port}/a2a/acme/message:send", "a2a", runner.child, uses_redis)
+        try:
+            bench.drive(front, duration=600, concurrency=CONCURRENCY, max_turns=turns, redis_stats=False)
+            runner.control("-i", "on")
+            windows = []
+            for number, size in ((1, turns), (2, 2 * turns)):
+                done = bench.drive(
+                    front, duration=600, concurrency=CONCURRENCY, max_turns=size, redis_stats=False
+                )
+                if done["errors"]:
+                    raise ChildFailed(f"{name} under callgrind failed turns: {done['error_samples']}")
+                windows.append((int(done["turns_total"]), runner.dump(number)))
+        finally:
+            bench.children.stop(runner.child)
+        (turns_1, instructions_1), (turns_2, instructions_2) = windows
+        results["fronts"][name] = {
+            "instructions_per_turn": (instructions_2 - instructions_1) / max(turns_2 - turns_1, 1),
+            "windows": [
+                {"turns": turns_1, "instructions": instructions_1},
+                {"turns": turns_2, "instructions": instructions_2},
+            ],
+        }
+    return results
