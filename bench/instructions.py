@@ -28,7 +28,7 @@ from typing import Any
 from bench.procs import ChildFailed, Children, free_port
 from bench.run import Bench, Front
 
-__all__ = ["CONCURRENCY", "FrontArgv", "available", "callgrind_totals", "measure"]
+__all__ = ["CONCURRENCY", "FrontArgv", "available", "callgrind_totals", "measure", "per_turn"]
 
 CONCURRENCY = 8
 """Turns in flight: a light load, at which the slowed-down front still serves a few per loop pass."""
@@ -125,3 +125,8 @@ def measure(bench: Bench, fronts: Sequence[tuple[str, FrontArgv, bool]], turns: 
             ],
         }
     return results
+
+
+def per_turn(counted: dict[str, Any]) -> dict[str, float]:
+    """Instructions per turn by front name, from what :func:`measure` returned."""
+    return {name: float(front["instructions_per_turn"]) for name, front in counted["fronts"].items()}

@@ -433,7 +433,7 @@ class Bench:
         def gateway(cache_url: str) -> instructions.FrontArgv:
             return lambda port: self.gateway_argv(self.gateway_config(port, cache_url))
 
-        return instructions.measure(
+        counted = instructions.measure(
             self,
             [
                 (PASSTHROUGH, passthrough, False),
@@ -442,6 +442,10 @@ class Bench:
             ],
             turns,
         )
+        per_turn = instructions.per_turn(counted)
+        counted["gateway_memory_vs_passthrough"] = per_turn[GW_MEMORY] / per_turn[PASSTHROUGH]
+        counted["gateway_redis_vs_passthrough"] = per_turn[GW_REDIS] / per_turn[PASSTHROUGH]
+        return counted
 
     def profile(self) -> dict[str, Any] | None:
         """One gateway-memory round under pyinstrument; ``None`` (with a note) if it is not installed."""
@@ -718,7 +722,9 @@ def render_table(result: dict[str, Any]) -> str:
     ]
     counted = result["instructions"]
     if counted["available"]:
-        per_turn = {name: front["instructions_per_turn"] for name, front in counted["fronts"].items()}
+        from bench.instructions import per_turn as instructions_per_turn
+
+        per_turn = instructions_per_turn(counted)
         lines.append(
             f"instructions per turn (callgrind, {counted['concurrency']} in flight): pass-through "
             f"{per_turn[PASSTHROUGH]:,.0f}, gateway-memory {per_turn[GW_MEMORY]:,.0f} "
@@ -913,10 +919,6 @@ def run(settings: Settings, redis_url: str, with_profile: bool) -> dict[str, Any
         "instructions": counted,
         "profile": profile,
     }
-    if counted["available"]:
-        per_turn = {name: front["instructions_per_turn"] for name, front in counted["fronts"].items()}
-        counted["gateway_memory_vs_passthrough"] = per_turn[GW_MEMORY] / per_turn[PASSTHROUGH]
-        counted["gateway_redis_vs_passthrough"] = per_turn[GW_REDIS] / per_turn[PASSTHROUGH]
     if bench.workers_available:
         one = fronts[GW_REDIS]["throughput_rps"]
         two = fronts[GW_REDIS_2W]["throughput_rps"]
