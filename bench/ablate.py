@@ -173,7 +173,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _serve(name, rest)
     parser = argparse.ArgumentParser(prog="python -m bench.ablate", description=__doc__.split("\n\n")[0])
     parser.add_argument("names", nargs="*", help=f"ablations (default: all): {', '.join(ABLATIONS)}")
-    parser.add_argument("--turns", type=int, default=1_300, help="turns in the shorter callgrind window")
+    parser.add_argument("--turns", type=int, default=400, help="turns in the shorter callgrind window")
     parser.add_argument("--out", type=Path, help="also write the result as JSON here")
     args = parser.parse_args(args_list)
     unknown = [name for name in args.names if name not in ABLATIONS]

@@ -90,7 +90,7 @@ class Settings:
     client_calls: int
     profile_duration: float
     instruction_turns: int
-    """Turns in the shorter callgrind window (the longer has twice as many); 0 skips the count."""
+    """Turns in the warm-up and the shorter callgrind window (the longer has twice as many); 0 skips."""
 
 
 MODES: dict[str, Settings] = {
@@ -99,7 +99,7 @@ MODES: dict[str, Settings] = {
         "quick", 1.6, 0.5, 2, 32, 5, 1.5, 1, 64, 200, 20_000, 3_000, 200, 20_000, 5_000, 5.0, 0
     ),
     "full": Settings(
-        "full", 12.0, 2.0, 4, 32, 5, 15.0, 3, 64, 1_000, 100_000, 20_000, 2_000, 100_000, 20_000, 15.0, 1_300
+        "full", 12.0, 2.0, 4, 32, 5, 15.0, 3, 64, 1_000, 100_000, 20_000, 2_000, 100_000, 20_000, 15.0, 400
     ),
 }
 
@@ -230,7 +230,14 @@ class Bench:
     # ---- load --------------------------------------------------------------------------------
 
     def loadgen_argv(
-        self, front: Front, *, duration: float, concurrency: int, rate: float = 0.0, max_turns: int = 0
+        self,
+        front: Front,
+        *,
+        duration: float,
+        concurrency: int,
+        rate: float = 0.0,
+        max_turns: int = 0,
+        users: int | None = None,
     ) -> list[str]:
         s = self.settings
         return [
@@ -259,6 +266,7 @@ class Bench:
             ISSUER,
             "--audience",
             AUDIENCE,
+            *([] if users is None else ["--subs", str(users)]),
         ]
 
     def _party_cpu(self, front: Front) -> dict[str, float]:
@@ -284,14 +292,16 @@ class Bench:
         max_turns: int = 0,
         while_running: Callable[[], None] | None = None,
         redis_stats: bool = True,
+        users: int | None = None,
     ) -> dict[str, Any]:
         """One load-generator run against ``front``, with the CPU every party spent during it.
 
-        ``redis_stats=False`` keeps the probe's own INFO commands out of a MONITOR count.
+        ``redis_stats=False`` keeps the probe's own INFO commands out of a MONITOR count;
+        ``users`` overrides the load generator's number of users (one PA JWT each).
         """
         self._check_alive(front)
         argv = self.loadgen_argv(
-            front, duration=duration, concurrency=concurrency, rate=rate, max_turns=max_turns
+            front, duration=duration, concurrency=concurrency, rate=rate, max_turns=max_turns, users=users
         )
         redis_stats = redis_stats and front.uses_redis
         stats_before = self.redis.commandstats() if redis_stats else {}
