@@ -3,12 +3,12 @@
 An ablation is the real gateway CLI with one part of a turn replaced by the least that still
 answers the turn (a pass-through, a no-op). Each is counted under callgrind exactly as the full
 run counts the gateway (:mod:`bench.instructions`), beside the unchanged gateway and the
-pass-through, all on the memory store; what a part costs is the difference. Instruction counts
-barely move with the machine's load (the gateway's by about ±1 %: some of its work is per event-loop
-pass, and how many turns share a pass depends on timing), so differences of a few percent of the
-gateway's work are real here, where CPU time cannot resolve 10 %. This is a tool for deciding what
-to optimize next, not part of the full run: each front costs about a minute and a half under
-callgrind.
+pass-through, all on the memory store; what a part costs is the difference. The whole gateway's
+count moved by 0.6 % between runs, but a difference of two counts moved by up to about 20,000
+instructions (timer work follows the clock, not the turns; docs/performance.md), so only parts
+larger than that are resolved, where CPU time on a shared machine cannot resolve 10 % of the
+gateway's cost. This is a tool for deciding what to optimize next, not part of the full run: each
+front costs about half a minute under callgrind.
 
 ``python -m bench.ablate`` (every ablation) or ``python -m bench.ablate guard access-line``;
 ``--serve NAME -- serve --config FILE`` is how each front is started.
@@ -135,18 +135,16 @@ def _count(names: Sequence[str], turns: int) -> dict[str, Any]:
 
             def gateway(ablation: str | None) -> instructions.FrontArgv:
                 def argv(port: int) -> list[str]:
-                    serve = ["serve", "--config", str(bench.gateway_config(port, "memory://"))]
+                    unchanged = bench.gateway_argv(bench.gateway_config(port, "memory://"))
                     if ablation is None:
-                        return ["-m", "gateway", *serve]
-                    return ["-m", "bench.ablate", "--serve", ablation, "--", *serve]
+                        return unchanged
+                    # ``-m gateway serve …`` becomes ``-m bench.ablate --serve NAME -- serve …``.
+                    return ["-m", "bench.ablate", "--serve", ablation, "--", *unchanged[2:]]
 
                 return argv
 
-            def passthrough(port: int) -> list[str]:
-                return ["-m", "bench.passthrough", "--port", str(port), "--upstream", bench.bot_url]
-
             fronts: list[tuple[str, instructions.FrontArgv, bool]] = [
-                (PASSTHROUGH, passthrough, False),
+                (PASSTHROUGH, bench.passthrough_argv, False),
                 ("gateway", gateway(None), False),
                 *((f"without {name}", gateway(name), False) for name in names),
             ]

@@ -1,11 +1,11 @@
-"""Instructions per turn under callgrind: the one cost figure a shared, noisy machine cannot move.
+"""Instructions per turn under callgrind: a cost figure a shared, noisy machine barely moves.
 
-CPU seconds per turn swing by ±5 % between identical processes measured side by side here,
-so a change worth a few percent cannot be told from noise with them. ``valgrind --tool=callgrind``
-counts the instructions a process executes instead, and that count is the same whatever
-else the machine is doing. It leaves out the kernel's side of system calls (which the
-pass-through pays as much as the gateway) and the cost of cache misses, so it complements
-the CPU figures rather than replacing them.
+CPU seconds per turn swing by ±20 % between repeats of one build here, so a change worth a
+few percent cannot be told from noise with them. ``valgrind --tool=callgrind`` counts the
+instructions a process executes instead, and that count hardly depends on what else the
+machine is doing (see below for what still moves it). It leaves out the kernel's side of
+system calls (which the pass-through pays as much as the gateway) and the cost of cache
+misses, so it complements the CPU figures rather than replacing them.
 
 Each front runs as its own process under callgrind with instrumentation off until it has
 served a warm-up. Then two measured windows, ``turns`` and ``2 × turns``, each dumped and

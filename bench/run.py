@@ -170,6 +170,9 @@ class Bench:
         path.write_text(yaml.safe_dump(raw, sort_keys=False))
         return path
 
+    def passthrough_argv(self, port: int) -> list[str]:
+        return ["-m", "bench.passthrough", "--port", str(port), "--upstream", self.bot_url]
+
     def gateway_argv(self, config: Path, workers: int | None = None) -> list[str]:
         argv = ["-m", "gateway", "serve", "--config", str(config)]
         return [*argv, "--workers", str(workers)] if workers is not None else argv
@@ -204,9 +207,7 @@ class Bench:
         bot, bot_port = self.start_bot()
         waits: list[tuple[Child, int]] = [(bot, bot_port)]
         pt_port = free_port()
-        passthrough = self.children.python(
-            PASSTHROUGH, "-m", "bench.passthrough", "--port", str(pt_port), "--upstream", self.bot_url
-        )
+        passthrough = self.children.python(PASSTHROUGH, *self.passthrough_argv(pt_port))
         waits.append((passthrough, pt_port))
         self.fronts[DIRECT] = Front(DIRECT, self.bot_url, "bot", None)
         self.fronts[PASSTHROUGH] = Front(
@@ -437,16 +438,13 @@ class Bench:
         if not instructions.available():
             return {"available": False, "note": "valgrind (callgrind) is not installed"}
 
-        def passthrough(port: int) -> list[str]:
-            return ["-m", "bench.passthrough", "--port", str(port), "--upstream", self.bot_url]
-
         def gateway(cache_url: str) -> instructions.FrontArgv:
             return lambda port: self.gateway_argv(self.gateway_config(port, cache_url))
 
         counted = instructions.measure(
             self,
             [
-                (PASSTHROUGH, passthrough, False),
+                (PASSTHROUGH, self.passthrough_argv, False),
                 (GW_MEMORY, gateway("memory://"), False),
                 (GW_REDIS, gateway(redis_url), True),
             ],
