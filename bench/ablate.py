@@ -5,7 +5,7 @@ answers the turn (a pass-through, a no-op). Each is counted under callgrind exac
 run counts the gateway (:mod:`bench.instructions`), beside the unchanged gateway and the
 pass-through, all on the memory store; what a part costs is the difference. The whole gateway's
 count moved by 0.6 % between runs, but a difference of two counts moved by up to about 20,000
-instructions (timer work follows the clock, not the turns; docs/performance.md), so only parts
+instructions (how a turn falls into event-loop passes varies; docs/performance.md), so only parts
 larger than that are resolved, where CPU time on a shared machine cannot resolve 10 % of the
 gateway's cost. This is a tool for deciding what to optimize next, not part of the full run: each
 front costs about half a minute under callgrind.

@@ -17,8 +17,10 @@ steady-state turns, start-up and first sight of a token cancelled out.
 One turn is in flight at a time. With several, how many requests share an event-loop pass
 depends on timing, and part of a front's work is per pass (the gateway's access-line write,
 its Redis pipe's flush). At 8 in flight the gateway's count moved by up to 1.8 % between
-runs, at 1 by 0.6 %. What is left is timer work (the memory store's sweep ticks every
-0.25 s of wall time, and a front runs at a speed that varies under callgrind too). The count
+runs, at 1 by 0.6 % (up to 1.5 % in a later run of three). What is left is not the garbage
+collector (no collection ran in any window checked) but how a turn's I/O and timers fall into
+event-loop passes, which varies between processes: the higher counts run more callbacks
+through the loop per turn (docs/performance.md). The count
 is of a turn that shares nothing, which is more than a turn costs under load: it is the
 figure to compare builds with, not a prediction of CPU time.
 """
