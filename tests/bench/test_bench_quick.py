@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import math
 import shutil
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -196,7 +197,26 @@ def test_targets_are_named_with_a_boolean_verdict(smoke_run: tuple[dict[str, Any
         assert t["target"]
         assert isinstance(t["passed"], bool)
         assert t["measured"] is None or isinstance(t["measured"], int | float)
+        assert t["verdict"] in {"met", "missed", "within noise", "not measured"}
+        # The smoke run has one repeat, so the repeats cannot disagree with the median.
+        assert len(t["per_repeat"]) <= 1
+        if t["measured"] is not None:
+            assert t["verdict"] == ("met" if t["passed"] else "missed")
     unmeasured = [t for t in targets if t["measured"] is None]
-    assert all(not t["passed"] and t["note"] for t in unmeasured)
+    assert all(not t["passed"] and t["note"] and t["verdict"] == "not measured" for t in unmeasured)
+    timed = [t for t in targets if t["name"].startswith(("throughput gateway", "CPU per turn", "added"))]
+    assert len(timed) == 6
+    assert all(len(t["per_repeat"]) == 1 for t in timed)
     assert "targets" in stdout
     assert "[PASS]" in stdout or "[FAIL]" in stdout
+
+
+def test_ratios_are_the_medians_of_their_repeats(smoke_run: tuple[dict[str, Any], str]) -> None:
+    result, _ = smoke_run
+    assert set(result["ratios_per_repeat"]) == set(result["ratios"])
+    for key, values in result["ratios_per_repeat"].items():
+        assert values, key
+        assert result["ratios"][key] == pytest.approx(statistics.median(values)), key
+    half = result["half_load"]
+    for key, values in half["added_per_repeat"].items():
+        assert half[f"added_{key}"] == pytest.approx(statistics.median(values)), key

@@ -1,0 +1,50 @@
+"""The benchmark's target verdicts: a time-based figure is "met" or "missed" only when its repeats agree.
+
+Pure functions of the figures, so they are checked here without running anything.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from bench.run import MET, MISSED, NOT_MEASURED, WITHIN_NOISE, at_least, at_most, target, verdict
+
+
+@pytest.mark.parametrize(
+    ("measured", "per_repeat", "expected"),
+    [
+        (0.85, [0.82, 0.85, 0.91, 0.88], MET),
+        (0.75, [0.71, 0.75, 0.78, 0.74], MISSED),
+        (0.83, [0.79, 0.83, 0.98, 0.84], WITHIN_NOISE),  # the median passes, one repeat does not
+        (0.78, [0.79, 0.78, 0.81, 0.70], WITHIN_NOISE),  # the median fails, two repeats pass
+        (0.85, [], MET),  # a figure without repeats (JWT cost, memory): the figure decides
+        (0.85, [0.85], MET),
+        (0.75, [], MISSED),
+        (None, [], NOT_MEASURED),
+    ],
+)
+def test_verdict_weighs_every_repeat(measured: float | None, per_repeat: list[float], expected: str) -> None:
+    assert verdict(at_least(0.80), measured, per_repeat) == expected
+
+
+def test_a_bound_is_met_on_the_line() -> None:
+    assert at_least(0.80)(0.80)
+    assert at_most(1.5)(1.5)
+    assert not at_least(0.80)(0.7999)
+    assert not at_most(1.5)(1.5001)
+
+
+def test_target_records_the_median_verdict_beside_the_repeats() -> None:
+    t = target("CPU per turn", "<= 1.5", 1.45, at_most(1.5), [1.2, 1.45, 1.55], note="n")
+    assert t == {
+        "name": "CPU per turn",
+        "target": "<= 1.5",
+        "measured": 1.45,
+        "passed": True,
+        "per_repeat": [1.2, 1.45, 1.55],
+        "verdict": WITHIN_NOISE,
+        "note": "n",
+    }
+    unmeasured = target("workers", ">= 1.25", None, at_least(1.25), note="not available")
+    assert not unmeasured["passed"]
+    assert unmeasured["verdict"] == NOT_MEASURED
