@@ -16,17 +16,14 @@ import json
 import math
 import shutil
 import statistics
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from bench.redis_probe import RedisProbe
 from bench.run import DEFAULT_REDIS_URL, SCHEMA
+from tests.support.bench import run_module
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
 FRONTS = {"direct", "passthrough", "gateway-memory", "gateway-redis"}
 SECTIONS = {
     "schema",
@@ -86,18 +83,10 @@ def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any],
     except (OSError, ConnectionError) as exc:
         pytest.fail(f"the benchmark needs Redis at {DEFAULT_REDIS_URL}: {exc}")
     out = tmp_path_factory.mktemp("bench") / "result.json"
-    done = subprocess.run(
-        [sys.executable, "-m", "bench", "--smoke", "--out", str(out)],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, f"python -m bench --smoke failed:\n{done.stderr[-4000:]}"
+    stdout = run_module("bench", "--smoke", "--out", str(out))
     result = json.loads(out.read_text(), parse_constant=_reject_constant)
     assert isinstance(result, dict)
-    return result, done.stdout
+    return result, stdout
 
 
 def test_result_has_every_section_and_only_finite_numbers(smoke_run: tuple[dict[str, Any], str]) -> None:

@@ -10,8 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -19,8 +17,7 @@ import pytest
 from bench.rate_scan import PipeObserver, percentiles
 from gateway.store import redis_pipe
 from gateway.store.redis_pipe import RedisAddress, RedisPipe
-
-REPO_ROOT = Path(__file__).resolve().parents[2]
+from tests.support.bench import run_module
 
 
 def test_percentiles_are_nearest_rank() -> None:
@@ -56,27 +53,9 @@ async def test_the_observer_sees_each_command_and_the_queue_ahead_of_it(
 
 def test_the_scan_runs_every_front_and_reports_the_pipe(tmp_path: Path) -> None:
     out = tmp_path / "scan.json"
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "bench.rate_scan",
-            "--fractions",
-            "0.25",
-            "--duration",
-            "0.5",
-            "--repeats",
-            "1",
-            "--out",
-            str(out),
-        ],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
+    stdout = run_module(
+        "bench.rate_scan", "--fractions", "0.25", "--duration", "0.5", "--repeats", "1", "--out", str(out)
     )
-    assert done.returncode == 0, f"python -m bench.rate_scan failed:\n{done.stderr[-4000:]}"
     result = json.loads(out.read_text())
     assert result["peak"]["throughput_rps"] > 0
     assert result["peak"]["pipe"]["commands"] > 0
@@ -91,4 +70,4 @@ def test_the_scan_runs_every_front_and_reports_the_pipe(tmp_path: Path) -> None:
         assert set(rate["pipe"][part]) == {"p50", "p90", "p99"}
         assert all(math.isfinite(v) and v >= 0 for v in rate["pipe"][part].values())
     assert all(math.isfinite(v) for v in rate["gateway-redis_added_ms"].values())
-    assert "gateway-redis peak" in done.stdout
+    assert "gateway-redis peak" in stdout

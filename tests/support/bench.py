@@ -1,0 +1,23 @@
+"""Running a benchmark tool as a user does: ``python -m …`` from the repository root."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_module(module: str, *args: str, timeout: float = 300) -> str:
+    """``python -m module args…``: its stdout; a non-zero exit fails the test with its stderr."""
+    done = subprocess.run(
+        [sys.executable, "-m", module, *args],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert done.returncode == 0, f"python -m {module} failed:\n{done.stderr[-4000:]}"
+    return done.stdout
