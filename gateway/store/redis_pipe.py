@@ -108,6 +108,8 @@ class _Protocol(asyncio.Protocol):
         self._transport: asyncio.Transport | None = None
         self._watchdog: asyncio.TimerHandle | None = None
         self._unsent: list[bytes] = []
+        # Whether the last batch held one command: then no one is sending alongside (see send).
+        self._alone = True
         self.open = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -120,13 +122,20 @@ class _Protocol(asyncio.Protocol):
         self.open = True
 
     def send(self, packed: bytes, deadline: float) -> asyncio.Future[Any]:
-        # Commands sent in one pass of the event loop leave in one write at its end: one system
-        # call here and one read on the server for the batch (bench: 7.5 -> 5.5 µs of client
-        # CPU and 6.0 -> 4.8 µs of server CPU per script call at 32 concurrent callers).
+        # Commands sent in one pass of the event loop leave together in one write at the start of
+        # the next: one system call here and one read on the server for the batch (bench: 7.5 ->
+        # 5.5 µs of client CPU and 6.0 -> 4.8 µs of server CPU per script call at 32 concurrent
+        # callers). Except when the connection is idle and its last batch was a lone command:
+        # then nobody is likely to send alongside, and holding the command back would cost a
+        # pass of the loop for nothing (docs/performance.md has both sides measured).
         future: asyncio.Future[Any] = self._loop.create_future()
-        if not self._unsent:
-            self._loop.call_soon(self._flush)
-        self._unsent.append(packed)
+        if not self._waiting and self._alone:
+            if self.open and self._transport is not None:
+                self._transport.write(packed)
+        else:
+            if not self._unsent:
+                self._loop.call_soon(self._flush)
+            self._unsent.append(packed)
         self._waiting.append((future, deadline))
         if self._watchdog is None:
             self._watchdog = self._loop.call_at(deadline, self._check_oldest)
@@ -134,6 +143,7 @@ class _Protocol(asyncio.Protocol):
 
     def _flush(self) -> None:
         unsent, self._unsent = self._unsent, []
+        self._alone = len(unsent) == 1
         if self.open and self._transport is not None:
             self._transport.write(b"".join(unsent))
 

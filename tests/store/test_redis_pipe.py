@@ -23,7 +23,7 @@ import redis.asyncio as aioredis
 from gateway.config import CacheConfig
 from gateway.store.base import StoreError
 from gateway.store.redis import RedisStore
-from gateway.store.redis_pipe import DEFAULT_TIMEOUT, RedisAddress, RedisPipe, ReplyRefused, Script
+from gateway.store.redis_pipe import DEFAULT_TIMEOUT, RedisAddress, RedisPipe, ReplyRefused, Script, _Protocol
 from tests.support.commands import recorded_commands
 
 WAIT = 2.0
@@ -607,3 +607,72 @@ async def test_the_stores_connection_takes_cache_timeout(fake_redis: FakeRedis) 
         assert 0.2 <= loop.time() - started < DEFAULT_TIMEOUT
     finally:
         await store.close()
+
+
+# --- when commands leave: one write per pass under load, at once when alone ---------------------
+
+
+class RecordingTransport(asyncio.Transport):
+    """Where the pipe's protocol writes; each ``write`` call kept as it was made (no socket merges them)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.writes: list[bytes] = []
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.writes.append(bytes(data))
+
+    def abort(self) -> None:
+        pass
+
+
+def _protocol() -> tuple[_Protocol, RecordingTransport]:
+    protocol = _Protocol(asyncio.get_running_loop())
+    transport = RecordingTransport()
+    protocol.connection_made(transport)
+    return protocol, transport
+
+
+async def _next_pass() -> None:
+    await asyncio.sleep(0)
+
+
+async def test_a_lone_command_on_an_idle_connection_is_written_at_once() -> None:
+    protocol, transport = _protocol()
+    deadline = asyncio.get_running_loop().time() + WAIT
+    answer = protocol.send(b"A", deadline)
+    assert transport.writes == [b"A"]  # before the loop has run another pass
+    protocol.data_received(b"+OK\r\n")
+    assert await answer == b"OK"
+    protocol.send(b"B", deadline)
+    assert transport.writes == [b"A", b"B"]
+
+
+async def test_commands_sent_while_one_waits_leave_together_at_the_next_pass() -> None:
+    protocol, transport = _protocol()
+    deadline = asyncio.get_running_loop().time() + WAIT
+    answers = [protocol.send(command, deadline) for command in (b"A", b"B", b"C")]
+    assert transport.writes == [b"A"]
+    await _next_pass()
+    assert transport.writes == [b"A", b"BC"]
+    protocol.data_received(b"+1\r\n+2\r\n+3\r\n")
+    assert await asyncio.gather(*answers) == [b"1", b"2", b"3"]
+
+
+async def test_after_a_batch_the_next_command_waits_for_its_pass_until_a_batch_is_alone_again() -> None:
+    protocol, transport = _protocol()
+    deadline = asyncio.get_running_loop().time() + WAIT
+    for command in (b"A", b"B", b"C"):
+        protocol.send(command, deadline)
+    await _next_pass()
+    protocol.data_received(b"+1\r\n+2\r\n+3\r\n")
+    # Idle again, but the last batch held two commands: others are likely sending alongside.
+    protocol.send(b"D", deadline)
+    assert transport.writes == [b"A", b"BC"]
+    await _next_pass()
+    assert transport.writes == [b"A", b"BC", b"D"]
+    protocol.data_received(b"+4\r\n")
+    # That batch was D alone, so the next command on the idle connection goes at once.
+    protocol.send(b"E", deadline)
+    assert transport.writes == [b"A", b"BC", b"D", b"E"]
+    protocol.data_received(b"+5\r\n")
