@@ -638,9 +638,7 @@ def at_most(bound: float) -> Callable[[float], bool]:
 
 def check_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
     ratios, repeats = result["ratios"], result["ratios_per_repeat"]
-    half = result["half_load"]
-
-    counted = result["instructions"]
+    half, counted = result["half_load"], result["instructions"]
 
     def ratio_target(name: str, key: str, goal: str, passes: Callable[[float], bool]) -> dict[str, Any]:
         return target(name, goal, ratios[key], passes, repeats[key])
