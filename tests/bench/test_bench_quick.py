@@ -46,6 +46,7 @@ SECTIONS = {
 TARGET_COUNT = 10
 # Differences between two measured latencies may fall below zero on a noisy machine.
 SIGNED_KEYS = ("added_",)
+DIFFERENCE_FIELDS = ("measured", "per_repeat")
 
 
 def _reject_constant(name: str) -> Any:
@@ -60,14 +61,21 @@ def _check_numbers(value: Any, path: str = "result", signed: bool = False) -> No
         assert math.isfinite(value), f"{path} is {value}"
         assert signed or value >= 0, f"{path} is negative: {value}"
     elif isinstance(value, dict):
-        # A target's measured value is an added latency for some targets: a difference too.
+        # For the "added …" targets, the figure and its repeats are differences of latencies too.
         difference = str(value.get("name", "")).startswith("added")
         for key, item in value.items():
-            signed_here = str(key).startswith(SIGNED_KEYS) or (difference and key == "measured")
+            signed_here = str(key).startswith(SIGNED_KEYS) or (difference and key in DIFFERENCE_FIELDS)
             _check_numbers(item, f"{path}.{key}", signed or signed_here)
     elif isinstance(value, list):
         for index, item in enumerate(value):
             _check_numbers(item, f"{path}[{index}]", signed)
+
+
+def test_an_added_latency_target_may_be_negative_and_nothing_else() -> None:
+    added = {"name": "added p50 latency at half peak (ms)", "measured": -0.2, "per_repeat": [-2.9, 0.3]}
+    _check_numbers({"targets": [added], "half_load": {"added_per_repeat": {"p50_ms": [-1.0]}}})
+    with pytest.raises(AssertionError, match="negative"):
+        _check_numbers({"targets": [{**added, "name": "throughput gateway-memory / pass-through"}]})
 
 
 def _positive(value: Any, what: str) -> None:
