@@ -37,7 +37,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from bench.procs import Child, Children, free_port
+from bench.procs import Child, ChildFailed, Children, free_port
 from bench.redis_probe import RedisProbe
 from bench.run import DEFAULT_REDIS_URL, GW_MEMORY, GW_REDIS, MODES, PASSTHROUGH, Bench, Front
 from gateway.store import redis_pipe
@@ -128,6 +128,8 @@ def _redis_round(
         result = bench.drive(front, duration=duration, concurrency=concurrency, rate=rate, redis_stats=False)
     finally:
         bench.children.stop(child)
+    if not stats_file.exists():
+        raise ChildFailed(f"gateway-redis wrote no pipe figures:\n{child.tail()}")
     result["pipe"] = json.loads(stats_file.read_text())
     return result
 
