@@ -121,7 +121,7 @@ def measure(bench: Bench, fronts: Sequence[tuple[str, FrontArgv, bool]], turns: 
             bench.children, f"{name}-callgrind", argv_for(port), bench.workdir / f"callgrind-{name}.out"
         )
         runner.child.wait_port(port, timeout=_STARTUP_TIMEOUT)
-        front = Front(name, f"http://127.0.0.1:{port}/a2a/acme/message:send", "a2a", runner.child, uses_redis)
+        front = Front.a2a(name, port, runner.child, uses_redis)
         try:
             bench.drive(
                 front,

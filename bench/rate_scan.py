@@ -26,7 +26,6 @@ import argparse
 import asyncio
 import atexit
 import json
-import math
 import shutil
 import statistics
 import sys
@@ -37,6 +36,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from bench.loadgen import percentile
 from bench.procs import Child, ChildFailed, Children, free_port
 from bench.redis_probe import RedisProbe
 from bench.run import DEFAULT_REDIS_URL, GW_MEMORY, GW_REDIS, MODES, PASSTHROUGH, Bench, Front
@@ -49,19 +49,13 @@ PEAK_CONCURRENCY = 32
 """Closed-loop concurrency of the peak round the rates are fractions of (the full run's)."""
 OPEN_LOOP_WORKERS = 64
 """Load-generator workers in the open-loop rounds (the full run's half-load setting)."""
-QUANTILES = (0.5, 0.9, 0.99)
-QUANTILE_NAMES = ("p50", "p90", "p99")
+QUANTILES = {"p50": 0.50, "p90": 0.90, "p99": 0.99}
 
 
 def percentiles(values: Sequence[float]) -> dict[str, float]:
-    """``p50``, ``p90`` and ``p99`` of ``values`` (nearest rank); zeros when there are none."""
+    """``p50``, ``p90`` and ``p99`` of ``values`` (nearest rank, as the load generator's); zeros when none."""
     ordered = sorted(values)
-    if not ordered:
-        return dict.fromkeys(QUANTILE_NAMES, 0.0)
-    return {
-        name: float(ordered[min(math.ceil(q * len(ordered)) - 1, len(ordered) - 1)])
-        for name, q in zip(QUANTILE_NAMES, QUANTILES, strict=True)
-    }
+    return {name: float(percentile(ordered, fraction)) for name, fraction in QUANTILES.items()}
 
 
 class PipeObserver:
@@ -115,7 +109,7 @@ def _observed_gateway(bench: Bench, redis_url: str, stats_file: Path) -> tuple[F
     argv = ["-m", "bench.rate_scan", "--serve", str(stats_file), "--", *bench.gateway_argv(config)[2:]]
     child = bench.children.python(GW_REDIS, *argv)
     child.wait_port(port)
-    return Front(GW_REDIS, f"http://127.0.0.1:{port}/a2a/acme/message:send", "a2a", child, True), child
+    return Front.a2a(GW_REDIS, port, child, uses_redis=True), child
 
 
 def _redis_round(
@@ -148,18 +142,22 @@ def scan(
             bot, bot_port = bench.start_bot()
             bot.wait_port(bot_port)
             memory, memory_port = bench.start_gateway(GW_MEMORY, "memory://")
-            pt_port = free_port()
-            passthrough = children.python(PASSTHROUGH, *bench.passthrough_argv(pt_port))
-            passthrough.wait_port(pt_port)
-            assert memory.process is not None
-            memory.process.wait_port(memory_port)
-            by_name = {
-                PASSTHROUGH: Front(
-                    PASSTHROUGH, f"http://127.0.0.1:{pt_port}/a2a/acme/message:send", "a2a", passthrough
-                ),
-                GW_MEMORY: memory,
-            }
-            peak = _redis_round(bench, redis_url, stats_file, duration=duration, concurrency=PEAK_CONCURRENCY)
+            passthrough, pt_port = bench.start_passthrough()
+            by_name = {PASSTHROUGH: passthrough, GW_MEMORY: memory}
+            for front, port in ((passthrough, pt_port), (memory, memory_port)):
+                assert front.process is not None
+                front.process.wait_port(port)
+
+            def one_round(name: str, concurrency: int, rate: float = 0.0) -> dict[str, Any]:
+                if name == GW_REDIS:
+                    return _redis_round(
+                        bench, redis_url, stats_file, duration=duration, concurrency=concurrency, rate=rate
+                    )
+                return bench.drive(
+                    by_name[name], duration=duration, concurrency=concurrency, rate=rate, redis_stats=False
+                )
+
+            peak = one_round(GW_REDIS, PEAK_CONCURRENCY)
             peak_rps = float(peak["throughput_rps"])
             _progress(f"gateway-redis peak {peak_rps:.0f} turns/s at {PEAK_CONCURRENCY} in flight")
             rounds: list[dict[str, Any]] = []
@@ -168,23 +166,7 @@ def scan(
                 for fraction in fractions:
                     rate = max(peak_rps * fraction, 1.0)
                     for name in order if repeat % 2 == 0 else order[::-1]:
-                        if name == GW_REDIS:
-                            result = _redis_round(
-                                bench,
-                                redis_url,
-                                stats_file,
-                                duration=duration,
-                                concurrency=OPEN_LOOP_WORKERS,
-                                rate=rate,
-                            )
-                        else:
-                            result = bench.drive(
-                                by_name[name],
-                                duration=duration,
-                                concurrency=OPEN_LOOP_WORKERS,
-                                rate=rate,
-                                redis_stats=False,
-                            )
+                        result = one_round(name, OPEN_LOOP_WORKERS, rate)
                         rounds.append(
                             {
                                 "front": name,
@@ -221,20 +203,18 @@ def summarize(rounds: Sequence[dict[str, Any]], fraction: float) -> dict[str, An
     summary: dict[str, Any] = {
         "fraction": fraction,
         "rate_rps": at_rate[0]["rate_rps"],
-        "passthrough_ms": {
-            q: statistics.median(r["latency_ms"][q] for r in baseline) for q in QUANTILE_NAMES
-        },
+        "passthrough_ms": {q: statistics.median(r["latency_ms"][q] for r in baseline) for q in QUANTILES},
         "errors": sum(int(r["errors"]) for r in at_rate),
     }
     for front in (GW_MEMORY, GW_REDIS):
         added = [
-            {q: g["latency_ms"][q] - p["latency_ms"][q] for q in QUANTILE_NAMES}
+            {q: g["latency_ms"][q] - p["latency_ms"][q] for q in QUANTILES}
             for g, p in zip(series(front), baseline, strict=True)
         ]
-        summary[f"{front}_added_ms"] = {q: statistics.median(a[q] for a in added) for q in QUANTILE_NAMES}
+        summary[f"{front}_added_ms"] = {q: statistics.median(a[q] for a in added) for q in QUANTILES}
     pipes = [r["pipe"] for r in series(GW_REDIS)]
     summary["pipe"] = {
-        part: {q: statistics.median(p[part][q] for p in pipes) for q in QUANTILE_NAMES}
+        part: {q: statistics.median(p[part][q] for p in pipes) for q in QUANTILES}
         for part in ("queue_depth", "answer_ms")
     }
     return summary
@@ -267,8 +247,8 @@ def render(result: dict[str, Any]) -> str:
             rate[f"{GW_REDIS}_added_ms"],
             rate["pipe"],
         )
-        depth = "/".join(f"{pipe['queue_depth'][q]:.0f}" for q in QUANTILE_NAMES)
-        answer = "/".join(f"{pipe['answer_ms'][q]:.2f}" for q in QUANTILE_NAMES)
+        depth = "/".join(f"{pipe['queue_depth'][q]:.0f}" for q in QUANTILES)
+        answer = "/".join(f"{pipe['answer_ms'][q]:.2f}" for q in QUANTILES)
         lines.append(
             f"{rate['rate_rps']:8.0f} {pt['p50']:7.2f} {pt['p99']:7.2f} "
             f"{mem['p50']:+9.2f} {mem['p99']:+9.2f} {red['p50']:+11.2f} {red['p99']:+11.2f} "

@@ -114,6 +114,11 @@ class Front:
     process: Child | None
     uses_redis: bool = False
 
+    @classmethod
+    def a2a(cls, name: str, port: int, process: Child, uses_redis: bool = False) -> Front:
+        """A front that speaks A2A on ``port``: turns go to the bench Brand's ``message:send``."""
+        return cls(name, f"http://127.0.0.1:{port}/a2a/acme/message:send", "a2a", process, uses_redis)
+
 
 class Bench:
     def __init__(self, settings: Settings, children: Children, workdir: Path, redis: RedisProbe) -> None:
@@ -185,10 +190,13 @@ class Bench:
         if profile_to is not None:
             argv = ["-m", "pyinstrument", "-r", "pyisession", "-o", str(profile_to), *argv]
         child = self.children.python(name, *argv)
-        front = Front(
-            name, f"http://127.0.0.1:{port}/a2a/acme/message:send", "a2a", child, cache_url != "memory://"
-        )
-        return front, port
+        return Front.a2a(name, port, child, cache_url != "memory://"), port
+
+    def start_passthrough(self) -> tuple[Front, int]:
+        port = free_port()
+        return Front.a2a(
+            PASSTHROUGH, port, self.children.python(PASSTHROUGH, *self.passthrough_argv(port))
+        ), port
 
     def detect_workers(self) -> bool:
         """Whether the CLI has ``--workers`` yet (another change adds it); absent is reported, not fatal."""
@@ -206,13 +214,11 @@ class Bench:
     def start_all(self, redis_url: str) -> None:
         bot, bot_port = self.start_bot()
         waits: list[tuple[Child, int]] = [(bot, bot_port)]
-        pt_port = free_port()
-        passthrough = self.children.python(PASSTHROUGH, *self.passthrough_argv(pt_port))
-        waits.append((passthrough, pt_port))
+        passthrough, pt_port = self.start_passthrough()
+        assert passthrough.process is not None
+        waits.append((passthrough.process, pt_port))
         self.fronts[DIRECT] = Front(DIRECT, self.bot_url, "bot", None)
-        self.fronts[PASSTHROUGH] = Front(
-            PASSTHROUGH, f"http://127.0.0.1:{pt_port}/a2a/acme/message:send", "a2a", passthrough
-        )
+        self.fronts[PASSTHROUGH] = passthrough
         self.workers_available = self.detect_workers()
         gateways = [
             (GW_MEMORY, "memory://", None),
