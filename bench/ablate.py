@@ -29,6 +29,7 @@ from typing import Any
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
+from bench.procs import serve_request, served_through
 from gateway.auth.pa_jwt import PAIdentity, PAVerifier
 from gateway.config import RateLimitsConfig
 from gateway.ops import access
@@ -138,8 +139,7 @@ def _count(names: Sequence[str], turns: int) -> dict[str, Any]:
                     unchanged = bench.gateway_argv(bench.gateway_config(port, "memory://"))
                     if ablation is None:
                         return unchanged
-                    # ``-m gateway serve …`` becomes ``-m bench.ablate --serve NAME -- serve …``.
-                    return ["-m", "bench.ablate", "--serve", ablation, "--", *unchanged[2:]]
+                    return served_through("bench.ablate", ablation, unchanged)
 
                 return argv
 
@@ -164,10 +164,12 @@ def _count(names: Sequence[str], turns: int) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
-    if args_list[:1] == ["--serve"]:
-        name, separator, *rest = args_list[1:]
-        if separator != "--" or name not in ABLATIONS:
-            raise SystemExit(f"usage: python -m bench.ablate --serve {{{','.join(ABLATIONS)}}} -- serve …")
+    usage = f"python -m bench.ablate --serve {{{','.join(ABLATIONS)}}} -- serve …"
+    served = serve_request(args_list, usage)
+    if served is not None:
+        name, rest = served
+        if name not in ABLATIONS:
+            raise SystemExit(f"usage: {usage}")
         return _serve(name, rest)
     parser = argparse.ArgumentParser(prog="python -m bench.ablate", description=__doc__.split("\n\n")[0])
     parser.add_argument("names", nargs="*", help=f"ablations (default: all): {', '.join(ABLATIONS)}")

@@ -30,6 +30,8 @@ __all__ = [
     "machine_busy_seconds",
     "python_env",
     "read_machine_ticks",
+    "serve_request",
+    "served_through",
 ]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -38,6 +40,27 @@ _CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 class ChildFailed(RuntimeError):
     """A child process died or never became ready; the message carries the tail of its log."""
+
+
+SERVE_FLAG = "--serve"
+
+
+def served_through(module: str, value: str, gateway_argv: Sequence[str]) -> list[str]:
+    """``gateway_argv`` (``-m gateway serve …``) started as ``-m module --serve value -- serve …``.
+
+    How a bench tool that must prepare a gateway process before it serves (an ablation, an
+    observer) starts it; :func:`serve_request` reads the arguments back in that process.
+    """
+    return ["-m", module, SERVE_FLAG, value, "--", *gateway_argv[2:]]
+
+
+def serve_request(args: Sequence[str], usage: str) -> tuple[str, list[str]] | None:
+    """``(value, the gateway CLI's arguments)`` when ``args`` ask for ``--serve``, else ``None``."""
+    if list(args[:1]) != [SERVE_FLAG]:
+        return None
+    if len(args) < 3 or args[2] != "--":
+        raise SystemExit(f"usage: {usage}")
+    return args[1], list(args[3:])
 
 
 def free_port() -> int:

@@ -37,9 +37,9 @@ from pathlib import Path
 from typing import Any
 
 from bench.loadgen import percentile
-from bench.procs import Child, ChildFailed, Children, free_port
+from bench.procs import Child, ChildFailed, Children, free_port, serve_request, served_through
 from bench.redis_probe import RedisProbe
-from bench.run import DEFAULT_REDIS_URL, GW_MEMORY, GW_REDIS, MODES, PASSTHROUGH, Bench, Front
+from bench.run import DEFAULT_REDIS_URL, GW_MEMORY, GW_REDIS, MODES, PASSTHROUGH, Bench, Front, progress
 from gateway.store import redis_pipe
 
 __all__ = ["PipeObserver", "main", "percentiles"]
@@ -105,8 +105,7 @@ def _serve(stats_file: Path, argv: Sequence[str]) -> int:
 def _observed_gateway(bench: Bench, redis_url: str, stats_file: Path) -> tuple[Front, Child]:
     port = free_port()
     config = bench.gateway_config(port, redis_url)
-    # ``-m gateway serve …`` becomes ``-m bench.rate_scan --serve STATS -- serve …``.
-    argv = ["-m", "bench.rate_scan", "--serve", str(stats_file), "--", *bench.gateway_argv(config)[2:]]
+    argv = served_through("bench.rate_scan", str(stats_file), bench.gateway_argv(config))
     child = bench.children.python(GW_REDIS, *argv)
     child.wait_port(port)
     return Front.a2a(GW_REDIS, port, child, uses_redis=True), child
@@ -159,7 +158,7 @@ def scan(
 
             peak = one_round(GW_REDIS, PEAK_CONCURRENCY)
             peak_rps = float(peak["throughput_rps"])
-            _progress(f"gateway-redis peak {peak_rps:.0f} turns/s at {PEAK_CONCURRENCY} in flight")
+            progress(f"gateway-redis peak {peak_rps:.0f} turns/s at {PEAK_CONCURRENCY} in flight")
             rounds: list[dict[str, Any]] = []
             order = [PASSTHROUGH, GW_MEMORY, GW_REDIS]
             for repeat in range(repeats):
@@ -179,7 +178,7 @@ def scan(
                                 **({"pipe": result["pipe"]} if "pipe" in result else {}),
                             }
                         )
-                    _progress(_round_line(rounds[-3:], rate))
+                    progress(_round_line(rounds[-3:], rate))
     finally:
         redis.flush()
         shutil.rmtree(workdir, ignore_errors=True)
@@ -257,16 +256,11 @@ def render(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _progress(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
-    if args_list[:1] == ["--serve"]:
-        stats, separator, *rest = args_list[1:]
-        if separator != "--":
-            raise SystemExit("usage: python -m bench.rate_scan --serve STATS_FILE -- serve …")
+    served = serve_request(args_list, "python -m bench.rate_scan --serve STATS_FILE -- serve …")
+    if served is not None:
+        stats, rest = served
         return _serve(Path(stats), rest)
     parser = argparse.ArgumentParser(prog="python -m bench.rate_scan", description=__doc__.split("\n\n")[0])
     parser.add_argument(

@@ -378,7 +378,7 @@ class Bench:
                 )
                 result["repeat"] = repeat
                 rounds.append(result)
-                _progress(
+                progress(
                     f"  round {repeat + 1}/{self.settings.repeats} {name:<17} "
                     f"{result['throughput_rps']:8.1f} turns/s  p50 {result['latency_ms']['p50']:6.2f} ms  "
                     f"errors {result['errors']}  others' CPU {result['other_cpu_share']:.0%}"
@@ -399,7 +399,7 @@ class Bench:
                 result["front"] = series
                 result["repeat"] = repeat
                 rounds.append(result)
-                _progress(
+                progress(
                     f"  half load {repeat + 1}/{self.settings.half_load_repeats} {series:<27} "
                     f"at {rate:.0f}/s: p50 {result['latency_ms']['p50']:6.2f} ms  "
                     f"p99 {result['latency_ms']['p99']:6.2f} ms  others' CPU {result['other_cpu_share']:.0%}"
@@ -821,7 +821,7 @@ def render_table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _progress(message: str) -> None:
+def progress(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
@@ -889,18 +889,18 @@ def run(settings: Settings, redis_url: str, with_profile: bool) -> dict[str, Any
     try:
         with Children(workdir) as children:
             bench = Bench(settings, children, workdir, redis)
-            _progress(f"starting bot, pass-through and gateways (logs in {workdir})")
+            progress(f"starting bot, pass-through and gateways (logs in {workdir})")
             bench.start_all(redis_url)
             order = [DIRECT, PASSTHROUGH, GW_MEMORY, GW_REDIS]
             if bench.workers_available:
                 order.append(GW_REDIS_2W)
-            _progress("peak rounds (closed loop)")
+            progress("peak rounds (closed loop)")
             rounds = bench.peak_rounds(order)
             fronts = summarize_fronts(rounds)
             # Half of each gateway's own peak; the pass-through runs at the same rate beside each.
             rate = max(fronts[GW_MEMORY]["throughput_rps"] / 2, 1.0)
             rate_redis = max(fronts[GW_REDIS]["throughput_rps"] / 2, 1.0)
-            _progress("half-load rounds (open loop)")
+            progress("half-load rounds (open loop)")
             half_rounds = bench.half_load(
                 [
                     (PASSTHROUGH, PASSTHROUGH, rate),
@@ -909,17 +909,17 @@ def run(settings: Settings, redis_url: str, with_profile: bool) -> dict[str, Any
                     (GW_REDIS, GW_REDIS, rate_redis),
                 ]
             )
-            _progress("Redis round trips (MONITOR)")
+            progress("Redis round trips (MONITOR)")
             redis_result = bench.redis_round_trips()
-            _progress("Redis client cost per script call")
+            progress("Redis client cost per script call")
             redis_result["client"] = _python_json(
                 ["-m", "bench.redis_client", "--redis-url", redis_url, "--calls", str(settings.client_calls)],
                 timeout=600,
             )
-            _progress("instructions per turn (callgrind)")
+            progress("instructions per turn (callgrind)")
             counted = bench.instructions(redis_url)
             profile = bench.profile() if with_profile else None
-        _progress("memory per idle conversation")
+        progress("memory per idle conversation")
         memory = _python_json(
             [
                 "-m",
@@ -931,7 +931,7 @@ def run(settings: Settings, redis_url: str, with_profile: bool) -> dict[str, Any
             ],
             timeout=900,
         )
-        _progress("PA JWT verification cost")
+        progress("PA JWT verification cost")
         jwt_cost = _python_json(
             [
                 "-m",
