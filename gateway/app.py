@@ -114,9 +114,13 @@ def create_app(
         if owned_store:
             await app[STORE].start()
         fetch_session = make_fetch_session(config.personal_agents.jwks, config.development)
+        # One session carries every User's turns: a cookie the bot sets for one User must never
+        # ride on another's call, so the session keeps none (and reads no proxy from the environment).
         app[UPSTREAM_SESSION] = aiohttp.ClientSession(
             connector=aiohttp.TCPConnector(limit=0, limit_per_host=256, keepalive_timeout=30),
             auto_decompress=True,
+            cookie_jar=aiohttp.DummyCookieJar(),
+            trust_env=False,
         )
         app[JWKS] = JwksCache(
             fetch_session, config.personal_agents.jwks, development=config.development, on_fetch=on_jwks_fetch

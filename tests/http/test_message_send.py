@@ -332,3 +332,22 @@ async def test_body_arriving_in_pieces_is_read_whole(gw_memory: Harness, chunked
     response = await gw_memory.client.post("/a2a/acme/message:send", data=slowly(), headers=headers)
     reply = await ok(response)
     assert "A-10001" in reply["parts"][0]["text"]
+
+
+async def test_bot_cookies_never_reach_another_users_turn(make_gateway: MakeGateway) -> None:
+    """A bot that keeps a customer's session in a cookie must not see it on anyone else's turn.
+
+    The bot is addressed as ``localhost``: aiohttp's default jar refuses cookies for bare IP
+    addresses, so only a host name shows whether the gateway's client keeps them.
+    """
+
+    def by_name(raw: dict[str, Any]) -> None:
+        for brand in raw["brands"]:
+            brand["upstream"]["url"] = brand["upstream"]["url"].replace("127.0.0.1", "localhost")
+
+    gw = await make_gateway(edit=by_name)
+    gw.bot.mode = "cookie"
+    await ok(await gw.send("Hi", sub="alice"))
+    await ok(await gw.send("Hi", sub="bob"))
+    await ok(await gw.send("Hi", sub="alice"))
+    assert [call.headers.get("Cookie") for call in gw.bot.calls] == [None, None, None]

@@ -28,7 +28,8 @@ class BotCall:
 @dataclass
 class ControlledBot:
     """``mode``: ``sample`` (the sample bot's brain), ``end`` (answers and closes), ``status500``,
-    ``slow`` (sleeps past any sane timeout), ``bad_body``, ``empty_text``.
+    ``slow`` (sleeps past any sane timeout), ``bad_body``, ``empty_text``, ``cookie`` (the sample
+    answer with a ``botsession`` cookie naming the caller's ``sub``, as a stateful bot would set).
     ``gate``, when set, holds every call until it is released (for concurrency tests)."""
 
     mode: str = "sample"
@@ -59,7 +60,10 @@ class ControlledBot:
             return web.json_response({"text": "Goodbye from the bot.", "end": True})
         conversation = self.memory.setdefault(body["conversation_id"], Conversation())
         text, end = answer(conversation, body["text"], body["new_conversation"])
-        return web.json_response({"text": text, "end": end})
+        response = web.json_response({"text": text, "end": end})
+        if self.mode == "cookie":
+            response.set_cookie("botsession", f"session-of-{body['user']['sub']}")
+        return response
 
 
 @pytest.fixture

@@ -1,17 +1,21 @@
 """The real Redis the Redis-backed tests use: database 15 on 127.0.0.1:6379, flushed per test.
 
 An unreachable Redis fails the test; it never skips, so CI cannot go green without it.
+``PACT_TEST_REDIS_URL`` names another database, so two test runs on one machine do not flush
+each other's state.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
 
+import os
+
 import pytest
 import redis.asyncio as aioredis
 from redis.exceptions import RedisError
 
-TEST_REDIS_URL = "redis://127.0.0.1:6379/15"
+TEST_REDIS_URL = os.environ.get("PACT_TEST_REDIS_URL", "redis://127.0.0.1:6379/15")
 
 
 @pytest.fixture
