@@ -7,9 +7,8 @@ each other's state.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import os
+from collections.abc import AsyncIterator
 
 import pytest
 import redis.asyncio as aioredis
