@@ -8,18 +8,23 @@ from collections.abc import AsyncIterator, Callable
 import aiohttp
 from aiohttp import web
 
+from gateway.auth.delegation import DelegationVerifier
 from gateway.auth.jwks import JwksCache, make_fetch_session
 from gateway.auth.pa_jwt import PAVerifier
 from gateway.config import GatewayConfig
 from gateway.http.middlewares import error_middleware, request_id_middleware
 from gateway.http.routes import add_routes
 from gateway.http.state import METRICS, RUNTIME, Runtime, RuntimeRef
+from gateway.oauth.keys import ProviderKeys
+from gateway.oauth.server import AuthorizationServer
 from gateway.ops.access import AccessLog
 from gateway.ops.limits import RateLimits
 from gateway.ops.metrics import Metrics, issuer_label
 from gateway.protocol.card import render_card
 from gateway.store import ConversationStore, open_store
+from gateway.store.factory import open_oauth_store
 from gateway.store.limits import RateLimiter, open_rate_limiter
+from gateway.store.oauth import OAuthStore
 from gateway.turns import TurnService
 from gateway.upstream.base import BotAdapter
 from gateway.upstream.guard import GuardedBot
@@ -29,8 +34,13 @@ STORE = web.AppKey("store", ConversationStore)
 JWKS = web.AppKey("jwks", JwksCache)
 UPSTREAM_SESSION = web.AppKey("upstream_session", aiohttp.ClientSession)
 RATE_LIMITER = web.AppKey("rate_limiter", RateLimiter)
+OAUTH_STORE = web.AppKey("oauth_store", OAuthStore)
+LOGIN_JWKS = web.AppKey("login_jwks", JwksCache)
+"""The Brands' login key sets (§5.3 assertions), apart from the personal agents': neither evicts the other."""
 Clock = Callable[[], float]
 BREAKER_CLOCK: web.AppKey[Clock] = web.AppKey("breaker_clock")
+WALL_CLOCK: web.AppKey[Clock] = web.AppKey("wall_clock")
+"""Wall-clock seconds for §5 decisions: the store's clock, so a test moves both at once."""
 
 
 def build_runtime(app: web.Application, config: GatewayConfig, *, previous: Runtime | None = None) -> Runtime:
@@ -59,7 +69,8 @@ def build_runtime(app: web.Application, config: GatewayConfig, *, previous: Runt
     cards = {brand.id: render_card(config, brand) for brand in config.brands.values()}
     adapters: dict[str, BotAdapter] = dict(bots)
     limits = RateLimits(app[RATE_LIMITER], metrics=metrics)
-    turns = TurnService(app[STORE], adapters, limits, metrics)
+    oauth = _authorization_server(app, config)
+    turns = TurnService(app[STORE], adapters, limits, metrics, oauth=oauth)
     if previous is None:
         verifier = PAVerifier(
             config.personal_agents,
@@ -70,7 +81,33 @@ def build_runtime(app: web.Application, config: GatewayConfig, *, previous: Runt
     else:
         verifier = previous.verifier
         verifier.update(config.personal_agents, config.provider.audience)
-    return Runtime(config=config, cards=cards, verifier=verifier, turns=turns, limits=limits, bots=bots)
+    return Runtime(
+        config=config,
+        cards=cards,
+        verifier=verifier,
+        turns=turns,
+        limits=limits,
+        bots=bots,
+        oauth=oauth,
+        delegation=None if oauth is None else DelegationVerifier(oauth),
+    )
+
+
+def _authorization_server(app: web.Application, config: GatewayConfig) -> AuthorizationServer | None:
+    """§5 for a configuration in which at least one Brand delegates (it then has signing keys)."""
+    if not any(brand.delegation is not None for brand in config.brands.values()):
+        return None
+    login_keys = app[LOGIN_JWKS]
+    for brand in config.brands.values():
+        if brand.delegation is not None and brand.delegation.login.jwks is not None:
+            login_keys.preload(brand.id, brand.delegation.login.jwks)
+    return AuthorizationServer(
+        config=config,
+        keys=ProviderKeys(config.oauth.signing_keys),
+        store=app[OAUTH_STORE],
+        login_keys=login_keys,
+        clock=app[WALL_CLOCK],
+    )
 
 
 def reload_runtime(app: web.Application, config: GatewayConfig) -> Runtime:
@@ -102,6 +139,7 @@ def create_app(
     app[METRICS] = Metrics() if metrics is None else metrics
     # The per-process circuit breakers' clock; a test moves it instead of sleeping.
     app[BREAKER_CLOCK] = clock or time.monotonic
+    app[WALL_CLOCK] = clock or time.time
     add_routes(app.router)
 
     def on_jwks_fetch(issuer: str, ok: bool) -> None:
@@ -127,6 +165,10 @@ def create_app(
         )
         # §6 counters beside the conversations: the store's connection or container, and its clock.
         app[RATE_LIMITER] = open_rate_limiter(app[STORE])
+        app[OAUTH_STORE] = open_oauth_store(app[STORE])
+        app[LOGIN_JWKS] = JwksCache(
+            fetch_session, config.personal_agents.jwks, development=config.development
+        )
         app[RUNTIME] = RuntimeRef(build_runtime(app, config))
         yield
         await app[RATE_LIMITER].close()

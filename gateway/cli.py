@@ -1,4 +1,4 @@
-"""``pact-gateway``: serve, check-config, keys generate, token, demo."""
+"""``pact-gateway``: serve, check-config, keys generate, token, grants, demo."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 from gateway.config import ConfigError, GatewayConfig, load_config_file
 from gateway.pa_keys import generate_private_jwk, mint_token, public_jwks
 
-VERBS = {"serve", "check-config", "keys", "token", "demo"}
+VERBS = {"serve", "check-config", "keys", "token", "grants", "demo"}
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -45,6 +45,16 @@ def _parser() -> argparse.ArgumentParser:
     token.add_argument("--aud", required=True)
     token.add_argument("--ttl", type=int, default=120)
 
+    grants = verbs.add_parser("grants", help="list or revoke a Brand user's delegation grants (§5)")
+    grant_verbs = grants.add_subparsers(dest="grants_verb", required=True)
+    for name, text in (("list", "print the user's live grants"), ("revoke", "end the user's grants now")):
+        grant_verb = grant_verbs.add_parser(name, help=text)
+        grant_verb.add_argument("--config", required=True, help="path of the gateway YAML (its cache.url)")
+        grant_verb.add_argument("--brand", required=True)
+        grant_verb.add_argument("--user", required=True, help="the Brand's own user id")
+        if name == "revoke":
+            grant_verb.add_argument("--grant", default=None, help="only this grant id (default: all of them)")
+
     demo = verbs.add_parser("demo", help="gateway + sample bot + demo personal agent in one process")
     demo.add_argument("--config", default=None, help="demo YAML (default: config/demo.yaml of this checkout)")
     demo.add_argument("--port", type=int, default=8080)
@@ -68,6 +78,9 @@ def _describe(config: GatewayConfig) -> str:
         if brand.domain:
             lines.append(f"      also: https://{brand.domain}/.well-known/agent-card.json")
         lines.append(f"      bot: {brand.upstream.url}")
+        if brand.delegation is not None:
+            lines.append(f"      delegation (§5): login {brand.delegation.login.url}")
+            lines.extend(f"        {scope}: {text}" for scope, text in brand.delegation.scopes.items())
     return "\n".join(lines)
 
 
@@ -108,6 +121,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"pact-gateway token: {error}", file=sys.stderr)
             return 2
         return 0
+    if args.verb == "grants":
+        from gateway.grants_cli import run_grants
+
+        return asyncio.run(
+            run_grants(
+                _load(args.config), args.grants_verb, args.brand, args.user, getattr(args, "grant", None)
+            )
+        )
     from gateway.demo import run_demo
 
     return asyncio.run(run_demo(args.config, port=args.port, bot_port=args.bot_port, check=args.check))

@@ -21,17 +21,22 @@ from urllib.parse import urlsplit
 import jsonschema
 import yaml
 
+from gateway.oauth.keys import SigningKey, parse_signing_key
+
 __all__ = [
     "BrandConfig",
     "CacheConfig",
     "CircuitBreakerConfig",
     "ConfigError",
+    "DelegationConfig",
     "GatewayConfig",
     "JwksPolicy",
     "LimitsConfig",
     "ListenConfig",
     "LoggingConfig",
+    "LoginConfig",
     "MetricsConfig",
+    "OAuthConfig",
     "PersonalAgentConfig",
     "PersonalAgentsConfig",
     "ProviderConfig",
@@ -202,6 +207,37 @@ class UpstreamConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class LoginConfig:
+    """§5.3 the Brand's own login: where the User signs in, and who signs the assertion it posts back."""
+
+    url: str
+    issuer: str
+    jwks_uri: str | None = None
+    jwks: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DelegationConfig:
+    """§5 for one Brand: its scopes (id → description, in card order), its login, and lifetimes."""
+
+    scopes: Mapping[str, str]
+    login: LoginConfig
+    token_ttl: int = 3600
+    grant_ttl: int = 30 * 86400
+    landing_url: str | None = None
+    skip_consent: bool = True
+    introspection_secret: str | None = field(default=None, repr=False)
+    """RFC 7662: the Brand back-end's bearer credential for introspection; ``None`` turns it off."""
+
+
+@dataclass(frozen=True, slots=True)
+class OAuthConfig:
+    """The Provider's signing keys for delegation tokens and receipts: the first signs, all are published."""
+
+    signing_keys: tuple[SigningKey, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class BrandConfig:
     id: str
     name: str
@@ -212,6 +248,7 @@ class BrandConfig:
     domain: str | None = None
     # The effective limits for this Brand: the top-level ones with the Brand's overrides applied.
     rate_limits: RateLimitsConfig = field(default_factory=RateLimitsConfig)
+    delegation: DelegationConfig | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,6 +266,7 @@ class GatewayConfig:
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     reload: ReloadConfig = field(default_factory=ReloadConfig)
+    oauth: OAuthConfig = field(default_factory=OAuthConfig)
 
     def brand_for_domain(self, host: str) -> BrandConfig | None:
         name = host.rsplit(":", 1)[0].lower() if not host.startswith("[") else host
@@ -252,6 +290,43 @@ _POS_NUM = {"type": "number", "exclusiveMinimum": 0}
 _POS_INT = {"type": "integer", "minimum": 1}
 _RATE_RULE = _obj({"enabled": {"type": "boolean"}, "rate": _POS_NUM, "burst": _POS_INT})
 _RATE_LIMITS = _obj({"per_agent": _RATE_RULE, "per_user": _RATE_RULE, "fail_open": {"type": "boolean"}})
+_JWKS_OBJECT = {
+    "type": "object",
+    "required": ["keys"],
+    "properties": {"keys": {"type": "array", "items": {"type": "object"}}},
+}
+# RFC 6749 §3.3 scope-token: printable ASCII but space, '"' and '\\'.
+_SCOPE_ID = r"^[\x21\x23-\x5B\x5D-\x7E]{1,128}$"
+_DELEGATION = _obj(
+    {
+        "scopes": {
+            "type": "object",
+            "minProperties": 1,
+            "propertyNames": {"pattern": _SCOPE_ID},
+            "additionalProperties": _STR,
+        },
+        "login": _obj(
+            {
+                "url": {**_STR, "pattern": r"^https?://"},
+                "issuer": _STR,
+                "jwks_uri": _STR,
+                "jwks": _JWKS_OBJECT,
+            },
+            ["url", "issuer"],
+        ),
+        "token_ttl": {"type": "integer", "minimum": 60, "maximum": 3600},
+        "grant_ttl": {"type": "integer", "minimum": 60},
+        "landing_url": {**_STR, "pattern": r"^https?://"},
+        "skip_consent": {"type": "boolean"},
+        "introspection": _obj({"secret": _STR}, ["secret"]),
+    },
+    ["scopes", "login"],
+)
+_SIGNING_KEY = {
+    "type": "object",
+    "properties": {"file": _STR, "value": _STR},
+    "additionalProperties": False,
+}
 
 SCHEMA: dict[str, Any] = _obj(
     {
@@ -273,11 +348,7 @@ SCHEMA: dict[str, Any] = _obj(
                             "issuer": _STR,
                             "jwks_uri": _STR,
                             "enabled": {"type": "boolean"},
-                            "jwks": {
-                                "type": "object",
-                                "required": ["keys"],
-                                "properties": {"keys": {"type": "array", "items": {"type": "object"}}},
-                            },
+                            "jwks": _JWKS_OBJECT,
                         },
                         ["issuer"],
                     ),
@@ -324,6 +395,7 @@ SCHEMA: dict[str, Any] = _obj(
             }
         ),
         "reload": _obj({"watch": {"type": "boolean"}, "interval": _POS_NUM}),
+        "oauth": _obj({"signing_keys": {"type": "array", "minItems": 1, "items": _SIGNING_KEY}}),
         "brands": {
             "type": "array",
             "minItems": 1,
@@ -347,6 +419,7 @@ SCHEMA: dict[str, Any] = _obj(
                         ),
                     },
                     "rate_limits": _RATE_LIMITS,
+                    "delegation": _DELEGATION,
                     "upstream": _obj(
                         {
                             "url": {**_STR, "pattern": r"^https?://"},
@@ -429,6 +502,72 @@ def _check_fetch_url(url: str, path: str, development: bool) -> None:
         raise ConfigError(path, "must use https (plain http needs development: true)")
     if _is_local_host(parts.hostname):
         raise ConfigError(path, "must not point at a loopback or private address (needs development: true)")
+
+
+def _check_browser_url(url: str, path: str, development: bool) -> None:
+    """A page the User's browser opens (the Brand's login, the landing page): HTTPS outside development."""
+    parts = urlsplit(url)
+    if not parts.hostname:
+        raise ConfigError(path, "must be an absolute URL")
+    if parts.scheme != "https" and not development:
+        raise ConfigError(path, "must use https (plain http needs development: true)")
+
+
+def _signing_keys(raw: Mapping[str, Any], environ: Mapping[str, str]) -> tuple[SigningKey, ...]:
+    """§5.1 the Provider's keys, each from a file or from the environment (``value: ${NAME}``)."""
+    keys: list[SigningKey] = []
+    kids: set[str] = set()
+    for index, entry in enumerate(raw.get("signing_keys", [])):
+        path = f"oauth.signing_keys[{index}]"
+        if ("file" in entry) == ("value" in entry):
+            raise ConfigError(path, "give exactly one of file and value")
+        if "file" in entry:
+            path += ".file"
+            try:
+                material = Path(entry["file"]).read_text(encoding="utf-8")
+            except OSError as exc:
+                raise ConfigError(path, f"cannot read {entry['file']}: {exc.strerror}") from None
+        else:
+            path += ".value"
+            material = _expand_env(entry["value"], path, environ)
+        try:
+            key = parse_signing_key(material)
+        except ValueError as exc:
+            raise ConfigError(path, str(exc)) from None
+        if key.kid in kids:
+            raise ConfigError(path, f"duplicate kid {key.kid!r}")
+        kids.add(key.kid)
+        keys.append(key)
+    return tuple(keys)
+
+
+def _delegation(
+    raw: Mapping[str, Any] | None, path: str, development: bool, environ: Mapping[str, str]
+) -> DelegationConfig | None:
+    if raw is None:
+        return None
+    login = raw["login"]
+    if ("jwks_uri" in login) == ("jwks" in login):
+        raise ConfigError(f"{path}.login.jwks_uri", "give exactly one of jwks_uri and an inline jwks")
+    _check_browser_url(login["url"], f"{path}.login.url", development)
+    if "jwks_uri" in login:
+        _check_fetch_url(login["jwks_uri"], f"{path}.login.jwks_uri", development)
+    if "landing_url" in raw:
+        _check_browser_url(raw["landing_url"], f"{path}.landing_url", development)
+    secret = raw.get("introspection", {}).get("secret")
+    return DelegationConfig(
+        scopes=dict(raw["scopes"]),
+        login=LoginConfig(
+            url=login["url"], issuer=login["issuer"], jwks_uri=login.get("jwks_uri"), jwks=login.get("jwks")
+        ),
+        token_ttl=int(raw.get("token_ttl", 3600)),
+        grant_ttl=int(raw.get("grant_ttl", 30 * 86400)),
+        landing_url=raw.get("landing_url"),
+        skip_consent=bool(raw.get("skip_consent", True)),
+        introspection_secret=None
+        if secret is None
+        else _expand_env(secret, f"{path}.introspection.secret", environ),
+    )
 
 
 def _rate_limits(top: Mapping[str, Any], brand: Mapping[str, Any]) -> RateLimitsConfig:
@@ -536,6 +675,15 @@ def _build(raw: Mapping[str, Any], environ: Mapping[str, str]) -> GatewayConfig:
                 circuit_breaker=CircuitBreakerConfig(**upstream.get("circuit_breaker", {})),
             ),
             rate_limits=_rate_limits(raw.get("rate_limits", {}), brand.get("rate_limits", {})),
+            delegation=_delegation(brand.get("delegation"), f"{path}.delegation", development, environ),
+        )
+
+    oauth = OAuthConfig(signing_keys=_signing_keys(raw.get("oauth", {}), environ))
+    delegating = [index for index, brand in enumerate(brands.values()) if brand.delegation is not None]
+    if delegating and not oauth.signing_keys:
+        raise ConfigError(
+            "oauth.signing_keys",
+            f"is required: brands[{delegating[0]}] enables delegation (§5.4 tokens are signed)",
         )
 
     listen_raw = raw.get("listen", {})
@@ -553,6 +701,7 @@ def _build(raw: Mapping[str, Any], environ: Mapping[str, str]) -> GatewayConfig:
         logging=LoggingConfig(**raw.get("logging", {})),
         reload=ReloadConfig(**raw.get("reload", {})),
         brands=brands,
+        oauth=oauth,
     )
 
 

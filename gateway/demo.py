@@ -1,37 +1,71 @@
-"""``pact-gateway demo``: the gateway, the sample bot and a demo personal agent in one process.
+"""``pact-gateway demo``: the gateway, the sample bot, a demo personal agent and a stand-in Brand
+login in one process.
 
 The demo personal agent's key is generated at start-up; the gateway process serves its
 public JWKS itself, so nothing else has to run. The printed curl session mints tokens
 with ``pact-gateway token`` from the key file written here.
+
+The ``acme`` Brand delegates (§5): the Provider's signing key is generated at start-up too and
+reaches the configuration only through the environment mapping given to
+:func:`~gateway.config.load_config` (``${PACT_DEMO_SIGNING_KEY}``), never through a file, and
+the Brand's login is the stand-in of :mod:`examples.sample_login`, mounted under
+``/demo-login/`` of the gateway's own port.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import os
 import shlex
 import signal
 import sys
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
-import aiohttp
 import orjson
 import yaml
 from aiohttp import web
 
 from examples.sample_bot import create_bot_app
+from examples.sample_login import create_login_app
 from gateway.app import create_app
-from gateway.config import GatewayConfig, load_config
-from gateway.pa_keys import generate_private_jwk, mint_token, public_jwks
+from gateway.config import BrandConfig, GatewayConfig, load_config
+from gateway.demo_check import DELEGATED_TEXT, STEP_UP_TEXT, DemoCheckFailed, run_check
+from gateway.oauth.metadata import DEVICE_CODE_GRANT
+from gateway.pa_keys import generate_private_jwk, public_jwks
+from gateway.protocol.urls import OAuthUrls
 
 DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "config" / "demo.yaml"
 DEMO_SUB = "demo-user-1"
+SIGNING_KEY_ENV: Final = "PACT_DEMO_SIGNING_KEY"
+"""The variable ``config/demo.yaml`` names for the Provider's signing key (``oauth.signing_keys``)."""
+LOGIN_PREFIX: Final = "/demo-login"
+"""Where the stand-in Brand login is mounted on the gateway's port."""
 
 
-def demo_config(path: Path, port: int, bot_port: int) -> GatewayConfig:
-    """``config/demo.yaml`` with its loopback ports moved to the ones asked for."""
+def new_signing_key() -> str:
+    """A fresh ES256 private JWK (JSON) for delegation tokens and receipts (§5.4, §5.6).
+
+    It lives as long as the process: tokens and receipts of an earlier run no longer verify,
+    which is what a demo wants, and the key is never written anywhere.
+    """
+    return json.dumps(generate_private_jwk("ES256"))
+
+
+def demo_environ(signing_key: str) -> dict[str, str]:
+    """The process environment plus the demo's signing key, as :func:`demo_config` expands it."""
+    return {**os.environ, SIGNING_KEY_ENV: signing_key}
+
+
+def demo_config(path: Path, port: int, bot_port: int, environ: Mapping[str, str]) -> GatewayConfig:
+    """``config/demo.yaml`` with its loopback ports moved to the ones asked for.
+
+    A delegating Brand's login (§5.3) is pointed at the stand-in this process serves under
+    :data:`LOGIN_PREFIX`: its page, its issuer and its key set.
+    """
     raw: dict[str, Any] = yaml.safe_load(path.read_text(encoding="utf-8"))
     base = f"http://127.0.0.1:{port}"
     raw["listen"]["port"] = port
@@ -42,83 +76,117 @@ def demo_config(path: Path, port: int, bot_port: int) -> GatewayConfig:
     raw["metrics"]["enabled"] = False
     for brand in raw["brands"]:
         brand["upstream"]["url"] = f"http://127.0.0.1:{bot_port}/chat"
-    return load_config(raw)
+        if "delegation" in brand:
+            login = brand["delegation"]["login"]
+            login.pop("jwks", None)
+            login.update(
+                url=f"{base}{LOGIN_PREFIX}/login",
+                issuer=f"{base}{LOGIN_PREFIX}",
+                jwks_uri=f"{base}{LOGIN_PREFIX}/jwks.json",
+            )
+    return load_config(raw, environ)
+
+
+def login_app(config: GatewayConfig) -> web.Application:
+    """The stand-in login for every delegating Brand: it returns only to their consent URLs."""
+    consent_urls = [
+        OAuthUrls.of(config.public_url, brand.id).consent
+        for brand in config.brands.values()
+        if brand.delegation is not None
+    ]
+    return create_login_app(f"{config.public_url}{LOGIN_PREFIX}", consent_urls)
+
+
+_HEADERS: Final = (
+    '-H "Authorization: Bearer $TOKEN" -H "Content-Type: application/json" -H "A2A-Version: 1.0"'
+)
+_DELEGATION_HEADER: Final = '-H "X-A2A-User-Delegation: Bearer $DTOKEN"'
+
+
+def _send(interface: str, message_id: str, text: str, context: bool, *, delegated: bool = False) -> str:
+    """A ``message:send`` curl line; ``context`` continues ``$CTX``, ``delegated`` adds ``$DTOKEN``."""
+    ctx = ',"contextId":"\'"$CTX"\'"' if context else ""
+    parts = f'"parts":[{{"text":"{text}"}}]'
+    body = f'{{"message":{{"messageId":"{message_id}","role":"ROLE_USER"{ctx},{parts}}}}}'
+    headers = f"{_HEADERS} {_DELEGATION_HEADER}" if delegated else _HEADERS
+    return f"curl -s -X POST {interface}/message:send {headers} -d '{body}'"
+
+
+def _python(program: str) -> str:
+    return f"{shlex.quote(sys.executable)} -c {shlex.quote(program)}"
 
 
 def session_text(config: GatewayConfig, key_file: Path) -> str:
-    """The ready-to-paste curl session: card, first turn, second turn, a retry."""
+    """The ready-to-paste curl session: card, first turn, second turn, a retry; then, when the
+    Brand delegates, the §5 flow: device authorization, login and consent, token, delegated turns."""
     agent = config.personal_agents.registered[0]
-    brand = next(iter(config.brands))
-    interface = f"{config.public_url}/a2a/{brand}"
+    brand = next(iter(config.brands.values()))
+    interface = f"{config.public_url}/a2a/{brand.id}"
     gateway_cmd = f"{shlex.quote(sys.executable)} -m gateway"
     token_cmd = (
         f"{gateway_cmd} token --key {shlex.quote(str(key_file))} --iss {agent.issuer} "
         f"--sub {DEMO_SUB} --aud {config.provider.audience} --ttl 300"
     )
-    program = 'import json,sys; print(json.load(sys.stdin)["message"]["contextId"])'
-    extract = f"{shlex.quote(sys.executable)} -c {shlex.quote(program)}"
-    headers = '-H "Authorization: Bearer $TOKEN" -H "Content-Type: application/json" -H "A2A-Version: 1.0"'
+    extract = _python('import json,sys; print(json.load(sys.stdin)["message"]["contextId"])')
 
-    def send(message_id: str, text: str, context: bool) -> str:
-        ctx = ',"contextId":"\'"$CTX"\'"' if context else ""
-        parts = f'"parts":[{{"text":"{text}"}}]'
-        body = f'{{"message":{{"messageId":"{message_id}","role":"ROLE_USER"{ctx},{parts}}}}}'
-        return f"curl -s -X POST {interface}/message:send {headers} -d '{body}'"
-
-    return "\n".join(
-        [
-            "# 1. The Agent Card (public, no token):",
-            f"curl -s {interface}/.well-known/agent-card.json",
-            "",
-            "# 2. A personal-agent JWT (valid 300 s; run again for a fresh one):",
-            f"TOKEN=$({token_cmd})",
-            "",
-            "# 3. First turn: no contextId, the gateway opens a conversation:",
-            f"CTX=$({send('m-1', 'Hi, where is my order?', False)} | tee /dev/stderr | {extract})",
-            "",
-            "# 4. Second turn on the same contextId:",
-            send("m-2", "It is A-10001", True),
-            "",
-            "# 5. A retry of m-2: the stored reply, byte for byte, without calling the bot:",
-            send("m-2", "It is A-10001", True),
-        ]
-    )
+    lines = [
+        "# 1. The Agent Card (public, no token):",
+        f"curl -s {interface}/.well-known/agent-card.json",
+        "",
+        "# 2. A personal-agent JWT (valid 300 s; run again for a fresh one):",
+        f"TOKEN=$({token_cmd})",
+        "",
+        "# 3. First turn: no contextId, the gateway opens a conversation:",
+        f"CTX=$({_send(interface, 'm-1', 'Hi, where is my order?', False)} | tee /dev/stderr | {extract})",
+        "",
+        "# 4. Second turn on the same contextId:",
+        _send(interface, "m-2", "It is A-10001", True),
+        "",
+        "# 5. A retry of m-2: the stored reply, byte for byte, without calling the bot:",
+        _send(interface, "m-2", "It is A-10001", True),
+    ]
+    if brand.delegation is not None:
+        lines += ["", *_delegated_session(config, brand, token_cmd)]
+    return "\n".join(lines)
 
 
-def _expect(condition: bool, what: str) -> None:
-    if not condition:
-        raise RuntimeError(f"demo check failed: {what}")
-
-
-async def _self_check(config: GatewayConfig, private: dict[str, Any]) -> None:
-    """Run the printed session once through real HTTP and fail loudly if any step misbehaves."""
+def _delegated_session(config: GatewayConfig, brand: BrandConfig, token_cmd: str) -> list[str]:
+    """§5 as curl: the personal agent's calls, and the one step only the User can take (the browser)."""
     agent = config.personal_agents.registered[0]
-    token = mint_token(private, iss=agent.issuer, sub=DEMO_SUB, aud=config.provider.audience)
-    interface = f"{config.public_url}/a2a/{next(iter(config.brands))}"
-    headers = {"Authorization": f"Bearer {token}", "A2A-Version": "1.0"}
-
-    def message(message_id: str, text: str, context_id: str | None) -> dict[str, Any]:
-        body: dict[str, Any] = {"messageId": message_id, "role": "ROLE_USER", "parts": [{"text": text}]}
-        if context_id:
-            body["contextId"] = context_id
-        return {"message": body}
-
-    async with aiohttp.ClientSession() as http:
-        async with http.get(f"{interface}/.well-known/agent-card.json") as response:
-            _expect(response.status == 200, f"card answered {response.status}")
-        async with http.post(
-            f"{interface}/message:send", json=message("m-1", "Hi", None), headers=headers
-        ) as r:
-            first = await r.json(content_type=None)
-            _expect(r.status == 200, f"first turn answered {first}")
-        context_id = first["message"]["contextId"]
-        second = message("m-2", "It is A-10001", context_id)
-        async with http.post(f"{interface}/message:send", json=second, headers=headers) as r:
-            reply = await r.read()
-            _expect(r.status == 200 and b"A-10001" in reply, f"second turn answered {reply!r}")
-        async with http.post(f"{interface}/message:send", json=second, headers=headers) as r:
-            _expect(await r.read() == reply, "the retry did not replay the stored reply")
-    print("demo check passed: card, two turns and a retry", file=sys.stderr)
+    urls = OAuthUrls.of(config.public_url, brand.id)
+    client = f'--data-urlencode "client_id={agent.issuer}"'
+    pa_auth = '-H "Authorization: Bearer $TOKEN"'
+    field = _python("import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])")
+    # Prints the access token once approved; until then exits non-zero with the RFC 8628 error.
+    access = _python(
+        "import json,sys; d=json.load(sys.stdin); "
+        'print(d["access_token"]) if "access_token" in d else sys.exit(d.get("error", d))'
+    )
+    pretty = f"{shlex.quote(sys.executable)} -m json.tool"
+    return [
+        "# 6. Delegated profile (§5): a fresh JWT, then ask for orders:read (RFC 8628 device authorization):",
+        f"TOKEN=$({token_cmd})",
+        f"DA=$(curl -s -X POST {urls.device_authorization} {pa_auth} {client} -d scope=orders:read"
+        " | tee /dev/stderr)",
+        "",
+        "# 7. Open verification_uri_complete in a browser: the Brand's login (here a stand-in that takes",
+        "#    any password), then tick the scopes to allow on the Provider's consent page:",
+        f'{field} "$DA" verification_uri_complete',
+        "",
+        "# 8. Poll the token endpoint every 5 s until you approve; DTOKEN is the delegation token (§5.4):",
+        f'DEVICE_CODE=$({field} "$DA" device_code)',
+        f"until DTOKEN=$(curl -s -X POST {urls.token} {pa_auth} -d grant_type={DEVICE_CODE_GRANT} \\",
+        f'    -d "device_code=$DEVICE_CODE" {client} | {access}); do',
+        f"  sleep 5; TOKEN=$({token_cmd})",
+        "done",
+        "",
+        "# 9. A delegated turn, both tokens sent: the reply's metadata carries a signed pact.receipt (§5.6):",
+        f"{_send(urls.interface, 'd-1', DELEGATED_TEXT, False, delegated=True)} | {pretty}",
+        "",
+        "# 10. Cancelling needs orders:cancel, which this token lacks: a TASK_STATE_AUTH_REQUIRED task with",
+        "#     the missing scope and a new link (§5.5 step-up):",
+        f"{_send(urls.interface, 'd-2', STEP_UP_TEXT, False, delegated=True)} | {pretty}",
+    ]
 
 
 def _write_key_file(private: dict[str, Any]) -> Path:
@@ -134,26 +202,49 @@ def _remove_key_file(key_file: Path) -> None:
     key_file.parent.rmdir()
 
 
-async def run_demo(config_path: str | None, *, port: int, bot_port: int, check: bool) -> int:
-    config = demo_config(Path(config_path) if config_path else DEFAULT_CONFIG, port, bot_port)
-    private = generate_private_jwk("ES256")
+async def start_demo(config: GatewayConfig, private: Mapping[str, Any], bot_port: int) -> list[web.AppRunner]:
+    """The sample bot on ``bot_port`` and the gateway on ``config.listen.port``, both on loopback.
+
+    The gateway also serves the demo personal agent's JWKS (for ``private``) and, when a Brand
+    delegates, the stand-in login; the bot offers its account actions to those Brands only.
+    The caller cleans the runners up, in reverse order.
+    """
     jwks_body = orjson.dumps(public_jwks(private))
-    key_file = _write_key_file(private)
 
     async def serve_jwks(request: web.Request) -> web.Response:
         return web.Response(body=jwks_body, content_type="application/json")
 
+    delegating = [brand.id for brand in config.brands.values() if brand.delegation is not None]
     app = create_app(config)
     app.router.add_get("/demo-pa/jwks.json", serve_jwks)
-    runners = [web.AppRunner(create_bot_app(), access_log=None), web.AppRunner(app, access_log=None)]
-    for runner, listen_port in zip(runners, (bot_port, port), strict=True):
+    if delegating:
+        app.add_subapp(LOGIN_PREFIX, login_app(config))
+    bot = create_bot_app(delegating=delegating)
+    runners = [web.AppRunner(bot, access_log=None), web.AppRunner(app, access_log=None)]
+    for runner, listen_port in zip(runners, (bot_port, config.listen.port), strict=True):
         await runner.setup()
         await web.TCPSite(runner, "127.0.0.1", listen_port).start()
+    return runners
+
+
+async def run_demo(config_path: str | None, *, port: int, bot_port: int, check: bool) -> int:
+    environ = demo_environ(new_signing_key())
+    config = demo_config(Path(config_path) if config_path else DEFAULT_CONFIG, port, bot_port, environ)
+    private = generate_private_jwk("ES256")
+    key_file = _write_key_file(private)
+    runners = await start_demo(config, private, bot_port)
+    delegating = any(brand.delegation is not None for brand in config.brands.values())
     try:
-        print(f"pact-gateway demo: gateway on {config.public_url}, sample bot on 127.0.0.1:{bot_port}\n")
+        login_note = f", stand-in Brand login on {config.public_url}{LOGIN_PREFIX}/" if delegating else ""
+        bot_note = f"sample bot on 127.0.0.1:{bot_port}"
+        print(f"pact-gateway demo: gateway on {config.public_url}, {bot_note}{login_note}\n")
         print(session_text(config, key_file), flush=True)
         if check:
-            await _self_check(config, private)
+            try:
+                await run_check(config, private, DEMO_SUB)
+            except DemoCheckFailed as failed:
+                print(failed, file=sys.stderr)
+                return 1
             return 0
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

@@ -1,8 +1,10 @@
 """One ``message:send`` turn end to end: claim it in the store, run the bot, store the reply.
 
 This is where §4.2 (context ownership, closed contexts) and §4.3 (idempotent retries)
-meet the bot call. It knows nothing of HTTP: the handler gives it a validated message and
-an authenticated caller, and gets back the exact reply bytes or an :class:`A2AError`.
+meet the bot call, and where §5.5 (a turn under a delegation token, step-up) and §5.6
+(receipts) meet it too. It knows nothing of HTTP: the handler gives it a validated message,
+an authenticated caller and the caller's verified delegation, if any, and gets back the
+exact reply bytes, an :class:`A2AError`, or :class:`InvalidToken` (the grant was revoked).
 """
 
 from __future__ import annotations
@@ -13,14 +15,23 @@ import random
 import time
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
 
+from gateway.auth.delegation import Delegation
+from gateway.config import DelegationConfig
+from gateway.oauth.access_token import InvalidToken
+from gateway.oauth.device import start_device_authorization
+from gateway.oauth.server import AuthorizationServer
 from gateway.ops.limits import Charge, RateLimited, RateLimits
 from gateway.ops.metrics import Metrics
-from gateway.protocol import errors
+from gateway.protocol import errors, receipts
 from gateway.protocol.errors import A2AError, Reason
 from gateway.protocol.messages import SendMessage, render_reply
-from gateway.store.base import ConversationStore, Owner, StoreError, TurnClaim, TurnStatus
-from gateway.upstream.base import BotAdapter, BotBusy, Turn, UpstreamError
+from gateway.protocol.stepup import new_task_id, render_step_up
+from gateway.protocol.urls import OAuthUrls
+from gateway.store.base import ConversationStore, GrantCheck, Owner, StoreError, TurnClaim, TurnStatus
+from gateway.upstream.base import BotAdapter, BotBusy, BotReply, Turn, UpstreamError, UserDelegation
 
 log = logging.getLogger("pact_gateway.turns")
 
@@ -39,6 +50,21 @@ def new_reply_id() -> str:
     return f"r-{random.getrandbits(128):032x}"
 
 
+CONTEXT_OF_ANOTHER_USER: Final = "contextId belongs to another user"
+"""§5.5, §6: a token for another Brand user on a context that already ran as one (``INVALID_PARAMS``).
+
+Only the context's own (personal agent, ``sub``) ever gets this far (§4.2), so it leaks nothing."""
+
+
+@dataclass(frozen=True, slots=True)
+class _DelegatingBrand:
+    """What §5.5 step-up and §5.6 receipts need of one delegating Brand, looked up once per runtime."""
+
+    server: AuthorizationServer
+    delegation: DelegationConfig
+    urls: OAuthUrls
+
+
 class TurnService:
     def __init__(
         self,
@@ -48,6 +74,7 @@ class TurnService:
         metrics: Metrics | None = None,
         *,
         owners: int = 4096,
+        oauth: AuthorizationServer | None = None,
     ) -> None:
         self._store = store
         self._adapters = adapters
@@ -55,6 +82,15 @@ class TurnService:
         self._metrics = metrics
         self._owners_size = owners
         self._owners: dict[tuple[str, str, str], Owner] = {}
+        self._delegating: dict[str, _DelegatingBrand] = (
+            {}
+            if oauth is None
+            else {
+                brand.id: _DelegatingBrand(oauth, brand.delegation, oauth.urls(brand))
+                for brand in oauth.config.brands.values()
+                if brand.delegation is not None
+            }
+        )
 
     def owner(self, brand_id: str, issuer: str, sub: str) -> Owner:
         """The :class:`Owner` of ``(brand_id, issuer, sub)``, kept for the last ``owners`` of them.
@@ -79,7 +115,9 @@ class TurnService:
         if self._metrics is not None:
             self._metrics.store_error(operation)
 
-    async def _claim(self, owner: Owner, message: SendMessage, charge: Charge, request_id: str) -> TurnClaim:
+    async def _claim(
+        self, owner: Owner, message: SendMessage, charge: Charge, request_id: str, grant: GrantCheck | None
+    ) -> TurnClaim:
         # The store reads the new conversation's id only for a message without ``contextId``
         # (ConversationStore.begin_turn), so later turns skip minting one.
         context_id = message.context_id
@@ -91,22 +129,38 @@ class TurnService:
                 message.text,
                 new_context_id() if context_id is None else "",
                 limits=charge.hits,
+                grant=grant,
             )
         except StoreError as exc:
             self._store_failed("begin_turn")
             log.error("store unavailable while claiming a turn: %s", exc, extra={"request_id": request_id})
             raise A2AError(Reason.INTERNAL, errors.INTERNAL_ERROR) from None
 
-    async def send(self, owner: Owner, message: SendMessage, charge: Charge, request_id: str) -> bytes:
+    async def send(
+        self,
+        owner: Owner,
+        message: SendMessage,
+        charge: Charge,
+        request_id: str,
+        delegation: Delegation | None = None,
+    ) -> bytes:
         """Run the turn, charging ``charge`` (§6) in the same store step that claims it.
 
         The store is needed for the turn anyway, so a store failure is ``INTERNAL`` whatever
         ``rate_limits.fail_open`` says, and the hot path saves the limits' own round trip.
+        Under a ``delegation`` (§5.5) that same step checks the grant and the context's user.
         """
-        claim = await self._claim(owner, message, charge, request_id)
+        claim = await self._claim(
+            owner, message, charge, request_id, None if delegation is None else delegation.grant
+        )
         if claim.status is TurnStatus.RATE_LIMITED:
             # Nothing was charged or claimed: the retry after Retry-After runs the turn.
             raise self._limits.refusal(charge, claim.waits)
+        if claim.status is TurnStatus.GRANT_REVOKED:
+            # §5.5: revoked (or never this PA and sub's): the token stops working at once.
+            raise InvalidToken("grant_revoked")
+        if claim.status is TurnStatus.USER_MISMATCH:
+            raise A2AError(Reason.INVALID_PARAMS, CONTEXT_OF_ANOTHER_USER)
         if claim.status is TurnStatus.REPLAY:
             assert claim.reply is not None
             if self._metrics is not None:
@@ -120,9 +174,17 @@ class TurnService:
         if claim.status is TurnStatus.IN_FLIGHT:
             # §4.3: a repeat with no stored reply yet.
             raise A2AError(Reason.INVALID_PARAMS, errors.DUPLICATE_IN_FLIGHT)
-        return await self._run(owner, message, claim, request_id)
+        return await self._run(owner, message, claim, request_id, delegation)
 
-    async def _run(self, owner: Owner, message: SendMessage, claim: TurnClaim, request_id: str) -> bytes:
+    async def _run(
+        self,
+        owner: Owner,
+        message: SendMessage,
+        claim: TurnClaim,
+        request_id: str,
+        delegation: Delegation | None,
+    ) -> bytes:
+        granted = None if delegation is None else delegation.claims
         turn = Turn(
             brand_id=owner.brand_id,
             conversation_id=claim.context_id,
@@ -132,6 +194,9 @@ class TurnService:
             sub=owner.sub,
             new_conversation=claim.new_conversation,
             request_id=request_id,
+            delegation=None
+            if granted is None
+            else UserDelegation(granted.user, granted.scopes, granted.grant_id),
         )
         started = time.perf_counter()
         try:
@@ -150,7 +215,14 @@ class TurnService:
             await asyncio.shield(self._release(owner, claim, message, request_id))
             raise
         self._observe_bot(owner.brand_id, "ok", started)
-        body = render_reply(new_reply_id(), claim.context_id, reply.text)
+        if reply.requires_scopes or reply.actions or reply.scopes_used:
+            missing = await self._check_authority(owner, message, claim, request_id, reply, delegation)
+            if missing:
+                return await self._step_up(owner, message, claim, request_id, reply, missing)
+        if delegation is None:
+            body = render_reply(new_reply_id(), claim.context_id, reply.text)
+        else:
+            body = self._delegated_reply(owner, message, claim, reply, delegation)
         try:
             await self._store.complete_turn(
                 owner, claim.context_id, message.message_id, body, close=reply.end
@@ -161,12 +233,137 @@ class TurnService:
             raise A2AError(Reason.INTERNAL, errors.INTERNAL_ERROR) from None
         return body
 
-    async def _release(self, owner: Owner, claim: TurnClaim, message: SendMessage, request_id: str) -> None:
-        # §4.3: nothing is stored for a failed turn, and the retry must be able to run it.
-        try:
-            await self._store.abort_turn(
-                owner, claim.context_id, message.message_id, new_conversation=claim.new_conversation
+    async def _check_authority(
+        self,
+        owner: Owner,
+        message: SendMessage,
+        claim: TurnClaim,
+        request_id: str,
+        reply: BotReply,
+        delegation: Delegation | None,
+    ) -> tuple[str, ...]:
+        """The scopes the turn needs but was not granted (§5.5), after refusing a bot that overreached.
+
+        A reply that claims a scope the token does not carry (or any action or scope at all
+        without a token) is the bot acting beyond what the User granted: it is logged, never
+        reaches the personal agent, and nothing is stored (``INTERNAL``, released like a failed call).
+        """
+        granted = () if delegation is None else delegation.claims.scopes
+        if delegation is None and (reply.actions or reply.scopes_used):
+            overreach = "actions or scopes_used without a delegation token"
+        else:
+            ungranted = [scope for scope in reply.scopes_used if scope not in granted]
+            overreach = f"scopes_used not granted: {' '.join(ungranted)}" if ungranted else ""
+        if overreach:
+            log.error(
+                "bot reply refused: %s", overreach, extra={"request_id": request_id, "brand": owner.brand_id}
             )
+            await self._release(owner, claim, message, request_id)
+            raise A2AError(Reason.INTERNAL, errors.INTERNAL_ERROR)
+        return tuple(scope for scope in reply.requires_scopes if scope not in granted)
+
+    async def _step_up(
+        self,
+        owner: Owner,
+        message: SendMessage,
+        claim: TurnClaim,
+        request_id: str,
+        reply: BotReply,
+        missing: tuple[str, ...],
+    ) -> bytes:
+        """§5.5: not a failure but a ``TASK_STATE_AUTH_REQUIRED`` task naming a fresh device authorization.
+
+        The authorization is for the missing scopes, bound to this personal agent and ``sub``
+        (§5.3). The task is not the turn's reply: the turn is released and the conversation
+        kept, even one this turn opened, so the personal agent re-sends the same (or a new)
+        ``messageId`` on the same ``contextId`` once it holds the new token.
+        """
+        brand = self._delegating.get(owner.brand_id)
+        card = {} if brand is None else brand.delegation.scopes
+        unknown = [scope for scope in missing if scope not in card]
+        if brand is None or unknown:
+            why = "the Brand does not offer delegation" if brand is None else f"not on the card: {unknown}"
+            log.error(
+                "bot asked for scopes it cannot be granted (%s)",
+                why,
+                extra={"request_id": request_id, "brand": owner.brand_id},
+            )
+            await self._release(owner, claim, message, request_id)
+            raise A2AError(Reason.INTERNAL, errors.INTERNAL_ERROR)
+        scopes = tuple(scope for scope in brand.delegation.scopes if scope in missing)  # card order
+        try:
+            started = await start_device_authorization(
+                brand.server.store,
+                brand.delegation,
+                brand.urls,
+                brand_id=owner.brand_id,
+                client_id=owner.issuer,
+                owner_digest=owner.digest,
+                scopes=scopes,
+                now=brand.server.clock(),
+            )
+        except StoreError as exc:
+            self._store_failed("create_authorization")
+            log.error("store unavailable while starting a step-up: %s", exc, extra={"request_id": request_id})
+            await self._release(owner, claim, message, request_id)
+            raise A2AError(Reason.INTERNAL, errors.INTERNAL_ERROR) from None
+        await self._release(owner, claim, message, request_id, keep_conversation=True)
+        if self._metrics is not None:
+            self._metrics.delegation_event(owner.brand_id, "step_up")
+        return render_step_up(
+            task_id=new_task_id(),
+            reply_id=new_reply_id(),
+            context_id=claim.context_id,
+            text=reply.text,
+            missing_scopes=scopes,
+            verification_uri_complete=started.verification_uri_complete,
+            device_code=started.device_code,
+            user_code=started.user_code,
+            interval=started.interval,
+            expires_in=started.expires_in,
+        )
+
+    def _delegated_reply(
+        self, owner: Owner, message: SendMessage, claim: TurnClaim, reply: BotReply, delegation: Delegation
+    ) -> bytes:
+        """The reply with its signed §5.6 receipt; stored whole, so a retry returns the same receipt."""
+        # Verified against this runtime's server, so the Brand delegates in this runtime.
+        brand = self._delegating[owner.brand_id]
+        granted = delegation.claims
+        claims = receipts.receipt_claims(
+            grant_id=granted.grant_id,
+            user=granted.user,
+            pa=owner.issuer,
+            brand=brand.urls.interface,
+            scopes_used=reply.scopes_used,
+            actions=reply.actions,
+            ts=receipts.timestamp(brand.server.clock()),
+            context_id=claim.context_id,
+            message_id=message.message_id,
+        )
+        jws = brand.server.keys.sign(receipts.receipt_payload(claims), receipts.RECEIPT_TYP)
+        if self._metrics is not None:
+            self._metrics.delegation_event(owner.brand_id, "delegated_turn")
+            self._metrics.delegation_event(owner.brand_id, "receipt_signed")
+        metadata = receipts.receipt_metadata(jws, claims)
+        return render_reply(new_reply_id(), claim.context_id, reply.text, metadata)
+
+    async def _release(
+        self,
+        owner: Owner,
+        claim: TurnClaim,
+        message: SendMessage,
+        request_id: str,
+        *,
+        keep_conversation: bool = False,
+    ) -> None:
+        # §4.3: nothing is stored for a failed turn, and the retry must be able to run it. A
+        # conversation this turn opened is forgotten, unless the turn only paused (§5.5 step-up).
+        # One the message named is kept even if no turn of it was ever answered: the personal
+        # agent learnt its contextId from a step-up task, and must be able to continue it.
+        forget = claim.new_conversation and message.context_id is None and not keep_conversation
+        try:
+            await self._store.abort_turn(owner, claim.context_id, message.message_id, new_conversation=forget)
         except StoreError as exc:
             self._store_failed("abort_turn")
             log.warning("could not release an in-flight marker: %s", exc, extra={"request_id": request_id})

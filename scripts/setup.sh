@@ -12,3 +12,14 @@ if [ ! -f "$stamp" ]; then
   .venv/bin/python -m pip install --quiet -e ".[test,lint]"
   rm -f .venv/.installed-* && touch "$stamp"
 fi
+# The consent-page browser test (tests/oauth/test_consent_browser.py) drives Debian's Chromium through
+# Playwright; Playwright's own browser download (`playwright install`) is never used.
+if [ ! -x /usr/bin/chromium ]; then
+  if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+    apt-get update
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium
+  else
+    echo "setup.sh: /usr/bin/chromium is missing and cannot be installed here (needs root and apt-get)." >&2
+    echo "setup.sh: install Debian's 'chromium' package; the consent browser test fails without it under CI=true." >&2
+  fi
+fi

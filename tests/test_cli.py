@@ -12,6 +12,7 @@ import jwt
 import pytest
 
 from gateway.cli import main
+from tests.support.delegation import new_provider_key_pem
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -27,8 +28,11 @@ def test_check_config_prints_what_it_would_serve(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("ACME_BOT_TOKEN", "t")
+    monkeypatch.setenv("PACT_SIGNING_KEY", new_provider_key_pem())
     assert main(["check-config", str(ROOT / "config" / "example.yaml")]) == 0
     out = capsys.readouterr().out
+    assert "delegation (§5): login https://login.acme.example/pact" in out
+    assert "orders:cancel: Cancel an order that has not shipped" in out
     assert "acme: Acme Support" in out
     assert "https://support.example-provider.com/a2a/acme/.well-known/agent-card.json" in out
     assert "https://pa.example.com [enabled]" in out

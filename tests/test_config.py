@@ -10,9 +10,11 @@ import pytest
 import yaml
 
 from gateway.config import ConfigError, load_config, load_config_file
+from tests.support.delegation import new_provider_key_pem
 
 ROOT = Path(__file__).resolve().parent.parent
-ENV = {"ACME_BOT_TOKEN": "secret-token"}
+ENV = {"ACME_BOT_TOKEN": "secret-token", "PACT_SIGNING_KEY": new_provider_key_pem()}
+DELEGATION: list[str | int] = ["brands", 0, "delegation"]
 MAX_ISSUERS: list[str | int] = ["personal_agents", "jwks", "max_cached_issuers"]
 
 
@@ -26,8 +28,40 @@ def test_example_and_demo_files_load() -> None:
     assert config.brands["acme"].upstream.headers["Authorization"] == "Bearer secret-token"
     assert config.personal_agents.find("https://pa.example.com") is not None
     assert config.cache.backend == "memory"
-    demo = load_config_file(ROOT / "config" / "demo.yaml", {})
+    demo = load_config_file(ROOT / "config" / "demo.yaml", {"PACT_DEMO_SIGNING_KEY": new_provider_key_pem()})
     assert demo.development is True
+    assert demo.brands["acme"].delegation is not None
+
+
+def test_s5_delegation_block_and_its_defaults() -> None:
+    config = load_config(example(), ENV)
+    delegation = config.brands["acme"].delegation
+    assert delegation is not None
+    assert list(delegation.scopes) == ["orders:read", "orders:cancel"]
+    assert delegation.login.issuer == "https://login.acme.example"
+    assert (delegation.token_ttl, delegation.grant_ttl, delegation.skip_consent) == (3600, 2592000, True)
+    assert delegation.landing_url is None
+    assert delegation.introspection_secret is None
+    assert [key.alg for key in config.oauth.signing_keys] == ["ES256"]
+    raw = example()
+    raw["brands"][0]["delegation"]["introspection"] = {"secret": "${ACME_INTROSPECTION_SECRET}"}
+    with pytest.raises(ConfigError, match="ACME_INTROSPECTION_SECRET is not set"):
+        load_config(raw, ENV)
+    secret = load_config(raw, {**ENV, "ACME_INTROSPECTION_SECRET": "s3"}).brands["acme"].delegation
+    assert secret is not None
+    assert secret.introspection_secret == "s3"
+    assert "s3" not in repr(secret)
+
+
+def test_s5_signing_keys_from_files_and_duplicate_kids(tmp_path: Path) -> None:
+    pem = new_provider_key_pem()
+    (tmp_path / "k.pem").write_text(pem)
+    raw = example()
+    raw["oauth"]["signing_keys"] = [{"file": str(tmp_path / "k.pem")}, {"value": "${PACT_SIGNING_KEY}"}]
+    assert len(load_config(raw, ENV).oauth.signing_keys) == 2
+    raw["oauth"]["signing_keys"] = [{"file": str(tmp_path / "k.pem")}, {"value": pem}]
+    with pytest.raises(ConfigError, match=r"oauth\.signing_keys\[1\]\.value: duplicate kid"):
+        load_config(raw, ENV)
 
 
 def test_minimal_file_gets_documented_defaults() -> None:
@@ -98,6 +132,44 @@ def _mutate(path: list[str | int], value: Any) -> dict[str, Any]:
         (MAX_ISSUERS, 1.5, "personal_agents.jwks.max_cached_issuers", "is not of type 'integer'"),
         (MAX_ISSUERS, "4096", "personal_agents.jwks.max_cached_issuers", "is not of type 'integer'"),
         (MAX_ISSUERS, True, "personal_agents.jwks.max_cached_issuers", "is not of type 'integer'"),
+        ([*DELEGATION, "token_ttl"], 7200, "brands[0].delegation.token_ttl", "is greater than the maximum"),
+        ([*DELEGATION, "scopes"], {}, "brands[0].delegation.scopes", "should be non-empty"),
+        ([*DELEGATION, "scopes", "bad scope"], "x", "brands[0].delegation.scopes", "does not match"),
+        ([*DELEGATION, "login", "url"], KeyError, "brands[0].delegation.login.url", "is required"),
+        (
+            [*DELEGATION, "login", "url"],
+            "http://login.acme",
+            "brands[0].delegation.login.url",
+            "must use https",
+        ),
+        (
+            [*DELEGATION, "login", "jwks_uri"],
+            "https://127.0.0.1/jwks",
+            "brands[0].delegation.login.jwks_uri",
+            "loopback or private",
+        ),
+        (
+            [*DELEGATION, "login", "jwks"],
+            {"keys": []},
+            "brands[0].delegation.login.jwks_uri",
+            "exactly one of jwks_uri and an inline jwks",
+        ),
+        (
+            [*DELEGATION, "landing_url"],
+            "http://x.example",
+            "brands[0].delegation.landing_url",
+            "must use https",
+        ),
+        ([*DELEGATION, "colour"], "blue", "brands[0].delegation.colour", "unknown setting"),
+        (["oauth", "signing_keys"], KeyError, "oauth.signing_keys", "is required: brands[0] enables"),
+        (["oauth", "signing_keys", 0], {"value": "junk"}, "oauth.signing_keys[0].value", "PEM private key"),
+        (["oauth", "signing_keys", 0], {"file": "/nope.pem"}, "oauth.signing_keys[0].file", "cannot read"),
+        (
+            ["oauth", "signing_keys", 0],
+            {"file": "a", "value": "b"},
+            "oauth.signing_keys[0]",
+            "exactly one of file and value",
+        ),
     ],
 )
 def test_bad_value_names_its_yaml_path(path: list[str | int], value: Any, where: str, why: str) -> None:

@@ -3,13 +3,21 @@
 It knows nothing of PACT, JWTs or A2A. It answers one JSON POST per turn with
 ``{"text": ..., "end": ...}`` and keeps a little per-conversation memory (the last order
 asked about), keyed by the ``conversation_id`` the gateway sends.
+
+When the gateway forwards a ``delegation`` (the User let their personal agent act on their
+Acme account, §5), two account actions open up: listing the User's orders (scope
+``orders:read``) and cancelling one (``orders:cancel``). Without the scope the bot answers
+``requires_scopes`` and the gateway asks the User for it; with it, the bot acts and reports
+``actions`` and ``scopes_used`` for the signed receipt.
 """
 
 from __future__ import annotations
 
 import argparse
 import re
-from dataclasses import dataclass
+from collections.abc import Collection
+from dataclasses import dataclass, field
+from typing import Any
 
 from aiohttp import web
 
@@ -21,6 +29,8 @@ ORDERS: dict[str, tuple[str, str]] = {
 
 _ORDER_NUMBER = re.compile(r"\bA-\d{5}\b", re.IGNORECASE)
 _GOODBYE = re.compile(r"\b(bye|goodbye|that'?s all|no thanks)\b", re.IGNORECASE)
+_MY_ORDERS = re.compile(r"\bmy orders\b", re.IGNORECASE)
+_CANCEL = re.compile(r"\bcancel\b.*?\b(A-\d{5})\b", re.IGNORECASE)
 
 GREETING = "Hi, I'm Acme's order assistant. What is your order number? It looks like A-10001."
 ASK_NUMBER = "I can look up an order for you. What is the order number? It looks like A-10001."
@@ -32,7 +42,19 @@ class Conversation:
     last_order: str | None = None
 
 
+@dataclass(slots=True)
+class Account:
+    """One Acme customer's account, as far as the demo goes: every customer has the sample orders."""
+
+    cancelled: set[str] = field(default_factory=set)
+
+    def status(self, number: str) -> str:
+        return "cancelled" if number in self.cancelled else ORDERS[number][0]
+
+
 MEMORY = web.AppKey("memory", dict[str, Conversation])
+ACCOUNTS = web.AppKey("accounts", dict[str, Account])
+DELEGATING = web.AppKey("delegating", frozenset[str])
 TOKEN = web.AppKey("token", str)
 
 
@@ -54,6 +76,67 @@ def answer(conversation: Conversation, text: str, new_conversation: bool) -> tup
     return (GREETING if new_conversation else ASK_NUMBER), False
 
 
+def _permission(scope: str, doing: str) -> dict[str, Any]:
+    return {"text": f"I need permission to {doing} on your Acme account.", "requires_scopes": [scope]}
+
+
+def account_answer(text: str, account: Account | None, granted: frozenset[str]) -> dict[str, Any] | None:
+    """The answer to an account action (the §5 part of the brain), or ``None`` for anything else.
+
+    ``account`` is the delegated Brand user's (``None`` without delegation), ``granted`` the
+    scopes the gateway forwarded. Pure but for the cancellation it records on ``account``.
+    """
+    cancel = _CANCEL.search(text)
+    if cancel:
+        if account is None or "orders:cancel" not in granted:
+            return _permission("orders:cancel", "cancel orders")
+        number = cancel.group(1).upper()
+        if number not in ORDERS:
+            return {"text": f"I can't find order {number} on your account."}
+        status = account.status(number)
+        if status != "processing":
+            return {"text": f"Order {number} is {status}, so it can't be cancelled."}
+        account.cancelled.add(number)
+        return {
+            "text": f"Order {number} is cancelled. The refund posts in 3-5 days.",
+            "actions": [{"tool": "cancel_order", "args": {"order": number}}],
+            "scopes_used": ["orders:cancel"],
+        }
+    if _MY_ORDERS.search(text):
+        if account is None or "orders:read" not in granted:
+            return _permission("orders:read", "look up your orders")
+        listed = ", ".join(f"{number} ({account.status(number)})" for number in ORDERS)
+        return {
+            "text": f"Your orders: {listed}.",
+            "actions": [{"tool": "lookup_orders"}],
+            "scopes_used": ["orders:read"],
+        }
+    return None
+
+
+def respond(
+    conversation: Conversation,
+    accounts: dict[str, Account],
+    body: dict[str, Any],
+    delegating: Collection[str],
+) -> dict[str, Any]:
+    """The whole answer to one forwarded turn: an account action if it is one, else the order desk.
+
+    Account actions exist only for the Brands in ``delegating`` (those whose card offers §5):
+    elsewhere there is no way to grant a scope, so asking for one would fail the turn.
+    """
+    text = str(body["text"])
+    if body["brand"] in delegating:
+        delegation = body.get("delegation")
+        account = None if delegation is None else accounts.setdefault(str(delegation["user"]), Account())
+        granted = frozenset(() if delegation is None else delegation["scopes"])
+        acted = account_answer(text, account, granted)
+        if acted is not None:
+            return {"end": False, **acted}
+    reply, end = answer(conversation, text, bool(body.get("new_conversation", False)))
+    return {"text": reply, "end": end}
+
+
 async def chat(request: web.Request) -> web.Response:
     token = request.app[TOKEN]
     if token and request.headers.get("Authorization") != f"Bearer {token}":
@@ -61,22 +144,30 @@ async def chat(request: web.Request) -> web.Response:
     try:
         body = await request.json()
         conversation_id = str(body["conversation_id"])
-        text = str(body["text"])
-        new_conversation = bool(body.get("new_conversation", False))
+        delegation = body.get("delegation")
+        if delegation is not None and not isinstance(delegation, dict):
+            raise TypeError("delegation")
+        memory = request.app[MEMORY]
+        conversation = memory.setdefault(conversation_id, Conversation())
+        delegating: frozenset[str] = request.app[DELEGATING]
+        reply = respond(conversation, request.app[ACCOUNTS], body, delegating)
     except (ValueError, KeyError, TypeError):
         return web.json_response({"error": "bad request"}, status=400)
-    memory = request.app[MEMORY]
-    conversation = memory.setdefault(conversation_id, Conversation())
-    reply, end = answer(conversation, text, new_conversation)
-    if end:
+    if reply["end"]:
         memory.pop(conversation_id, None)
-    return web.json_response({"text": reply, "end": end})
+    return web.json_response(reply)
 
 
-def create_bot_app(token: str = "") -> web.Application:
-    """The bot as an aiohttp app; ``token``, when set, is required as ``Authorization: Bearer``."""
+def create_bot_app(token: str = "", delegating: Collection[str] = ()) -> web.Application:
+    """The bot as an aiohttp app; ``token``, when set, is required as ``Authorization: Bearer``.
+
+    ``delegating`` names the Brands whose cards offer delegation (§5): only their Users get
+    the account actions.
+    """
     app = web.Application()
     app[MEMORY] = {}
+    app[ACCOUNTS] = {}
+    app[DELEGATING] = frozenset(delegating)
     app[TOKEN] = token
     app.router.add_post("/chat", chat)
     return app
@@ -87,5 +178,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=9100)
     parser.add_argument("--token", default="", help="require this bearer token from the gateway")
+    parser.add_argument(
+        "--delegating-brand",
+        action="append",
+        default=[],
+        metavar="BRAND",
+        help="a Brand whose card offers delegation: its Users get the account actions (repeatable)",
+    )
     args = parser.parse_args(argv)
-    web.run_app(create_bot_app(args.token), host=args.host, port=args.port, access_log=None)
+    app = create_bot_app(args.token, args.delegating_brand)
+    web.run_app(app, host=args.host, port=args.port, access_log=None)

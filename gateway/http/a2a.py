@@ -10,25 +10,26 @@ and keeps the order by charging them on their own first when the body is bad.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable
 from typing import NamedTuple
 
 from aiohttp import web
 
-from gateway.auth.pa_jwt import AuthFailure, PAIdentity, bearer_token
+from gateway.auth.delegation import DELEGATION_HEADER, Delegation, InvalidToken
+from gateway.auth.pa_jwt import PAIdentity
 from gateway.config import BrandConfig
 from gateway.http import responses
+from gateway.http.caller import authenticate, read_body
 from gateway.http.middlewares import REQUEST_ID
-from gateway.http.state import RUNTIME, Runtime
+from gateway.http.state import METRICS, RUNTIME, Runtime
 from gateway.ops.limits import RateLimited
 from gateway.protocol import errors
 from gateway.protocol.errors import A2AError, Reason
 from gateway.protocol.messages import parse_send_message
 from gateway.protocol.tasks import empty_task_list, parse_page_size
 
-AUTH_FAILURE = web.RequestKey("auth_failure", str)
-PA_IDENTITY = web.RequestKey("pa_identity", PAIdentity)
-"""The verified caller, for the access log (issuer, hashed ``sub``); set once authentication passed."""
+log = logging.getLogger("pact_gateway.a2a")
 
 
 class Caller(NamedTuple):
@@ -56,15 +57,9 @@ def turn_operation(handler: Operation) -> Handler:
 def _authenticated(handler: Operation, *, charge_first: bool) -> Handler:
     async def wrapped(request: web.Request) -> web.Response:
         runtime = request.app[RUNTIME].current
-        try:
-            token = bearer_token(request.headers.get("Authorization"))
-            identity = await runtime.verifier.verify(token)
-        except AuthFailure as failure:
-            # §3.4: the reason is for the access line and metrics, never the client; the verifier
-            # has already logged a registered issuer's rejection.
-            request[AUTH_FAILURE] = failure.reason
-            return responses.unauthorized()
-        request[PA_IDENTITY] = identity
+        identity = await authenticate(request, runtime)
+        if identity is None:
+            return responses.unauthorized()  # §3.4
         brand = runtime.config.brands.get(request.match_info["brand"])
         if brand is None:
             return responses.not_found()
@@ -82,32 +77,49 @@ def _authenticated(handler: Operation, *, charge_first: bool) -> Handler:
 
 
 async def _read_body(request: web.Request, limit: int) -> bytes:
-    if request.content_length is not None and request.content_length > limit:
-        raise A2AError(Reason.INVALID_PARAMS, "Request body too large")
-    # StreamReader.read(n) returns what has arrived so far, up to n: a body sent in several
-    # pieces (a slow client, chunked encoding) takes several reads. At most limit + 1 bytes are
-    # ever held, so a body without Content-Length cannot grow past the limit either.
-    content = request.content
-    body = await content.read(limit + 1)
-    while len(body) <= limit and not content.at_eof():
-        more = await content.read(limit + 1 - len(body))
-        if not more:
-            break
-        body += more
-    if len(body) > limit:
+    body = await read_body(request, limit)
+    if body is None:
         raise A2AError(Reason.INVALID_PARAMS, "Request body too large")
     return body
 
 
+def _verify_delegation(caller: Caller, header: str) -> Delegation:
+    verifier = caller.runtime.delegation
+    if verifier is None:
+        raise InvalidToken("not_delegating")
+    return verifier.verify(header, caller.brand, caller.identity.issuer)
+
+
+def _invalid_token(request: web.Request, caller: Caller, refused: InvalidToken) -> web.Response:
+    # §5.5: the reason is for the log and metrics, never the client; the token is never logged.
+    log.info(
+        "delegation token refused: reason=%s",
+        refused.reason,
+        extra={"request_id": request[REQUEST_ID], "brand": caller.brand.id},
+    )
+    request.app[METRICS].delegation_event(caller.brand.id, "invalid_delegation_token")
+    return responses.invalid_token()
+
+
 @turn_operation
 async def send_message(request: web.Request, caller: Caller) -> web.Response:
-    """``POST message:send`` (§4). Request headers are lenient: any Content-Type, any A2A-Version.
+    """``POST message:send`` (§4, and §5.5 with ``X-A2A-User-Delegation``). Request headers are
+    lenient: any Content-Type, any A2A-Version.
 
     A valid message's §6 limits are charged inside the store step that claims the turn, so the
-    hot path is two Redis round trips (begin, complete). A bad body must still lose to a 429,
-    so it charges the limits on their own first (one round trip, as any other operation).
+    hot path is two Redis round trips (begin, complete), a delegated turn's too: its grant check
+    rides in the first. A bad body must still lose to a 429, so it charges the limits on their
+    own first (one round trip, as any other operation). A delegation token is authentication,
+    checked after the personal-agent JWT and before the body.
     """
     runtime, brand, identity = caller.runtime, caller.brand, caller.identity
+    header = request.headers.get(DELEGATION_HEADER)
+    delegation: Delegation | None = None
+    if header is not None:
+        try:
+            delegation = _verify_delegation(caller, header)
+        except InvalidToken as refused:
+            return _invalid_token(request, caller, refused)
     try:
         message = parse_send_message(await _read_body(request, runtime.config.limits.max_body_bytes))
     except A2AError:
@@ -115,7 +127,11 @@ async def send_message(request: web.Request, caller: Caller) -> web.Response:
         raise
     charge = runtime.limits.a2a_charge(brand.id, brand.rate_limits, identity.issuer, identity.sub)
     owner = runtime.turns.owner(brand.id, identity.issuer, identity.sub)
-    return responses.a2a(await runtime.turns.send(owner, message, charge, request[REQUEST_ID]))
+    try:
+        body = await runtime.turns.send(owner, message, charge, request[REQUEST_ID], delegation)
+    except InvalidToken as refused:  # §5.5: the grant was revoked
+        return _invalid_token(request, caller, refused)
+    return responses.a2a(body)
 
 
 @operation

@@ -10,6 +10,8 @@ from gateway.protocol.errors import A2A_CONTENT_TYPE, A2AError
 
 # §3.4: every authentication failure is exactly this, with no body.
 WWW_AUTHENTICATE = 'Bearer realm="a2a"'
+# §5.5: a bad delegation token.
+INVALID_TOKEN_AUTHENTICATE = 'Bearer realm="a2a", error="invalid_token"'  # noqa: S105 - a header, not a secret
 
 
 def a2a(body: bytes, status: int = 200) -> web.Response:
@@ -22,6 +24,11 @@ def a2a_error(error: A2AError) -> web.Response:
 
 def unauthorized() -> web.Response:
     return web.Response(status=401, headers={"WWW-Authenticate": WWW_AUTHENTICATE})
+
+
+def invalid_token() -> web.Response:
+    """§5.5: a bad delegation token (the personal-agent JWT was good): a bare 401 naming the error."""
+    return web.Response(status=401, headers={"WWW-Authenticate": INVALID_TOKEN_AUTHENTICATE})
 
 
 def not_found() -> web.Response:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from gateway.http import a2a, cards
+from gateway.oauth import consent, device, introspection, metadata, revocation, tokens
 
 # Path segments never contain ':' so that `tasks/{id}:cancel` cannot be read as `tasks/{id}`.
 _BRAND = "{brand:[^/:]+}"
@@ -38,3 +39,21 @@ def add_routes(router: web.UrlDispatcher) -> None:
         f"{push}/{_CONFIG}", a2a.push_unsupported, allow_head=False, name="GetTaskPushNotificationConfig"
     )
     router.add_delete(f"{push}/{_CONFIG}", a2a.push_unsupported, name="DeleteTaskPushNotificationConfig")
+    # §5 the OAuth 2.0 endpoints of a delegating Brand, under its issuer `{interface}/oauth`.
+    oauth = f"{base}/oauth"
+    router.add_post(
+        f"{oauth}/device_authorization", device.device_authorization, name="OAuthDeviceAuthorization"
+    )
+    router.add_post(f"{oauth}/token", tokens.token, name="OAuthToken")
+    router.add_post(f"{oauth}/revoke", revocation.revoke, name="OAuthRevoke")
+    router.add_post(f"{oauth}/introspect", introspection.introspect, name="OAuthIntrospect")
+    router.add_get(f"{oauth}/.well-known/oauth-authorization-server", metadata.metadata, name="OAuthMetadata")
+    # RFC 8414 §3.1: the well-known suffix inserted between the host and the issuer's path.
+    router.add_get(
+        f"/.well-known/oauth-authorization-server{oauth}", metadata.metadata, name="OAuthMetadataByIssuer"
+    )
+    router.add_get(f"{oauth}/jwks.json", metadata.jwks, name="OAuthJwks")
+    # §5.3 the User's browser: the Brand login's hand-off, the consent decision, the landing page.
+    router.add_post(f"{oauth}/consent", consent.consent, name="OAuthConsent")
+    router.add_post(f"{oauth}/consent/decision", consent.decision, name="OAuthConsentDecision")
+    router.add_get(f"{oauth}/done", consent.landing, allow_head=False, name="OAuthLanding")

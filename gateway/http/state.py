@@ -12,7 +12,9 @@ from gateway.ops.metrics import Metrics
 from gateway.protocol.card import RenderedCard
 
 if TYPE_CHECKING:
+    from gateway.auth.delegation import DelegationVerifier
     from gateway.auth.pa_jwt import PAVerifier
+    from gateway.oauth.server import AuthorizationServer
     from gateway.ops.limits import RateLimits
     from gateway.turns import TurnService
     from gateway.upstream.guard import GuardedBot
@@ -28,6 +30,10 @@ class Runtime:
     turns: TurnService
     limits: RateLimits
     bots: dict[str, GuardedBot]
+    oauth: AuthorizationServer | None = None
+    """§5, when at least one Brand delegates."""
+    delegation: DelegationVerifier | None = None
+    """§5.5 ``X-A2A-User-Delegation``, with ``oauth``; per runtime, so its cache dies with its keys."""
 
 
 class RuntimeRef:

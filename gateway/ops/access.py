@@ -19,7 +19,7 @@ import time
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from gateway.http.a2a import AUTH_FAILURE, PA_IDENTITY
+from gateway.http.caller import AUTH_FAILURE, PA_IDENTITY
 from gateway.http.middlewares import REQUEST_ID
 from gateway.http.state import METRICS, RUNTIME
 from gateway.ops.logs import ACCESS_LOGGER, SubDigests, log_fields

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from types import MappingProxyType
+from typing import Literal
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
@@ -25,6 +26,7 @@ __all__ = [
     "OPEN_ISSUER",
     "OTHER_OPERATION",
     "UNMATCHED",
+    "DelegationEvent",
     "Metrics",
     "brand_label",
     "issuer_label",
@@ -47,6 +49,23 @@ OPEN_ISSUER = "open"
 _OUTCOMES: Mapping[int, str] = MappingProxyType(
     {401: "unauthorized", 404: "not_found", 405: "method_not_allowed", 429: "rate_limited"}
 )
+
+
+DelegationEvent = Literal[
+    "authorization_started",
+    "authorization_approved",
+    "authorization_denied",
+    "authorization_expired",
+    "token_issued",
+    "token_refreshed",
+    "refresh_reuse_detected",
+    "grant_revoked",
+    "step_up",
+    "delegated_turn",
+    "receipt_signed",
+    "invalid_delegation_token",
+]
+"""The ``event`` label of ``pact_delegation_events``: a fixed set."""
 
 
 def outcome_for_status(status: int) -> str:
@@ -144,6 +163,15 @@ class Metrics:
             ["result"],
             registry=r,
         )
+        # §5: the delegation flow. ``event`` is a fixed set (see :meth:`delegation_event`).
+        self.delegation_events = Counter(
+            "pact_delegation_events",
+            "Delegation flow events by Brand: authorizations started, approved, denied, expired; "
+            "tokens issued, refreshed; refresh reuse detected; grants revoked; step-ups; "
+            "delegated turns; receipts signed; invalid delegation tokens.",
+            ["brand", "event"],
+            registry=r,
+        )
         # Labelled children of the per-turn metrics, found once per label set and kept: a
         # ``.labels()`` call stringifies every value and takes the metric's lock on each use.
         # Bounded because every label is (see the module docstring), and never larger than
@@ -193,6 +221,10 @@ class Metrics:
     def store_error(self, operation: str) -> None:
         """A store call that raised :class:`StoreError` (``begin_turn``, ``complete_turn`` …)."""
         self.store_errors.labels(operation).inc()
+
+    def delegation_event(self, brand: str, event: DelegationEvent) -> None:
+        """One §5 flow event for a configured Brand."""
+        self.delegation_events.labels(brand, event).inc()
 
     def discovery_fetched(self, ok: bool) -> None:
         """One OIDC discovery fetch (``open`` policy): ``ok`` when it yielded a usable ``jwks_uri``."""

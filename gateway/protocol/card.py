@@ -9,21 +9,23 @@ from typing import Any
 import orjson
 
 from gateway.config import BrandConfig, GatewayConfig
+from gateway.protocol.urls import OAuthUrls, interface_url
 
+__all__ = ["RenderedCard", "build_card", "etag_matches", "interface_url", "render_card"]
 
-def interface_url(public_url: str, brand_id: str) -> str:
-    """The §2.1 interface URL: every A2A operation of a Brand is relative to it."""
-    return f"{public_url}/a2a/{brand_id}"
+DELEGATION_SCHEME = "userDelegation"
+"""§5.1: the name of the ``oauth2SecurityScheme`` a delegating Brand's card adds."""
 
 
 def build_card(config: GatewayConfig, brand: BrandConfig) -> dict[str, Any]:
-    """The card exactly in the §2.1 shape.
+    """The card exactly in the §2.1 shape, with §5.1 delegation when the Brand offers it.
 
     The PA scheme is listed alone in one ``securityRequirements`` entry (§2.1); all three
-    capability flags are ``false`` because the gateway answers synchronously only.
+    capability flags are ``false`` because the gateway answers synchronously only. A Brand
+    without ``delegation`` gets exactly the Identity card.
     """
     scheme = config.security_scheme_name
-    return {
+    card: dict[str, Any] = {
         "name": brand.name,
         "description": brand.description,
         "supportedInterfaces": [
@@ -45,6 +47,25 @@ def build_card(config: GatewayConfig, brand: BrandConfig) -> dict[str, Any]:
             for s in brand.skills
         ],
     }
+    if brand.delegation is not None:
+        # §5.1: the device-code flow beside the PA scheme; the PA-only entry stays first.
+        urls = OAuthUrls.of(config.public_url, brand.id)
+        card["securitySchemes"][DELEGATION_SCHEME] = {
+            "oauth2SecurityScheme": {
+                "flows": {
+                    "deviceCode": {
+                        "deviceAuthorizationUrl": urls.device_authorization,
+                        "tokenUrl": urls.token,
+                        "scopes": dict(brand.delegation.scopes),
+                    }
+                },
+                "oauth2MetadataUrl": urls.metadata,
+            }
+        }
+        card["securityRequirements"].append(
+            {"schemes": {scheme: {"list": []}, DELEGATION_SCHEME: {"list": []}}}
+        )
+    return card
 
 
 @dataclass(frozen=True, slots=True)

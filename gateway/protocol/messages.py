@@ -92,23 +92,19 @@ def parse_send_message(body: bytes) -> SendMessage:
     return SendMessage(message_id, context_id, _text_of(message.get("parts")))
 
 
-def render_reply(reply_id: str, context_id: str, text: str) -> bytes:
+def render_reply(reply_id: str, context_id: str, text: str, metadata: dict[str, Any] | None = None) -> bytes:
     """The §4.2 synchronous reply, serialized once: these bytes are stored and replayed (§4.3).
 
+    ``metadata`` is the message's (a §5.6 receipt); without it the reply has no such member.
     The result is copied because orjson's output keeps its whole growth buffer (about 4 KiB)
     allocated; a stored reply should cost its own length, not the serializer's scratch space.
     """
-    return bytes(
-        memoryview(
-            orjson.dumps(
-                {
-                    "message": {
-                        "messageId": reply_id,
-                        "contextId": context_id,
-                        "role": "ROLE_AGENT",
-                        "parts": [{"text": text}],
-                    }
-                }
-            )
-        )
-    )
+    message: dict[str, Any] = {
+        "messageId": reply_id,
+        "contextId": context_id,
+        "role": "ROLE_AGENT",
+        "parts": [{"text": text}],
+    }
+    if metadata is not None:
+        message["metadata"] = metadata
+    return bytes(memoryview(orjson.dumps({"message": message})))

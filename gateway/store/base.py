@@ -60,6 +60,20 @@ class TurnStatus(Enum):
     UNKNOWN_CONTEXT = "unknown_context"
     CLOSED = "closed"
     RATE_LIMITED = "rate_limited"
+    GRANT_REVOKED = "grant_revoked"
+    """§5.5: the delegation token's grant is gone or belongs to another (PA, ``sub``): a 401."""
+    USER_MISMATCH = "user_mismatch"
+    """§5.5: the context already ran as another Brand user: ``INVALID_PARAMS``."""
+
+
+class GrantCheck(NamedTuple):
+    """§5.5 checks a delegated turn adds to its begin-turn step (no extra round trip)."""
+
+    grant_key: str
+    """:func:`gateway.store.keys.grant_key`: must hold a live grant whose owner is the turn's owner."""
+    user_digest: str
+    """:func:`gateway.store.keys.user_digest` of the Brand user: the context's user, set on its first
+    delegated turn; a later turn as another user is ``USER_MISMATCH``."""
 
 
 class TurnClaim(NamedTuple):
@@ -91,8 +105,15 @@ class ConversationStore(ABC):
         new_context_id: str,
         *,
         limits: Sequence[Hit] = (),
+        grant: GrantCheck | None = None,
     ) -> TurnClaim:
         """Claim the turn ``message_id``, after charging ``limits`` (§6 counters, all or nothing).
+
+        With ``grant`` (a turn under a delegation token, §5.5), after the limits and before
+        anything else: a grant that is not live or whose owner is not ``owner`` is
+        ``GRANT_REVOKED``; a context that already ran as another Brand user is ``USER_MISMATCH``
+        (neither claims anything). A context's user is recorded by its first delegated turn;
+        a replay is still served only after both checks pass.
 
         When a limit refuses, nothing is charged or claimed and the claim is ``RATE_LIMITED``
         with the waits. The counters are the rate limiter's own (same keys, same arithmetic,

@@ -1,4 +1,4 @@
-"""Pick the backend named by ``cache.url``."""
+"""Pick the backend named by ``cache.url``, and open the §5 state beside it."""
 
 from __future__ import annotations
 
@@ -8,6 +8,9 @@ from collections.abc import Callable
 from gateway.config import CacheConfig
 from gateway.store.base import ConversationStore
 from gateway.store.memory import MemoryStore
+from gateway.store.oauth import OAuthStore
+from gateway.store.oauth_memory import MemoryOAuthStore
+from gateway.store.oauth_redis import RedisOAuthStore
 from gateway.store.redis import RedisStore
 
 
@@ -16,3 +19,16 @@ def open_store(config: CacheConfig, *, clock: Callable[[], float] = time.time) -
     if config.backend == "memory":
         return MemoryStore(config, clock=clock)
     return RedisStore(config, clock=clock)
+
+
+def open_oauth_store(store: ConversationStore) -> OAuthStore:
+    """The §5 state beside ``store``: in its Redis connection or its memory container, on its clock.
+
+    Beside, not apart: the store's begin-turn step reads the grants this one keeps (§5.5), and
+    both must agree on what "now" is.
+    """
+    if isinstance(store, RedisStore):
+        return RedisOAuthStore(store.redis, clock=store.clock)
+    if isinstance(store, MemoryStore):
+        return MemoryOAuthStore(store.keyspace)
+    raise TypeError(f"no OAuth store for {type(store).__name__}")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+
 PREFIX = "pact"
 
 
@@ -25,3 +27,19 @@ def turn_field(message_id: str) -> str:
 def rate_limit_key(brand_id: str, limit: str, subject_digest: str) -> str:
     """§6 counters; ``subject_digest`` is a hash, so no issuer or ``sub`` sits in the store in clear."""
     return f"{PREFIX}:{brand_id}:rl:{limit}:{subject_digest}"
+
+
+def grant_key(brand_id: str, grant_id: str) -> str:
+    """§5.4 a grant; the begin-turn step reads it, so a revoked grant stops the very next turn."""
+    return f"{PREFIX}:{brand_id}:grant:{grant_id}"
+
+
+def oauth_key(brand_id: str, kind: str, digest: str) -> str:
+    """The rest of the §5 flow's state (device codes, user codes, consent sessions, jtis, refresh tokens,
+    a user's grants), by ``kind``; ``digest`` is a hash wherever the value is a secret or a user id."""
+    return f"{PREFIX}:{brand_id}:oauth:{kind}:{digest}"
+
+
+def user_digest(brand_id: str, user: str) -> str:
+    """A Brand user id as 128 bits of SHA-256, hex: for keys, so no user id is a key name in clear."""
+    return hashlib.sha256(f"{brand_id}\x00{user}".encode()).hexdigest()[:32]

@@ -10,12 +10,15 @@ path doing any of it. Only the sweep deletes keys.
 The entries:
 
 * a conversation (:data:`_Conversation`): ``expires``, owner digest (16 raw bytes), flags,
-  and its turns as one flat tuple ``(messageId, reply bytes | in-flight deadline, …)``;
+  its turns as one flat tuple ``(messageId, reply bytes | in-flight deadline, …)`` and the
+  Brand user it runs as (§5.5, 16 raw bytes, ``None`` until its first delegated turn);
 * a first-message record (:data:`_FirstMessage`, §4.3): ``expires``, the conversation's key
   (the very string object the conversation is stored under, so it costs nothing) and the
   text digest;
 * a §6 GCRA counter: its ``tat`` as an ``int`` in microseconds, which is also its deadline
-  (a ``tat`` in the past is an idle key, see :mod:`gateway.store.gcra`).
+  (a ``tat`` in the past is an idle key, see :mod:`gateway.store.gcra`);
+* the §5 flow's records (:mod:`gateway.store.oauth_memory`), each a tuple led by its deadline;
+  of those, this module reads only a grant (:data:`GrantRecord`), in the begin-turn step.
 
 The hot path reads and writes the backend's dictionary directly rather than through
 aiocache's awaitable API: each of those calls goes through four decorator layers (about 4 µs a
@@ -48,29 +51,44 @@ from aiocache import SimpleMemoryCache
 
 from gateway.config import CacheConfig
 from gateway.store import keys
-from gateway.store.base import ConversationStore, Owner, TurnClaim, TurnStatus, text_digest
+from gateway.store.base import ConversationStore, GrantCheck, Owner, TurnClaim, TurnStatus, text_digest
 from gateway.store.gcra import US, Hit, gcra
+from gateway.store.oauth import Grant
 
-__all__ = ["MemoryKeyspace", "MemoryStore"]
+__all__ = ["GrantRecord", "MemoryKeyspace", "MemoryStore", "live_grant"]
 
 
-_Conversation: TypeAlias = tuple[float, bytes, bool, bool, tuple[Any, ...]]
-"""``(expires, owner digest, answered, closed, turns)``; ``expires`` (seconds) decides CLOSED and absence."""
+_Conversation: TypeAlias = tuple[float, bytes, bool, bool, tuple[Any, ...], bytes | None]
+"""``(expires, owner digest, answered, closed, turns, user digest)``; ``expires`` (seconds) decides
+CLOSED and absence."""
 _FirstMessage: TypeAlias = tuple[float, str, bytes]
 """§4.3 ``(expires, conversation key, text digest)``: a first message recently opened that conversation."""
-_Entry: TypeAlias = "_Conversation | _FirstMessage | int"
+GrantRecord: TypeAlias = tuple[float, Grant, str]
+"""§5.4 ``(expires, grant, current refresh-token hash)`` at :func:`keys.grant_key`; revoked is expired
+in place. Kept by :class:`gateway.store.oauth_memory.MemoryOAuthStore`, read by every delegated turn."""
+_Entry: TypeAlias = "tuple[Any, ...] | int"
+"""A GCRA ``tat``, or a tuple whose first element is its deadline in seconds (what the sweep reads)."""
 _EXPIRES: Final = 0
 _OWNER: Final = 1
 _CLOSED: Final = 3
 _TURNS: Final = 4
+_USER: Final = 5
 
 
 def _is_conversation(entry: object) -> TypeGuard[_Conversation]:
-    return type(entry) is tuple and len(entry) == 5
+    return type(entry) is tuple and len(entry) == 6
 
 
 def _is_first_message(entry: object) -> TypeGuard[_FirstMessage]:
     return type(entry) is tuple and len(entry) == 3
+
+
+def live_grant(entry: object, now: float) -> GrantRecord | None:
+    """``entry`` if it is a grant record still live at ``now``."""
+    if type(entry) is tuple and len(entry) == 3 and type(entry[1]) is Grant and entry[_EXPIRES] > now:
+        record: GrantRecord = entry
+        return record
+    return None
 
 
 def _value_index(turns: tuple[Any, ...], message_id: str) -> int:
@@ -109,7 +127,8 @@ def _without_turn(turns: tuple[Any, ...], message_id: str) -> tuple[Any, ...]:
 def _expired(entry: _Entry, now: float, now_micros: int) -> bool:
     if isinstance(entry, int):
         return entry <= now_micros  # a GCRA tat: idle once now has passed it
-    return entry[_EXPIRES] <= now
+    deadline: float = entry[_EXPIRES]
+    return deadline <= now
 
 
 class MemoryKeyspace:
@@ -226,16 +245,27 @@ class MemoryStore(ConversationStore):
         entry = self.keyspace.entries.get(key)
         return entry if _is_conversation(entry) and entry[_EXPIRES] > now else None
 
-    def _open(self, key: str, context_id: str, owner: Owner, message_id: str, now: float) -> TurnClaim:
+    def _open(
+        self, key: str, context_id: str, owner: Owner, message_id: str, now: float, user: bytes | None
+    ) -> TurnClaim:
         turns = (message_id, now + self._config.pending_ttl)
-        self.keyspace.put(key, (now + self._record_ttl, owner.digest_bytes, False, False, turns))
+        self.keyspace.put(key, (now + self._record_ttl, owner.digest_bytes, False, False, turns, user))
         return TurnClaim(TurnStatus.NEW, context_id, new_conversation=True)
 
-    def _decide(self, key: str, owner: Owner, context_id: str, message_id: str, now: float) -> TurnClaim:
+    def _decide(
+        self, key: str, owner: Owner, context_id: str, message_id: str, now: float, user: bytes | None
+    ) -> TurnClaim:
+        """The claim on an existing conversation; ``user`` is the delegated turn's Brand user (§5.5)."""
         conversation = self._conversation(key, now)
         if conversation is None or conversation[_OWNER] != owner.digest_bytes:
             return TurnClaim(TurnStatus.UNKNOWN_CONTEXT)
-        expires, digest, answered, closed, turns = conversation
+        expires, digest, answered, closed, turns, recorded = conversation
+        if user is not None:
+            # Before the replay: a stored reply is the context's user's, served to no one else.
+            if recorded is None:
+                recorded = user
+            elif recorded != user:
+                return TurnClaim(TurnStatus.USER_MISMATCH)
         turn = _turn(turns, message_id)
         if isinstance(turn, bytes):
             return TurnClaim(TurnStatus.REPLAY, context_id, reply=turn)
@@ -245,7 +275,7 @@ class MemoryStore(ConversationStore):
         if turn is not None and turn > now:
             return TurnClaim(TurnStatus.IN_FLIGHT, context_id)
         turns = _with_turn(turns, message_id, now + self._config.pending_ttl)
-        self.keyspace.entries[key] = (expires, digest, answered, closed, turns)
+        self.keyspace.entries[key] = (expires, digest, answered, closed, turns, recorded)
         return TurnClaim(TurnStatus.NEW, context_id, new_conversation=not answered)
 
     async def begin_turn(
@@ -257,15 +287,22 @@ class MemoryStore(ConversationStore):
         new_context_id: str,
         *,
         limits: Sequence[Hit] = (),
+        grant: GrantCheck | None = None,
     ) -> TurnClaim:
         now = self._clock()
         if limits:
             waits = self.keyspace.charge(limits, int(now * US))
             if any(waits):
                 return TurnClaim(TurnStatus.RATE_LIMITED, waits=tuple(wait / US for wait in waits))
+        user: bytes | None = None
+        if grant is not None:
+            record = live_grant(self.keyspace.entries.get(grant.grant_key), now)
+            if record is None or record[1].owner_digest != owner.digest:
+                return TurnClaim(TurnStatus.GRANT_REVOKED)
+            user = bytes.fromhex(grant.user_digest)
         if context_id is not None:
             key = keys.conversation_key(owner.brand_id, context_id)
-            return self._decide(key, owner, context_id, message_id, now)
+            return self._decide(key, owner, context_id, message_id, now, user)
         entries = self.keyspace.entries
         first_key = keys.first_message_key(owner.brand_id, owner.digest, message_id)
         digest = text_digest(text)
@@ -273,15 +310,15 @@ class MemoryStore(ConversationStore):
         new_key = keys.conversation_key(owner.brand_id, new_context_id)
         if not _is_first_message(earlier) or earlier[_EXPIRES] <= now:
             self.keyspace.put(first_key, (now + self._config.retry_window, new_key, digest))
-            return self._open(new_key, new_context_id, owner, message_id, now)
+            return self._open(new_key, new_context_id, owner, message_id, now, user)
         _, earlier_key, earlier_digest = earlier
         if earlier_digest != digest:
             # A different first message reusing a messageId opens its own conversation.
-            return self._open(new_key, new_context_id, owner, message_id, now)
+            return self._open(new_key, new_context_id, owner, message_id, now, user)
         earlier_context = keys.context_of(owner.brand_id, earlier_key)
-        claim = self._decide(earlier_key, owner, earlier_context, message_id, now)
+        claim = self._decide(earlier_key, owner, earlier_context, message_id, now, user)
         if claim.status is TurnStatus.UNKNOWN_CONTEXT:
-            return self._open(new_key, new_context_id, owner, message_id, now)
+            return self._open(new_key, new_context_id, owner, message_id, now, user)
         return claim
 
     async def complete_turn(
@@ -290,7 +327,11 @@ class MemoryStore(ConversationStore):
         key = keys.conversation_key(owner.brand_id, context_id)
         now = self._clock()
         conversation = self._conversation(key, now)
-        closed, turns = (False, ()) if conversation is None else (conversation[_CLOSED], conversation[_TURNS])
+        closed, turns, user = (
+            (False, (), None)
+            if conversation is None
+            else (conversation[_CLOSED], conversation[_TURNS], conversation[_USER])
+        )
         self.keyspace.put(
             key,
             (
@@ -299,6 +340,7 @@ class MemoryStore(ConversationStore):
                 True,
                 closed or close,
                 _with_turn(turns, message_id, reply),
+                user,
             ),
         )
 
@@ -311,16 +353,16 @@ class MemoryStore(ConversationStore):
         if conversation is None or conversation[_OWNER] != owner.digest_bytes:
             return
         entries = self.keyspace.entries
-        expires, digest, answered, closed, turns = conversation
+        expires, digest, answered, closed, turns, user = conversation
         if new_conversation:
             # Expired where they stand (only the sweep deletes keys): from now on both read as absent.
-            entries[key] = (-math.inf, digest, answered, closed, turns)
+            entries[key] = (-math.inf, digest, answered, closed, turns, user)
             first_key = keys.first_message_key(owner.brand_id, owner.digest, message_id)
             earlier = entries.get(first_key)
             if _is_first_message(earlier) and earlier[1] == key:
                 entries[first_key] = (-math.inf, *earlier[1:])
         elif isinstance(_turn(turns, message_id), float):
-            entries[key] = (expires, digest, answered, closed, _without_turn(turns, message_id))
+            entries[key] = (expires, digest, answered, closed, _without_turn(turns, message_id), user)
 
     async def start(self) -> None:
         """The expiry sweep over conversations, first-message records and rate-limit counters."""

@@ -1,13 +1,15 @@
 """The Redis backend: each turn decision in one Lua script, over one pipelined connection.
 
 A conversation is one hash: ``o`` owner digest, ``c`` closed flag, ``a`` answered flag,
-``l`` last-turn time (ms) and one ``m:{messageId}`` field per turn holding ``P{deadline}``
-while in flight or ``R{reply bytes}`` once answered. Scripts make the in-flight marker
-atomic across replicas and keep the hot path to two round trips per turn: one script begins
-it, charging the request's §6 rate limits first (the same GCRA code as the separate limit
-check, :data:`gateway.store.gcra.GCRA_LUA`), and one completes it. Keys are standalone-Redis
-keys (a Redis Cluster would need hash tags). The connection is :class:`RedisPipe`'s (see
-``redis_pipe.py`` for why not a pooled client).
+``l`` last-turn time (ms), ``u`` the Brand user's digest once a delegated turn ran in it
+(§5.5), and one ``m:{messageId}`` field per turn holding ``P{deadline}`` while in flight or
+``R{reply bytes}`` once answered. Scripts make the in-flight marker atomic across replicas
+and keep the hot path to two round trips per turn: one script begins it, charging the
+request's §6 rate limits first (the same GCRA code as the separate limit check,
+:data:`gateway.store.gcra.GCRA_LUA`) and, for a delegated turn, checking its grant (the hash
+:mod:`gateway.store.oauth_redis` keeps) in the same script; one completes it. Keys are
+standalone-Redis keys (a Redis Cluster would need hash tags). The connection is
+:class:`RedisPipe`'s (see ``redis_pipe.py`` for why not a pooled client).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any
 
 from gateway.config import CacheConfig
 from gateway.store import keys
-from gateway.store.base import ConversationStore, Owner, TurnClaim, TurnStatus, text_digest
+from gateway.store.base import ConversationStore, GrantCheck, Owner, TurnClaim, TurnStatus, text_digest
 from gateway.store.gcra import GCRA_LUA, US, Hit, script_arguments
 from gateway.store.redis_pipe import RedisAddress, RedisPipe, Script
 
@@ -33,33 +35,52 @@ local K, A = after_limits(n)
 """
 )
 
-# K[1] conversation, K[2] first-message key ("" to skip the retry check).
-# A: owner, field, now_ms, pending_deadline_ms, record_ttl_s, retry_window_s, first_value
+# §5.5, right after the limits: the grant at key G must be live (its ``e``, seconds, after NOW,
+# ms) and belong to OWNER; a delegated turn passes G, any other '' (nothing to check).
+_GRANT_CHECK = """
+local function grant_revoked(g, owner, now_ms)
+  if g == '' then return false end
+  local v = redis.call('HMGET', g, 'o', 'e')
+  return v[1] ~= owner or tonumber(v[2]) * 1000 <= tonumber(now_ms)
+end
+"""
+
+# K[1] conversation, K[2] first-message key ("" to skip the retry check), K[3] grant ("" if none).
+# A: owner, field, now_ms, pending_deadline_ms, record_ttl_s, retry_window_s, first_value, user ("" if none)
 _OPEN = Script(
     _CHARGE_FIRST
+    + _GRANT_CHECK
     + """
+if grant_revoked(K[3], A[1], A[3]) then return {'revoked'} end
 if K[2] ~= '' then
   local earlier = redis.call('GET', K[2])
   if earlier then return {'first', earlier} end
   redis.call('SET', K[2], A[7], 'EX', A[6])
 end
 redis.call('HSET', K[1], 'o', A[1], 'c', '0', 'a', '0', 'l', A[3], A[2], 'P' .. A[4])
+if A[8] ~= '' then redis.call('HSET', K[1], 'u', A[8]) end
 redis.call('EXPIRE', K[1], A[5])
 return {'new'}
 """
 )
 
-# K[1] conversation. A: owner, field, now_ms, pending_deadline_ms, idle_ttl_ms
+# K[1] conversation, K[2] grant ("" if none).
+# A: owner, field, now_ms, pending_deadline_ms, idle_ttl_ms, user ("" if none)
 _CONTINUE = Script(
     _CHARGE_FIRST
+    + _GRANT_CHECK
     + """
-local v = redis.call('HMGET', K[1], 'o', 'c', 'l', A[2], 'a')
+if grant_revoked(K[2], A[1], A[3]) then return {'revoked'} end
+local v = redis.call('HMGET', K[1], 'o', 'c', 'l', A[2], 'a', 'u')
 if not v[1] or v[1] ~= A[1] then return {'unknown'} end
+-- Before the replay: a stored reply is the context's user's, served to no one else.
+if A[6] ~= '' and v[6] and v[6] ~= A[6] then return {'mismatch'} end
 local turn = v[4]
 if turn and string.sub(turn, 1, 1) == 'R' then return {'replay', turn} end
 if v[2] == '1' or tonumber(A[3]) - tonumber(v[3]) > tonumber(A[5]) then return {'closed'} end
 if turn and tonumber(string.sub(turn, 2)) > tonumber(A[3]) then return {'in_flight'} end
 redis.call('HSET', K[1], A[2], 'P' .. A[4])
+if A[6] ~= '' and not v[6] then redis.call('HSET', K[1], 'u', A[6]) end
 return {'new', v[5]}
 """
 )
@@ -111,12 +132,18 @@ class RedisStore(ConversationStore):
         digest: str,
         now: float,
         limits: Sequence[Hit] = (),
+        grant: GrantCheck | None = None,
     ) -> list[Any]:
         limit_keys, limit_args = script_arguments(limits, int(now * US))
         now_ms = int(now * 1000)
         result: list[Any] = await self._redis.run(
             _OPEN,
-            [*limit_keys, keys.conversation_key(owner.brand_id, context_id), first_key],
+            [
+                *limit_keys,
+                keys.conversation_key(owner.brand_id, context_id),
+                first_key,
+                "" if grant is None else grant.grant_key,
+            ],
             [
                 *limit_args,
                 owner.digest,
@@ -126,18 +153,29 @@ class RedisStore(ConversationStore):
                 self._record_ttl,
                 self._config.retry_window,
                 f"{context_id}|{digest}",
+                "" if grant is None else grant.user_digest,
             ],
         )
         return result
 
     async def _continue(
-        self, owner: Owner, context_id: str, field: str, now: float, limits: Sequence[Hit] = ()
+        self,
+        owner: Owner,
+        context_id: str,
+        field: str,
+        now: float,
+        limits: Sequence[Hit] = (),
+        grant: GrantCheck | None = None,
     ) -> TurnClaim:
         limit_keys, limit_args = script_arguments(limits, int(now * US))
         now_ms = int(now * 1000)
         result = await self._redis.run(
             _CONTINUE,
-            [*limit_keys, keys.conversation_key(owner.brand_id, context_id)],
+            [
+                *limit_keys,
+                keys.conversation_key(owner.brand_id, context_id),
+                "" if grant is None else grant.grant_key,
+            ],
             [
                 *limit_args,
                 owner.digest,
@@ -145,6 +183,7 @@ class RedisStore(ConversationStore):
                 now_ms,
                 now_ms + self._config.pending_ttl * 1000,
                 self._config.conversation_ttl * 1000,
+                "" if grant is None else grant.user_digest,
             ],
         )
         verdict = result[0]
@@ -158,6 +197,10 @@ class RedisStore(ConversationStore):
             return TurnClaim(TurnStatus.IN_FLIGHT, context_id)
         if verdict == b"limited":
             return _limited(result)
+        if verdict == b"revoked":
+            return TurnClaim(TurnStatus.GRANT_REVOKED)
+        if verdict == b"mismatch":
+            return TurnClaim(TurnStatus.USER_MISMATCH)
         return TurnClaim(TurnStatus.NEW, context_id, new_conversation=len(result) < 2 or result[1] != b"1")
 
     async def begin_turn(
@@ -169,8 +212,9 @@ class RedisStore(ConversationStore):
         new_context_id: str,
         *,
         limits: Sequence[Hit] = (),
+        grant: GrantCheck | None = None,
     ) -> TurnClaim:
-        """One round trip on the hot path (the limits ride along in the script).
+        """One round trip on the hot path (the limits and the grant check ride along in the script).
 
         Rarer paths, none of which charges the limits again: a first message retried without
         ``contextId`` within the retry window takes a second (``_CONTINUE`` claims the earlier
@@ -181,21 +225,26 @@ class RedisStore(ConversationStore):
         now = self._clock()
         field = keys.turn_field(message_id)
         if context_id is not None:
-            return await self._continue(owner, context_id, field, now, limits)
+            return await self._continue(owner, context_id, field, now, limits, grant)
         digest = text_digest(text).hex()
         first_key = keys.first_message_key(owner.brand_id, owner.digest, message_id)
-        result = await self._open(owner, new_context_id, first_key, field, digest, now, limits)
+        result = await self._open(owner, new_context_id, first_key, field, digest, now, limits, grant)
         if result[0] == b"new":
             return TurnClaim(TurnStatus.NEW, new_context_id, new_conversation=True)
         if result[0] == b"limited":
             return _limited(result)
+        if result[0] == b"revoked":
+            return TurnClaim(TurnStatus.GRANT_REVOKED)
         earlier_context, _, earlier_digest = result[1].decode().partition("|")
         if earlier_digest == digest:
-            claim = await self._continue(owner, earlier_context, field, now)
+            # The grant is checked again by each later script: it may have been revoked in between.
+            claim = await self._continue(owner, earlier_context, field, now, grant=grant)
             if claim.status is not TurnStatus.UNKNOWN_CONTEXT:
                 return claim
         # A different first message that reuses a messageId opens its own conversation, unchecked.
-        await self._open(owner, new_context_id, "", field, digest, now)
+        result = await self._open(owner, new_context_id, "", field, digest, now, grant=grant)
+        if result[0] == b"revoked":
+            return TurnClaim(TurnStatus.GRANT_REVOKED)
         return TurnClaim(TurnStatus.NEW, new_context_id, new_conversation=True)
 
     async def complete_turn(

@@ -5,6 +5,14 @@ from __future__ import annotations
 from typing import NamedTuple, Protocol
 
 
+class UserDelegation(NamedTuple):
+    """What a verified delegation token lets the bot do: act as Brand user ``user`` within ``scopes``."""
+
+    user: str
+    scopes: tuple[str, ...]
+    grant_id: str
+
+
 class Turn(NamedTuple):
     """One user turn, as the gateway hands it to a bot after all PACT checks passed.
 
@@ -20,13 +28,34 @@ class Turn(NamedTuple):
     sub: str
     new_conversation: bool
     request_id: str
+    delegation: UserDelegation | None = None
+    """§5.5: the Brand user and scopes the turn may act with; ``None`` under §3 alone."""
+
+
+class Action(NamedTuple):
+    """One tool call the bot made on the User's account, for the §5.6 receipt.
+
+    ``canonical_args`` is the RFC 8785 canonical JSON of the call's arguments, made while the
+    reply is parsed, so a bot's arguments that cannot be canonicalized are a bad reply and the
+    receipt only ever hashes bytes.
+    """
+
+    tool: str
+    canonical_args: bytes | None = None
 
 
 class BotReply(NamedTuple):
-    """What a bot answered: the text, and whether it ends the conversation (§4.2)."""
+    """What a bot answered: the text, whether it ends the conversation (§4.2), and its §5 claims.
+
+    ``requires_scopes`` are the scopes the turn needs (missing ones make it a §5.5 step-up);
+    ``actions`` and ``scopes_used`` are what it did on the User's account (the §5.6 receipt).
+    """
 
     text: str
     end: bool = False
+    requires_scopes: tuple[str, ...] = ()
+    actions: tuple[Action, ...] = ()
+    scopes_used: tuple[str, ...] = ()
 
 
 class UpstreamError(Exception):

@@ -1,22 +1,36 @@
 """The gateway's native bot contract: one JSON POST per turn, one JSON answer.
 
 Request body: ``brand``, ``conversation_id``, ``message_id``, ``text``, ``user``
-(``{"pa": issuer, "sub": sub}``) and ``new_conversation``; headers are the Brand's static
-ones plus ``X-Request-Id``. Answer: ``{"text": "...", "end": false}``; ``end: true`` closes
-the conversation after this reply. Anything else is an :class:`UpstreamError`.
+(``{"pa": issuer, "sub": sub}``), ``new_conversation`` and ``delegation`` (§5.5:
+``{"user", "scopes", "grant_id"}`` under a delegation token, else ``null``); headers are the
+Brand's static ones plus ``X-Request-Id``. Answer: ``{"text": "...", "end": false}``;
+``end: true`` closes the conversation after this reply. A bot acting for a Brand user may add
+``requires_scopes`` (the scopes this turn needs: a §5.5 step-up when some are not granted),
+``actions`` (``[{"tool": str, "args"?: any JSON}]``) and ``scopes_used`` (both for the §5.6
+receipt). Anything else is an :class:`UpstreamError`.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
+from typing import Any, Final
 
 import aiohttp
 import orjson
+import rfc8785
 
 from gateway.config import UpstreamConfig
-from gateway.upstream.base import BotReply, Turn, UpstreamError
+from gateway.upstream.base import Action, BotReply, Turn, UpstreamError
 
 MAX_REPLY_BYTES = 1024 * 1024
+MAX_LIST_ITEMS: Final = 64
+"""At most this many scopes or actions in one reply: a turn's receipt stays small."""
+MAX_TOOL_LENGTH: Final = 128
+
+# RFC 6749 §3.3 scope-token, as the configuration's scope ids (a scope no card can list is a bad reply).
+_SCOPE_ID = re.compile(r"[\x21\x23-\x5B\x5D-\x7E]{1,128}")
+_ACTION_KEYS: Final = frozenset(("tool", "args"))
 
 
 class HttpJsonAdapter:
@@ -27,6 +41,7 @@ class HttpJsonAdapter:
         self._session = session
 
     async def send(self, turn: Turn) -> BotReply:
+        delegation = turn.delegation
         body = orjson.dumps(
             {
                 "brand": turn.brand_id,
@@ -35,6 +50,9 @@ class HttpJsonAdapter:
                 "text": turn.text,
                 "user": {"pa": turn.pa_issuer, "sub": turn.sub},
                 "new_conversation": turn.new_conversation,
+                "delegation": None
+                if delegation is None
+                else {"user": delegation.user, "scopes": delegation.scopes, "grant_id": delegation.grant_id},
             }
         )
         headers = {**self._headers, "X-Request-Id": turn.request_id}
@@ -69,4 +87,50 @@ def parse_bot_reply(raw: bytes) -> BotReply:
     end = doc.get("end", False)
     if not isinstance(end, bool):
         raise UpstreamError("bad_body", "end is not a boolean")
-    return BotReply(text=text, end=end)
+    requires, actions, used = doc.get("requires_scopes"), doc.get("actions"), doc.get("scopes_used")
+    if requires is None and actions is None and used is None:
+        # The common reply: three dictionary misses, no more.
+        return BotReply(text, end)
+    return BotReply(
+        text, end, _scopes(requires, "requires_scopes"), _actions(actions), _scopes(used, "scopes_used")
+    )
+
+
+def _list(value: Any, name: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise UpstreamError("bad_body", f"{name} is not a list")
+    if len(value) > MAX_LIST_ITEMS:
+        raise UpstreamError("bad_body", f"{name} has more than {MAX_LIST_ITEMS} items")
+    return value
+
+
+def _scopes(value: Any, name: str) -> tuple[str, ...]:
+    """Scope ids in the bot's order, each once."""
+    scopes = _list(value, name)
+    for scope in scopes:
+        if not isinstance(scope, str) or not _SCOPE_ID.fullmatch(scope):
+            raise UpstreamError("bad_body", f"{name} holds something that is not a scope id")
+    return tuple(dict.fromkeys(scopes))
+
+
+def _actions(value: Any) -> tuple[Action, ...]:
+    actions: list[Action] = []
+    for item in _list(value, "actions"):
+        if not isinstance(item, dict) or not item.keys() <= _ACTION_KEYS:
+            raise UpstreamError("bad_body", 'actions items must be objects with "tool" and optional "args"')
+        tool = item.get("tool")
+        if not isinstance(tool, str) or not tool.strip() or len(tool) > MAX_TOOL_LENGTH:
+            raise UpstreamError("bad_body", "an action's tool is not a non-empty string")
+        args = item.get("args")
+        if args is None:
+            actions.append(Action(tool))
+            continue
+        try:
+            # §5.6 argsHash is over RFC 8785 canonical JSON; orjson parsed what rfc8785 refuses
+            # (integers beyond ±2^53, which JSON numbers cannot carry exactly).
+            actions.append(Action(tool, rfc8785.dumps(args)))
+        except rfc8785.CanonicalizationError:
+            raise UpstreamError("bad_body", "an action's args cannot be canonicalized (RFC 8785)") from None
+    return tuple(actions)

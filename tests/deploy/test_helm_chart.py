@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from gateway.config import load_config
+from tests.support.delegation import new_provider_key_pem
 
 Manifest = dict[str, Any]
 
@@ -755,3 +756,52 @@ def test_dockerfile_matches_the_chart(rendered: dict[str, list[Manifest]]) -> No
     container = _container(rendered["default"])
     assert yaml.safe_load(cmd.group(1)) == container["args"]
     assert container["securityContext"]["runAsUser"] == 10001
+
+
+# ---- §5 delegation: the Provider's signing keys ------------------------------------------------
+
+
+def _delegating_config(signing_key: dict[str, str]) -> dict[str, Any]:
+    config = copy.deepcopy(_GATEWAY_CONFIG)
+    config["cache"] = {"url": "memory://"}
+    config["oauth"] = {"signing_keys": [signing_key]}
+    config["brands"][0]["delegation"] = {
+        "scopes": {"orders:read": "Look up your orders"},
+        "login": {
+            "url": "https://login.acme.example/pact",
+            "issuer": "https://login.acme.example",
+            "jwks_uri": "https://login.acme.example/jwks.json",
+        },
+    }
+    return config
+
+
+def test_s5_signing_key_files_come_from_the_mounted_secret(chart: helm.Chart, tmp_path: Path) -> None:
+    config = _delegating_config({"file": "/etc/pact-gateway/keys/signing.pem"})
+    values: dict[str, Any] = {
+        "config": config,
+        "secrets": {"env": {"ACME_BOT_TOKEN": "a", "GLOBEX_BOT_TOKEN": "g"}},
+    }
+    with pytest.raises(helm.HelmRenderError, match=re.escape("signingKeys.existingSecret is not set")):
+        chart.render(values, name=RELEASE, namespace=NAMESPACE)
+    docs = _render(chart, {**values, "signingKeys": {"existingSecret": "pact-gateway-signing-keys"}})
+    mounts = {mount["name"]: mount["mountPath"] for mount in _container(docs)["volumeMounts"]}
+    assert mounts["signing-keys"] == "/etc/pact-gateway/keys"
+    # The rendered config loads once the key is where the Secret puts it.
+    raw = _gateway_config(docs)
+    key_file = tmp_path / "signing.pem"
+    key_file.write_text(new_provider_key_pem())
+    raw["oauth"]["signing_keys"][0]["file"] = str(key_file)
+    loaded = load_config(raw, environ=_pod_environ(docs))
+    assert loaded.brands["acme"].delegation is not None
+    assert [key.alg for key in loaded.oauth.signing_keys] == ["ES256"]
+
+
+def test_s5_signing_key_from_the_environment_must_be_provided(chart: helm.Chart) -> None:
+    config = _delegating_config({"value": "${PACT_SIGNING_KEY}"})
+    tokens = {"ACME_BOT_TOKEN": "a", "GLOBEX_BOT_TOKEN": "g"}
+    with pytest.raises(helm.HelmRenderError, match=re.escape("config references ${PACT_SIGNING_KEY}")):
+        chart.render({"config": config, "secrets": {"env": tokens}}, name=RELEASE, namespace=NAMESPACE)
+    pem = new_provider_key_pem()
+    docs = _render(chart, {"config": config, "secrets": {"env": {**tokens, "PACT_SIGNING_KEY": pem}}})
+    assert load_config(_gateway_config(docs), environ=_pod_environ(docs)).oauth.signing_keys

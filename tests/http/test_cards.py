@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import orjson
 
+from tests.support.delegation import SCOPES
 from tests.support.gateway import PUBLIC_URL, Harness, MakeGateway
 
 
@@ -69,3 +70,35 @@ async def test_s2_1_scheme_name_configurable(make_gateway: MakeGateway) -> None:
     gw = await make_gateway(edit=edit)
     card = orjson.loads(await (await gw.client.get("/a2a/acme/.well-known/agent-card.json")).read())
     assert list(card["securitySchemes"]) == ["platformJwt"]
+
+
+async def test_s5_1_delegating_card_adds_the_device_code_scheme(dgw_memory: Harness) -> None:
+    card = orjson.loads(await (await dgw_memory.client.get("/a2a/acme/.well-known/agent-card.json")).read())
+    oauth = f"{PUBLIC_URL}/a2a/acme/oauth"
+    assert card["securitySchemes"]["userDelegation"] == {
+        "oauth2SecurityScheme": {
+            "flows": {
+                "deviceCode": {
+                    "deviceAuthorizationUrl": f"{oauth}/device_authorization",
+                    "tokenUrl": f"{oauth}/token",
+                    "scopes": SCOPES,
+                }
+            },
+            "oauth2MetadataUrl": f"{oauth}/.well-known/oauth-authorization-server",
+        }
+    }
+    flow = card["securitySchemes"]["userDelegation"]["oauth2SecurityScheme"]["flows"]["deviceCode"]
+    assert list(flow["scopes"]) == list(SCOPES)  # the configured order
+    # The PA-only entry stays, first (§5.1).
+    assert card["securityRequirements"] == [
+        {"schemes": {"paJwt": {"list": []}}},
+        {"schemes": {"paJwt": {"list": []}, "userDelegation": {"list": []}}},
+    ]
+
+
+async def test_s5_1_brand_without_delegation_keeps_its_card_byte_for_byte(
+    make_gateway: MakeGateway, dgw_memory: Harness
+) -> None:
+    plain = await make_gateway()
+    path = "/a2a/globex/.well-known/agent-card.json"
+    assert await (await dgw_memory.client.get(path)).read() == await (await plain.client.get(path)).read()

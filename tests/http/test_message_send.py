@@ -61,6 +61,7 @@ async def test_bot_receives_the_documented_contract(gw: Harness) -> None:
         "text": "line one",
         "user": {"pa": gw.issuer, "sub": "alice"},
         "new_conversation": True,
+        "delegation": None,
     }
     assert len(call.headers["X-Request-Id"]) >= 8
     await ok(await gw.send("next", message_id="m-2", context_id=first["contextId"]))

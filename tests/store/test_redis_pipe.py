@@ -25,6 +25,7 @@ from gateway.store.base import StoreError
 from gateway.store.redis import RedisStore
 from gateway.store.redis_pipe import DEFAULT_TIMEOUT, RedisAddress, RedisPipe, ReplyRefused, Script, _Protocol
 from tests.support.commands import recorded_commands
+from tests.support.redis import TEST_REDIS_URL
 
 WAIT = 2.0
 """Upper bound on waiting for something the fake server must see; only reached when a test fails."""
@@ -273,12 +274,13 @@ async def test_script_error_is_reply_refused_without_its_text(
 async def test_select_puts_keys_in_the_urls_database(
     redis_url: str, redis_client: aioredis.Redis, pipes: Callable[..., RedisPipe]
 ) -> None:
-    assert redis_url.endswith("/15")
+    assert not redis_url.endswith("/0")  # a database SELECT must choose
     pipe = pipes(redis_url)
     await pipe.execute("SET", "selected", "yes")
     assert await redis_client.get("selected") == b"yes"
 
 
+TEST_DB = TEST_REDIS_URL.rsplit("/", 1)[1]
 ACL_USER = "pact-pipe-test"
 ACL_PASSWORD = "s0me pass@word/:%"
 """Characters a URL must percent-encode, so the test also covers decoding them."""
@@ -290,7 +292,7 @@ async def acl_user(redis_client: aioredis.Redis) -> AsyncIterator[str]:
     await redis_client.acl_setuser(
         ACL_USER, enabled=True, passwords=[f"+{ACL_PASSWORD}"], keys=["*"], commands=["+@all"], reset=True
     )
-    yield f"redis://{quote(ACL_USER, safe='')}:{quote(ACL_PASSWORD, safe='')}@127.0.0.1:6379/15"
+    yield f"redis://{quote(ACL_USER, safe='')}:{quote(ACL_PASSWORD, safe='')}@127.0.0.1:6379/{TEST_DB}"
     await redis_client.acl_deluser(ACL_USER)
 
 
@@ -300,14 +302,14 @@ async def test_auth_logs_in_as_the_urls_user(
     pipe = pipes(acl_user)
     assert await pipe.execute("ACL", "WHOAMI") == ACL_USER.encode()
     await pipe.execute("SET", "authed", "1")
-    assert await redis_client.get("authed") == b"1"  # SELECT ran after AUTH: the key is in db 15
+    assert await redis_client.get("authed") == b"1"  # SELECT ran after AUTH: the key is in the test db
 
 
 async def test_wrong_password_is_refused_at_the_handshake_without_revealing_it(
     acl_user: str, pipes: Callable[..., RedisPipe]
 ) -> None:
     wrong = "not-the-s3cret"
-    pipe = pipes(f"redis://{ACL_USER}:{wrong}@127.0.0.1:6379/15")
+    pipe = pipes(f"redis://{ACL_USER}:{wrong}@127.0.0.1:6379/{TEST_DB}")
 
     with pytest.raises(StoreError) as refused:
         await pipe.ping()

@@ -16,7 +16,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from multidict import CIMultiDict
 
-from examples.sample_bot.bot import Conversation, answer
+from examples.sample_bot.bot import Account, Conversation, respond
 
 
 @dataclass
@@ -27,15 +27,20 @@ class BotCall:
 
 @dataclass
 class ControlledBot:
-    """``mode``: ``sample`` (the sample bot's brain), ``end`` (answers and closes), ``status500``,
-    ``slow`` (sleeps past any sane timeout), ``bad_body``, ``empty_text``, ``cookie`` (the sample
-    answer with a ``botsession`` cookie naming the caller's ``sub``, as a stateful bot would set).
+    """``mode``: ``sample`` (the sample bot's brain, with account actions for the ``delegating``
+    Brands), ``end`` (answers and closes), ``status500``, ``slow`` (sleeps past any sane timeout),
+    ``bad_body``, ``empty_text``, ``cookie`` (the sample answer with a ``botsession`` cookie naming
+    the caller's ``sub``, as a stateful bot would set), ``overreach`` (the sample answer claiming
+    an ``orders:cancel`` action whatever was granted), ``fixed`` (answers ``fixed_reply`` verbatim).
     ``gate``, when set, holds every call until it is released (for concurrency tests)."""
 
     mode: str = "sample"
     gate: asyncio.Event | None = None
     calls: list[BotCall] = field(default_factory=list)
     memory: dict[str, Conversation] = field(default_factory=dict)
+    accounts: dict[str, Account] = field(default_factory=dict)
+    delegating: frozenset[str] = frozenset({"acme"})
+    fixed_reply: Any = None
     server: TestServer | None = None
 
     @property
@@ -58,9 +63,16 @@ class ControlledBot:
             return web.json_response({"text": "  ", "end": False})
         if self.mode == "end":
             return web.json_response({"text": "Goodbye from the bot.", "end": True})
+        if self.mode == "fixed":
+            return web.json_response(self.fixed_reply)
         conversation = self.memory.setdefault(body["conversation_id"], Conversation())
-        text, end = answer(conversation, body["text"], body["new_conversation"])
-        response = web.json_response({"text": text, "end": end})
+        reply = respond(conversation, self.accounts, body, self.delegating)
+        if self.mode == "overreach":
+            reply.update(
+                actions=[{"tool": "cancel_order", "args": {"order": "A-10002"}}],
+                scopes_used=["orders:cancel"],
+            )
+        response = web.json_response(reply)
         if self.mode == "cookie":
             response.set_cookie("botsession", f"session-of-{body['user']['sub']}")
         return response

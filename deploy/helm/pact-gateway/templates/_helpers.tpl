@@ -169,7 +169,15 @@ Refuse values the gateway cannot run with, with a message that names the fix.
 {{- if eq (include "pact-gateway.httpPort" .) (include "pact-gateway.metricsPort" .) }}
 {{- fail "pact-gateway: the A2A port and the metrics port must differ (containerPorts / config.listen.port / config.metrics.port)." }}
 {{- end }}
-{{- /* Every ${VAR} the gateway expands (cache.url, upstream headers) must be provided to the pod. */}}
+{{- /* §5 signing keys read from files under signingKeys.mountPath need that Secret mounted. */}}
+{{- range $index, $key := (dig "oauth" "signing_keys" list $config) }}
+{{- $file := toString (get $key "file" | default "") }}
+{{- if and $file (hasPrefix $.Values.signingKeys.mountPath $file) (not $.Values.signingKeys.existingSecret) }}
+{{- fail (printf "pact-gateway: config.oauth.signing_keys[%d].file is %s, under signingKeys.mountPath, but signingKeys.existingSecret is not set. Create a Secret holding the key (kubectl create secret generic pact-gateway-signing-keys --from-file=signing.pem) and set signingKeys.existingSecret to its name." $index $file) }}
+{{- end }}
+{{- end }}
+{{- /* Every ${VAR} the gateway expands (cache.url, upstream headers, signing keys, introspection
+secrets) must be provided to the pod. */}}
 {{- if not (or .Values.secrets.existingSecret .Values.extraEnvFrom) }}
 {{- $provided := keys (include "pact-gateway.secretData" . | fromJson) }}
 {{- if .Values.redis.existingSecret }}
@@ -183,6 +191,10 @@ Refuse values the gateway cannot run with, with a message that names the fix.
 {{- range $header, $value := (dig "upstream" "headers" dict $brand) }}
 {{- $refs = concat $refs (regexFindAll "\\$\\{[A-Za-z_][A-Za-z0-9_]*\\}" (toString $value) -1) }}
 {{- end }}
+{{- $refs = concat $refs (regexFindAll "\\$\\{[A-Za-z_][A-Za-z0-9_]*\\}" (toString (dig "delegation" "introspection" "secret" "" $brand)) -1) }}
+{{- end }}
+{{- range $key := (dig "oauth" "signing_keys" list $config) }}
+{{- $refs = concat $refs (regexFindAll "\\$\\{[A-Za-z_][A-Za-z0-9_]*\\}" (toString (get $key "value" | default "")) -1) }}
 {{- end }}
 {{- range $ref := $refs }}
 {{- $name := $ref | trimPrefix "${" | trimSuffix "}" }}

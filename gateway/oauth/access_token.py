@@ -1,0 +1,163 @@
+"""§5.4 delegation tokens: RFC 9068 JWT access tokens that the Provider signs and later verifies.
+
+Minting and verifying sit together so the two can never disagree on a claim. Verification
+trusts only the Provider's own keys: the ``kid`` picks one, and that key's algorithm is the
+only one accepted (no ``alg`` from the token is ever believed). Every rule is checked here on
+the verified payload; liveness of the grant is the store's business (a revoked grant stops
+the next turn on every replica, see :class:`gateway.store.base.GrantCheck`).
+"""
+
+from __future__ import annotations
+
+import math
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Final
+
+import jwt
+import orjson
+
+from gateway.oauth.keys import ProviderKeys
+from gateway.protocol.claims import MAX_CLOCK_SKEW, MAX_TOKEN_LENGTH, AuthFailure, split_unverified
+from gateway.store.oauth import Grant
+
+__all__ = ["ACCESS_TOKEN_TYP", "DelegationClaims", "InvalidToken", "mint_access_token", "verify_access_token"]
+
+ACCESS_TOKEN_TYP: Final = "at+jwt"  # noqa: S105 - a media type, not a secret
+"""RFC 9068 §2.1: the header ``typ`` of a JWT access token."""
+
+_JWT = jwt.PyJWT(
+    options={
+        # Signature only: every claim is checked below, against exact values.
+        "verify_exp": False,
+        "verify_nbf": False,
+        "verify_iat": False,
+        "verify_aud": False,
+        "verify_iss": False,
+        "verify_sub": False,
+        "verify_jti": False,
+    }
+)
+
+
+class InvalidToken(Exception):
+    """§5.5 a delegation token that must be refused (``401``, ``error="invalid_token"``).
+
+    ``reason`` is a bounded label for logs and metrics, never for the client.
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class DelegationClaims:
+    """A verified delegation token: who it acts as, for which personal agent, with what."""
+
+    user: str
+    client_id: str
+    scopes: tuple[str, ...]
+    grant_id: str
+    expires_at: float
+    jti: str
+    issued_at: float
+    """``iat``: RFC 7662 introspection reports it."""
+
+
+def mint_access_token(
+    keys: ProviderKeys,
+    grant: Grant,
+    *,
+    issuer: str,
+    audience: str,
+    scopes: tuple[str, ...],
+    now: float,
+    ttl: int,
+) -> tuple[str, int]:
+    """A §5.4 token for ``grant`` limited to ``scopes`` (the grant's or fewer) and its lifetime.
+
+    The token never outlives the grant. Returns the token and its ``expires_in``.
+    """
+    issued = int(now)
+    expires = min(issued + ttl, int(grant.expires_at))
+    claims = {
+        "iss": issuer,
+        "aud": audience,
+        "sub": grant.user,
+        "client_id": grant.client_id,
+        "scope": " ".join(scopes),
+        "grant_id": grant.grant_id,
+        "iat": issued,
+        "exp": expires,
+        "jti": secrets.token_urlsafe(16),
+    }
+    return keys.sign(orjson.dumps(claims), ACCESS_TOKEN_TYP), expires - issued
+
+
+def _string(payload: Mapping[str, Any], name: str) -> str:
+    value = payload.get(name)
+    if not isinstance(value, str) or not value:
+        raise InvalidToken(f"bad_{name}")
+    return value
+
+
+def _number(payload: Mapping[str, Any], name: str) -> float:
+    value = payload.get(name)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
+        raise InvalidToken(f"bad_{name}")
+    return float(value)
+
+
+def verify_access_token(
+    keys: ProviderKeys, token: str, *, issuer: str, audience: str, now: float
+) -> DelegationClaims:
+    """The claims of a token this Provider signed for ``audience`` (one Brand's interface URL, §5.4).
+
+    Refused, as :class:`InvalidToken`: anything but a compact JWS of at most
+    :data:`MAX_TOKEN_LENGTH`; a ``typ`` other than ``at+jwt``; a ``kid`` we do not publish; an
+    ``alg`` other than that key's; a bad signature; ``iss`` or ``aud`` not exactly ours (``aud``
+    one string); a missing ``sub``, ``client_id``, ``grant_id`` or ``jti``; ``exp`` reached;
+    ``iat`` further in the future than the 30 s of clock skew §3.2 allows between machines.
+    """
+    if len(token) > MAX_TOKEN_LENGTH:
+        raise InvalidToken("malformed")
+    try:
+        header, _ = split_unverified(token)
+    except AuthFailure:
+        raise InvalidToken("malformed") from None
+    if header.get("typ") != ACCESS_TOKEN_TYP:
+        raise InvalidToken("bad_typ")
+    kid = header.get("kid")
+    key = keys.find(kid) if isinstance(kid, str) else None
+    if key is None:
+        raise InvalidToken("unknown_kid")
+    if header.get("alg") != key.alg:
+        raise InvalidToken("bad_alg")
+    try:
+        payload: dict[str, Any] = _JWT.decode(token, key.public_key, algorithms=[key.alg])
+    except jwt.PyJWTError:
+        raise InvalidToken("bad_signature") from None
+    if payload.get("iss") != issuer:
+        raise InvalidToken("bad_issuer")
+    if payload.get("aud") != audience:
+        raise InvalidToken("bad_audience")
+    expires = _number(payload, "exp")
+    if now >= expires:
+        raise InvalidToken("expired")
+    issued = _number(payload, "iat")
+    if issued > now + MAX_CLOCK_SKEW:
+        raise InvalidToken("iat_future")
+    scope = payload.get("scope")
+    if not isinstance(scope, str):
+        raise InvalidToken("bad_scope")
+    return DelegationClaims(
+        user=_string(payload, "sub"),
+        client_id=_string(payload, "client_id"),
+        scopes=tuple(scope.split()),
+        grant_id=_string(payload, "grant_id"),
+        expires_at=expires,
+        jti=_string(payload, "jti"),
+        issued_at=issued,
+    )

@@ -1,0 +1,356 @@
+"""§5.3 from the Brand's login to the User's decision: the consent page, the decision, the landing page.
+
+``POST {urls.consent}`` takes the Brand login's single-use ``assertion``
+(:mod:`gateway.oauth.login`), and shows the consent form as the logged-in Brand user, or
+approves at once when a live grant already covers the request (§5.3 "MAY be skipped").
+``POST {urls.consent_decision}`` takes the form's single-use ``session`` and settles the
+pending authorization; ``GET {urls.landing}`` is the "you can close this page" page the
+decision redirects to when the Brand has no landing page of its own.
+
+Everything here answers a browser, so every refusal is the same short HTML page (the reason
+goes to the log, never to the page), and every answer carries the same anti-framing, no-cache,
+no-referrer headers. The landing URL is always built from configuration, never taken from the
+request, so no parameter can turn the redirect into an open one.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Awaitable, Iterable, Mapping, Sequence
+from typing import Final, NamedTuple
+from urllib.parse import parse_qsl, urlsplit
+
+from aiohttp import web
+
+from gateway.config import BrandConfig, DelegationConfig
+from gateway.http import responses
+from gateway.http.caller import read_body
+from gateway.http.state import METRICS, RUNTIME
+from gateway.oauth import pages
+from gateway.oauth.device import code_hash, normalize_user_code
+from gateway.oauth.forms import FORM_TYPE
+from gateway.oauth.login import InvalidAssertion, LoginAssertion, verify_assertion
+from gateway.oauth.server import AuthorizationServer
+from gateway.protocol.urls import OAuthUrls, with_query
+from gateway.store.base import StoreError
+from gateway.store.oauth import AuthorizationStatus, ConsentSession, DeviceAuthorization, Grant
+
+__all__ = [
+    "MAX_FORM_BYTES",
+    "SESSION_TTL",
+    "carried_scopes",
+    "consent",
+    "decision",
+    "landing",
+    "origin_of",
+    "scopes_in_card_order",
+    "security_headers",
+    "skip_consent_scopes",
+]
+
+_log = logging.getLogger(__name__)
+
+MAX_FORM_BYTES: Final = 65536
+"""A posted form is read whole up to this size: an assertion is at most 8 KiB, a decision a few scopes."""
+SESSION_TTL: Final = 600.0
+"""A consent form is good for at most 10 minutes (and never past its authorization's expiry)."""
+_MAX_FIELDS: Final = 256
+
+
+class _Refused(Exception):
+    """A hand-off or a decision that grants nothing; ``reason`` goes to the log, not to the page."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class _Delegating(NamedTuple):
+    """A request for a Brand that delegates, with what every handler here needs."""
+
+    server: AuthorizationServer
+    brand: BrandConfig
+    delegation: DelegationConfig
+    urls: OAuthUrls
+    headers: Mapping[str, str]
+
+
+def origin_of(url: str) -> str:
+    """``scheme://host[:port]`` of an absolute URL, the default port left out (RFC 6454 serialization)."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    host = (parts.hostname or "").lower()
+    if ":" in host:
+        host = f"[{host}]"
+    port = parts.port
+    default = {"http": 80, "https": 443}.get(scheme)
+    return f"{scheme}://{host}" if port is None or port == default else f"{scheme}://{host}:{port}"
+
+
+def security_headers(public_url: str, landing_url: str | None) -> dict[str, str]:
+    """The headers of every page and redirect here: never framed, cached, sniffed or leaked by Referer.
+
+    ``form-action`` names the gateway's own origin (the form posts there) and the landing
+    page's: Chromium checks a form's redirect target against it too, and the decision's answer
+    is a 303 to the landing page.
+    """
+    origins = [origin_of(public_url)]
+    if landing_url is not None and origin_of(landing_url) not in origins:
+        origins.append(origin_of(landing_url))
+    return {
+        "Content-Type": "text/html; charset=utf-8",
+        "Cache-Control": "no-store",
+        "X-Frame-Options": "DENY",
+        "Content-Security-Policy": (
+            "frame-ancestors 'none'; default-src 'none'; style-src 'unsafe-inline'; "
+            f"form-action {' '.join(origins)}"
+        ),
+        "Referrer-Policy": "no-referrer",
+        "X-Content-Type-Options": "nosniff",
+    }
+
+
+def scopes_in_card_order(delegation: DelegationConfig, wanted: Iterable[str]) -> tuple[str, ...]:
+    """``wanted`` in the card's order, without duplicates; ids no longer on the card are dropped."""
+    chosen = set(wanted)
+    return tuple(scope for scope in delegation.scopes if scope in chosen)
+
+
+def _same_owner(grant: Grant, authorization: DeviceAuthorization) -> bool:
+    """A grant of the same personal agent *and* the same PA ``sub`` as the authorization."""
+    return grant.client_id == authorization.client_id and grant.owner_digest == authorization.owner_digest
+
+
+def carried_scopes(authorization: DeviceAuthorization, grants: Sequence[Grant]) -> set[str]:
+    """What the User already granted this personal agent and ``sub`` (incremental authorization:
+    a step-up token carries the earlier scopes as well as the new ones)."""
+    return {scope for grant in grants if _same_owner(grant, authorization) for scope in grant.scopes}
+
+
+def skip_consent_scopes(
+    delegation: DelegationConfig, authorization: DeviceAuthorization, grants: Sequence[Grant]
+) -> tuple[str, ...] | None:
+    """§5.3 "consent MAY be skipped when an unexpired grant for (User, personal agent) already covers
+    the request": the scopes to approve at once, or ``None`` when the User must be asked.
+
+    Only when the Brand allows it, and only a grant for the same personal agent and the same
+    PA ``sub`` counts: another ``sub`` of that agent may be another person.
+    """
+    if not delegation.skip_consent:
+        return None
+    requested = set(authorization.scopes)
+    if not any(_same_owner(grant, authorization) and requested <= set(grant.scopes) for grant in grants):
+        return None
+    return scopes_in_card_order(delegation, requested | carried_scopes(authorization, grants))
+
+
+def _delegating(request: web.Request) -> _Delegating | None:
+    runtime = request.app[RUNTIME].current
+    brand = runtime.config.brands.get(request.match_info["brand"])
+    if brand is None or brand.delegation is None or runtime.oauth is None:
+        return None
+    headers = security_headers(runtime.config.public_url, brand.delegation.landing_url)
+    return _Delegating(runtime.oauth, brand, brand.delegation, runtime.oauth.urls(brand), headers)
+
+
+def _page(ctx: _Delegating, html: str, status: int = 200) -> web.Response:
+    return web.Response(body=html.encode(), status=status, headers=ctx.headers)
+
+
+async def _answer(
+    ctx: _Delegating, request: web.Request, step: str, work: Awaitable[web.Response]
+) -> web.Response:
+    """``work``'s answer, or the page a person should see when it refused or failed.
+
+    A refusal is the one error page, its reason logged with the Brand id only (never the
+    assertion, the session or the user id). A store failure, or anything unexpected, is the
+    Provider's: a "try again" page, logged once, so a browser never gets a JSON envelope.
+    """
+    try:
+        return await work
+    except _Refused as refused:
+        _log.info("%s refused for brand %s: %s", step, ctx.brand.id, refused.reason)
+        return _page(ctx, pages.error_page(), 400)
+    except StoreError as exc:
+        request.app[METRICS].store_error("oauth")
+        _log.error("%s for brand %s failed, store unavailable: %s", step, ctx.brand.id, exc)
+        return _page(ctx, pages.unavailable_page(), 503)
+    except Exception:
+        _log.exception("%s for brand %s failed", step, ctx.brand.id)
+        return _page(ctx, pages.unavailable_page(), 500)
+
+
+def _redirect(ctx: _Delegating, **params: str) -> web.Response:
+    """303 to the landing page: the Brand's configured one, else ours; never a URL from the request."""
+    target = with_query(ctx.delegation.landing_url or ctx.urls.landing, **params)
+    return web.Response(status=303, headers={**ctx.headers, "Location": target})
+
+
+async def _read_form(request: web.Request) -> list[tuple[str, str]]:
+    """A urlencoded body, read whole up to :data:`MAX_FORM_BYTES` (more is refused, never truncated).
+
+    Not :func:`gateway.oauth.forms.read_form`: the consent form repeats ``scope`` by design,
+    and a refusal here is a page for a person, not RFC 6749 JSON.
+    """
+    if request.content_type.lower() != FORM_TYPE:
+        raise _Refused("not_a_form")
+    body = await read_body(request, MAX_FORM_BYTES)
+    if body is None:
+        raise _Refused("form_too_large")
+    try:
+        return parse_qsl(body.decode(), keep_blank_values=True, errors="strict", max_num_fields=_MAX_FIELDS)
+    except ValueError:  # not UTF-8 (UnicodeDecodeError is one), or too many fields
+        raise _Refused("bad_form") from None
+
+
+def _one(fields: Sequence[tuple[str, str]], name: str) -> str:
+    values = [value for key, value in fields if key == name]
+    if len(values) != 1 or not values[0]:
+        raise _Refused(f"bad_{name}")
+    return values[0]
+
+
+def _new_session(user_code: str) -> str:
+    """The hidden ``session``: 256 random bits, led by the ``user_code`` it is for.
+
+    The store keeps only its hash. The ``user_code`` prefix lets the decision find the
+    authorization again (the session record names it only by device hash, and the store looks
+    authorizations up by ``user_code``); tampering with the prefix changes the hash, so a
+    forged session finds nothing.
+    """
+    return f"{user_code}.{secrets.token_urlsafe(32)}"
+
+
+async def _accept_assertion(
+    ctx: _Delegating, fields: Sequence[tuple[str, str]], now: float
+) -> tuple[LoginAssertion, DeviceAuthorization]:
+    """The verified, first-time-used assertion and the pending authorization it names."""
+    server, brand, login = ctx.server, ctx.brand, ctx.delegation.login
+    try:
+        assertion = await verify_assertion(
+            _one(fields, "assertion"),
+            brand_id=brand.id,
+            login=login,
+            keys=server.login_keys,
+            audience=ctx.urls.consent,
+            now=now,
+        )
+    except InvalidAssertion as invalid:
+        raise _Refused(invalid.reason) from None
+    # Single use by jti, remembered until the assertion could no longer be valid (exp is ≤ 5 min away).
+    marker = code_hash(f"{login.issuer}\0{assertion.jti}")
+    if not await server.store.use_once(brand.id, marker, assertion.expires_at - now):
+        raise _Refused("replayed_jti")
+    authorization = await server.store.authorization_by_user_code(brand.id, assertion.user_code, now)
+    if authorization is None:
+        raise _Refused("unknown_user_code")
+    if authorization.status is not AuthorizationStatus.PENDING:
+        raise _Refused("not_pending")
+    return assertion, authorization
+
+
+async def _approve(
+    ctx: _Delegating, authorization: DeviceAuthorization, user: str, scopes: tuple[str, ...], now: float
+) -> web.Response:
+    if not await ctx.server.store.approve(ctx.brand.id, authorization.device_hash, user, scopes, now):
+        raise _Refused("not_pending")
+    return _redirect(ctx, status="approved", scope=" ".join(scopes))
+
+
+async def _hand_off(request: web.Request, ctx: _Delegating) -> web.Response:
+    store, now = ctx.server.store, ctx.server.clock()
+    assertion, authorization = await _accept_assertion(ctx, await _read_form(request), now)
+    grants = await store.grants_of_user(ctx.brand.id, assertion.user, now)
+    skipped = skip_consent_scopes(ctx.delegation, authorization, grants)
+    if skipped:
+        response = await _approve(ctx, authorization, assertion.user, skipped, now)
+        request.app[METRICS].delegation_event(ctx.brand.id, "authorization_approved")
+        return response
+    session = _new_session(authorization.user_code)
+    expires_at = min(now + SESSION_TTL, authorization.expires_at)
+    await store.put_consent_session(
+        ctx.brand.id,
+        code_hash(session),
+        ConsentSession(device_hash=authorization.device_hash, user=assertion.user, expires_at=expires_at),
+    )
+    html = pages.consent_page(
+        pa_origin=origin_of(authorization.client_id),
+        brand_name=ctx.brand.name,
+        scopes=[(scope, ctx.delegation.scopes.get(scope, scope)) for scope in authorization.scopes],
+        session=session,
+        action=ctx.urls.consent_decision,
+    )
+    return _page(ctx, html)
+
+
+async def consent(request: web.Request) -> web.Response:
+    """``POST {urls.consent}``: the Brand login's hand-off (§5.3), answered with the consent page."""
+    ctx = _delegating(request)
+    if ctx is None:
+        return responses.not_found()
+    return await _answer(ctx, request, "login hand-off", _hand_off(request, ctx))
+
+
+async def _settle(request: web.Request, ctx: _Delegating) -> web.Response:
+    """The User's answer on the consent form, settled once; the redirect to the landing page."""
+    store, now = ctx.server.store, ctx.server.clock()
+    fields = await _read_form(request)
+    session = _one(fields, "session")
+    choice = _one(fields, "decision")
+    if choice not in {"allow", "deny"}:
+        raise _Refused("bad_decision")
+    ticked = [value for key, value in fields if key == "scope"]
+    user_code, dot, _ = session.partition(".")
+    if not dot or normalize_user_code(user_code) != user_code:
+        raise _Refused("unknown_session")
+    # Taken before anything else is decided: a session is spent by its first use, whatever it was.
+    taken = await store.take_consent_session(ctx.brand.id, code_hash(session), now)
+    if taken is None:
+        raise _Refused("unknown_session")
+    authorization = await store.authorization_by_user_code(ctx.brand.id, user_code, now)
+    if authorization is None or authorization.device_hash != taken.device_hash:
+        raise _Refused("unknown_authorization")
+    if authorization.status is not AuthorizationStatus.PENDING:
+        raise _Refused("not_pending")
+    if choice == "deny" or not ticked:  # the notes: no scope ticked counts as denied
+        if not await store.deny(ctx.brand.id, authorization.device_hash, now):
+            raise _Refused("not_pending")
+        request.app[METRICS].delegation_event(ctx.brand.id, "authorization_denied")
+        return _redirect(ctx, status="denied")
+    if not set(ticked) <= set(authorization.scopes):
+        raise _Refused("unrequested_scope")
+    grants = await store.grants_of_user(ctx.brand.id, taken.user, now)
+    scopes = scopes_in_card_order(ctx.delegation, {*ticked, *carried_scopes(authorization, grants)})
+    if not scopes:  # everything ticked left the card with a reload since the page was shown
+        raise _Refused("unrequested_scope")
+    response = await _approve(ctx, authorization, taken.user, scopes, now)
+    request.app[METRICS].delegation_event(ctx.brand.id, "authorization_approved")
+    return response
+
+
+async def decision(request: web.Request) -> web.Response:
+    """``POST {urls.consent_decision}``: allow (the ticked scopes) or deny, then 303 to the landing page."""
+    ctx = _delegating(request)
+    if ctx is None:
+        return responses.not_found()
+    return await _answer(ctx, request, "consent decision", _settle(request, ctx))
+
+
+async def landing(request: web.Request) -> web.Response:
+    """``GET {urls.landing}``: "you're connected, you can close this page" (no Brand landing page set).
+
+    ``status`` only picks a fixed text and only the card's descriptions of known scope ids are
+    shown, so a crafted link cannot put words of its choosing on a page under our name.
+    """
+    ctx = _delegating(request)
+    if ctx is None:
+        return responses.not_found()
+    descriptions = [
+        ctx.delegation.scopes[scope]
+        for scope in scopes_in_card_order(ctx.delegation, request.query.get("scope", "").split())
+    ]
+    html = pages.landing_page(
+        brand_name=ctx.brand.name, status=request.query.get("status", ""), scopes=descriptions
+    )
+    return _page(ctx, html)

@@ -1,0 +1,125 @@
+"""RFC 6749 §5.2 error answers, and the headers every OAuth answer carries.
+
+Every answer of a token-bearing endpoint is ``Cache-Control: no-store`` with ``Pragma:
+no-cache`` (RFC 6749 §5.1, RFC 8628 §3.2): codes and tokens must not sit in any cache. An
+endpoint raises :class:`OAuthError` and :func:`oauth_endpoint` turns it into the JSON error;
+a store failure becomes ``server_error`` there too, so an OAuth client never sees the §6 A2A
+envelope (an OAuth error is not an A2A error, §6) nor a traceback.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from enum import Enum
+from typing import Any, Final
+
+import orjson
+from aiohttp import web
+
+from gateway.http.middlewares import REQUEST_ID
+from gateway.http.state import METRICS
+from gateway.store.base import StoreError
+
+__all__ = [
+    "NO_STORE",
+    "OAUTH_REALM",
+    "ErrorCode",
+    "Handler",
+    "OAuthError",
+    "invalid_client",
+    "json_answer",
+    "oauth_endpoint",
+]
+
+log = logging.getLogger("pact_gateway.oauth")
+
+NO_STORE: Final[Mapping[str, str]] = {"Cache-Control": "no-store", "Pragma": "no-cache"}
+JSON: Final = "application/json"
+OAUTH_REALM: Final = 'Bearer realm="oauth"'
+"""RFC 6749 §5.2: a refused client that authenticated with ``Authorization`` learns the scheme it used."""
+
+Handler = Callable[[web.Request], Awaitable[web.Response]]
+
+
+class ErrorCode(Enum):
+    """The RFC 6749 §5.2 and RFC 8628 §3.5 codes these endpoints answer, each with its status."""
+
+    INVALID_REQUEST = "invalid_request"
+    INVALID_CLIENT = "invalid_client"
+    INVALID_GRANT = "invalid_grant"
+    UNSUPPORTED_GRANT_TYPE = "unsupported_grant_type"
+    INVALID_SCOPE = "invalid_scope"
+    AUTHORIZATION_PENDING = "authorization_pending"
+    SLOW_DOWN = "slow_down"
+    ACCESS_DENIED = "access_denied"
+    EXPIRED_TOKEN = "expired_token"  # noqa: S105 - an RFC 8628 error code
+    SERVER_ERROR = "server_error"
+
+    @property
+    def status(self) -> int:
+        if self is ErrorCode.INVALID_CLIENT:
+            return 401
+        if self is ErrorCode.SERVER_ERROR:
+            return 500
+        return 400
+
+
+class OAuthError(Exception):
+    """An RFC 6749 §5.2 answer; ``description`` is for the client's developer, never a secret."""
+
+    def __init__(
+        self, code: ErrorCode, description: str | None = None, headers: Mapping[str, str] | None = None
+    ) -> None:
+        super().__init__(code.value if description is None else f"{code.value}: {description}")
+        self.code = code
+        self.description = description
+        self.headers = headers or {}
+
+    def response(self) -> web.Response:
+        body: dict[str, str] = {"error": self.code.value}
+        if self.description is not None:
+            body["error_description"] = self.description
+        return json_answer(body, status=self.code.status, headers=self.headers)
+
+
+def invalid_client(description: str) -> OAuthError:
+    """``401 invalid_client`` with the ``WWW-Authenticate`` RFC 6749 §5.2 requires after header auth."""
+    return OAuthError(ErrorCode.INVALID_CLIENT, description, {"WWW-Authenticate": OAUTH_REALM})
+
+
+def json_answer(
+    body: dict[str, Any], status: int = 200, headers: Mapping[str, str] | None = None
+) -> web.Response:
+    """An OAuth JSON answer: ``application/json`` (never the A2A media type), uncacheable."""
+    return web.Response(
+        body=orjson.dumps(body), status=status, headers={**NO_STORE, **(headers or {}), "Content-Type": JSON}
+    )
+
+
+def oauth_endpoint(handler: Handler) -> Handler:
+    """``handler`` with every failure answered as RFC 6749 §5.2 JSON.
+
+    A :class:`StoreError` is the Provider's failure: ``500 server_error``, logged once with
+    the request id (no traceback: the store's message says what failed). Anything else
+    unexpected is logged with its traceback, as the A2A error middleware does, and answered
+    the same way, so no OAuth client ever gets the A2A envelope.
+    """
+
+    async def wrapped(request: web.Request) -> web.Response:
+        try:
+            return await handler(request)
+        except OAuthError as error:
+            return error.response()
+        except web.HTTPException:
+            raise
+        except StoreError as exc:
+            request.app[METRICS].store_error("oauth")
+            log.error("store unavailable: %s", exc, extra={"request_id": request.get(REQUEST_ID)})
+        except Exception:
+            log.exception("unhandled error", extra={"request_id": request.get(REQUEST_ID)})
+        return OAuthError(ErrorCode.SERVER_ERROR).response()
+
+    wrapped.__name__ = handler.__name__
+    wrapped.__doc__ = handler.__doc__
+    return wrapped

@@ -1,0 +1,83 @@
+"""RFC 7662 token introspection, for the Brand's own back-end (the resource server behind §5.5).
+
+The Brand authenticates with the one secret it configured (``delegation.introspection.secret``)
+as ``Authorization: Bearer``, RFC 7662 §2.1's "separate OAuth 2.0 access token"; a Brand that
+configured none has no such endpoint (``404``). A token is active only while it would work:
+a delegation token this Brand's server signed, unexpired, whose grant is live. Everything
+else is ``{"active": false}`` and nothing more (RFC 7662 §2.2), whether it is unknown,
+expired, revoked or another Brand's.
+
+Refresh tokens are always inactive here: they only ever pass between the personal agent and
+the Provider, so a Brand back-end holding one holds a leaked token, and RFC 7662 §2.2 lets the
+server refuse to describe a token to a caller that has no business with it. (The store also
+cannot say whether a refresh token is a grant's current one or a spent one, and a spent one
+must never look usable: presenting it revokes the grant.)
+"""
+
+from __future__ import annotations
+
+import hmac
+from typing import Any
+
+from aiohttp import web
+
+from gateway.auth.pa_jwt import AuthFailure, bearer_token
+from gateway.http import responses
+from gateway.http.state import RUNTIME
+from gateway.oauth.access_token import InvalidToken, verify_access_token
+from gateway.oauth.client_auth import delegating_brand
+from gateway.oauth.errors import invalid_client, json_answer, oauth_endpoint
+from gateway.oauth.forms import read_form, required
+from gateway.oauth.server import AuthorizationServer, DelegatingBrand
+
+__all__ = ["authorized", "introspect"]
+
+
+def authorized(authorization: str | None, secret: str) -> bool:
+    """Whether ``Authorization`` carries exactly ``Bearer <secret>``, compared in constant time."""
+    try:
+        presented = bearer_token(authorization)
+    except AuthFailure:
+        return False
+    return hmac.compare_digest(presented.encode(), secret.encode())
+
+
+async def _describe(server: AuthorizationServer, brand: DelegatingBrand, token: str) -> dict[str, Any] | None:
+    """The RFC 7662 §2.2 description of an active delegation token of ``brand``; ``None`` if it is not one."""
+    now = server.clock()
+    urls = brand.urls
+    try:
+        claims = verify_access_token(server.keys, token, issuer=urls.issuer, audience=urls.interface, now=now)
+    except InvalidToken:
+        return None
+    grant = await server.store.get_grant(brand.brand.id, claims.grant_id, now)
+    if grant is None or grant.client_id != claims.client_id or grant.user != claims.user:
+        return None
+    return {
+        "active": True,
+        "scope": " ".join(claims.scopes),
+        "client_id": claims.client_id,
+        "sub": claims.user,
+        "exp": int(claims.expires_at),
+        "iat": int(claims.issued_at),
+        "iss": urls.issuer,
+        "aud": urls.interface,
+        "token_type": "Bearer",
+        "grant_id": claims.grant_id,
+    }
+
+
+@oauth_endpoint
+async def introspect(request: web.Request) -> web.Response:
+    """``POST {interface}/oauth/introspect`` (RFC 7662 §2): ``token``; ``token_type_hint`` changes nothing."""
+    runtime = request.app[RUNTIME].current
+    found = delegating_brand(request, runtime)
+    secret = None if found is None else found[1].delegation.introspection_secret
+    if found is None or secret is None:
+        return responses.not_found()
+    if not authorized(request.headers.get("Authorization"), secret):
+        raise invalid_client("introspection needs the Brand's bearer credential")
+    server, brand = found
+    token = required(await read_form(request, runtime.config.limits.max_body_bytes), "token")
+    description = await _describe(server, brand, token)
+    return json_answer({"active": False} if description is None else description)

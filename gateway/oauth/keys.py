@@ -1,0 +1,149 @@
+"""The Provider's signing keys (§5.1 ``jwks_uri``, §5.4, §5.6): parsed once, the first signs, all published.
+
+Several keys at once is how keys rotate: publish the new one beside the old, move it first
+(it signs from then on), and drop the old one once every token it signed has expired.
+A key is PEM (PKCS#8 or traditional) or a private JWK; its ``kid`` is the JWK's own or else
+its RFC 7638 thumbprint, so the same key always gets the same ``kid`` on every replica.
+The algorithm is fixed by the key (P-256 → ES256, RSA ≥ 2048 bits → RS256) and is the only
+one a token signed with it is ever checked with.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import jwt
+import orjson
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from jwt.algorithms import ECAlgorithm, RSAAlgorithm
+
+__all__ = ["ProviderKeys", "SigningKey", "parse_signing_key"]
+
+PrivateKey = ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
+PublicKey = ec.EllipticCurvePublicKey | rsa.RSAPublicKey
+
+MIN_RSA_BITS = 2048
+
+
+@dataclass(frozen=True, slots=True)
+class SigningKey:
+    """One private key with the ``kid`` and ``alg`` it signs under and the public JWK it is published as."""
+
+    kid: str
+    alg: str
+    private_key: PrivateKey = field(repr=False, compare=False)
+    public_jwk: Mapping[str, Any] = field(compare=False)
+
+    @property
+    def public_key(self) -> PublicKey:
+        return self.private_key.public_key()
+
+
+def _b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+def _thumbprint(jwk: Mapping[str, Any]) -> str:
+    """RFC 7638: SHA-256 over the required members in lexicographic order, no white space."""
+    required = ("crv", "kty", "x", "y") if jwk["kty"] == "EC" else ("e", "kty", "n")
+    canonical = json.dumps({name: jwk[name] for name in required}, separators=(",", ":"), sort_keys=True)
+    return _b64url(hashlib.sha256(canonical.encode()).digest())
+
+
+def _alg_of(key: PrivateKey) -> str:
+    if isinstance(key, ec.EllipticCurvePrivateKey):
+        if not isinstance(key.curve, ec.SECP256R1):
+            raise ValueError(f"EC keys must be on P-256 for ES256, not {key.curve.name}")
+        return "ES256"
+    if key.key_size < MIN_RSA_BITS:
+        raise ValueError(f"RSA keys must have at least {MIN_RSA_BITS} bits, this one has {key.key_size}")
+    return "RS256"
+
+
+def _public_jwk(key: PrivateKey) -> dict[str, Any]:
+    public = key.public_key()
+    if isinstance(public, ec.EllipticCurvePublicKey):
+        return dict(ECAlgorithm.to_jwk(public, as_dict=True))
+    return dict(RSAAlgorithm.to_jwk(public, as_dict=True))
+
+
+def parse_signing_key(material: str) -> SigningKey:
+    """A PEM private key or a private JWK (JSON) as a :class:`SigningKey`; ``ValueError`` says why not."""
+    text = material.strip()
+    declared_kid: str | None = None
+    declared_alg: str | None = None
+    key: Any
+    if text.startswith("-----BEGIN"):
+        try:
+            key = serialization.load_pem_private_key(text.encode(), password=None)
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"not a readable unencrypted PEM private key ({exc})") from None
+    elif text.startswith("{"):
+        try:
+            document = json.loads(text)
+        except ValueError:
+            raise ValueError("not valid JSON") from None
+        if not isinstance(document, dict):
+            raise ValueError("a JWK must be a JSON object")
+        # `pact-gateway keys generate` prints {"private_jwk": …, "jwks": …}: accept it as printed.
+        jwk = document.get("private_jwk", document)
+        if not isinstance(jwk, dict) or "d" not in jwk:
+            raise ValueError("a JWK with its private member 'd' is required (this looks like a public key)")
+        declared_kid = jwk.get("kid") if isinstance(jwk.get("kid"), str) else None
+        declared_alg = jwk.get("alg") if isinstance(jwk.get("alg"), str) else None
+        try:
+            # Without its `alg`, so a mismatch is reported as one below rather than as a key error.
+            key = jwt.PyJWK.from_dict({name: value for name, value in jwk.items() if name != "alg"}).key
+        except jwt.PyJWTError as exc:
+            raise ValueError(f"not a usable JWK ({exc})") from None
+    else:
+        raise ValueError("expected a PEM private key ('-----BEGIN …') or a private JWK ('{…}')")
+    if not isinstance(key, ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey):
+        raise ValueError("only EC (P-256) and RSA private keys can sign (ES256, RS256)")
+    alg = _alg_of(key)
+    if declared_alg is not None and declared_alg != alg:
+        raise ValueError(f"the JWK says alg {declared_alg} but the key signs {alg}")
+    public = _public_jwk(key)
+    kid = declared_kid or _thumbprint(public)
+    return SigningKey(
+        kid=kid, alg=alg, private_key=key, public_jwk={**public, "kid": kid, "alg": alg, "use": "sig"}
+    )
+
+
+class ProviderKeys:
+    """The Provider's keys: :meth:`sign` with the first, :meth:`find` any to verify, :meth:`jwks` all."""
+
+    def __init__(self, keys: Sequence[SigningKey]) -> None:
+        if not keys:
+            raise ValueError("at least one signing key is needed")
+        self._keys = tuple(keys)
+        self._by_kid = {key.kid: key for key in self._keys}
+        self._jwks = orjson.dumps({"keys": [dict(key.public_jwk) for key in self._keys]})
+
+    @property
+    def current(self) -> SigningKey:
+        return self._keys[0]
+
+    def sign(self, payload: bytes, typ: str) -> str:
+        """A compact JWS over exactly ``payload`` (§5.6: "payload exactly the claims JSON")."""
+        key = self._keys[0]
+        return jwt.api_jws.encode(
+            payload, key.private_key, algorithm=key.alg, headers={"kid": key.kid, "typ": typ}
+        )
+
+    def find(self, kid: str) -> SigningKey | None:
+        return self._by_kid.get(kid)
+
+    def jwks_bytes(self) -> bytes:
+        """The public JWKS, serialized once: what ``jwks_uri`` serves."""
+        return self._jwks
+
+    def jwks(self) -> dict[str, Any]:
+        doc: dict[str, Any] = orjson.loads(self._jwks)
+        return doc

@@ -1,0 +1,59 @@
+"""The §5 authorization server of one configuration: what every delegation handler and turn needs."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from gateway.auth.jwks import JwksCache
+from gateway.config import BrandConfig, DelegationConfig, GatewayConfig
+from gateway.oauth.keys import ProviderKeys
+from gateway.oauth.metadata import render_metadata
+from gateway.protocol.urls import OAuthUrls
+from gateway.store.oauth import OAuthStore
+
+__all__ = ["AuthorizationServer", "DelegatingBrand"]
+
+
+@dataclass(frozen=True, slots=True)
+class DelegatingBrand:
+    """One Brand's authorization server: its §5 settings, its URLs and its RFC 8414 metadata, serialized."""
+
+    brand: BrandConfig
+    delegation: DelegationConfig
+    urls: OAuthUrls
+    metadata: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class AuthorizationServer:
+    """Keys, state and clocks shared by every delegating Brand of one configuration.
+
+    ``login_keys`` caches the Brands' login key sets under the fetch rules of the personal
+    agents' (:mod:`gateway.auth.jwks`), keyed by Brand id; ``clock`` is wall-clock seconds,
+    the same one the store decides with.
+    """
+
+    config: GatewayConfig
+    keys: ProviderKeys
+    store: OAuthStore
+    login_keys: JwksCache
+    clock: Callable[[], float]
+    brands: Mapping[str, DelegatingBrand] = field(init=False, repr=False, compare=False)
+    """The delegating Brands by id, built with the runtime (a reload builds a new server)."""
+
+    def __post_init__(self) -> None:
+        brands: dict[str, DelegatingBrand] = {}
+        for brand in self.config.brands.values():
+            if brand.delegation is not None:
+                urls = self.urls(brand)
+                metadata = render_metadata(brand.delegation, urls)
+                brands[brand.id] = DelegatingBrand(brand, brand.delegation, urls, metadata)
+        object.__setattr__(self, "brands", brands)
+
+    def urls(self, brand: BrandConfig) -> OAuthUrls:
+        return OAuthUrls.of(self.config.public_url, brand.id)
+
+    def brand(self, brand_id: str) -> DelegatingBrand | None:
+        """The Brand ``brand_id`` if it delegates: every §5 endpoint of any other is a bare 404."""
+        return self.brands.get(brand_id)

@@ -1,0 +1,147 @@
+"""The token endpoint (§5.3): RFC 8628 §3.4 device-code redemption and RFC 6749 §6 refresh.
+
+Every decision that must hold across replicas is one atomic step of the store: a device code
+is redeemed once however many polls race for it, and a refresh token rotates once however
+many refreshes race for it (the losers present a spent token, which revokes the grant: RFC
+9700 §4.14.2 reuse detection). Refresh tokens are random, handed out once and stored only as
+their hash. A grant and its refresh tokens belong to one (personal agent, ``sub``): another
+personal agent, or another ``sub`` of the same one, gets ``invalid_grant`` and changes nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from typing import Final
+
+from aiohttp import web
+
+from gateway.http.state import METRICS
+from gateway.oauth.access_token import mint_access_token
+from gateway.oauth.client_auth import Client, pa_client
+from gateway.oauth.device import code_hash
+from gateway.oauth.errors import ErrorCode, OAuthError, json_answer
+from gateway.oauth.forms import parse_scope, required
+from gateway.oauth.metadata import DEVICE_CODE_GRANT, REFRESH_TOKEN_GRANT
+from gateway.store.oauth import Grant, PollOutcome, RefreshOutcome
+
+__all__ = ["GRANT_ID_PREFIX", "REFRESH_TOKEN_PREFIX", "new_grant_id", "new_refresh_token", "owns", "token"]
+
+log = logging.getLogger("pact_gateway.oauth")
+
+GRANT_ID_PREFIX: Final = "a2agrant_"
+REFRESH_TOKEN_PREFIX: Final = "rt_"  # noqa: S105 - a prefix, not a secret
+
+_POLL_ERRORS: Final = {
+    PollOutcome.INVALID_GRANT: ErrorCode.INVALID_GRANT,
+    PollOutcome.EXPIRED_TOKEN: ErrorCode.EXPIRED_TOKEN,
+    PollOutcome.ACCESS_DENIED: ErrorCode.ACCESS_DENIED,
+    PollOutcome.SLOW_DOWN: ErrorCode.SLOW_DOWN,
+    PollOutcome.AUTHORIZATION_PENDING: ErrorCode.AUTHORIZATION_PENDING,
+}
+"""RFC 8628 §3.5: every poll outcome but success is a ``400`` with its own code."""
+
+
+def new_grant_id() -> str:
+    """§5.4 ``grant_id``: opaque and unguessable (it appears in receipts, so it is not a secret)."""
+    return GRANT_ID_PREFIX + secrets.token_urlsafe(16)
+
+
+def new_refresh_token() -> str:
+    """256 random bits; only its :func:`code_hash` is ever stored."""
+    return REFRESH_TOKEN_PREFIX + secrets.token_urlsafe(32)
+
+
+def owns(grant: Grant, client: Client) -> bool:
+    """Whether ``grant`` belongs to the calling personal agent and its ``sub`` (§5.3 binding)."""
+    return grant.client_id == client.identity.issuer and grant.owner_digest == client.owner_digest
+
+
+def _issued(client: Client, grant: Grant, scopes: tuple[str, ...], refresh_token: str) -> web.Response:
+    """The §5.3 success answer: a fresh access token for ``scopes`` and the grant's new refresh token."""
+    brand = client.brand
+    access_token, expires_in = mint_access_token(
+        client.server.keys,
+        grant,
+        issuer=brand.urls.issuer,
+        audience=brand.urls.interface,
+        scopes=scopes,
+        now=client.server.clock(),
+        ttl=brand.delegation.token_ttl,
+    )
+    return json_answer(
+        {
+            "token_type": "Bearer",
+            "access_token": access_token,
+            "refresh_token": refresh_token,
+            "expires_in": expires_in,
+            "scope": " ".join(scopes),
+        }
+    )
+
+
+async def _redeem_device_code(request: web.Request, client: Client) -> web.Response:
+    """RFC 8628 §3.4–3.5: one poll, decided by the store in the documented order."""
+    brand = client.brand
+    brand_id = brand.brand.id
+    refresh_token = new_refresh_token()
+    result = await client.server.store.poll(
+        brand_id,
+        code_hash(required(client.form, "device_code")),
+        client.owner_digest,
+        client.server.clock(),
+        grant_id=new_grant_id(),
+        refresh_hash=code_hash(refresh_token),
+        grant_ttl=brand.delegation.grant_ttl,
+    )
+    metrics = request.app[METRICS]
+    if result.outcome is not PollOutcome.ISSUED or result.grant is None:
+        if result.outcome is PollOutcome.EXPIRED_TOKEN:
+            metrics.delegation_event(brand_id, "authorization_expired")
+        raise OAuthError(_POLL_ERRORS.get(result.outcome, ErrorCode.INVALID_GRANT))
+    metrics.delegation_event(brand_id, "token_issued")
+    return _issued(client, result.grant, result.grant.scopes, refresh_token)
+
+
+async def _refresh(request: web.Request, client: Client) -> web.Response:
+    """RFC 6749 §6 with rotation: a new access token (narrowed by ``scope`` if asked) and refresh token.
+
+    Ownership and the narrowing are checked before the store rotates anything, so a foreign or
+    malformed request spends nothing; a narrower ``scope`` limits only this access token (the
+    grant keeps what the User approved, RFC 6749 §6).
+    """
+    brand = client.brand
+    brand_id = brand.brand.id
+    store, now = client.server.store, client.server.clock()
+    refresh_hash = code_hash(required(client.form, "refresh_token"))
+    grant_id = await store.grant_of_refresh(brand_id, refresh_hash, now)
+    grant = None if grant_id is None else await store.get_grant(brand_id, grant_id, now)
+    if grant is None or not owns(grant, client):
+        raise OAuthError(ErrorCode.INVALID_GRANT)
+    scope = client.form.get("scope")
+    scopes = grant.scopes if scope is None else parse_scope(scope, grant.scopes)
+    refresh_token = new_refresh_token()
+    result = await store.rotate_refresh(brand_id, refresh_hash, code_hash(refresh_token), now)
+    metrics = request.app[METRICS]
+    if result.outcome is RefreshOutcome.REUSED:
+        # The store revoked the grant in the same step: whoever holds the newest token loses it too.
+        metrics.delegation_event(brand_id, "refresh_reuse_detected")
+        log.warning(
+            "spent refresh token presented: grant revoked", extra={"brand": brand_id, "grant_id": grant_id}
+        )
+        raise OAuthError(ErrorCode.INVALID_GRANT)
+    if result.outcome is not RefreshOutcome.ROTATED or result.grant is None:
+        raise OAuthError(ErrorCode.INVALID_GRANT)
+    metrics.delegation_event(brand_id, "token_refreshed")
+    return _issued(client, result.grant, scopes, refresh_token)
+
+
+@pa_client
+async def token(request: web.Request, client: Client) -> web.Response:
+    """``POST {interface}/oauth/token`` (§5.3): ``grant_type`` picks the device-code poll or a refresh."""
+    grant_type = required(client.form, "grant_type")
+    if grant_type == DEVICE_CODE_GRANT:
+        return await _redeem_device_code(request, client)
+    if grant_type == REFRESH_TOKEN_GRANT:
+        return await _refresh(request, client)
+    raise OAuthError(ErrorCode.UNSUPPORTED_GRANT_TYPE)

@@ -1,0 +1,221 @@
+"""The §5 flow's state behind one interface, kept beside the conversations (memory or Redis).
+
+What is kept, each with its own lifetime and never a secret in clear:
+
+* **device authorizations** (RFC 8628), by the SHA-256 of their ``device_code``, with an
+  index from their ``user_code``; they live ``expires_in`` seconds;
+* **consent sessions**: the consent page's hidden ``session``, by its hash, single use;
+* **used assertion ``jti``s** (the Brand login's hand-off), single use, kept until the
+  assertion could no longer be valid;
+* **grants**: what a User approved for one personal agent (and one of its ``sub``s), with
+  the hash of the refresh token now current; they live ``grant_ttl`` seconds;
+* **refresh-token families**: every refresh token a grant ever had, by hash, so a spent one
+  is recognised (and revokes the grant: reuse detection, RFC 9700 §4.14.2).
+
+Every decision that must hold across replicas is one atomic step of the backend: redeeming
+a device code, rotating a refresh token, taking a consent session, using a ``jti``.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from enum import Enum
+from typing import NamedTuple
+
+__all__ = [
+    "EXPIRED_KEPT",
+    "AuthorizationStatus",
+    "ConsentSession",
+    "DeviceAuthorization",
+    "Grant",
+    "OAuthStore",
+    "PollOutcome",
+    "PollResult",
+    "RefreshOutcome",
+    "RefreshResult",
+]
+
+EXPIRED_KEPT = 600
+"""Seconds a device authorization is still kept past its ``expires_at``, so that a late poll hears
+``expired_token`` (RFC 8628 §3.5) rather than ``invalid_grant``; the backends forget it after that."""
+
+
+class AuthorizationStatus(Enum):
+    PENDING = "pending"
+    APPROVED = "approved"
+    DENIED = "denied"
+    REDEEMED = "redeemed"
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceAuthorization:
+    """One RFC 8628 device authorization, bound to the personal agent *and* its ``sub`` (§5.3)."""
+
+    device_hash: str
+    """Hex SHA-256 of the ``device_code``: the code itself is never stored."""
+    user_code: str
+    brand_id: str
+    client_id: str
+    """The personal agent's issuer (§5: ``client_id`` is its issuer URL)."""
+    owner_digest: str
+    """:attr:`gateway.store.base.Owner.digest` of (Brand, PA issuer, PA ``sub``)."""
+    scopes: tuple[str, ...]
+    """Requested, in the card's order."""
+    expires_at: float
+    interval: int
+    """Seconds the personal agent must leave between polls; raised by 5 on each ``slow_down``."""
+    status: AuthorizationStatus = AuthorizationStatus.PENDING
+    user: str | None = None
+    """The Brand user id, once approved."""
+    approved: tuple[str, ...] = ()
+    """The scopes the grant will carry, once approved."""
+
+
+@dataclass(frozen=True, slots=True)
+class ConsentSession:
+    """The consent page's hidden ``session``: which authorization, shown to which logged-in User."""
+
+    device_hash: str
+    user: str
+    expires_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    """What a Brand user approved for one personal agent and one of its ``sub``s (§5.4 ``grant_id``)."""
+
+    grant_id: str
+    brand_id: str
+    client_id: str
+    owner_digest: str
+    """The (Brand, PA issuer, PA ``sub``) the grant belongs to, as :attr:`Owner.digest`."""
+    user: str
+    scopes: tuple[str, ...]
+    issued_at: float
+    expires_at: float
+
+
+class PollOutcome(Enum):
+    """RFC 8628 §3.5 answers to a token poll, plus the success."""
+
+    INVALID_GRANT = "invalid_grant"
+    EXPIRED_TOKEN = "expired_token"  # noqa: S105 - an RFC 8628 error code
+    ACCESS_DENIED = "access_denied"
+    SLOW_DOWN = "slow_down"
+    AUTHORIZATION_PENDING = "authorization_pending"
+    ISSUED = "issued"
+
+
+class PollResult(NamedTuple):
+    outcome: PollOutcome
+    grant: Grant | None = None
+    """``ISSUED``: the grant this redemption created."""
+
+
+class RefreshOutcome(Enum):
+    ROTATED = "rotated"
+    INVALID = "invalid"
+    """Unknown refresh token, or its grant expired or was revoked."""
+    REUSED = "reused"
+    """A spent refresh token of a live grant: the grant has been revoked in the same step."""
+
+
+class RefreshResult(NamedTuple):
+    outcome: RefreshOutcome
+    grant: Grant | None = None
+    """``ROTATED``: the grant, unchanged but for its current refresh token."""
+
+
+class OAuthStore(ABC):
+    """One interface, two backends (``oauth_memory``, ``oauth_redis``), opened beside the conversation store.
+
+    ``now`` is always passed in (wall-clock seconds), so tests and replicas decide with the
+    caller's clock. Every method raises :class:`gateway.store.base.StoreError` when the backend fails.
+    """
+
+    @abstractmethod
+    async def create_authorization(self, authorization: DeviceAuthorization) -> bool:
+        """Store a new pending authorization until its ``expires_at``; ``False`` if its ``user_code``
+        is already in use for this Brand (the caller draws another)."""
+
+    @abstractmethod
+    async def authorization_by_user_code(
+        self, brand_id: str, user_code: str, now: float
+    ) -> DeviceAuthorization | None:
+        """The live authorization ``user_code`` names, with its current status; ``None`` once expired."""
+
+    @abstractmethod
+    async def approve(
+        self, brand_id: str, device_hash: str, user: str, scopes: tuple[str, ...], now: float
+    ) -> bool:
+        """PENDING and live → APPROVED for ``user`` with ``scopes``; ``False`` (nothing changed) otherwise."""
+
+    @abstractmethod
+    async def deny(self, brand_id: str, device_hash: str, now: float) -> bool:
+        """PENDING and live → DENIED; ``False`` (nothing changed) otherwise."""
+
+    @abstractmethod
+    async def poll(
+        self,
+        brand_id: str,
+        device_hash: str,
+        owner_digest: str,
+        now: float,
+        *,
+        grant_id: str,
+        refresh_hash: str,
+        grant_ttl: int,
+    ) -> PollResult:
+        """One token poll (RFC 8628 §3.4–3.5), decided in one atomic step, in this order:
+
+        unknown code, or one bound to another ``owner_digest`` → ``INVALID_GRANT``; expired →
+        ``EXPIRED_TOKEN``; denied → ``ACCESS_DENIED``; already redeemed → ``INVALID_GRANT``; a
+        poll less than ``interval`` seconds after the previous poll of this code → ``SLOW_DOWN``
+        (and the interval grows by 5 s for good); still pending → ``AUTHORIZATION_PENDING``.
+        The first poll is never too early. Every poll that gets past the redeemed check is
+        recorded as the previous poll.
+
+        Approved → ``ISSUED``: the authorization becomes REDEEMED and the grant ``grant_id``
+        (its user, approved scopes, client and owner; ``issued_at`` = ``now``, ``expires_at`` =
+        ``now + grant_ttl``) is stored with ``refresh_hash`` as its current refresh token, in the
+        same step, so two concurrent polls never both get a token.
+        """
+
+    @abstractmethod
+    async def put_consent_session(self, brand_id: str, session_hash: str, session: ConsentSession) -> None:
+        """Keep ``session`` until its ``expires_at``."""
+
+    @abstractmethod
+    async def take_consent_session(
+        self, brand_id: str, session_hash: str, now: float
+    ) -> ConsentSession | None:
+        """The live session, removed in the same step: a second take gets ``None``."""
+
+    @abstractmethod
+    async def use_once(self, brand_id: str, marker: str, ttl: float) -> bool:
+        """``True`` the first time ``marker`` (a hash) is used within ``ttl`` seconds, ``False`` after."""
+
+    @abstractmethod
+    async def get_grant(self, brand_id: str, grant_id: str, now: float) -> Grant | None:
+        """The live grant, or ``None`` (unknown, expired or revoked)."""
+
+    @abstractmethod
+    async def grants_of_user(self, brand_id: str, user: str, now: float) -> list[Grant]:
+        """Every live grant of a Brand user, oldest first (consent skipping, ``grants list``)."""
+
+    @abstractmethod
+    async def rotate_refresh(
+        self, brand_id: str, refresh_hash: str, new_refresh_hash: str, now: float
+    ) -> RefreshResult:
+        """Refresh-token rotation in one atomic step: ``refresh_hash`` must be its live grant's current
+        token (``ROTATED``: ``new_refresh_hash`` becomes current, the old one spent); a spent one
+        revokes the grant (``REUSED``); anything else is ``INVALID``."""
+
+    @abstractmethod
+    async def grant_of_refresh(self, brand_id: str, refresh_hash: str, now: float) -> str | None:
+        """The id of the live grant whose family ``refresh_hash`` belongs to (current or spent)."""
+
+    @abstractmethod
+    async def revoke_grant(self, brand_id: str, grant_id: str) -> bool:
+        """End the grant now, on every replica: its tokens stop working on their next use."""

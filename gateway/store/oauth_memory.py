@@ -1,0 +1,237 @@
+"""The §5 flow's state in memory: records in the conversation store's own :class:`MemoryKeyspace`.
+
+One process only (``memory://`` deployments and tests). Sharing the keyspace means one clock
+and one sweep, and it is what lets :meth:`gateway.store.memory.MemoryStore.begin_turn` read a
+grant where this store keeps it. Every record is a tuple led by its deadline in seconds, as
+the sweep expects; nothing is ever deleted here (only the sweep deletes keys): a record that
+ends early (a revoked grant, a taken consent session) is expired in place, ``-inf`` first.
+
+Every method reads, decides and writes with no ``await`` in between, so each decision is
+atomic against every other coroutine of the process.
+
+The records, by :func:`gateway.store.keys.oauth_key` kind unless said otherwise:
+
+* ``device``: ``(kept until, DeviceAuthorization, previous poll or None)``, kept
+  :data:`~gateway.store.oauth.EXPIRED_KEPT` seconds past the authorization's expiry so a late
+  poll still hears ``expired_token``;
+* ``user_code``: ``(expires, device hash)``;
+* ``consent``: ``(expires, ConsentSession)``; ``once``: ``(expires,)``;
+* a grant, at :func:`gateway.store.keys.grant_key`: :data:`~gateway.store.memory.GrantRecord`;
+* ``refresh``: ``(grant expires, grant id)``, one per refresh token the grant ever had;
+* ``user``: ``(latest grant expiry, grant ids)``, the Brand user's grants in issue order.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, TypeAlias
+
+from gateway.store import keys
+from gateway.store.memory import GrantRecord, MemoryKeyspace, live_grant
+from gateway.store.oauth import (
+    EXPIRED_KEPT,
+    AuthorizationStatus,
+    ConsentSession,
+    DeviceAuthorization,
+    Grant,
+    OAuthStore,
+    PollOutcome,
+    PollResult,
+    RefreshOutcome,
+    RefreshResult,
+)
+
+__all__ = ["MemoryOAuthStore"]
+
+_Device: TypeAlias = tuple[float, DeviceAuthorization, float | None]
+
+
+class MemoryOAuthStore(OAuthStore):
+    """The §5 records beside a :class:`MemoryStore`; its owner runs the keyspace's sweep and closes it."""
+
+    def __init__(self, keyspace: MemoryKeyspace) -> None:
+        self._keyspace = keyspace
+
+    def _live(self, key: str, now: float) -> tuple[Any, ...] | None:
+        entry = self._keyspace.entries.get(key)
+        return entry if type(entry) is tuple and entry[0] > now else None
+
+    def _device(self, brand_id: str, device_hash: str, now: float) -> _Device | None:
+        """The device record, live or within its grace past expiry."""
+        entry = self._live(keys.oauth_key(brand_id, "device", device_hash), now)
+        return None if entry is None or type(entry[1]) is not DeviceAuthorization else entry
+
+    def _settle(self, brand_id: str, device_hash: str, now: float, **changes: Any) -> bool:
+        """Move a live PENDING authorization on with ``changes``; ``False`` (nothing changed) otherwise."""
+        device = self._device(brand_id, device_hash, now)
+        if device is None:
+            return False
+        kept, authorization, polled = device
+        if authorization.status is not AuthorizationStatus.PENDING or authorization.expires_at <= now:
+            return False
+        updated = dataclasses.replace(authorization, **changes)
+        self._keyspace.entries[keys.oauth_key(brand_id, "device", device_hash)] = (kept, updated, polled)
+        return True
+
+    async def create_authorization(self, authorization: DeviceAuthorization) -> bool:
+        brand_id = authorization.brand_id
+        index_key = keys.oauth_key(brand_id, "user_code", authorization.user_code)
+        if self._live(index_key, self._keyspace.clock()) is not None:
+            return False
+        expires = authorization.expires_at
+        self._keyspace.put(index_key, (expires, authorization.device_hash))
+        device_key = keys.oauth_key(brand_id, "device", authorization.device_hash)
+        self._keyspace.put(device_key, (expires + EXPIRED_KEPT, authorization, None))
+        return True
+
+    async def authorization_by_user_code(
+        self, brand_id: str, user_code: str, now: float
+    ) -> DeviceAuthorization | None:
+        index = self._live(keys.oauth_key(brand_id, "user_code", user_code), now)
+        if index is None:
+            return None
+        device = self._device(brand_id, index[1], now)
+        if device is None or device[1].expires_at <= now:
+            return None
+        return device[1]
+
+    async def approve(
+        self, brand_id: str, device_hash: str, user: str, scopes: tuple[str, ...], now: float
+    ) -> bool:
+        return self._settle(
+            brand_id, device_hash, now, status=AuthorizationStatus.APPROVED, user=user, approved=scopes
+        )
+
+    async def deny(self, brand_id: str, device_hash: str, now: float) -> bool:
+        return self._settle(brand_id, device_hash, now, status=AuthorizationStatus.DENIED)
+
+    async def poll(
+        self,
+        brand_id: str,
+        device_hash: str,
+        owner_digest: str,
+        now: float,
+        *,
+        grant_id: str,
+        refresh_hash: str,
+        grant_ttl: int,
+    ) -> PollResult:
+        device = self._device(brand_id, device_hash, now)
+        if device is None or device[1].owner_digest != owner_digest:
+            return PollResult(PollOutcome.INVALID_GRANT)
+        kept, authorization, polled = device
+        if authorization.expires_at <= now:
+            return PollResult(PollOutcome.EXPIRED_TOKEN)
+        status = authorization.status
+        if status is AuthorizationStatus.DENIED:
+            return PollResult(PollOutcome.ACCESS_DENIED)
+        if status is AuthorizationStatus.REDEEMED:
+            return PollResult(PollOutcome.INVALID_GRANT)
+        device_key = keys.oauth_key(brand_id, "device", device_hash)
+        if polled is not None and now - polled < authorization.interval:
+            slower = dataclasses.replace(authorization, interval=authorization.interval + 5)
+            self._keyspace.entries[device_key] = (kept, slower, now)
+            return PollResult(PollOutcome.SLOW_DOWN)
+        if status is AuthorizationStatus.PENDING:
+            self._keyspace.entries[device_key] = (kept, authorization, now)
+            return PollResult(PollOutcome.AUTHORIZATION_PENDING)
+        redeemed = dataclasses.replace(authorization, status=AuthorizationStatus.REDEEMED)
+        self._keyspace.entries[device_key] = (kept, redeemed, now)
+        assert authorization.user is not None  # APPROVED always names its user
+        grant = Grant(
+            grant_id=grant_id,
+            brand_id=brand_id,
+            client_id=authorization.client_id,
+            owner_digest=authorization.owner_digest,
+            user=authorization.user,
+            scopes=authorization.approved,
+            issued_at=now,
+            expires_at=now + grant_ttl,
+        )
+        self._store_grant(grant, refresh_hash, now)
+        return PollResult(PollOutcome.ISSUED, grant)
+
+    def _store_grant(self, grant: Grant, refresh_hash: str, now: float) -> None:
+        brand_id, expires = grant.brand_id, grant.expires_at
+        record: GrantRecord = (expires, grant, refresh_hash)
+        self._keyspace.put(keys.grant_key(brand_id, grant.grant_id), record)
+        self._keyspace.put(keys.oauth_key(brand_id, "refresh", refresh_hash), (expires, grant.grant_id))
+        user_key = keys.oauth_key(brand_id, "user", keys.user_digest(brand_id, grant.user))
+        index = self._live(user_key, now)
+        kept, ids = (expires, ()) if index is None else (max(index[0], expires), index[1])
+        self._keyspace.put(user_key, (kept, (*ids, grant.grant_id)))
+
+    async def put_consent_session(self, brand_id: str, session_hash: str, session: ConsentSession) -> None:
+        self._keyspace.put(keys.oauth_key(brand_id, "consent", session_hash), (session.expires_at, session))
+
+    async def take_consent_session(
+        self, brand_id: str, session_hash: str, now: float
+    ) -> ConsentSession | None:
+        key = keys.oauth_key(brand_id, "consent", session_hash)
+        entry = self._live(key, now)
+        if entry is None:
+            return None
+        self._keyspace.entries[key] = (-math.inf, entry[1])
+        session: ConsentSession = entry[1]
+        return session
+
+    async def use_once(self, brand_id: str, marker: str, ttl: float) -> bool:
+        key = keys.oauth_key(brand_id, "once", marker)
+        now = self._keyspace.clock()
+        if self._live(key, now) is not None:
+            return False
+        self._keyspace.put(key, (now + ttl,))
+        return True
+
+    def _grant(self, brand_id: str, grant_id: str, now: float) -> GrantRecord | None:
+        return live_grant(self._keyspace.entries.get(keys.grant_key(brand_id, grant_id)), now)
+
+    async def get_grant(self, brand_id: str, grant_id: str, now: float) -> Grant | None:
+        record = self._grant(brand_id, grant_id, now)
+        return None if record is None else record[1]
+
+    async def grants_of_user(self, brand_id: str, user: str, now: float) -> list[Grant]:
+        user_key = keys.oauth_key(brand_id, "user", keys.user_digest(brand_id, user))
+        index = self._live(user_key, now)
+        if index is None:
+            return []
+        records = [(grant_id, self._grant(brand_id, grant_id, now)) for grant_id in index[1]]
+        live = [(grant_id, record[1]) for grant_id, record in records if record is not None]
+        if len(live) < len(records):
+            self._keyspace.entries[user_key] = (index[0], tuple(grant_id for grant_id, _ in live))
+        return sorted((grant for _, grant in live), key=lambda grant: (grant.issued_at, grant.grant_id))
+
+    async def rotate_refresh(
+        self, brand_id: str, refresh_hash: str, new_refresh_hash: str, now: float
+    ) -> RefreshResult:
+        family = self._live(keys.oauth_key(brand_id, "refresh", refresh_hash), now)
+        if family is None:
+            return RefreshResult(RefreshOutcome.INVALID)
+        grant_key = keys.grant_key(brand_id, family[1])
+        record = live_grant(self._keyspace.entries.get(grant_key), now)
+        if record is None:
+            return RefreshResult(RefreshOutcome.INVALID)
+        expires, grant, current = record
+        if current != refresh_hash:
+            # A spent token came back: someone holds a copy, so neither copy may go on (RFC 9700 §4.14.2).
+            self._keyspace.entries[grant_key] = (-math.inf, grant, current)
+            return RefreshResult(RefreshOutcome.REUSED)
+        self._keyspace.entries[grant_key] = (expires, grant, new_refresh_hash)
+        self._keyspace.put(keys.oauth_key(brand_id, "refresh", new_refresh_hash), (expires, grant.grant_id))
+        return RefreshResult(RefreshOutcome.ROTATED, grant)
+
+    async def grant_of_refresh(self, brand_id: str, refresh_hash: str, now: float) -> str | None:
+        family = self._live(keys.oauth_key(brand_id, "refresh", refresh_hash), now)
+        if family is None or self._grant(brand_id, family[1], now) is None:
+            return None
+        grant_id: str = family[1]
+        return grant_id
+
+    async def revoke_grant(self, brand_id: str, grant_id: str) -> bool:
+        key = keys.grant_key(brand_id, grant_id)
+        record = live_grant(self._keyspace.entries.get(key), self._keyspace.clock())
+        if record is None:
+            return False
+        self._keyspace.entries[key] = (-math.inf, record[1], record[2])
+        return True

@@ -1,0 +1,411 @@
+"""The §5 flow's state on Redis, over the conversation store's own pipelined connection.
+
+Each decision that must hold across replicas is one Lua script (redeeming a device code,
+rotating a refresh token, taking a consent session, using a marker, settling an
+authorization); plain reads are plain commands. Every key gets a TTL, and every record also
+carries its own deadline, which is what decides: ``now`` comes from the caller (or this
+store's clock, the conversation store's), so replicas and tests decide by the clock they
+pass, and a TTL only reclaims memory. Times are seconds as Python's ``repr`` of the float:
+Lua reads them as the same doubles, and scripts only compare them, never format one, so
+they come back exactly as written.
+
+The layout, by :func:`gateway.store.keys.oauth_key` kind unless said otherwise:
+
+* ``device`` (hash): ``o`` owner digest, ``c`` client, ``s`` scopes (space-separated, as
+  OAuth scope ids never hold a space), ``e`` expires, ``i`` interval, ``t`` status, ``k``
+  user code, ``p`` previous poll; once approved ``u`` user, ``a`` approved scopes and ``d``
+  the user's digest. Kept :data:`~gateway.store.oauth.EXPIRED_KEPT` seconds past ``e`` so a
+  late poll still hears ``expired_token``;
+* ``user_code`` (string): ``{device hash}|{expires}``, created with the authorization only if
+  no live one holds the code;
+* ``consent`` (hash): ``d`` device hash, ``u`` user, ``e`` expires; ``once`` (string): expires;
+* a grant, at :func:`gateway.store.keys.grant_key` (hash): ``o`` owner digest (which every
+  delegated begin-turn script reads), ``c`` client, ``u`` user, ``s`` scopes, ``i`` issued,
+  ``e`` expires, ``r`` the current refresh token's hash; revoking deletes it;
+* ``refresh`` (string): the grant id, one key per refresh token the grant ever had;
+* ``user`` (set): the grant ids of a Brand user, dead ones dropped when next read.
+
+Two scripts reach a key they learn only as they run, from a prefix passed in ARGV: the poll
+(the user's grant set, from the digest approval stored) and the rotation (the grant a refresh
+token belongs to), so each stays one step. Like every key here, that assumes a standalone
+Redis (a Redis Cluster would need hash tags).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from gateway.store import keys
+from gateway.store.oauth import (
+    EXPIRED_KEPT,
+    AuthorizationStatus,
+    ConsentSession,
+    DeviceAuthorization,
+    Grant,
+    OAuthStore,
+    PollOutcome,
+    PollResult,
+    RefreshOutcome,
+    RefreshResult,
+)
+from gateway.store.redis_pipe import Arg, RedisPipe, Script
+
+__all__ = ["RedisOAuthStore"]
+
+# KEYS[1] user-code index, KEYS[2] device. ARGV: now, index value, index ttl ms, device ttl ms,
+# then the device's fields and values.
+_CREATE = Script("""
+local held = redis.call('GET', KEYS[1])
+if held and tonumber(string.match(held, '|(.*)$')) > tonumber(ARGV[1]) then return 0 end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+redis.call('HSET', KEYS[2], unpack(ARGV, 5))
+redis.call('PEXPIRE', KEYS[2], ARGV[4])
+return 1
+""")
+
+# KEYS[1] device. ARGV: now, then the fields and values a live PENDING authorization takes.
+_SETTLE = Script("""
+local v = redis.call('HMGET', KEYS[1], 't', 'e')
+if v[1] ~= 'pending' or tonumber(v[2]) <= tonumber(ARGV[1]) then return 0 end
+redis.call('HSET', KEYS[1], unpack(ARGV, 2))
+return 1
+""")
+
+# KEYS[1] device, KEYS[2] grant, KEYS[3] refresh family of the new token.
+# ARGV: owner, now, refresh hash, grant expires, grant ttl ms, grant id, user-set key prefix.
+_POLL = Script("""
+local d = redis.call('HMGET', KEYS[1], 'o', 'e', 't', 'p', 'i')
+if d[1] ~= ARGV[1] then return {'invalid_grant'} end
+local now = tonumber(ARGV[2])
+if tonumber(d[2]) <= now then return {'expired_token'} end
+if d[3] == 'denied' then return {'access_denied'} end
+if d[3] == 'redeemed' then return {'invalid_grant'} end
+local interval = tonumber(d[5])
+if d[4] and now - tonumber(d[4]) < interval then
+  redis.call('HSET', KEYS[1], 'p', ARGV[2], 'i', interval + 5)
+  return {'slow_down'}
+end
+if d[3] ~= 'approved' then
+  redis.call('HSET', KEYS[1], 'p', ARGV[2])
+  return {'authorization_pending'}
+end
+redis.call('HSET', KEYS[1], 'p', ARGV[2], 't', 'redeemed')
+local a = redis.call('HMGET', KEYS[1], 'c', 'u', 'a', 'd')
+redis.call('HSET', KEYS[2], 'o', ARGV[1], 'c', a[1], 'u', a[2], 's', a[3], 'i', ARGV[2], 'e', ARGV[4],
+  'r', ARGV[3])
+redis.call('PEXPIRE', KEYS[2], ARGV[5])
+redis.call('SET', KEYS[3], ARGV[6], 'PX', ARGV[5])
+local user_set = ARGV[7] .. a[4]
+redis.call('SADD', user_set, ARGV[6])
+if redis.call('PTTL', user_set) < tonumber(ARGV[5]) then redis.call('PEXPIRE', user_set, ARGV[5]) end
+return {'issued', a[1], a[2], a[3]}
+""")
+
+# KEYS[1] a hash. ARGV: ttl ms, then its fields and values.
+_PUT_HASH = Script("""
+redis.call('DEL', KEYS[1])
+redis.call('HSET', KEYS[1], unpack(ARGV, 2))
+redis.call('PEXPIRE', KEYS[1], ARGV[1])
+return 1
+""")
+
+# KEYS[1] consent session. ARGV: now. Taken (deleted) whether live or not: a dead one is of no use.
+_TAKE = Script("""
+local v = redis.call('HMGET', KEYS[1], 'd', 'u', 'e')
+if not v[1] then return false end
+redis.call('DEL', KEYS[1])
+if tonumber(v[3]) <= tonumber(ARGV[1]) then return false end
+return v
+""")
+
+# KEYS[1] marker. ARGV: now, its deadline, ttl ms.
+_ONCE = Script("""
+local until_ = redis.call('GET', KEYS[1])
+if until_ and tonumber(until_) > tonumber(ARGV[1]) then return 0 end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+return 1
+""")
+
+# KEYS[1] refresh family of the presented token, KEYS[2] of the new one.
+# ARGV: now, grant key prefix, presented hash, new hash.
+_ROTATE = Script("""
+local id = redis.call('GET', KEYS[1])
+if not id then return {'invalid'} end
+local key = ARGV[2] .. id
+local g = redis.call('HMGET', key, 'r', 'e', 'o', 'c', 'u', 's', 'i')
+if not g[2] or tonumber(g[2]) <= tonumber(ARGV[1]) then return {'invalid'} end
+if g[1] ~= ARGV[3] then
+  redis.call('DEL', key)
+  return {'reused'}
+end
+redis.call('HSET', key, 'r', ARGV[4])
+redis.call('SET', KEYS[2], id, 'PX', math.max(redis.call('PTTL', key), 1))
+return {'rotated', id, g[3], g[4], g[5], g[6], g[7], g[2]}
+""")
+
+# KEYS[1] grant. ARGV: now. 1 when a live grant ended.
+_REVOKE = Script("""
+local e = redis.call('HGET', KEYS[1], 'e')
+if not e then return 0 end
+redis.call('DEL', KEYS[1])
+if tonumber(e) > tonumber(ARGV[1]) then return 1 end
+return 0
+""")
+
+
+def _ttl_ms(deadline: float, now: float) -> int:
+    """Milliseconds from ``now`` to ``deadline``, at least 1 (Redis refuses a TTL of 0)."""
+    return max(1, math.ceil((deadline - now) * 1000))
+
+
+def _time(value: float) -> str:
+    # repr round-trips a float exactly, and Lua's tonumber reads it as the same double.
+    return repr(float(value))
+
+
+def _scopes(value: bytes) -> tuple[str, ...]:
+    return tuple(value.decode().split())
+
+
+def _fields(flat: Sequence[bytes]) -> dict[bytes, bytes]:
+    """``HGETALL``'s flat ``[field, value, …]`` as a dict."""
+    return dict(zip(flat[::2], flat[1::2], strict=True))
+
+
+def _grant(brand_id: str, grant_id: str, fields: dict[bytes, bytes]) -> Grant:
+    return Grant(
+        grant_id=grant_id,
+        brand_id=brand_id,
+        client_id=fields[b"c"].decode(),
+        owner_digest=fields[b"o"].decode(),
+        user=fields[b"u"].decode(),
+        scopes=_scopes(fields[b"s"]),
+        issued_at=float(fields[b"i"]),
+        expires_at=float(fields[b"e"]),
+    )
+
+
+class RedisOAuthStore(OAuthStore):
+    """The §5 records on the conversation store's Redis, through its connection (no second one).
+
+    ``clock`` decides where a method takes no ``now``: pass the conversation store's, as
+    :func:`gateway.store.factory.open_oauth_store` does.
+    """
+
+    def __init__(self, redis: RedisPipe, *, clock: Callable[[], float] = time.time) -> None:
+        self._redis = redis
+        self._clock = clock
+
+    async def create_authorization(self, authorization: DeviceAuthorization) -> bool:
+        brand_id, expires = authorization.brand_id, authorization.expires_at
+        now = self._clock()
+        fields: list[Arg] = [
+            "o", authorization.owner_digest,
+            "c", authorization.client_id,
+            "s", " ".join(authorization.scopes),
+            "e", _time(expires),
+            "i", authorization.interval,
+            "t", authorization.status.value,
+            "k", authorization.user_code,
+        ]  # fmt: skip
+        if authorization.user is not None:
+            fields += ["u", authorization.user, "d", keys.user_digest(brand_id, authorization.user)]
+        if authorization.approved:
+            fields += ["a", " ".join(authorization.approved)]
+        created = await self._redis.run(
+            _CREATE,
+            [
+                keys.oauth_key(brand_id, "user_code", authorization.user_code),
+                keys.oauth_key(brand_id, "device", authorization.device_hash),
+            ],
+            [
+                _time(now),
+                f"{authorization.device_hash}|{_time(expires)}",
+                _ttl_ms(expires, now),
+                _ttl_ms(expires + EXPIRED_KEPT, now),
+                *fields,
+            ],
+        )
+        return bool(created)
+
+    async def authorization_by_user_code(
+        self, brand_id: str, user_code: str, now: float
+    ) -> DeviceAuthorization | None:
+        index = await self._redis.execute("GET", keys.oauth_key(brand_id, "user_code", user_code))
+        if index is None:
+            return None
+        device_hash, _, expires = index.decode().partition("|")
+        if float(expires) <= now:
+            return None
+        flat = await self._redis.execute("HGETALL", keys.oauth_key(brand_id, "device", device_hash))
+        fields = _fields(flat)
+        # A code expired and drawn again between the two reads names the new authorization, not this one.
+        if not fields or fields[b"k"].decode() != user_code or float(fields[b"e"]) <= now:
+            return None
+        user = fields.get(b"u")
+        return DeviceAuthorization(
+            device_hash=device_hash,
+            user_code=user_code,
+            brand_id=brand_id,
+            client_id=fields[b"c"].decode(),
+            owner_digest=fields[b"o"].decode(),
+            scopes=_scopes(fields[b"s"]),
+            expires_at=float(fields[b"e"]),
+            interval=int(fields[b"i"]),
+            status=AuthorizationStatus(fields[b"t"].decode()),
+            user=None if user is None else user.decode(),
+            approved=_scopes(fields.get(b"a", b"")),
+        )
+
+    async def _settle(self, brand_id: str, device_hash: str, now: float, changes: Sequence[Arg]) -> bool:
+        settled = await self._redis.run(
+            _SETTLE, [keys.oauth_key(brand_id, "device", device_hash)], [_time(now), *changes]
+        )
+        return bool(settled)
+
+    async def approve(
+        self, brand_id: str, device_hash: str, user: str, scopes: tuple[str, ...], now: float
+    ) -> bool:
+        changes: list[Arg] = [
+            "t", AuthorizationStatus.APPROVED.value,
+            "u", user,
+            "a", " ".join(scopes),
+            "d", keys.user_digest(brand_id, user),
+        ]  # fmt: skip
+        return await self._settle(brand_id, device_hash, now, changes)
+
+    async def deny(self, brand_id: str, device_hash: str, now: float) -> bool:
+        return await self._settle(brand_id, device_hash, now, ["t", AuthorizationStatus.DENIED.value])
+
+    async def poll(
+        self,
+        brand_id: str,
+        device_hash: str,
+        owner_digest: str,
+        now: float,
+        *,
+        grant_id: str,
+        refresh_hash: str,
+        grant_ttl: int,
+    ) -> PollResult:
+        expires = now + grant_ttl
+        result = await self._redis.run(
+            _POLL,
+            [
+                keys.oauth_key(brand_id, "device", device_hash),
+                keys.grant_key(brand_id, grant_id),
+                keys.oauth_key(brand_id, "refresh", refresh_hash),
+            ],
+            [
+                owner_digest,
+                _time(now),
+                refresh_hash,
+                _time(expires),
+                _ttl_ms(expires, now),
+                grant_id,
+                keys.oauth_key(brand_id, "user", ""),
+            ],
+        )
+        outcome = PollOutcome(result[0].decode())
+        if outcome is not PollOutcome.ISSUED:
+            return PollResult(outcome)
+        _, client_id, user, scopes = result
+        grant = Grant(
+            grant_id=grant_id,
+            brand_id=brand_id,
+            client_id=client_id.decode(),
+            owner_digest=owner_digest,
+            user=user.decode(),
+            scopes=_scopes(scopes),
+            issued_at=now,
+            expires_at=expires,
+        )
+        return PollResult(outcome, grant)
+
+    async def put_consent_session(self, brand_id: str, session_hash: str, session: ConsentSession) -> None:
+        await self._redis.run(
+            _PUT_HASH,
+            [keys.oauth_key(brand_id, "consent", session_hash)],
+            [
+                _ttl_ms(session.expires_at, self._clock()),
+                "d", session.device_hash,
+                "u", session.user,
+                "e", _time(session.expires_at),
+            ],
+        )  # fmt: skip
+
+    async def take_consent_session(
+        self, brand_id: str, session_hash: str, now: float
+    ) -> ConsentSession | None:
+        taken = await self._redis.run(
+            _TAKE, [keys.oauth_key(brand_id, "consent", session_hash)], [_time(now)]
+        )
+        if taken is None:
+            return None
+        device_hash, user, expires = taken
+        return ConsentSession(device_hash=device_hash.decode(), user=user.decode(), expires_at=float(expires))
+
+    async def use_once(self, brand_id: str, marker: str, ttl: float) -> bool:
+        now = self._clock()
+        used = await self._redis.run(
+            _ONCE,
+            [keys.oauth_key(brand_id, "once", marker)],
+            [_time(now), _time(now + ttl), _ttl_ms(now + ttl, now)],
+        )
+        return bool(used)
+
+    async def get_grant(self, brand_id: str, grant_id: str, now: float) -> Grant | None:
+        flat = await self._redis.execute("HGETALL", keys.grant_key(brand_id, grant_id))
+        fields = _fields(flat)
+        if not fields or float(fields[b"e"]) <= now:
+            return None
+        return _grant(brand_id, grant_id, fields)
+
+    async def grants_of_user(self, brand_id: str, user: str, now: float) -> list[Grant]:
+        user_set = keys.oauth_key(brand_id, "user", keys.user_digest(brand_id, user))
+        members: list[bytes] = await self._redis.execute("SMEMBERS", user_set)
+        grant_ids = [member.decode() for member in members]
+        # Sent together, so the pipe writes them as one batch: one round trip for all of them.
+        grants = await asyncio.gather(*(self.get_grant(brand_id, grant_id, now) for grant_id in grant_ids))
+        dead = [grant_id for grant_id, grant in zip(grant_ids, grants, strict=True) if grant is None]
+        if dead:
+            # Safe outside a script: a grant id is never reused, so a dead one never comes back.
+            await self._redis.execute("SREM", user_set, *dead)
+        live = [grant for grant in grants if grant is not None]
+        return sorted(live, key=lambda grant: (grant.issued_at, grant.grant_id))
+
+    async def rotate_refresh(
+        self, brand_id: str, refresh_hash: str, new_refresh_hash: str, now: float
+    ) -> RefreshResult:
+        result: list[Any] = await self._redis.run(
+            _ROTATE,
+            [
+                keys.oauth_key(brand_id, "refresh", refresh_hash),
+                keys.oauth_key(brand_id, "refresh", new_refresh_hash),
+            ],
+            [_time(now), keys.grant_key(brand_id, ""), refresh_hash, new_refresh_hash],
+        )
+        outcome = RefreshOutcome(result[0].decode())
+        if outcome is not RefreshOutcome.ROTATED:
+            return RefreshResult(outcome)
+        grant_id = result[1].decode()
+        fields = dict(zip((b"o", b"c", b"u", b"s", b"i", b"e"), result[2:], strict=True))
+        return RefreshResult(outcome, _grant(brand_id, grant_id, fields))
+
+    async def grant_of_refresh(self, brand_id: str, refresh_hash: str, now: float) -> str | None:
+        grant_id = await self._redis.execute("GET", keys.oauth_key(brand_id, "refresh", refresh_hash))
+        if grant_id is None:
+            return None
+        expires = await self._redis.execute("HGET", keys.grant_key(brand_id, grant_id.decode()), "e")
+        if expires is None or float(expires) <= now:
+            return None
+        found: str = grant_id.decode()
+        return found
+
+    async def revoke_grant(self, brand_id: str, grant_id: str) -> bool:
+        revoked = await self._redis.run(_REVOKE, [keys.grant_key(brand_id, grant_id)], [_time(self._clock())])
+        return bool(revoked)

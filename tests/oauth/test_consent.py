@@ -1,0 +1,468 @@
+"""§5.3 the consent page and the User's decision, over HTTP on both backends.
+
+The Brand login hands off with a signed assertion, the page shows the personal agent's origin,
+the Brand and each requested scope (ticked, described verbatim), and the decision settles the
+pending authorization once, redirecting to the landing page with what was granted.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+from urllib.parse import urlsplit
+
+import pytest
+from aiohttp import ClientResponse
+
+from gateway.store.oauth import AuthorizationStatus
+from tests.support.consent import (
+    CONSENT_USER,
+    authorization,
+    device_authorization,
+    local,
+    oauth_urls,
+    parse_consent_form,
+    poll_token,
+    post_decision,
+    redirect_query,
+    sign_in,
+    status_of,
+)
+from tests.support.delegation import LOGIN_URL, SCOPES, BrandLogin, enable_delegation
+from tests.support.gateway import PUBLIC_URL, Harness, MakeGateway
+from tests.support.pa import OMIT, FakeJwksServer, PAKey
+
+ERROR_TEXT = "This sign-in link is invalid or has expired"
+
+
+def assert_browser_headers(response: ClientResponse, *, form_action: str = PUBLIC_URL) -> None:
+    """The headers every consent, decision, error and landing answer carries."""
+    headers = response.headers
+    assert headers["X-Frame-Options"] == "DENY"
+    assert headers["Content-Security-Policy"] == (
+        f"frame-ancestors 'none'; default-src 'none'; style-src 'unsafe-inline'; form-action {form_action}"
+    )
+    assert headers["Cache-Control"] == "no-store"
+    assert headers["Referrer-Policy"] == "no-referrer"
+    assert headers["X-Content-Type-Options"] == "nosniff"
+    assert headers["Content-Type"] == "text/html; charset=utf-8"
+
+
+async def assert_error_page(response: ClientResponse) -> None:
+    assert response.status == 400
+    assert_browser_headers(response)
+    text = await response.text()
+    assert ERROR_TEXT in text
+    assert "Start again from your assistant" in text
+
+
+async def consent_page(gw: Harness, login: BrandLogin, scopes: tuple[str, ...] = tuple(SCOPES)) -> Any:
+    """A fresh authorization for ``scopes`` and its consent form after a good sign-in."""
+    started = await device_authorization(gw, scopes)
+    response = await sign_in(gw, login, started["user_code"])
+    assert response.status == 200, await response.text()
+    return started, parse_consent_form(await response.text())
+
+
+async def test_s5_3_valid_assertion_shows_the_consent_page(dgw: Harness, brand_login: BrandLogin) -> None:
+    started = await device_authorization(dgw)
+    response = await sign_in(dgw, brand_login, started["user_code"])
+    assert response.status == 200
+    assert_browser_headers(response)
+    html = await response.text()
+    assert '<meta name="viewport" content="width=device-width, initial-scale=1">' in html
+    assert dgw.issuer in html  # the PA's issuer origin (the test PA's issuer is one)
+    assert "Acme Support" in html
+    form = parse_consent_form(html)
+    assert form.action == oauth_urls(dgw).consent_decision
+    assert form.method == "post"
+    assert form.scopes == dict.fromkeys(SCOPES, True)
+    assert form.labels == SCOPES  # verbatim, as the browser shows them
+    assert "See your name &amp; &lt;email&gt; address" in html  # and escaped in the markup
+    assert "<email>" not in html
+    assert form.decisions == ["allow", "deny"]
+    assert len(form.session) > 43
+    assert await status_of(dgw, started["user_code"]) is AuthorizationStatus.PENDING
+
+
+async def test_s5_3_consent_shows_the_pa_issuer_origin_not_its_path(
+    make_gateway: MakeGateway, brand_login: BrandLogin, provider_key_pem: str, pa_issuer: str
+) -> None:
+    delegate = enable_delegation(brand_login, provider_key_pem)
+    pathful = f"{pa_issuer}/agents/one"
+
+    def edit(raw: dict[str, Any]) -> None:
+        delegate(raw)
+        jwks_uri = raw["personal_agents"]["registered"][0]["jwks_uri"]
+        raw["personal_agents"]["registered"].append({"issuer": pathful, "jwks_uri": jwks_uri})
+
+    gw = await make_gateway(edit=edit)
+    started = await device_authorization(gw, issuer=pathful)
+    html = await (await sign_in(gw, brand_login, started["user_code"])).text()
+    assert pa_issuer in html
+    assert "/agents/one" not in html
+
+
+def _bad(case: str, login: BrandLogin, now: int) -> dict[str, Any]:
+    """The claims (or key) of an assertion that must grant nothing."""
+    cases: dict[str, dict[str, Any]] = {
+        "bad_signature": {"key": PAKey.es256(kid=login.key.kid)},
+        "unknown_key": {"key": PAKey.es256(kid="not-published")},
+        "wrong_iss": {"iss": "https://login.other.test"},
+        "expired": {"iat": now - 300, "ttl": 120},
+        "exp_over_5_min": {"iat": now, "ttl": 301 + 30},
+        "iat_in_future": {"iat": now + 90, "ttl": 120},
+        "no_jti": {"jti": OMIT},
+    }
+    return cases[case]
+
+
+@pytest.mark.parametrize(
+    "case",
+    ["bad_signature", "unknown_key", "wrong_iss", "expired", "exp_over_5_min", "iat_in_future", "no_jti"],
+)
+async def test_s5_3_bad_assertion_is_the_error_page_and_grants_nothing(
+    dgw: Harness, brand_login: BrandLogin, case: str
+) -> None:
+    started = await device_authorization(dgw)
+    response = await sign_in(
+        dgw, brand_login, started["user_code"], **_bad(case, brand_login, int(time.time()))
+    )
+    await assert_error_page(response)
+    assert await status_of(dgw, started["user_code"]) is AuthorizationStatus.PENDING
+    assert "session" not in await response.text()
+
+
+async def test_s5_3_assertion_for_another_audience_is_refused(dgw: Harness, brand_login: BrandLogin) -> None:
+    started = await device_authorization(dgw)
+    urls = oauth_urls(dgw)
+    for audience in (
+        urls.interface,
+        f"{urls.consent}?user_code={started['user_code']}",
+        oauth_urls(dgw, "globex").consent,
+    ):
+        assertion = brand_login.assertion(
+            user=CONSENT_USER, user_code=started["user_code"], audience=audience
+        )
+        response = await dgw.client.post(local(urls.consent), data={"assertion": assertion})
+        await assert_error_page(response)
+
+
+async def test_s5_3_missing_or_unknown_user_code_is_refused(dgw: Harness, brand_login: BrandLogin) -> None:
+    started = await device_authorization(dgw)
+    await assert_error_page(await sign_in(dgw, brand_login, OMIT))  # type: ignore[arg-type]
+    unknown = "BCDF-GHJK" if started["user_code"] != "BCDF-GHJK" else "ZZZZ-ZZZZ"
+    await assert_error_page(await sign_in(dgw, brand_login, unknown))
+    await assert_error_page(await sign_in(dgw, brand_login, "not a code"))
+    assert await status_of(dgw, started["user_code"]) is AuthorizationStatus.PENDING
+
+
+async def test_s5_3_user_code_is_read_as_a_person_types_it(
+    dgw_memory: Harness, brand_login: BrandLogin
+) -> None:
+    started = await device_authorization(dgw_memory)
+    typed = started["user_code"].replace("-", "").lower()
+    response = await sign_in(dgw_memory, brand_login, typed)
+    assert response.status == 200
+
+
+async def test_s5_3_assertion_is_single_use_by_jti(dgw: Harness, brand_login: BrandLogin) -> None:
+    started = await device_authorization(dgw)
+    assertion = brand_login.assertion(
+        user=CONSENT_USER, user_code=started["user_code"], audience=oauth_urls(dgw).consent
+    )
+    consent_url = local(oauth_urls(dgw).consent)
+    first = await dgw.client.post(consent_url, data={"assertion": assertion})
+    assert first.status == 200
+    await assert_error_page(await dgw.client.post(consent_url, data={"assertion": assertion}))
+
+
+async def test_s5_3_assertion_for_a_settled_authorization_is_refused(
+    dgw: Harness, brand_login: BrandLogin
+) -> None:
+    started, form = await consent_page(dgw, brand_login)
+    assert (await post_decision(dgw, form.session, "deny", [])).status == 303
+    await assert_error_page(await sign_in(dgw, brand_login, started["user_code"]))
+    assert await status_of(dgw, started["user_code"]) is AuthorizationStatus.DENIED
+
+
+async def test_s5_3_missing_or_malformed_assertion_field_is_refused(dgw_memory: Harness) -> None:
+    consent_url = local(oauth_urls(dgw_memory).consent)
+    await assert_error_page(await dgw_memory.client.post(consent_url, data={"other": "x"}))
+    await assert_error_page(await dgw_memory.client.post(consent_url, data={"assertion": "not.a.jwt"}))
+    await assert_error_page(
+        await dgw_memory.client.post(
+            consent_url, data=b"assertion=\xff", headers={"Content-Type": "application/x-www-form-urlencoded"}
+        )
+    )
+    await assert_error_page(await dgw_memory.client.post(consent_url, json={"assertion": "x"}))
+    too_big = {"assertion": "a" * 70_000}
+    await assert_error_page(await dgw_memory.client.post(consent_url, data=too_big))
+
+
+async def test_s5_3_allow_grants_exactly_the_ticked_scopes(dgw: Harness, brand_login: BrandLogin) -> None:
+    started, form = await consent_page(dgw, brand_login)
+    response = await post_decision(dgw, form.session, "allow", ["orders:read", "profile:read"])
+    assert response.status == 303
+    assert_browser_headers(response)
+    location = response.headers["Location"]
+    assert location.startswith(oauth_urls(dgw).landing + "?")
+    assert redirect_query(response) == {"status": ["approved"], "scope": ["orders:read profile:read"]}
+    approved = await authorization(dgw, started["user_code"])
+    assert approved is not None
+    assert approved.status is AuthorizationStatus.APPROVED
+    assert approved.user == CONSENT_USER
+    assert approved.approved == ("orders:read", "profile:read")
+    status, answer = await poll_token(dgw, started["device_code"])
+    assert status == 200
+    assert answer["scope"] == "orders:read profile:read"
+
+
+async def test_s5_3_consent_session_is_single_use(dgw: Harness, brand_login: BrandLogin) -> None:
+    started, form = await consent_page(dgw, brand_login)
+    assert (await post_decision(dgw, form.session, "allow", ["orders:read"])).status == 303
+    await assert_error_page(await post_decision(dgw, form.session, "deny", []))
+    assert await status_of(dgw, started["user_code"]) is AuthorizationStatus.APPROVED
+
+
+async def test_s5_3_unknown_or_forged_session_is_refused(dgw: Harness, brand_login: BrandLogin) -> None:
+    started, form = await consent_page(dgw, brand_login)
+    code, _, secret = form.session.partition(".")
+    for forged in ("", "nonsense", f"{code}.{secret[:-2]}xx", f"{code}x.{secret}", secret):
+        await assert_error_page(await post_decision(dgw, forged, "allow", ["orders:read"]))
+    assert await status_of(dgw, started["user_code"]) is AuthorizationStatus.PENDING
+
+
+async def test_s5_3_deny_redirects_denied(dgw: Harness, brand_login: BrandLogin) -> None:
+    started, form = await consent_page(dgw, brand_login)
+    response = await post_decision(dgw, form.session, "deny", list(SCOPES))
+    assert response.status == 303
+    assert_browser_headers(response)
+    assert redirect_query(response) == {"status": ["denied"]}
+    assert await status_of(dgw, started["user_code"]) is AuthorizationStatus.DENIED
+    assert await poll_token(dgw, started["device_code"]) == (400, {"error": "access_denied"})
+
+
+async def test_s5_3_allow_with_nothing_ticked_counts_as_denied(dgw: Harness, brand_login: BrandLogin) -> None:
+    started, form = await consent_page(dgw, brand_login)
+    response = await post_decision(dgw, form.session, "allow", [])
+    assert response.status == 303
+    assert redirect_query(response) == {"status": ["denied"]}
+    assert await status_of(dgw, started["user_code"]) is AuthorizationStatus.DENIED
+
+
+async def test_s5_3_ticked_scope_not_requested_is_refused(dgw: Harness, brand_login: BrandLogin) -> None:
+    started, form = await consent_page(dgw, brand_login, ("orders:read",))
+    assert form.scopes == {"orders:read": True}
+    await assert_error_page(await post_decision(dgw, form.session, "allow", ["orders:read", "orders:cancel"]))
+    assert await status_of(dgw, started["user_code"]) is AuthorizationStatus.PENDING
+
+
+async def test_s5_3_unknown_decision_is_refused(dgw_memory: Harness, brand_login: BrandLogin) -> None:
+    started, form = await consent_page(dgw_memory, brand_login)
+    await assert_error_page(await post_decision(dgw_memory, form.session, "maybe", ["orders:read"]))
+    assert await status_of(dgw_memory, started["user_code"]) is AuthorizationStatus.PENDING
+
+
+async def _grant(gw: Harness, login: BrandLogin, scopes: tuple[str, ...], *, sub: str = "alice") -> None:
+    """A live grant of :data:`CONSENT_USER` to the test PA's ``sub`` for ``scopes``."""
+    started = await device_authorization(gw, scopes, sub=sub)
+    form = parse_consent_form(await (await sign_in(gw, login, started["user_code"])).text())
+    assert (await post_decision(gw, form.session, "allow", list(scopes))).status == 303
+    status, _ = await poll_token(gw, started["device_code"], sub=sub)
+    assert status == 200
+
+
+async def test_s5_3_consent_is_skipped_when_a_live_grant_covers_the_request(
+    dgw: Harness, brand_login: BrandLogin
+) -> None:
+    await _grant(dgw, brand_login, ("orders:read", "orders:cancel"))
+    started = await device_authorization(dgw, ("orders:read",))
+    response = await sign_in(dgw, brand_login, started["user_code"])
+    assert response.status == 303
+    assert_browser_headers(response)
+    # Incremental: the new token carries what the User granted before.
+    assert redirect_query(response) == {"status": ["approved"], "scope": ["orders:read orders:cancel"]}
+    approved = await authorization(dgw, started["user_code"])
+    assert approved is not None
+    assert approved.status is AuthorizationStatus.APPROVED
+    assert approved.approved == ("orders:read", "orders:cancel")
+
+
+async def test_s5_3_consent_is_not_skipped_when_the_grant_does_not_cover_it(
+    dgw: Harness, brand_login: BrandLogin
+) -> None:
+    await _grant(dgw, brand_login, ("orders:read",))
+    started, form = await consent_page(dgw, brand_login, ("orders:cancel",))
+    assert form.scopes == {"orders:cancel": True}  # only what is asked now is shown
+    response = await post_decision(dgw, form.session, "allow", ["orders:cancel"])
+    # Step-up: the grant carries the earlier scope too, in the card's order.
+    assert redirect_query(response) == {"status": ["approved"], "scope": ["orders:read orders:cancel"]}
+    status, answer = await poll_token(dgw, started["device_code"])
+    assert status == 200
+    assert answer["scope"] == "orders:read orders:cancel"
+
+
+async def test_s5_3_consent_is_not_skipped_for_another_pa_sub(dgw: Harness, brand_login: BrandLogin) -> None:
+    await _grant(dgw, brand_login, tuple(SCOPES), sub="alice")
+    started = await device_authorization(dgw, ("orders:read",), sub="bob")
+    response = await sign_in(dgw, brand_login, started["user_code"])
+    assert response.status == 200  # the page: another sub of the PA may be another person
+    form = parse_consent_form(await response.text())
+    decided = await post_decision(dgw, form.session, "allow", ["orders:read"])
+    assert redirect_query(decided) == {"status": ["approved"], "scope": ["orders:read"]}  # nothing carried
+
+
+async def test_s5_3_consent_is_not_skipped_when_the_brand_says_so(
+    make_gateway: MakeGateway, cache_url: str, brand_login: BrandLogin, provider_key_pem: str
+) -> None:
+    gw = await make_gateway(
+        cache_url, edit=enable_delegation(brand_login, provider_key_pem, skip_consent=False)
+    )
+    await _grant(gw, brand_login, tuple(SCOPES))
+    started = await device_authorization(gw, ("orders:read",))
+    response = await sign_in(gw, brand_login, started["user_code"])
+    assert response.status == 200
+    assert parse_consent_form(await response.text()).scopes == {"orders:read": True}
+
+
+async def test_s5_3_landing_url_gets_the_result_and_no_open_redirect(
+    make_gateway: MakeGateway, cache_url: str, brand_login: BrandLogin, provider_key_pem: str
+) -> None:
+    landing = "https://www.acme.test/connected?from=pact"
+    gw = await make_gateway(
+        cache_url, edit=enable_delegation(brand_login, provider_key_pem, landing_url=landing)
+    )
+    started = await device_authorization(gw, ("orders:read", "orders:cancel"))
+    response = await sign_in(gw, brand_login, started["user_code"])
+    assert_browser_headers(response, form_action=f"{PUBLIC_URL} https://www.acme.test")
+    form = parse_consent_form(await response.text())
+    urls = oauth_urls(gw)
+    # Whatever the form or the URL carries, the redirect goes to the configured page only.
+    fields = [
+        ("session", form.session),
+        ("decision", "allow"),
+        ("scope", "orders:cancel"),
+        ("redirect_uri", "https://evil.test/"),
+        ("return_to", "https://evil.test/"),
+    ]
+    decided = await gw.client.post(
+        local(urls.consent_decision) + "?redirect_uri=https://evil.test/&landing_url=https://evil.test/",
+        data=fields,
+        allow_redirects=False,
+    )
+    assert decided.status == 303
+    assert_browser_headers(decided, form_action=f"{PUBLIC_URL} https://www.acme.test")
+    location = urlsplit(decided.headers["Location"])
+    assert (location.scheme, location.netloc, location.path) == ("https", "www.acme.test", "/connected")
+    assert redirect_query(decided) == {"from": ["pact"], "status": ["approved"], "scope": ["orders:cancel"]}
+
+
+async def test_s5_3_landing_page_says_connected_and_escapes(dgw: Harness) -> None:
+    landing = local(oauth_urls(dgw).landing)
+    response = await dgw.client.get(
+        landing, params={"status": "approved", "scope": "profile:read orders:read"}
+    )
+    assert response.status == 200
+    assert_browser_headers(response)
+    html = await response.text()
+    assert "You&#x27;re connected" in html or "You're connected" in html
+    assert "You can close this page" in html
+    assert "See your name &amp; &lt;email&gt; address" in html
+    assert "Look up your orders and their status" in html
+    denied = await (await dgw.client.get(landing, params={"status": "denied"})).text()
+    assert "Nothing was shared" in denied
+    crafted = await dgw.client.get(
+        landing, params={"status": "<script>alert(1)</script>", "scope": "<b>x</b> orders:read"}
+    )
+    assert crafted.status == 200
+    text = await crafted.text()
+    assert "<script>" not in text
+    assert "<b>" not in text
+    assert "alert(1)" not in text
+
+
+async def test_s5_3_brand_without_delegation_is_404(dgw: Harness, brand_login: BrandLogin) -> None:
+    urls = oauth_urls(dgw, "globex")
+    assertion = brand_login.assertion(user=CONSENT_USER, user_code="BCDF-GHJK", audience=urls.consent)
+    for response in (
+        await dgw.client.post(local(urls.consent), data={"assertion": assertion}),
+        await dgw.client.post(local(urls.consent_decision), data={"session": "x", "decision": "allow"}),
+        await dgw.client.get(local(urls.landing)),
+        await dgw.client.get(local(oauth_urls(dgw, "nobody").landing)),
+    ):
+        assert response.status == 404
+        assert "Content-Security-Policy" not in response.headers
+
+
+async def test_s5_3_rs256_login_key_is_accepted_and_hs256_is_refused(
+    make_gateway: MakeGateway, provider_key_pem: str
+) -> None:
+    login = BrandLogin(PAKey.rs256(kid="login-rsa"))
+    gw = await make_gateway(edit=enable_delegation(login, provider_key_pem))
+    started = await device_authorization(gw)
+    consent_url = oauth_urls(gw).consent
+    # Algorithm confusion: HMAC keyed with the published public key.
+    forged = login.key.mint(
+        login.issuer,
+        CONSENT_USER,
+        consent_url,
+        alg="HS256",
+        extra_claims={"user_code": started["user_code"]},
+    )
+    await assert_error_page(await gw.client.post(local(consent_url), data={"assertion": forged}))
+    assert (await sign_in(gw, login, started["user_code"])).status == 200
+
+
+async def test_s5_3_login_keys_are_fetched_from_the_brand_jwks_uri(
+    make_gateway: MakeGateway, cache_url: str, jwks_server: FakeJwksServer, provider_key_pem: str
+) -> None:
+    login = BrandLogin(PAKey.es256(kid="login-fetched"))
+    jwks_server.add_key(login.key)
+    delegate = enable_delegation(login, provider_key_pem)
+
+    def edit(raw: dict[str, Any]) -> None:
+        delegate(raw)
+        raw["brands"][0]["delegation"]["login"] = {
+            "url": LOGIN_URL,
+            "issuer": login.issuer,
+            "jwks_uri": jwks_server.jwks_uri,
+        }
+
+    gw = await make_gateway(cache_url, edit=edit)
+    started = await device_authorization(gw)
+    assert (await sign_in(gw, login, started["user_code"])).status == 200
+    # A key the Brand does not publish stays unknown after the refetch an unknown kid allows.
+    stranger = BrandLogin(PAKey.es256(kid="login-unpublished"))
+    await assert_error_page(await sign_in(gw, stranger, started["user_code"]))
+
+
+async def test_s5_3_assertion_needs_iat_exp_and_a_brand_user(dgw: Harness, brand_login: BrandLogin) -> None:
+    started = await device_authorization(dgw)
+    consent_url = oauth_urls(dgw).consent
+    claims = {"user_code": started["user_code"]}
+    for assertion in (
+        brand_login.key.mint(brand_login.issuer, CONSENT_USER, consent_url, iat=OMIT, extra_claims=claims),
+        brand_login.key.mint(brand_login.issuer, CONSENT_USER, consent_url, exp=OMIT, extra_claims=claims),
+        brand_login.key.mint(brand_login.issuer, "", consent_url, extra_claims=claims),
+        brand_login.key.mint(brand_login.issuer, OMIT, consent_url, extra_claims=claims),
+        brand_login.key.mint(brand_login.issuer, CONSENT_USER, [consent_url], extra_claims=claims),
+    ):
+        await assert_error_page(await dgw.client.post(local(consent_url), data={"assertion": assertion}))
+    assert await status_of(dgw, started["user_code"]) is AuthorizationStatus.PENDING
+
+
+async def test_s5_3_store_failure_is_a_try_again_page(
+    make_gateway: MakeGateway, brand_login: BrandLogin, provider_key_pem: str, unused_tcp_port: int
+) -> None:
+    """No store, no decision: a page saying so (with the same headers), never a JSON envelope."""
+    gw = await make_gateway(
+        f"redis://127.0.0.1:{unused_tcp_port}/0", edit=enable_delegation(brand_login, provider_key_pem)
+    )
+    response = await sign_in(gw, brand_login, "BCDF-GHJK")
+    assert response.status == 503
+    assert_browser_headers(response)
+    assert "Something went wrong on our side" in await response.text()
+    decided = await post_decision(gw, "BCDF-GHJK.x", "allow", ["orders:read"])
+    assert decided.status == 503
+    assert_browser_headers(decided)

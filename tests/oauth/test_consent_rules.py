@@ -1,0 +1,96 @@
+"""§5.3 consent rules as pure functions: origins, the browser headers, skipping and carrying scopes."""
+
+from __future__ import annotations
+
+import pytest
+
+from gateway.config import DelegationConfig, LoginConfig
+from gateway.oauth.consent import (
+    carried_scopes,
+    origin_of,
+    scopes_in_card_order,
+    security_headers,
+    skip_consent_scopes,
+)
+from gateway.store.oauth import DeviceAuthorization, Grant
+from tests.support.delegation import LOGIN_ISSUER, LOGIN_URL, SCOPES
+
+DELEGATION = DelegationConfig(
+    scopes=SCOPES, login=LoginConfig(url=LOGIN_URL, issuer=LOGIN_ISSUER, jwks={"keys": []})
+)
+PA = "https://pa.example/agents/one"
+
+
+def _authorization(*scopes: str, owner: str = "owner-a") -> DeviceAuthorization:
+    return DeviceAuthorization(
+        device_hash="d" * 64,
+        user_code="BCDF-GHJK",
+        brand_id="acme",
+        client_id=PA,
+        owner_digest=owner,
+        scopes=scopes,
+        expires_at=1_000.0,
+        interval=5,
+    )
+
+
+def _grant(*scopes: str, owner: str = "owner-a", client_id: str = PA) -> Grant:
+    return Grant(
+        grant_id=f"g-{owner}-{len(scopes)}",
+        brand_id="acme",
+        client_id=client_id,
+        owner_digest=owner,
+        user="jane-4471",
+        scopes=scopes,
+        issued_at=0.0,
+        expires_at=2_000.0,
+    )
+
+
+@pytest.mark.parametrize(
+    ("url", "origin"),
+    [
+        ("https://pa.example/agents/one?x=1#f", "https://pa.example"),
+        ("https://PA.Example:443/", "https://pa.example"),
+        ("https://pa.example:8443/a", "https://pa.example:8443"),
+        ("http://127.0.0.1:8080", "http://127.0.0.1:8080"),
+        ("http://user:secret@pa.example/", "http://pa.example"),
+        ("https://[2001:db8::1]:444/x", "https://[2001:db8::1]:444"),
+    ],
+)
+def test_s5_3_consent_shows_the_pa_issuer_origin(url: str, origin: str) -> None:
+    assert origin_of(url) == origin
+
+
+def test_s5_3_form_action_allows_the_gateway_and_the_landing_origin_once() -> None:
+    def form_action(public_url: str, landing: str | None) -> str:
+        policy = security_headers(public_url, landing)["Content-Security-Policy"]
+        return policy.split("form-action ", 1)[1]
+
+    assert form_action("https://gw.test", None) == "https://gw.test"
+    assert form_action("https://gw.test", "https://acme.test/done?x=1") == "https://gw.test https://acme.test"
+    assert form_action("https://gw.test", "https://gw.test/elsewhere") == "https://gw.test"
+
+
+def test_s5_3_skip_needs_one_grant_of_the_same_pa_and_sub_covering_the_request() -> None:
+    wanted = _authorization("orders:read", "orders:cancel")
+    covering = _grant("orders:read", "orders:cancel", "profile:read")
+    assert skip_consent_scopes(DELEGATION, wanted, [covering]) == tuple(SCOPES)
+    # Two grants that only cover it together are not "a grant that covers the request".
+    split = [_grant("orders:read"), _grant("orders:cancel")]
+    assert skip_consent_scopes(DELEGATION, wanted, split) is None
+    assert skip_consent_scopes(DELEGATION, wanted, [_grant(*SCOPES, owner="owner-b")]) is None
+    assert (
+        skip_consent_scopes(DELEGATION, wanted, [_grant(*SCOPES, client_id="https://other.example")]) is None
+    )
+    off = DelegationConfig(scopes=SCOPES, login=DELEGATION.login, skip_consent=False)
+    assert skip_consent_scopes(off, wanted, [covering]) is None
+
+
+def test_s5_3_carried_scopes_come_from_the_same_owner_in_card_order() -> None:
+    wanted = _authorization("profile:read")
+    grants = [_grant("orders:cancel"), _grant("orders:read", owner="owner-b"), _grant("gone:scope")]
+    carried = carried_scopes(wanted, grants)
+    assert carried == {"orders:cancel", "gone:scope"}
+    # A scope that left the card is not granted again.
+    assert scopes_in_card_order(DELEGATION, {"profile:read", *carried}) == ("orders:cancel", "profile:read")

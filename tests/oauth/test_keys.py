@@ -1,0 +1,73 @@
+"""§5.1 the Provider's signing keys: PEM or JWK, kid by RFC 7638, algorithm fixed by the key, rotation."""
+
+from __future__ import annotations
+
+import json
+
+import jwt
+import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
+from gateway.oauth.keys import ProviderKeys, parse_signing_key
+from gateway.pa_keys import generate_private_jwk
+from tests.support.delegation import new_provider_key_pem
+
+
+def _pem(key: ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey) -> str:
+    return key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    ).decode()
+
+
+def test_s5_1_pem_key_gets_its_thumbprint_as_kid_every_time() -> None:
+    pem = new_provider_key_pem()
+    first, second = parse_signing_key(pem), parse_signing_key(pem)
+    assert first.alg == "ES256"
+    assert first.kid == second.kid
+    # RFC 7638 §3.1 computed independently by PyJWT's own JWK support.
+    public = {k: v for k, v in first.public_jwk.items() if k in {"crv", "kty", "x", "y"}}
+    assert jwt.PyJWK.from_dict(public).key is not None
+    assert "d" not in first.public_jwk
+    assert first.public_jwk["use"] == "sig"
+
+
+def test_s5_1_rsa_key_signs_rs256_and_weak_rsa_is_refused() -> None:
+    strong = parse_signing_key(_pem(rsa.generate_private_key(public_exponent=65537, key_size=2048)))
+    assert strong.alg == "RS256"
+    with pytest.raises(ValueError, match="at least 2048 bits"):
+        parse_signing_key(_pem(rsa.generate_private_key(public_exponent=65537, key_size=1024)))  # noqa: S505 - the weak key under test
+
+
+def test_s5_1_other_curves_and_public_keys_are_refused() -> None:
+    with pytest.raises(ValueError, match="P-256"):
+        parse_signing_key(_pem(ec.generate_private_key(ec.SECP384R1())))
+    private = generate_private_jwk("ES256")
+    public_only = {k: v for k, v in private.items() if k != "d"}
+    with pytest.raises(ValueError, match="private member"):
+        parse_signing_key(json.dumps(public_only))
+    with pytest.raises(ValueError, match="PEM private key"):
+        parse_signing_key("not a key")
+
+
+def test_s5_1_jwk_as_keys_generate_prints_it_keeps_its_kid() -> None:
+    private = generate_private_jwk("ES256")
+    printed = json.dumps({"private_jwk": private, "jwks": {"keys": []}})
+    key = parse_signing_key(printed)
+    assert key.kid == private["kid"]
+    with pytest.raises(ValueError, match="says alg RS256"):
+        parse_signing_key(json.dumps({**private, "alg": "RS256"}))
+
+
+def test_s5_1_first_key_signs_and_all_are_published() -> None:
+    old, new = parse_signing_key(new_provider_key_pem()), parse_signing_key(new_provider_key_pem())
+    keys = ProviderKeys([new, old])
+    token = keys.sign(b'{"a":1}', "pact-receipt+jws")
+    header = jwt.get_unverified_header(token)
+    assert header == {"alg": "ES256", "kid": new.kid, "typ": "pact-receipt+jws"}
+    published = json.loads(keys.jwks_bytes())["keys"]
+    assert [entry["kid"] for entry in published] == [new.kid, old.kid]
+    verifier = jwt.PyJWK.from_dict(published[0]).key
+    assert jwt.api_jws.decode(token, verifier, algorithms=["ES256"]) == b'{"a":1}'
+    assert keys.find(old.kid) is old
+    assert keys.find("nope") is None

@@ -1,0 +1,93 @@
+"""§5.3 across replicas: two gateways on one Redis share every device code and grant, and each
+single-use decision (redeeming a code, rotating a refresh token) is made once between them."""
+
+from __future__ import annotations
+
+import asyncio
+
+import orjson
+import pytest
+from aiohttp import ClientResponse
+
+from tests.support.delegation import (
+    BrandLogin,
+    approve_via_store,
+    device_authorize,
+    enable_delegation,
+    obtain_tokens,
+    poll_token,
+    refresh,
+)
+from tests.support.gateway import Harness, MakeGateway
+from tests.support.pa import ManualClock
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+async def replicas(
+    make_gateway: MakeGateway,
+    redis_url: str,
+    brand_login: BrandLogin,
+    provider_key_pem: str,
+    clock: ManualClock,
+) -> tuple[Harness, Harness]:
+    """Two gateways on one Redis database, deciding by one clock (as replicas share wall time)."""
+    edit = enable_delegation(brand_login, provider_key_pem)
+    return await make_gateway(redis_url, edit=edit, clock=clock), await make_gateway(
+        redis_url, edit=edit, clock=clock
+    )
+
+
+async def error_of(response: ClientResponse) -> str:
+    assert response.status == 400, await response.text()
+    return str(orjson.loads(await response.read())["error"])
+
+
+async def test_s5_3_authorized_on_one_replica_redeemed_on_the_other(
+    replicas: tuple[Harness, Harness], clock: ManualClock
+) -> None:
+    one, two = replicas
+    started = await device_authorize(one)
+    assert await error_of(await poll_token(two, started["device_code"])) == "authorization_pending"
+    # The interval is kept with the code, so the other replica knows this one came too soon.
+    assert await error_of(await poll_token(one, started["device_code"])) == "slow_down"
+    await approve_via_store(one, started)
+    clock.advance(10)
+    issued = await poll_token(two, started["device_code"])
+    assert issued.status == 200
+    tokens = await issued.json()
+    assert await error_of(await poll_token(one, started["device_code"])) == "invalid_grant"
+    refreshed = await refresh(one, tokens["refresh_token"])
+    assert refreshed.status == 200
+    # The spent token, replayed on the other replica, is reuse there too.
+    assert await error_of(await refresh(two, tokens["refresh_token"])) == "invalid_grant"
+    assert await error_of(await refresh(one, (await refreshed.json())["refresh_token"])) == "invalid_grant"
+
+
+async def test_s5_3_concurrent_polls_on_both_replicas_issue_one_token(
+    replicas: tuple[Harness, Harness],
+) -> None:
+    one, two = replicas
+    started = await device_authorize(one)
+    await approve_via_store(two, started)
+    polls = [poll_token(replicas[i % 2], started["device_code"]) for i in range(20)]
+    responses = await asyncio.gather(*polls)
+    assert [response.status for response in responses].count(200) == 1
+    for response in responses:
+        if response.status != 200:
+            assert await error_of(response) == "invalid_grant"
+
+
+async def test_rfc9700_concurrent_refreshes_on_both_replicas_rotate_once(
+    replicas: tuple[Harness, Harness],
+) -> None:
+    tokens = await obtain_tokens(replicas[0])
+    responses = await asyncio.gather(*(refresh(replicas[i % 2], tokens["refresh_token"]) for i in range(20)))
+    assert [response.status for response in responses].count(200) == 1
+    for response in responses:
+        if response.status != 200:
+            assert await error_of(response) == "invalid_grant"

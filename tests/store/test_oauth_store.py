@@ -1,0 +1,522 @@
+"""The §5 flow's state (device codes, consent sessions, jtis, grants, refresh families), on memory and Redis.
+
+Each test runs once per backend through :func:`open_oauth_store`, beside the conversation store
+of ``tests/store/conftest.py``, on the same :class:`ManualClock` the tests move.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import hashlib
+from collections.abc import AsyncIterator
+
+import pytest
+import redis.asyncio as aioredis
+
+from gateway.config import CacheConfig
+from gateway.store import ConversationStore, Owner
+from gateway.store import keys as store_keys
+from gateway.store.factory import open_oauth_store
+from gateway.store.oauth import (
+    EXPIRED_KEPT,
+    AuthorizationStatus,
+    ConsentSession,
+    DeviceAuthorization,
+    Grant,
+    OAuthStore,
+    PollOutcome,
+    RefreshOutcome,
+)
+from gateway.store.redis import RedisStore
+from tests.support.pa import ManualClock
+
+BRAND = "acme"
+PA = "https://pa.example"
+ALICE = Owner(BRAND, PA, "alice")
+MALLORY = Owner(BRAND, PA, "mallory")
+GRANT_TTL = 3600
+
+
+def sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+DEVICE = sha("dc_device-code")
+
+
+@pytest.fixture
+def oauth(store: ConversationStore) -> OAuthStore:
+    return open_oauth_store(store)
+
+
+def authorization(
+    clock: ManualClock,
+    *,
+    device_hash: str = DEVICE,
+    user_code: str = "WDJB-MJHT",
+    owner: Owner = ALICE,
+    expires_in: float = 600,
+    brand_id: str = BRAND,
+) -> DeviceAuthorization:
+    return DeviceAuthorization(
+        device_hash=device_hash,
+        user_code=user_code,
+        brand_id=brand_id,
+        client_id=PA,
+        owner_digest=owner.digest,
+        scopes=("orders:read", "orders:cancel"),
+        expires_at=clock() + expires_in,
+        interval=5,
+    )
+
+
+async def poll(
+    oauth: OAuthStore,
+    clock: ManualClock,
+    *,
+    device_hash: str = DEVICE,
+    owner: Owner = ALICE,
+    grant_id: str = "g-1",
+    refresh: str = "rt-1",
+) -> PollOutcome:
+    result = await oauth.poll(
+        BRAND,
+        device_hash,
+        owner.digest,
+        clock(),
+        grant_id=grant_id,
+        refresh_hash=sha(refresh),
+        grant_ttl=GRANT_TTL,
+    )
+    assert (result.grant is not None) is (result.outcome is PollOutcome.ISSUED)
+    return result.outcome
+
+
+async def issue(
+    oauth: OAuthStore,
+    clock: ManualClock,
+    *,
+    grant_id: str = "g-1",
+    user: str = "user-42",
+    refresh: str = "rt-1",
+    owner: Owner = ALICE,
+) -> Grant:
+    """A grant through the whole flow: a new authorization, approved by ``user``, redeemed by one poll."""
+    device_hash = sha(f"dc-{grant_id}")
+    created = authorization(clock, device_hash=device_hash, user_code=f"UC-{grant_id}", owner=owner)
+    assert await oauth.create_authorization(created)
+    assert await oauth.approve(BRAND, device_hash, user, ("orders:read",), clock())
+    result = await oauth.poll(
+        BRAND,
+        device_hash,
+        owner.digest,
+        clock(),
+        grant_id=grant_id,
+        refresh_hash=sha(refresh),
+        grant_ttl=GRANT_TTL,
+    )
+    assert result.outcome is PollOutcome.ISSUED
+    assert result.grant is not None
+    return result.grant
+
+
+# --- device authorizations (§5.3, RFC 8628) -----------------------------------------------------
+
+
+async def test_s5_3_authorization_is_found_by_its_user_code(oauth: OAuthStore, clock: ManualClock) -> None:
+    created = authorization(clock)
+    assert await oauth.create_authorization(created)
+    assert await oauth.authorization_by_user_code(BRAND, "WDJB-MJHT", clock()) == created
+    assert await oauth.authorization_by_user_code(BRAND, "XXXX-XXXX", clock()) is None
+    assert await oauth.authorization_by_user_code("globex", "WDJB-MJHT", clock()) is None
+
+
+async def test_s5_3_user_code_collision_returns_false(oauth: OAuthStore, clock: ManualClock) -> None:
+    first = authorization(clock)
+    assert await oauth.create_authorization(first)
+    assert not await oauth.create_authorization(authorization(clock, device_hash=sha("another")))
+    assert await oauth.authorization_by_user_code(BRAND, "WDJB-MJHT", clock()) == first
+    # Codes are per Brand, and an expired code may be drawn again.
+    assert await oauth.create_authorization(authorization(clock, device_hash=sha("x"), brand_id="globex"))
+    clock.advance(600)
+    again = authorization(clock, device_hash=sha("later"))
+    assert await oauth.create_authorization(again)
+    assert await oauth.authorization_by_user_code(BRAND, "WDJB-MJHT", clock()) == again
+
+
+async def test_s5_3_approve_only_from_pending(oauth: OAuthStore, clock: ManualClock) -> None:
+    await oauth.create_authorization(authorization(clock))
+    assert await oauth.approve(BRAND, DEVICE, "user-42", ("orders:read",), clock())
+    found = await oauth.authorization_by_user_code(BRAND, "WDJB-MJHT", clock())
+    assert found is not None
+    assert (found.status, found.user, found.approved) == (
+        AuthorizationStatus.APPROVED,
+        "user-42",
+        ("orders:read",),
+    )
+    assert not await oauth.approve(BRAND, DEVICE, "user-7", ("orders:cancel",), clock())
+    assert not await oauth.deny(BRAND, DEVICE, clock())
+    assert await oauth.authorization_by_user_code(BRAND, "WDJB-MJHT", clock()) == found
+    assert not await oauth.approve(BRAND, sha("unknown"), "user-42", ("orders:read",), clock())
+
+
+async def test_s5_3_deny_only_from_pending(oauth: OAuthStore, clock: ManualClock) -> None:
+    await oauth.create_authorization(authorization(clock))
+    assert await oauth.deny(BRAND, DEVICE, clock())
+    found = await oauth.authorization_by_user_code(BRAND, "WDJB-MJHT", clock())
+    assert found is not None
+    assert (found.status, found.user) == (AuthorizationStatus.DENIED, None)
+    assert not await oauth.deny(BRAND, DEVICE, clock())
+    assert not await oauth.approve(BRAND, DEVICE, "user-42", ("orders:read",), clock())
+    assert not await oauth.deny(BRAND, sha("unknown"), clock())
+
+
+async def test_s5_3_expired_authorization_can_no_longer_be_settled(
+    oauth: OAuthStore, clock: ManualClock
+) -> None:
+    await oauth.create_authorization(authorization(clock))
+    clock.advance(600)
+    assert await oauth.authorization_by_user_code(BRAND, "WDJB-MJHT", clock()) is None
+    assert not await oauth.approve(BRAND, DEVICE, "user-42", ("orders:read",), clock())
+    assert not await oauth.deny(BRAND, DEVICE, clock())
+
+
+# --- token polls, in the documented order (RFC 8628 §3.5) ---------------------------------------
+
+
+async def test_s5_3_poll_unknown_code_is_invalid_grant(oauth: OAuthStore, clock: ManualClock) -> None:
+    assert await poll(oauth, clock) is PollOutcome.INVALID_GRANT
+
+
+async def test_s5_3_poll_by_another_owner_is_invalid_grant(oauth: OAuthStore, clock: ManualClock) -> None:
+    """A code is bound to the PA *and* its ``sub``: another ``sub`` cannot redeem it, even approved."""
+    await oauth.create_authorization(authorization(clock))
+    await oauth.approve(BRAND, DEVICE, "user-42", ("orders:read",), clock())
+    assert await poll(oauth, clock, owner=MALLORY) is PollOutcome.INVALID_GRANT
+    # Nor did that poll count as one of the owner's: the owner's first poll is not too early.
+    assert await poll(oauth, clock) is PollOutcome.ISSUED
+
+
+async def test_s5_3_poll_expired_is_expired_token(oauth: OAuthStore, clock: ManualClock) -> None:
+    await oauth.create_authorization(authorization(clock))
+    await oauth.approve(BRAND, DEVICE, "user-42", ("orders:read",), clock())
+    clock.advance(600)
+    assert await poll(oauth, clock) is PollOutcome.EXPIRED_TOKEN
+    # Still told apart from an unknown code for a while, and another owner still learns nothing.
+    clock.advance(EXPIRED_KEPT - 1)
+    assert await poll(oauth, clock) is PollOutcome.EXPIRED_TOKEN
+    assert await poll(oauth, clock, owner=MALLORY) is PollOutcome.INVALID_GRANT
+
+
+async def test_s5_3_poll_denied_is_access_denied_even_too_early(
+    oauth: OAuthStore, clock: ManualClock
+) -> None:
+    await oauth.create_authorization(authorization(clock))
+    assert await poll(oauth, clock) is PollOutcome.AUTHORIZATION_PENDING
+    await oauth.deny(BRAND, DEVICE, clock())
+    assert await poll(oauth, clock) is PollOutcome.ACCESS_DENIED  # denied comes before slow_down
+    clock.advance(600)
+    assert await poll(oauth, clock) is PollOutcome.EXPIRED_TOKEN  # expired comes before denied
+
+
+async def test_s5_3_first_poll_is_never_slow_down_then_interval_grows_by_5_for_good(
+    oauth: OAuthStore, clock: ManualClock
+) -> None:
+    await oauth.create_authorization(authorization(clock))
+    assert await poll(oauth, clock) is PollOutcome.AUTHORIZATION_PENDING
+    clock.advance(1)
+    assert await poll(oauth, clock) is PollOutcome.SLOW_DOWN  # interval now 10, measured from here
+    clock.advance(9)
+    assert await poll(oauth, clock) is PollOutcome.SLOW_DOWN  # interval now 15
+    clock.advance(15)
+    assert await poll(oauth, clock) is PollOutcome.AUTHORIZATION_PENDING
+    clock.advance(14)
+    assert await poll(oauth, clock) is PollOutcome.SLOW_DOWN  # still 15, not back to 5: now 20
+    found = await oauth.authorization_by_user_code(BRAND, "WDJB-MJHT", clock())
+    assert found is not None
+    assert found.interval == 20
+
+
+async def test_s5_3_approved_poll_issues_once(oauth: OAuthStore, clock: ManualClock) -> None:
+    await oauth.create_authorization(authorization(clock))
+    assert await poll(oauth, clock) is PollOutcome.AUTHORIZATION_PENDING
+    await oauth.approve(BRAND, DEVICE, "user-42", ("orders:read",), clock())
+    clock.advance(1)
+    assert await poll(oauth, clock) is PollOutcome.SLOW_DOWN  # approved, but polled too early
+    clock.advance(10)
+    issued_at = clock()
+    result = await oauth.poll(
+        BRAND, DEVICE, ALICE.digest, issued_at, grant_id="g-1", refresh_hash=sha("rt-1"), grant_ttl=GRANT_TTL
+    )
+    expected = Grant(
+        grant_id="g-1",
+        brand_id=BRAND,
+        client_id=PA,
+        owner_digest=ALICE.digest,
+        user="user-42",
+        scopes=("orders:read",),
+        issued_at=issued_at,
+        expires_at=issued_at + GRANT_TTL,
+    )
+    assert result.outcome is PollOutcome.ISSUED
+    assert result.grant == expected
+    assert await oauth.get_grant(BRAND, "g-1", clock()) == expected
+    clock.advance(100)
+    assert await poll(oauth, clock, grant_id="g-2", refresh="rt-2") is PollOutcome.INVALID_GRANT
+    assert await oauth.get_grant(BRAND, "g-2", clock()) is None
+    found = await oauth.authorization_by_user_code(BRAND, "WDJB-MJHT", clock())
+    assert found is not None
+    assert found.status is AuthorizationStatus.REDEEMED
+
+
+async def test_s5_3_concurrent_polls_issue_once(oauth: OAuthStore, clock: ManualClock) -> None:
+    await oauth.create_authorization(authorization(clock))
+    await oauth.approve(BRAND, DEVICE, "user-42", ("orders:read",), clock())
+    outcomes = await asyncio.gather(
+        *(poll(oauth, clock, grant_id=f"g-{n}", refresh=f"rt-{n}") for n in range(20))
+    )
+    assert outcomes.count(PollOutcome.ISSUED) == 1
+    assert outcomes.count(PollOutcome.INVALID_GRANT) == 19
+
+
+async def rotation(
+    oauth: OAuthStore, clock: ManualClock, old: str, new: str, *, brand_id: str = BRAND
+) -> RefreshOutcome:
+    """Just the outcome of rotating refresh token ``old`` to ``new``."""
+    return (await oauth.rotate_refresh(brand_id, sha(old), sha(new), clock())).outcome
+
+
+# --- consent sessions and single-use markers ----------------------------------------------------
+
+
+async def test_s5_3_consent_session_is_taken_once(oauth: OAuthStore, clock: ManualClock) -> None:
+    session = ConsentSession(device_hash=DEVICE, user="user-42", expires_at=clock() + 300)
+    await oauth.put_consent_session(BRAND, sha("session-1"), session)
+    assert await oauth.take_consent_session("globex", sha("session-1"), clock()) is None
+    assert await oauth.take_consent_session(BRAND, sha("session-1"), clock()) == session
+    assert await oauth.take_consent_session(BRAND, sha("session-1"), clock()) is None
+    assert await oauth.take_consent_session(BRAND, sha("unknown"), clock()) is None
+
+
+async def test_s5_3_consent_session_expires(oauth: OAuthStore, clock: ManualClock) -> None:
+    session = ConsentSession(device_hash=DEVICE, user="user-42", expires_at=clock() + 300)
+    await oauth.put_consent_session(BRAND, sha("session-1"), session)
+    clock.advance(300)
+    assert await oauth.take_consent_session(BRAND, sha("session-1"), clock()) is None
+
+
+async def test_s5_3_assertion_jti_is_used_once_within_its_ttl(oauth: OAuthStore, clock: ManualClock) -> None:
+    assert await oauth.use_once(BRAND, sha("jti-1"), 300)
+    assert not await oauth.use_once(BRAND, sha("jti-1"), 300)
+    assert await oauth.use_once(BRAND, sha("jti-2"), 300)
+    assert await oauth.use_once("globex", sha("jti-1"), 300)
+    clock.advance(299)
+    assert not await oauth.use_once(BRAND, sha("jti-1"), 300)
+    clock.advance(1)
+    assert await oauth.use_once(BRAND, sha("jti-1"), 300)
+
+
+async def test_s5_3_concurrent_uses_of_one_marker_one_wins(oauth: OAuthStore) -> None:
+    used = await asyncio.gather(*(oauth.use_once(BRAND, sha("jti-1"), 300) for _ in range(20)))
+    assert used.count(True) == 1
+
+
+# --- grants and refresh-token rotation (§5.4, RFC 9700 §4.14.2) ---------------------------------
+
+
+async def test_s5_4_refresh_rotates_and_the_old_token_is_spent(oauth: OAuthStore, clock: ManualClock) -> None:
+    grant = await issue(oauth, clock)
+    rotated = await oauth.rotate_refresh(BRAND, sha("rt-1"), sha("rt-2"), clock())
+    assert rotated.outcome is RefreshOutcome.ROTATED
+    assert rotated.grant == grant
+    again = await oauth.rotate_refresh(BRAND, sha("rt-2"), sha("rt-3"), clock())
+    assert (again.outcome, again.grant) == (RefreshOutcome.ROTATED, grant)
+
+
+async def test_s5_4_reused_refresh_token_revokes_the_grant(oauth: OAuthStore, clock: ManualClock) -> None:
+    await issue(oauth, clock)
+    await oauth.rotate_refresh(BRAND, sha("rt-1"), sha("rt-2"), clock())
+    reused = await oauth.rotate_refresh(BRAND, sha("rt-1"), sha("rt-x"), clock())
+    assert (reused.outcome, reused.grant) == (RefreshOutcome.REUSED, None)
+    assert await oauth.get_grant(BRAND, "g-1", clock()) is None
+    # The current token stopped working too, and the spent one no longer says anything.
+    assert await rotation(oauth, clock, "rt-2", "rt-3") is RefreshOutcome.INVALID
+    assert await rotation(oauth, clock, "rt-1", "rt-4") is RefreshOutcome.INVALID
+    assert await oauth.grant_of_refresh(BRAND, sha("rt-2"), clock()) is None
+
+
+async def test_s5_4_unknown_or_foreign_refresh_token_is_invalid(
+    oauth: OAuthStore, clock: ManualClock
+) -> None:
+    await issue(oauth, clock)
+    assert await rotation(oauth, clock, "nope", "rt-2") is RefreshOutcome.INVALID
+    assert await rotation(oauth, clock, "rt-1", "rt-2", brand_id="globex") is RefreshOutcome.INVALID
+    assert await oauth.get_grant(BRAND, "g-1", clock()) is not None
+
+
+async def test_s5_4_concurrent_rotations_rotate_once(oauth: OAuthStore, clock: ManualClock) -> None:
+    await issue(oauth, clock)
+    results = await asyncio.gather(
+        *(oauth.rotate_refresh(BRAND, sha("rt-1"), sha(f"rt-new-{n}"), clock()) for n in range(20))
+    )
+    outcomes = [result.outcome for result in results]
+    assert outcomes.count(RefreshOutcome.ROTATED) == 1
+    assert outcomes.count(RefreshOutcome.REUSED) + outcomes.count(RefreshOutcome.INVALID) == 19
+
+
+async def test_s5_4_grant_of_refresh_knows_current_and_spent_tokens(
+    oauth: OAuthStore, clock: ManualClock
+) -> None:
+    await issue(oauth, clock)
+    await oauth.rotate_refresh(BRAND, sha("rt-1"), sha("rt-2"), clock())
+    assert await oauth.grant_of_refresh(BRAND, sha("rt-1"), clock()) == "g-1"
+    assert await oauth.grant_of_refresh(BRAND, sha("rt-2"), clock()) == "g-1"
+    assert await oauth.grant_of_refresh(BRAND, sha("unknown"), clock()) is None
+    assert await oauth.grant_of_refresh("globex", sha("rt-2"), clock()) is None
+
+
+async def test_s5_5_revoke_grant_ends_it_and_its_tokens(oauth: OAuthStore, clock: ManualClock) -> None:
+    await issue(oauth, clock)
+    assert await oauth.revoke_grant(BRAND, "g-1")
+    assert not await oauth.revoke_grant(BRAND, "g-1")
+    assert not await oauth.revoke_grant(BRAND, "unknown")
+    assert await oauth.get_grant(BRAND, "g-1", clock()) is None
+    assert await oauth.grant_of_refresh(BRAND, sha("rt-1"), clock()) is None
+    assert await rotation(oauth, clock, "rt-1", "rt-2") is RefreshOutcome.INVALID
+
+
+async def test_s5_3_grants_of_user_oldest_first_without_dead_ones(
+    oauth: OAuthStore, clock: ManualClock
+) -> None:
+    first = await issue(oauth, clock, grant_id="g-b", refresh="rt-b")
+    clock.advance(10)
+    second = await issue(oauth, clock, grant_id="g-a", refresh="rt-a", owner=MALLORY)
+    clock.advance(10)
+    third = await issue(oauth, clock, grant_id="g-c", refresh="rt-c")
+    await issue(oauth, clock, grant_id="g-other", user="user-7", refresh="rt-o")
+    assert await oauth.grants_of_user(BRAND, "user-42", clock()) == [first, second, third]
+    await oauth.revoke_grant(BRAND, "g-a")
+    assert await oauth.grants_of_user(BRAND, "user-42", clock()) == [first, third]
+    clock.advance(GRANT_TTL - 20)  # the first has run out, the third has 20 s left
+    assert await oauth.grants_of_user(BRAND, "user-42", clock()) == [third]
+    assert await oauth.grants_of_user(BRAND, "nobody", clock()) == []
+    assert await oauth.grants_of_user("globex", "user-42", clock()) == []
+
+
+async def test_s5_4_everything_expires_with_the_clock(oauth: OAuthStore, clock: ManualClock) -> None:
+    grant = await issue(oauth, clock)
+    await oauth.rotate_refresh(BRAND, sha("rt-1"), sha("rt-2"), clock())
+    clock.advance(GRANT_TTL - 1)
+    assert await oauth.get_grant(BRAND, "g-1", clock()) == grant
+    clock.advance(1)
+    assert await oauth.get_grant(BRAND, "g-1", clock()) is None
+    assert await oauth.grant_of_refresh(BRAND, sha("rt-2"), clock()) is None
+    assert await oauth.grants_of_user(BRAND, "user-42", clock()) == []
+    # An expired grant is not "reused": the spent token is just invalid, like the current one.
+    assert await rotation(oauth, clock, "rt-1", "rt-3") is RefreshOutcome.INVALID
+    assert await rotation(oauth, clock, "rt-2", "rt-3") is RefreshOutcome.INVALID
+    assert not await oauth.revoke_grant(BRAND, "g-1")
+
+
+async def test_s5_3_a_new_authorization_round_trips_every_field(
+    oauth: OAuthStore, clock: ManualClock
+) -> None:
+    """Times exactly as given (not rounded to a unit), scopes in order, and a first poll is not early."""
+    created = dataclasses.replace(
+        authorization(clock), expires_at=clock() + 600.123456789, scopes=("a:b", "c")
+    )
+    assert await oauth.create_authorization(created)
+    assert await oauth.authorization_by_user_code(BRAND, "WDJB-MJHT", clock()) == created
+    now = clock() + 0.000123
+    result = await oauth.poll(
+        BRAND, DEVICE, ALICE.digest, now, grant_id="g-1", refresh_hash=sha("rt-1"), grant_ttl=GRANT_TTL
+    )
+    assert result.outcome is PollOutcome.AUTHORIZATION_PENDING
+    await oauth.approve(BRAND, DEVICE, "user-42", ("c", "a:b"), now)
+    later = now + 6
+    issued = await oauth.poll(
+        BRAND, DEVICE, ALICE.digest, later, grant_id="g-1", refresh_hash=sha("rt-1"), grant_ttl=GRANT_TTL
+    )
+    assert issued.grant is not None
+    assert (issued.grant.scopes, issued.grant.issued_at) == (("c", "a:b"), later)
+    assert await oauth.get_grant(BRAND, "g-1", later) == issued.grant
+
+
+# --- Redis: two replicas on one Redis, and what lands in it -------------------------------------
+
+
+@pytest.fixture
+async def replicas(redis_url: str, clock: ManualClock) -> AsyncIterator[tuple[OAuthStore, OAuthStore]]:
+    """Two gateways' stores on one Redis: separate connections, so their commands truly interleave."""
+    stores = [RedisStore(CacheConfig(url=redis_url), clock=clock) for _ in range(2)]
+    yield open_oauth_store(stores[0]), open_oauth_store(stores[1])
+    for store in stores:
+        await store.close()
+
+
+async def test_s5_3_redis_two_replicas_one_redemption(
+    replicas: tuple[OAuthStore, OAuthStore], clock: ManualClock
+) -> None:
+    one, two = replicas
+    await one.create_authorization(authorization(clock))
+    await two.approve(BRAND, DEVICE, "user-42", ("orders:read",), clock())
+    outcomes = await asyncio.gather(
+        *(poll((one, two)[n % 2], clock, grant_id=f"g-{n}", refresh=f"rt-{n}") for n in range(20))
+    )
+    assert outcomes.count(PollOutcome.ISSUED) == 1
+    assert outcomes.count(PollOutcome.INVALID_GRANT) == 19
+
+
+async def test_s5_4_redis_two_replicas_one_rotation(
+    replicas: tuple[OAuthStore, OAuthStore], clock: ManualClock
+) -> None:
+    one, two = replicas
+    await issue(one, clock)
+    results = await asyncio.gather(
+        *(
+            (one, two)[n % 2].rotate_refresh(BRAND, sha("rt-1"), sha(f"rt-new-{n}"), clock())
+            for n in range(20)
+        )
+    )
+    outcomes = [result.outcome for result in results]
+    assert outcomes.count(RefreshOutcome.ROTATED) == 1
+    # Every loser saw a spent token of a live grant or, once one of them revoked it, a dead grant.
+    assert outcomes.count(RefreshOutcome.REUSED) >= 1
+    assert await two.get_grant(BRAND, "g-1", clock()) is None
+
+
+async def test_redis_oauth_keys_expire_and_hold_no_secret_in_clear(
+    redis_store: RedisStore, redis_client: aioredis.Redis, clock: ManualClock
+) -> None:
+    oauth = open_oauth_store(redis_store)
+    await issue(oauth, clock)
+    await oauth.rotate_refresh(BRAND, sha("rt-1"), sha("rt-2"), clock())
+    await oauth.put_consent_session(
+        BRAND, sha("session"), ConsentSession(DEVICE, "user-42", expires_at=clock() + 300)
+    )
+    assert await oauth.use_once(BRAND, sha("jti"), 300)
+    names = sorted(k.decode() if isinstance(k, bytes) else k for k in await redis_client.keys("*"))
+    kinds = {name.split(":")[3] for name in names if ":oauth:" in name}
+    assert kinds == {"device", "user_code", "consent", "once", "refresh", "user"}
+    assert store_keys.grant_key(BRAND, "g-1") in names
+    assert all(name.startswith(f"pact:{BRAND}:") for name in names)
+    assert "user-42" not in " ".join(names)
+    for name in names:
+        assert await redis_client.pttl(name) > 0, name
+    grant = await redis_client.hgetall(store_keys.grant_key(BRAND, "g-1"))
+    assert grant[b"o"] == ALICE.digest.encode()
+    assert grant[b"r"] == sha("rt-2").encode()
+
+
+async def test_redis_grants_of_user_drops_dead_ids(
+    redis_store: RedisStore, redis_client: aioredis.Redis, clock: ManualClock
+) -> None:
+    oauth = open_oauth_store(redis_store)
+    await issue(oauth, clock, grant_id="g-1", refresh="rt-1")
+    await issue(oauth, clock, grant_id="g-2", refresh="rt-2")
+    await oauth.revoke_grant(BRAND, "g-1")
+    user_set = store_keys.oauth_key(BRAND, "user", store_keys.user_digest(BRAND, "user-42"))
+    assert await redis_client.smembers(user_set) == {b"g-1", b"g-2"}
+    assert [grant.grant_id for grant in await oauth.grants_of_user(BRAND, "user-42", clock())] == ["g-2"]
+    assert await redis_client.smembers(user_set) == {b"g-2"}

@@ -1,0 +1,187 @@
+"""§5.3 as the three parties drive it over HTTP: the personal agent asks, the Brand login hands off,
+the User decides on the consent form.
+
+Plain helpers over a delegating :class:`Harness` (``dgw``): each step is the request the real
+party sends, so a test reads as the flow it checks. :func:`parse_consent_form` reads the page
+the way a browser would see its form, with :mod:`html.parser` (no regular expressions over HTML).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from aiohttp import ClientResponse
+
+from gateway.app import OAUTH_STORE
+from gateway.protocol.urls import OAuthUrls
+from gateway.store.oauth import AuthorizationStatus, DeviceAuthorization, OAuthStore
+from tests.support.delegation import SCOPES, BrandLogin
+from tests.support.gateway import Harness
+
+__all__ = [
+    "CONSENT_USER",
+    "ConsentForm",
+    "authorization",
+    "device_authorization",
+    "local",
+    "oauth_store",
+    "oauth_urls",
+    "parse_consent_form",
+    "poll_token",
+    "post_assertion",
+    "post_decision",
+    "redirect_query",
+    "sign_in",
+    "status_of",
+]
+
+CONSENT_USER = "jane-4471"
+"""The Brand user id the test Brand login signs in."""
+
+
+def oauth_urls(gw: Harness, brand: str = "acme") -> OAuthUrls:
+    return OAuthUrls.of(gw.config.public_url, brand)
+
+
+def local(url: str) -> str:
+    """One of the gateway's own absolute URLs as a path (and query) for the test client."""
+    parts = urlsplit(url)
+    return f"{parts.path}?{parts.query}" if parts.query else parts.path
+
+
+def oauth_store(gw: Harness) -> OAuthStore:
+    """The gateway's own §5 state, to check what a step did (or did not) change."""
+    store: OAuthStore = gw.client.app[OAUTH_STORE]
+    return store
+
+
+async def device_authorization(
+    gw: Harness,
+    scopes: Iterable[str] = tuple(SCOPES),
+    *,
+    sub: str = "alice",
+    issuer: str | None = None,
+    brand: str = "acme",
+) -> dict[str, Any]:
+    """RFC 8628 §3.1 as the personal agent sends it (§5.3): its JWT is the client credential."""
+    client_id = issuer or gw.issuer
+    response = await gw.client.post(
+        local(oauth_urls(gw, brand).device_authorization),
+        data={"client_id": client_id, "scope": " ".join(scopes)},
+        headers=gw.auth(sub, issuer=client_id),
+    )
+    assert response.status == 200, await response.text()
+    started: dict[str, Any] = await response.json()
+    return started
+
+
+async def post_assertion(gw: Harness, assertion: str, *, brand: str = "acme") -> ClientResponse:
+    """The Brand login's auto-posted form: ``assertion`` to the consent URL (``return_to``)."""
+    return await gw.client.post(
+        local(oauth_urls(gw, brand).consent), data={"assertion": assertion}, allow_redirects=False
+    )
+
+
+async def sign_in(
+    gw: Harness, login: BrandLogin, user_code: str, *, user: str = CONSENT_USER, **claims: Any
+) -> ClientResponse:
+    """The User signs in at the Brand, which hands off to the consent URL with a fresh assertion."""
+    assertion = login.assertion(user=user, user_code=user_code, audience=oauth_urls(gw).consent, **claims)
+    return await post_assertion(gw, assertion)
+
+
+async def post_decision(
+    gw: Harness, session: str, decision: str, scopes: Sequence[str], *, brand: str = "acme"
+) -> ClientResponse:
+    """The consent form as a browser submits it: ``session``, the pressed button, the ticked boxes."""
+    fields = [("session", session), ("decision", decision), *(("scope", scope) for scope in scopes)]
+    return await gw.client.post(
+        local(oauth_urls(gw, brand).consent_decision), data=fields, allow_redirects=False
+    )
+
+
+def redirect_query(response: ClientResponse) -> dict[str, list[str]]:
+    """The query of a 303's ``Location``."""
+    return parse_qs(urlsplit(response.headers["Location"]).query)
+
+
+async def poll_token(
+    gw: Harness, device_code: str, *, sub: str = "alice", brand: str = "acme"
+) -> tuple[int, dict[str, Any]]:
+    """One RFC 8628 §3.4 token poll as the personal agent sends it: the status and the JSON answer."""
+    response = await gw.client.post(
+        local(oauth_urls(gw, brand).token),
+        data={
+            "grant_type": "urn:ietf:params:oauth:grant-type:device_code",
+            "device_code": device_code,
+            "client_id": gw.issuer,
+        },
+        headers=gw.auth(sub),
+    )
+    answer: dict[str, Any] = await response.json()
+    return response.status, answer
+
+
+async def authorization(gw: Harness, user_code: str) -> DeviceAuthorization | None:
+    return await oauth_store(gw).authorization_by_user_code("acme", user_code, time.time())
+
+
+async def status_of(gw: Harness, user_code: str) -> AuthorizationStatus | None:
+    """Where the authorization ``user_code`` names stands now (``None``: unknown or expired)."""
+    found = await authorization(gw, user_code)
+    return None if found is None else found.status
+
+
+@dataclass
+class ConsentForm:
+    """What a browser sees of the consent form."""
+
+    action: str = ""
+    method: str = ""
+    session: str = ""
+    scopes: dict[str, bool] = field(default_factory=dict)
+    """Each ``scope`` checkbox's value, and whether it is ticked."""
+    labels: dict[str, str] = field(default_factory=dict)
+    """Each scope's label text, unescaped as a browser shows it."""
+    decisions: list[str] = field(default_factory=list)
+
+
+class _FormParser(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.form = ConsentForm()
+        self._label_of: str | None = None
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        attr = {name: value or "" for name, value in attrs}
+        if tag == "form":
+            self.form.action, self.form.method = attr.get("action", ""), attr.get("method", "")
+        elif tag == "input" and attr.get("name") == "session":
+            self.form.session = attr.get("value", "")
+        elif tag == "input" and attr.get("name") == "scope" and attr.get("type") == "checkbox":
+            value = attr.get("value", "")
+            self.form.scopes[value] = "checked" in {name for name, _ in attrs}
+            self.form.labels[value] = ""
+            self._label_of = value
+        elif tag == "button" and attr.get("name") == "decision":
+            self.form.decisions.append(attr.get("value", ""))
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "label":
+            self._label_of = None
+
+    def handle_data(self, data: str) -> None:
+        if self._label_of is not None:
+            self.form.labels[self._label_of] += data
+
+
+def parse_consent_form(html: str) -> ConsentForm:
+    parser = _FormParser()
+    parser.feed(html)
+    parser.close()
+    return parser.form

@@ -1,0 +1,76 @@
+"""``pact-gateway demo``: its configuration, its printed §5 session, and how its check reads pages.
+
+The whole session is run over real HTTP by ``demo --check`` (tests/test_cli.py).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from gateway.config import ConfigError
+from gateway.demo import DEFAULT_CONFIG, SIGNING_KEY_ENV, demo_config, new_signing_key, session_text
+from gateway.demo_check import read_form
+from gateway.oauth import pages
+from gateway.oauth.keys import parse_signing_key
+
+
+def test_s5_demo_brand_delegates_with_its_login_on_the_chosen_port() -> None:
+    key = new_signing_key()
+    config = demo_config(DEFAULT_CONFIG, 18080, 19100, {SIGNING_KEY_ENV: key})
+    delegation = config.brands["acme"].delegation
+    assert delegation is not None
+    assert dict(delegation.scopes) == {
+        "orders:read": "Look up your orders and their status",
+        "orders:cancel": "Cancel an order that has not shipped",
+    }
+    assert delegation.login.url == "http://127.0.0.1:18080/demo-login/login"
+    assert delegation.login.issuer == "http://127.0.0.1:18080/demo-login"
+    assert delegation.login.jwks_uri == "http://127.0.0.1:18080/demo-login/jwks.json"
+    assert [signing.kid for signing in config.oauth.signing_keys] == [parse_signing_key(key).kid]
+    assert config.oauth.signing_keys[0].alg == "ES256"
+    assert not config.metrics.enabled
+
+
+def test_s5_4_demo_signing_key_comes_only_from_the_environment() -> None:
+    """No key in the committed file: without the variable the demo configuration does not load."""
+    with pytest.raises(ConfigError) as refused:
+        demo_config(DEFAULT_CONFIG, 18080, 19100, {})
+    assert refused.value.path == "oauth.signing_keys[0].value"
+    assert new_signing_key() != new_signing_key()
+
+
+def test_s5_demo_session_walks_the_delegated_flow() -> None:
+    config = demo_config(DEFAULT_CONFIG, 18080, 19100, {SIGNING_KEY_ENV: new_signing_key()})
+    text = session_text(config, Path("/tmp/pact-demo-x/demo-pa.jwk.json"))
+    oauth = "http://127.0.0.1:18080/a2a/acme/oauth"
+    steps = [
+        f"{oauth}/device_authorization",
+        "scope=orders:read",
+        "verification_uri_complete",
+        f"{oauth}/token",
+        "grant_type=urn:ietf:params:oauth:grant-type:device_code",
+        "pact.receipt",
+        '-H "X-A2A-User-Delegation: Bearer $DTOKEN"',
+        "list my orders",
+        "TASK_STATE_AUTH_REQUIRED",
+    ]
+    positions = [text.index(step) for step in steps]
+    assert positions == sorted(positions)
+    assert "client_id=http://127.0.0.1:18080/demo-pa" in text
+
+
+def test_s5_3_check_reads_the_consent_form_as_a_browser_submits_it() -> None:
+    html = pages.consent_page(
+        pa_origin="http://127.0.0.1:18080",
+        brand_name="Acme",
+        scopes=[("orders:read", "Look up your orders & their status")],
+        session="WDJB-MJHT.secret",
+        action="/a2a/acme/oauth/consent/decision",
+    )
+    form = read_form(html, "http://127.0.0.1:18080/a2a/acme/oauth/consent")
+    assert form.action == "http://127.0.0.1:18080/a2a/acme/oauth/consent/decision"
+    assert form.fields == [("session", "WDJB-MJHT.secret"), ("scope", "orders:read")]
+    assert form.buttons == [("decision", "allow"), ("decision", "deny")]
+    assert form.submission(button=("decision", "allow")) == [*form.fields, ("decision", "allow")]

@@ -1,0 +1,104 @@
+"""``pact-gateway grants list|revoke``: an operator ends a Brand user's §5 grants on the shared store."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from gateway.cli import main
+from gateway.config import GatewayConfig, load_config
+from gateway.oauth.device import code_hash
+from gateway.store import open_store
+from gateway.store.factory import open_oauth_store
+from gateway.store.oauth import DeviceAuthorization, PollOutcome
+from tests.support.delegation import BrandLogin, enable_delegation, new_provider_key_pem
+from tests.support.gateway import base_config
+
+
+def _config_file(tmp_path: Path, cache_url: str) -> tuple[Path, GatewayConfig]:
+    raw: dict[str, Any] = base_config(
+        "https://pa.example", "https://pa.example/jwks", "http://bot", cache_url
+    )
+    enable_delegation(BrandLogin(), new_provider_key_pem())(raw)
+    path = tmp_path / "gw.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return path, load_config(raw, {})
+
+
+async def _grant(config: GatewayConfig, user: str, grant_id: str) -> None:
+    """A grant made the way the token endpoint makes one: an approved device code, redeemed."""
+    store = open_store(config.cache)
+    try:
+        oauth = open_oauth_store(store)
+        now = time.time()
+        device = code_hash(grant_id)
+        await oauth.create_authorization(
+            DeviceAuthorization(
+                device,
+                f"BCDF-{grant_id[-4:]}",
+                "acme",
+                "https://pa.example",
+                "o" * 32,
+                ("orders:read",),
+                now + 600,
+                5,
+            )
+        )
+        assert await oauth.approve("acme", device, user, ("orders:read",), now)
+        result = await oauth.poll(
+            "acme",
+            device,
+            "o" * 32,
+            now,
+            grant_id=grant_id,
+            refresh_hash=code_hash("rt" + grant_id),
+            grant_ttl=600,
+        )
+        assert result.outcome is PollOutcome.ISSUED
+    finally:
+        await store.close()
+
+
+async def test_s5_operator_lists_and_revokes_a_users_grants(
+    tmp_path: Path, redis_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, config = _config_file(tmp_path, redis_url)
+    await _grant(config, "jane-4471", "a2agrant_one_HJKL")
+    await _grant(config, "jane-4471", "a2agrant_two_MNPQ")
+    await _grant(config, "someone-else", "a2agrant_six_RSTV")
+    base = ["--config", str(path), "--brand", "acme", "--user", "jane-4471"]
+    assert await _run(["grants", "list", *base]) == 0
+    listed = capsys.readouterr().out
+    assert "a2agrant_one_HJKL" in listed
+    assert "a2agrant_two_MNPQ" in listed
+    assert "2 live grant(s)" in listed
+    assert "a2agrant_six_RSTV" not in listed
+    assert await _run(["grants", "revoke", *base, "--grant", "a2agrant_one_HJKL"]) == 0
+    assert "revoked a2agrant_one_HJKL" in capsys.readouterr().out
+    assert await _run(["grants", "list", *base]) == 0
+    assert "1 live grant(s)" in capsys.readouterr().out
+    assert await _run(["grants", "revoke", *base]) == 0
+    assert "1 grant(s) revoked" in capsys.readouterr().out
+    other = ["--config", str(path), "--brand", "acme", "--user", "someone-else"]
+    assert await _run(["grants", "list", *other]) == 0
+    assert "1 live grant(s)" in capsys.readouterr().out
+
+
+async def test_grants_refuses_memory_cache_and_unknown_brand(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, _ = _config_file(tmp_path, "memory://")
+    assert await _run(["grants", "list", "--config", str(path), "--brand", "acme", "--user", "u"]) == 2
+    assert "memory://" in capsys.readouterr().err
+    assert await _run(["grants", "list", "--config", str(path), "--brand", "globex", "--user", "u"]) == 2
+    assert "no Brand 'globex' with delegation" in capsys.readouterr().err
+
+
+async def _run(argv: list[str]) -> int:
+    """``main`` runs its own event loop, so it runs in a thread beside the test's."""
+    return await asyncio.to_thread(main, argv)

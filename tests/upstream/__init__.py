@@ -1,0 +1,1 @@
+"""The bot adapters: the native HTTP+JSON contract."""
