@@ -21,6 +21,7 @@ import jwt
 
 from gateway.auth.discovery import OidcDiscovery
 from gateway.auth.jwks import JwksCache, PublicKey, log_safe
+from gateway.auth.signature import SIGNATURE_ONLY
 from gateway.auth.token_cache import TokenCache
 from gateway.config import PersonalAgentConfig, PersonalAgentsConfig
 from gateway.protocol.claims import (
@@ -114,19 +115,6 @@ class PAVerifier:
         self._clock = clock
         self._discovery = OidcDiscovery(jwks.fetcher, clock=jwks.clock, on_fetch=on_discovery_fetch)
         self._tokens: TokenCache[_Verdict] = TokenCache(token_cache_size)
-        # Signature only: every claim is checked by check_claims, which names the exact reason.
-        self._jwt = jwt.PyJWT(
-            options={
-                "verify_exp": False,
-                "verify_nbf": False,
-                "verify_iat": False,
-                "verify_aud": False,
-                "verify_iss": False,
-                "verify_sub": False,
-                "verify_jti": False,
-                "enforce_minimum_key_length": True,
-            }
-        )
         self._registry = _Registry.build(agents, audience)
         self._preload(agents)
 
@@ -188,7 +176,7 @@ class PAVerifier:
     def _verify_signature(self, token: str, key: PublicKey, alg: str) -> dict[str, Any]:
         try:
             # One algorithm, chosen by the allow-list and matched to the key's type (§3.2).
-            payload: dict[str, Any] = self._jwt.decode(token, key, algorithms=[alg])
+            payload: dict[str, Any] = SIGNATURE_ONLY.decode(token, key, algorithms=[alg])
         except jwt.InvalidSignatureError:
             raise AuthFailure("bad_signature") from None
         except jwt.InvalidAlgorithmError:

@@ -18,6 +18,7 @@ from typing import Any, Final
 import jwt
 import orjson
 
+from gateway.auth.signature import SIGNATURE_ONLY
 from gateway.oauth.keys import ProviderKeys
 from gateway.protocol.claims import MAX_CLOCK_SKEW, MAX_TOKEN_LENGTH, AuthFailure, split_unverified
 from gateway.store.oauth import Grant
@@ -26,19 +27,6 @@ __all__ = ["ACCESS_TOKEN_TYP", "DelegationClaims", "InvalidToken", "mint_access_
 
 ACCESS_TOKEN_TYP: Final = "at+jwt"  # noqa: S105 - a media type, not a secret
 """RFC 9068 §2.1: the header ``typ`` of a JWT access token."""
-
-_JWT = jwt.PyJWT(
-    options={
-        # Signature only: every claim is checked below, against exact values.
-        "verify_exp": False,
-        "verify_nbf": False,
-        "verify_iat": False,
-        "verify_aud": False,
-        "verify_iss": False,
-        "verify_sub": False,
-        "verify_jti": False,
-    }
-)
 
 
 class InvalidToken(Exception):
@@ -136,7 +124,7 @@ def verify_access_token(
     if header.get("alg") != key.alg:
         raise InvalidToken("bad_alg")
     try:
-        payload: dict[str, Any] = _JWT.decode(token, key.public_key, algorithms=[key.alg])
+        payload: dict[str, Any] = SIGNATURE_ONLY.decode(token, key.public_key, algorithms=[key.alg])
     except jwt.PyJWTError:
         raise InvalidToken("bad_signature") from None
     if payload.get("iss") != issuer:

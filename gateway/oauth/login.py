@@ -20,6 +20,7 @@ from typing import Any, Final, Literal
 import jwt
 
 from gateway.auth.jwks import JwksCache
+from gateway.auth.signature import SIGNATURE_ONLY
 from gateway.config import LoginConfig
 from gateway.oauth.device import normalize_user_code
 from gateway.protocol.claims import MAX_CLOCK_SKEW, AuthFailure, check_header, split_unverified
@@ -55,19 +56,6 @@ AssertionReason = Literal[
     "exp_too_far",
 ]
 """Why an assertion was refused: a bounded set, for the log line only (the User sees one generic page)."""
-
-_JWT = jwt.PyJWT(
-    options={
-        # Signature only: every claim is checked by check_assertion_claims, against exact values.
-        "verify_exp": False,
-        "verify_nbf": False,
-        "verify_iat": False,
-        "verify_aud": False,
-        "verify_iss": False,
-        "verify_sub": False,
-        "verify_jti": False,
-    }
-)
 
 
 class InvalidAssertion(Exception):
@@ -166,7 +154,7 @@ async def verify_assertion(
             "jwks_unavailable" if failure.reason == "jwks_unavailable" else "unknown_key"
         ) from None
     try:
-        payload: dict[str, Any] = _JWT.decode(assertion, key, algorithms=[checked.alg])
+        payload: dict[str, Any] = SIGNATURE_ONLY.decode(assertion, key, algorithms=[checked.alg])
     except jwt.PyJWTError:
         raise InvalidAssertion("bad_signature") from None
     return check_assertion_claims(payload, issuer=login.issuer, audience=audience, now=now)
