@@ -1,10 +1,14 @@
-"""What verifying a personal agent's JWT costs the gateway, per operation, in a process of its own.
+"""What the tokens of a turn cost the gateway, per operation, in a process of its own.
 
 Three cases through the real :class:`PAVerifier` with inline keys (no fetching, so only
 verification is timed): a fresh ES256 token (every check, ECDSA P-256 signature included),
 a fresh RS256 token (2048-bit RSA), and one token presented again and again, which is what a
-personal agent that reuses its token for a conversation costs. Tokens are minted before
-the clock starts; minting is the personal agent's cost, not the gateway's.
+personal agent that reuses its token for a conversation costs. The same two cases for a §5.4
+delegation token through the real :class:`DelegationVerifier` (a fresh token, ES256, verdict
+cache off; one token again and again, default cache), and what a delegated turn adds on top:
+signing its §5.6 receipt, ES256 through :meth:`ProviderKeys.sign` over the claims of a
+realistic receipt (two scopes used, two actions, one with ``argsHash``). Tokens are minted
+before the clock starts; minting is the personal agent's (or the token endpoint's) cost.
 
 ``python -m bench.jwt_cost --fresh 2000 --repeated 50000`` prints one JSON document.
 """
@@ -15,14 +19,28 @@ import argparse
 import asyncio
 import json
 import time
-from collections.abc import Sequence
+import uuid
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from bench.tokens import Minter
+import aiohttp
+import rfc8785
+
+from bench.delegation import BRAND, SCOPES, brand_user, delegation_config
+from bench.tokens import Minter, user_sub
+from gateway.auth.delegation import DelegationVerifier
 from gateway.auth.jwks import JwksCache, make_fetch_session
 from gateway.auth.pa_jwt import PAVerifier
-from gateway.config import JwksPolicy, PersonalAgentConfig, PersonalAgentsConfig
+from gateway.config import JwksPolicy, PersonalAgentConfig, PersonalAgentsConfig, load_config
+from gateway.oauth.access_token import mint_access_token
+from gateway.oauth.keys import ProviderKeys
+from gateway.oauth.server import AuthorizationServer
 from gateway.pa_keys import generate_private_jwk, public_jwks
+from gateway.protocol.receipts import RECEIPT_TYP, receipt_claims, receipt_payload, timestamp
+from gateway.store.base import Owner
+from gateway.store.factory import open_oauth_store, open_store
+from gateway.store.oauth import Grant
+from gateway.upstream.base import Action
 
 ES256_ISSUER = "https://es256.pa.bench.invalid"
 RS256_ISSUER = "https://rs256.pa.bench.invalid"
@@ -70,6 +88,7 @@ async def measure(fresh: int, repeated: int) -> dict[str, Any]:
         token = es_tokens[0]
         await cached.verify(token)
         repeated_us = await _time_per_op(cached, [token], rounds=repeated)
+        delegation = await measure_delegation(session, fresh, repeated)
     finally:
         await session.close()
     return {
@@ -79,6 +98,128 @@ async def measure(fresh: int, repeated: int) -> dict[str, Any]:
         "es256_vs_repeated_ratio": es_us / repeated_us if repeated_us > 0 else 0.0,
         "fresh_tokens": fresh,
         "repeated_verifications": repeated,
+        **delegation,
+    }
+
+
+def _best_us(calls: Callable[[], None], count: int) -> float:
+    """Microseconds per call of ``calls`` (which makes ``count`` of them), best of three batches."""
+    best = float("inf")
+    for _ in range(3):
+        started = time.perf_counter()
+        calls()
+        best = min(best, (time.perf_counter() - started) / count)
+    return best * 1e6
+
+
+async def measure_delegation(session: aiohttp.ClientSession, fresh: int, repeated: int) -> dict[str, Any]:
+    """§5.5 delegation-token verification, cached and not, and §5.6 receipt signing, per operation.
+
+    The Provider, its Brand and its keys are built from configuration as the gateway builds
+    them (a Brand with the bench's ``delegation`` block, a generated ES256 signing key).
+    """
+    pa_key = generate_private_jwk("ES256")
+    raw = {
+        "public_url": "https://gateway.bench.invalid",
+        "provider": {"organization": "Bench", "url": "https://bench.invalid", "audience": AUDIENCE},
+        "personal_agents": {"registered": [{"issuer": ES256_ISSUER, "jwks": public_jwks(pa_key)}]},
+        "oauth": {"signing_keys": [{"value": json.dumps(generate_private_jwk("ES256"))}]},
+        "brands": [
+            {
+                "id": BRAND,
+                "name": "Acme Support",
+                "description": "Order status.",
+                "version": "1.0.0",
+                "upstream": {"url": "https://bot.bench.invalid/chat"},
+                "delegation": delegation_config(public_jwks(generate_private_jwk("ES256"))),
+            }
+        ],
+    }
+    config = load_config(raw, environ={})
+    brand = config.brands[BRAND]
+    keys = ProviderKeys(config.oauth.signing_keys)
+    store = open_store(config.cache)
+    try:
+        server = AuthorizationServer(
+            config=config,
+            keys=keys,
+            store=open_oauth_store(store),
+            login_keys=JwksCache(session, config.personal_agents.jwks, development=False),
+            clock=time.time,
+        )
+        urls = server.urls(brand)
+        now = time.time()
+
+        def token(user: int) -> str:
+            grant = Grant(
+                grant_id=f"a2agrant_bench{user}",
+                brand_id=BRAND,
+                client_id=ES256_ISSUER,
+                owner_digest=Owner(BRAND, ES256_ISSUER, user_sub(user)).digest,
+                user=brand_user(user),
+                scopes=tuple(SCOPES),
+                issued_at=now,
+                expires_at=now + 86400,
+            )
+            issued, _ = mint_access_token(
+                keys,
+                grant,
+                issuer=urls.issuer,
+                audience=urls.interface,
+                scopes=grant.scopes,
+                now=now,
+                ttl=3600,
+            )
+            return f"Bearer {issued}"
+
+        headers = [token(user) for user in range(fresh)]
+        # Verdict cache off: every header of every batch is a full check, signature included.
+        uncached = DelegationVerifier(server, cache_size=0)
+
+        def verify_all() -> None:
+            for header in headers:
+                uncached.verify(header, brand, ES256_ISSUER)
+
+        fresh_us = _best_us(verify_all, len(headers))
+        cached = DelegationVerifier(server)  # the default verdict cache, as the gateway runs it
+        header = headers[0]
+        cached.verify(header, brand, ES256_ISSUER)
+
+        def verify_again() -> None:
+            for _ in range(repeated):
+                cached.verify(header, brand, ES256_ISSUER)
+
+        repeated_us = _best_us(verify_again, repeated)
+        # What a delegated turn's reply carries (§5.6): what a Brand's order bot would have done.
+        claims = receipt_claims(
+            grant_id="a2agrant_bench0",
+            user=brand_user(0),
+            pa=ES256_ISSUER,
+            brand=urls.interface,
+            scopes_used=tuple(SCOPES),
+            actions=(
+                Action("lookup_orders"),
+                Action("cancel_order", rfc8785.dumps({"order": "A-10001", "reason": "changed my mind"})),
+            ),
+            ts=timestamp(now),
+            context_id=str(uuid.uuid4()),
+            message_id=f"m-{uuid.uuid4().hex}",
+        )
+        payload = receipt_payload(claims)
+
+        def sign_all() -> None:
+            for _ in range(fresh):
+                keys.sign(payload, RECEIPT_TYP)
+
+        sign_us = _best_us(sign_all, fresh)
+    finally:
+        await store.close()
+    return {
+        "delegation_fresh_us": fresh_us,
+        "delegation_repeated_us": repeated_us,
+        "delegation_fresh_vs_repeated_ratio": fresh_us / repeated_us if repeated_us > 0 else 0.0,
+        "receipt_sign_us": sign_us,
+        "receipt_payload_bytes": len(payload),
     }
 
 

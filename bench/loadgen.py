@@ -10,6 +10,8 @@ Closed loop (default): ``--concurrency`` workers, each sends its next turn when 
 answered; this finds peak throughput. Open loop (``--rate``): turns start on a fixed
 schedule whatever the answers do, so latency can be read at a chosen load. ``--mode bot``
 speaks the bot's own JSON contract straight to ``/chat`` (the "no front" baseline).
+With ``--delegation-file`` (written by ``bench.delegation``), every turn of user ``i`` also
+carries user ``i``'s delegation token (§5.5), and a reply without a §5.6 receipt is a failure.
 
 Only requests that complete inside the measured window (after ``--warmup``) count for
 throughput and latency; ``turns_total`` counts every completed request, for CPU per turn.
@@ -33,7 +35,8 @@ from typing import Any
 import aiohttp
 import orjson
 
-from bench.tokens import Minter
+from bench.delegation import HEADER, RECEIPT_MARK, load_tokens
+from bench.tokens import Minter, user_sub
 
 # No text says goodbye, so no conversation is closed by the bot in the middle of a run.
 TEXTS = (
@@ -68,7 +71,7 @@ class Tokens:
         now = time.monotonic()
         held = self._tokens.get(user)
         if held is None or now - held[1] > TOKEN_REFRESH_AFTER:
-            held = (f"Bearer {self._minter.mint(f'bench-user-{user}', TOKEN_TTL)}", now)
+            held = (f"Bearer {self._minter.mint(user_sub(user), TOKEN_TTL)}", now)
             self._tokens[user] = held
             self.minted += 1
         return held[0]
@@ -131,6 +134,8 @@ class Plan:
     max_turns: int
     tokens: Tokens
     subs: int
+    delegation: Sequence[str] = ()
+    """User ``i``'s delegation token at index ``i``; empty for §3 turns alone."""
     issued: int = 0
     next_conversation: int = 0
 
@@ -149,6 +154,8 @@ async def _conversation(
     user = number % plan.subs
     authorization = plan.tokens.header(user)
     headers = {"Authorization": authorization, "Content-Type": "application/json", "A2A-Version": "1.0"}
+    if plan.delegation:
+        headers[HEADER] = f"Bearer {plan.delegation[user]}"
     context_id: str | None = None
     bot_conversation = str(uuid.uuid4())
     for turn in range(plan.turns):
@@ -189,6 +196,9 @@ async def _conversation(
         if status != 200:
             recorder.done(started, finished, False, f"HTTP {status}: {raw[:200]!r}")
             return  # a broken conversation is abandoned; the worker starts a new one
+        if plan.delegation and RECEIPT_MARK not in raw:
+            recorder.done(started, finished, False, f"no receipt in {raw[:200]!r}")
+            return
         if plan.mode == "a2a" and context_id is None:
             try:
                 context_id = str(orjson.loads(raw)["message"]["contextId"])
@@ -203,7 +213,7 @@ async def _worker(session: aiohttp.ClientSession, plan: Plan, schedule: Schedule
         await _conversation(session, plan, schedule, recorder)
 
 
-async def run(args: argparse.Namespace, key: dict[str, Any]) -> dict[str, Any]:
+async def run(args: argparse.Namespace, key: dict[str, Any], delegation: Sequence[str]) -> dict[str, Any]:
     tokens = Tokens(key, args.issuer, args.audience)
     for user in range(min(args.subs, 4096)):
         tokens.header(user)  # mint before the clock starts: minting is the personal agent's cost
@@ -222,6 +232,7 @@ async def run(args: argparse.Namespace, key: dict[str, Any]) -> dict[str, Any]:
             max_turns=args.max_turns,
             tokens=tokens,
             subs=args.subs,
+            delegation=delegation,
         )
         schedule = Schedule(start, args.rate)
         cpu_before = os.times()
@@ -253,6 +264,7 @@ async def run(args: argparse.Namespace, key: dict[str, Any]) -> dict[str, Any]:
         "late_starts": recorder.late_starts,
         "conversations": recorder.conversations,
         "tokens_minted": tokens.minted,
+        "delegated": bool(delegation),
         "latency_ms": {
             "p50": percentile(latencies, 0.50) * 1000,
             "p90": percentile(latencies, 0.90) * 1000,
@@ -276,15 +288,28 @@ def main(argv: Sequence[str] | None = None) -> None:
         "--rate", type=float, default=0.0, help="turns per second (open loop); 0 = closed loop"
     )
     parser.add_argument("--turns", type=int, default=5, help="turns per conversation")
-    parser.add_argument("--subs", type=int, default=256, help="distinct users, one reused PA JWT each")
+    parser.add_argument(
+        "--subs",
+        type=int,
+        help="distinct users, one reused PA JWT each (default 256, or one per delegation token)",
+    )
     parser.add_argument("--max-turns", type=int, default=0, help="stop after this many turns (0 = no cap)")
     parser.add_argument("--request-timeout", type=float, default=10.0)
     parser.add_argument("--key-file", required=True, help="the personal agent's private JWK (JSON)")
     parser.add_argument("--issuer", required=True)
     parser.add_argument("--audience", required=True)
+    parser.add_argument(
+        "--delegation-file", type=Path, help="delegation tokens, one per user (bench.delegation writes it)"
+    )
     args = parser.parse_args(argv)
+    delegation = load_tokens(args.delegation_file) if args.delegation_file is not None else []
+    if args.subs is None:
+        args.subs = len(delegation) or 256
+    if delegation and args.subs > len(delegation):
+        # A grant belongs to one (PA, sub): a user without a token of its own cannot borrow another's.
+        parser.error(f"--subs {args.subs} is more than the {len(delegation)} delegation tokens")
     key = json.loads(Path(args.key_file).read_text())
-    print(json.dumps(asyncio.run(run(args, key))))
+    print(json.dumps(asyncio.run(run(args, key, delegation))))
 
 
 if __name__ == "__main__":

@@ -3,12 +3,15 @@
 The run starts the sample bot and, on loopback, three fronts before it: nothing (the bot
 direct), a bare pass-through forwarder on the same HTTP stack (``bench.passthrough``, the
 design's ceiling) and the real gateway CLI, on the memory store and on Redis (database 14,
-flushed before and after). One load generator process drives ``message:send`` against
-each front in turn at a fixed concurrency for a fixed time; the rounds are interleaved
-and repeated, so drift on a shared machine shows up as spread instead of as a bias against
-whichever front ran last. Then: latency at half the gateway's peak, Redis round trips per
-turn, instructions per turn under callgrind (the full run), memory per idle conversation,
-PA JWT verification cost and, with ``--profile``, where a gateway spends its time.
+flushed before and after). Each gateway is driven twice: with §3 turns alone (the Identity
+front) and with the same turns under §5.5 delegation tokens from real grants (the delegated
+front, same process and store; ``bench.delegation`` runs §5.3 for each user first). One load
+generator process drives ``message:send`` against each front in turn at a fixed concurrency
+for a fixed time; the rounds are interleaved and repeated, so drift on a shared machine shows
+up as spread instead of as a bias against whichever front ran last. Then: latency at half the
+gateway's peak, Redis round trips per turn (Identity and delegated), instructions per turn
+under callgrind (the full run), memory per idle conversation, PA JWT and delegation-token
+verification and receipt signing costs and, with ``--profile``, where a gateway spends its time.
 
 Results: a JSON file (``bench/results/<timestamp>.json`` or ``--out``) and a table. Targets
 are checked but never fail the run: a benchmark reports, CI does not judge timings.
@@ -31,12 +34,13 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from bench.delegation import SCOPES, delegation_config
 from bench.procs import (
     REPO_ROOT,
     Child,
@@ -63,6 +67,13 @@ PASSTHROUGH = "passthrough"
 GW_MEMORY = "gateway-memory"
 GW_REDIS = "gateway-redis"
 GW_REDIS_2W = "gateway-redis-2w"
+DELEGATED_MEMORY = "delegated-memory"
+DELEGATED_REDIS = "delegated-redis"
+DELEGATED_OF = {DELEGATED_MEMORY: GW_MEMORY, DELEGATED_REDIS: GW_REDIS}
+"""Each delegated front and the Identity front of the same gateway process it is compared with."""
+# §5.5 on top of §3: a delegated turn adds a cached token check, a grant check inside the store step
+# it makes anyway and a receipt signature; its throughput may be at most 15 % below the Identity turn's.
+DELEGATED_THROUGHPUT = 0.85
 PASSTHROUGH_AT_REDIS_RATE = "passthrough-at-redis-rate"
 # "Scales with cores": a second worker must add at least a quarter. The ideal is 2.0, but on a
 # 2-core machine the load generator, the bot and Redis share the cores the workers would use.
@@ -91,10 +102,12 @@ class Settings:
     profile_duration: float
     instruction_turns: int
     """Turns in the warm-up and the shorter callgrind window (the longer has twice as many); 0 skips."""
+    delegated_users: int = 256
+    """Users of the delegated fronts, one §5.3 grant and token each (the Identity fronts have 256 too)."""
 
 
 MODES: dict[str, Settings] = {
-    "smoke": Settings("smoke", 0.8, 0.3, 1, 16, 5, 0.8, 1, 32, 40, 2_000, 1_000, 30, 2_000, 640, 2.0, 20),
+    "smoke": Settings("smoke", 0.8, 0.3, 1, 16, 5, 0.8, 1, 32, 40, 2_000, 1_000, 30, 2_000, 640, 2.0, 20, 16),
     "quick": Settings(
         "quick", 1.6, 0.5, 2, 32, 5, 1.5, 1, 64, 200, 20_000, 3_000, 200, 20_000, 5_000, 5.0, 0
     ),
@@ -106,13 +119,18 @@ MODES: dict[str, Settings] = {
 
 @dataclass
 class Front:
-    """Something the load generator can drive; ``process`` is the front's own (``None`` for direct)."""
+    """Something the load generator can drive; ``process`` is the front's own (``None`` for direct).
+
+    ``delegation`` is the token file of a delegated front (``bench.delegation``): every turn
+    then carries its user's delegation token.
+    """
 
     name: str
     url: str
     mode: str
     process: Child | None
     uses_redis: bool = False
+    delegation: Path | None = None
 
     @classmethod
     def a2a(cls, name: str, port: int, process: Child, uses_redis: bool = False) -> Front:
@@ -130,6 +148,15 @@ class Bench:
         private = generate_private_jwk("ES256")
         self.key_file.write_text(json.dumps(private))
         self.jwks = public_jwks(private)
+        # The Brand's login (its assertions' key, inline in the gateway's config) and the Provider's
+        # §5.4/§5.6 signing key: generated per run, kept in the run's directory only.
+        self.login_key_file = workdir / "login-key.json"
+        login = generate_private_jwk("ES256")
+        self.login_key_file.write_text(json.dumps(login))
+        self.login_jwks = public_jwks(login)
+        self.signing_key_file = workdir / "provider-key.json"
+        self.signing_key_file.write_text(json.dumps(generate_private_jwk("ES256")))
+        self.flows: dict[str, dict[str, Any]] = {}
         self.bot: Child | None = None
         self.bot_url = ""
         self.fronts: dict[str, Front] = {}
@@ -146,7 +173,10 @@ class Bench:
         return bot, port
 
     def gateway_config(self, port: int, cache_url: str) -> Path:
-        """The gateway as an operator would run it: defaults everywhere but addresses, keys and cache."""
+        """The gateway as an operator would run it: defaults everywhere but addresses, keys and cache.
+
+        The Brand delegates (§5): its scopes, its login's key set inline, the Provider's key.
+        """
         raw = {
             "listen": {"host": "127.0.0.1", "port": port},
             "public_url": f"http://127.0.0.1:{port}",
@@ -161,6 +191,7 @@ class Bench:
                 "per_user": {"rate": 1_000_000, "burst": 1_000_000},
             },
             "metrics": {"enabled": True, "host": "127.0.0.1", "port": free_port()},
+            "oauth": {"signing_keys": [{"file": str(self.signing_key_file)}]},
             "brands": [
                 {
                     "id": "acme",
@@ -168,6 +199,7 @@ class Bench:
                     "description": "Order status.",
                     "version": "1.0.0",
                     "upstream": {"url": self.bot_url},
+                    "delegation": delegation_config(self.login_jwks),
                 }
             ],
         }
@@ -226,13 +258,47 @@ class Bench:
         ]
         if self.workers_available:
             gateways.append((GW_REDIS_2W, redis_url, 2))
+        ports: dict[str, int] = {}
         for name, url, workers in gateways:
             front, port = self.start_gateway(name, url, workers=workers)
             self.fronts[name] = front
+            ports[name] = port
             assert front.process is not None
             waits.append((front.process, port))
         for child, port in waits:
             child.wait_port(port)
+        for delegated, identity in DELEGATED_OF.items():
+            self.delegate(delegated, identity, ports[identity])
+
+    def delegate(self, name: str, identity: str, port: int) -> None:
+        """Front ``name``: the gateway of front ``identity``, driven by users that hold real grants.
+
+        Each user's grant and token come from the §5.3 flow over HTTP (``bench.delegation``), once,
+        before any timed round, as a personal agent gets them once and then uses them for an hour.
+        """
+        tokens = self.workdir / f"{name}-tokens.json"
+        self.flows[name] = _python_json(
+            [
+                "-m",
+                "bench.delegation",
+                "--url",
+                f"http://127.0.0.1:{port}",
+                "--users",
+                str(self.settings.delegated_users),
+                "--key-file",
+                str(self.key_file),
+                "--issuer",
+                ISSUER,
+                "--audience",
+                AUDIENCE,
+                "--login-key-file",
+                str(self.login_key_file),
+                "--out",
+                str(tokens),
+            ],
+            timeout=600,
+        )
+        self.fronts[name] = replace(self.fronts[identity], name=name, delegation=tokens)
 
     # ---- load --------------------------------------------------------------------------------
 
@@ -274,6 +340,7 @@ class Bench:
             "--audience",
             AUDIENCE,
             *([] if users is None else ["--subs", str(users)]),
+            *([] if front.delegation is None else ["--delegation-file", str(front.delegation)]),
         ]
 
     def _party_cpu(self, front: Front) -> dict[str, float]:
@@ -406,9 +473,9 @@ class Bench:
                 )
         return rounds
 
-    def redis_round_trips(self) -> dict[str, Any]:
+    def redis_round_trips(self, name: str = GW_REDIS) -> dict[str, Any]:
         """Round trips per turn on the hot path, counted exactly with MONITOR over a fixed number of turns."""
-        front = self.fronts[GW_REDIS]
+        front = self.fronts[name]
         monitor = self.redis.monitor()
         try:
             result = self.drive(
@@ -698,6 +765,30 @@ def check_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
             result["redis"]["round_trips_per_turn"],
             at_most(2.0),
         ),
+        ratio_target(
+            "throughput delegated-memory / gateway-memory",
+            "throughput_delegated_memory_vs_gateway_memory",
+            f">= {DELEGATED_THROUGHPUT}",
+            at_least(DELEGATED_THROUGHPUT),
+        ),
+        ratio_target(
+            "throughput delegated-redis / gateway-redis",
+            "throughput_delegated_redis_vs_gateway_redis",
+            f">= {DELEGATED_THROUGHPUT}",
+            at_least(DELEGATED_THROUGHPUT),
+        ),
+        target(
+            "full delegation-token verification / repeated token",
+            ">= 10",
+            result["jwt"]["delegation_fresh_vs_repeated_ratio"],
+            at_least(10),
+        ),
+        target(
+            "Redis round trips per delegated turn",
+            "<= 2",
+            result["redis"]["delegated"]["round_trips_per_turn"],
+            at_most(2.0),
+        ),
         target(
             "bytes per idle conversation, memory store, excluding replies (RSS)",
             "<= 1024",
@@ -766,7 +857,15 @@ def render_table(result: dict[str, Any]) -> str:
         ("CPU per turn gateway-redis", "cpu_per_turn_gateway_redis_vs_passthrough"),
     ):
         lines.append(f"  {label:<38}{ratios[key]:>16.2f}")
+    lines.append(f"  {'delegated vs the same gateway, Identity':<38}{'throughput':>16}{'CPU/turn':>12}")
+    for delegated, identity in DELEGATED_OF.items():
+        key = f"{delegated.replace('-', '_')}_vs_{identity.replace('-', '_')}"
+        lines.append(
+            f"  {delegated:<38}{ratios['throughput_' + key]:>16.2f}{ratios['cpu_per_turn_' + key]:>12.2f}"
+        )
     half, redis, memory, jwt = result["half_load"], result["redis"], result["memory"], result["jwt"]
+    delegated_redis = redis["delegated"]
+    delegated_rtt = delegated_redis["round_trips_per_turn"]
     lines += [
         "",
         f"half of gateway-memory's peak ({half['rate_rps']:.0f} turns/s): added over pass-through "
@@ -786,6 +885,18 @@ def render_table(result: dict[str, Any]) -> str:
         f"{memory['traced_idle_bytes_per_conversation_excluding_replies']:.0f} B past the retry window)",
         f"PA JWT: ES256 {jwt['es256_fresh_us']:.1f} us, RS256 {jwt['rs256_fresh_us']:.1f} us, "
         f"repeated token {jwt['repeated_token_us']:.2f} us (x{jwt['es256_vs_repeated_ratio']:.0f})",
+        f"delegation token: ES256 {jwt['delegation_fresh_us']:.1f} us, repeated token "
+        f"{jwt['delegation_repeated_us']:.2f} us (x{jwt['delegation_fresh_vs_repeated_ratio']:.0f}); "
+        f"receipt signature (ES256, {jwt['receipt_payload_bytes']} B of claims) "
+        f"{jwt['receipt_sign_us']:.1f} us per delegated turn",
+        f"Redis round trips per delegated turn {delegated_rtt:.2f} "
+        f"({delegated_redis['client_commands']}); commands incl. inside scripts "
+        f"{delegated_rtt + delegated_redis['script_internal_commands_per_turn']:.2f}",
+        "delegation flows (§5.3, before the rounds): "
+        + ", ".join(
+            f"{name} {flows['users']} users in {flows['seconds']:.1f} s"
+            for name, flows in result["delegation"]["flows"].items()
+        ),
     ]
     counted = result["instructions"]
     if counted["available"]:
@@ -891,7 +1002,8 @@ def run(settings: Settings, redis_url: str, with_profile: bool) -> dict[str, Any
             bench = Bench(settings, children, workdir, redis)
             progress(f"starting bot, pass-through and gateways (logs in {workdir})")
             bench.start_all(redis_url)
-            order = [DIRECT, PASSTHROUGH, GW_MEMORY, GW_REDIS]
+            # Each delegated front beside its Identity twin, so their same-repeat pair is close in time.
+            order = [DIRECT, PASSTHROUGH, GW_MEMORY, DELEGATED_MEMORY, GW_REDIS, DELEGATED_REDIS]
             if bench.workers_available:
                 order.append(GW_REDIS_2W)
             progress("peak rounds (closed loop)")
@@ -911,6 +1023,7 @@ def run(settings: Settings, redis_url: str, with_profile: bool) -> dict[str, Any
             )
             progress("Redis round trips (MONITOR)")
             redis_result = bench.redis_round_trips()
+            redis_result["delegated"] = bench.redis_round_trips(DELEGATED_REDIS)
             progress("Redis client cost per script call")
             redis_result["client"] = _python_json(
                 ["-m", "bench.redis_client", "--redis-url", redis_url, "--calls", str(settings.client_calls)],
@@ -931,7 +1044,7 @@ def run(settings: Settings, redis_url: str, with_profile: bool) -> dict[str, Any
             ],
             timeout=900,
         )
-        progress("PA JWT verification cost")
+        progress("PA JWT and delegation-token verification, receipt signing")
         jwt_cost = _python_json(
             [
                 "-m",
@@ -961,6 +1074,12 @@ def run(settings: Settings, redis_url: str, with_profile: bool) -> dict[str, Any
         "throughput_gateway_redis_vs_direct": per_repeat(GW_REDIS, DIRECT, _rps),
         "cpu_per_turn_gateway_memory_vs_passthrough": per_repeat(GW_MEMORY, PASSTHROUGH, _front_cpu),
         "cpu_per_turn_gateway_redis_vs_passthrough": per_repeat(GW_REDIS, PASSTHROUGH, _front_cpu),
+        "throughput_delegated_memory_vs_gateway_memory": per_repeat(DELEGATED_MEMORY, GW_MEMORY, _rps),
+        "throughput_delegated_redis_vs_gateway_redis": per_repeat(DELEGATED_REDIS, GW_REDIS, _rps),
+        "cpu_per_turn_delegated_memory_vs_gateway_memory": per_repeat(
+            DELEGATED_MEMORY, GW_MEMORY, _front_cpu
+        ),
+        "cpu_per_turn_delegated_redis_vs_gateway_redis": per_repeat(DELEGATED_REDIS, GW_REDIS, _front_cpu),
     }
     added_per_repeat = {
         "p50_ms": added(GW_MEMORY, PASSTHROUGH, _p50),
@@ -998,6 +1117,11 @@ def run(settings: Settings, redis_url: str, with_profile: bool) -> dict[str, Any
         "redis": redis_result,
         "memory": memory,
         "jwt": jwt_cost,
+        "delegation": {
+            "users": settings.delegated_users,
+            "scopes_requested": list(SCOPES),
+            "flows": bench.flows,
+        },
         "workers": {"available": bench.workers_available},
         "instructions": counted,
         "profile": profile,

@@ -1,13 +1,15 @@
 """The benchmark runs end to end and writes a well-formed result file.
 
 ``python -m bench --smoke`` drives every front (the bot direct, the pass-through, the gateway
-on memory and on Redis, and two workers when the CLI has them) and every measurement path
-(peak rounds, half-load rounds, Redis round trips, instructions per turn under callgrind,
-memory per conversation, JWT cost) for a fraction of a second each. Timings are never
-asserted: CI machines are too noisy for that, and the benchmark reports figures rather than
-judging them. What is asserted is that the run worked (no failed turns, something measured
-everywhere) and that the result has the shape docs/performance.md describes. It needs Redis
-at 127.0.0.1:6379 (database 14 only) and fails, never skips, without it.
+on memory and on Redis with §3 turns and with §5.5 delegated ones, and two workers when the CLI
+has them) and every measurement path (the §5.3 flows that get the delegated users their
+tokens, peak rounds, half-load rounds, Redis round trips, instructions per turn under
+callgrind, memory per conversation, JWT, delegation-token and receipt costs) for a fraction of
+a second each. Timings are never asserted: CI machines are too noisy for that, and the
+benchmark reports figures rather than judging them. What is asserted is that the run worked
+(no failed turns, every delegated reply with its receipt, something measured everywhere) and
+that the result has the shape docs/performance.md describes. It needs Redis at 127.0.0.1:6379
+(database 14, or the one ``PACT_TEST_REDIS_URL`` names) and fails, never skips, without it.
 """
 
 from __future__ import annotations
@@ -21,10 +23,18 @@ from typing import Any
 import pytest
 
 from bench.redis_probe import RedisProbe
-from bench.run import DEFAULT_REDIS_URL, SCHEMA
-from tests.support.bench import run_module
+from bench.run import SCHEMA
+from tests.support.bench import BENCH_REDIS_URL, run_module
 
-FRONTS = {"direct", "passthrough", "gateway-memory", "gateway-redis"}
+FRONTS = {
+    "direct",
+    "passthrough",
+    "gateway-memory",
+    "gateway-redis",
+    "delegated-memory",
+    "delegated-redis",
+}
+DELEGATED = {"delegated-memory", "delegated-redis"}
 SECTIONS = {
     "schema",
     "started_at",
@@ -38,12 +48,13 @@ SECTIONS = {
     "redis",
     "memory",
     "jwt",
+    "delegation",
     "workers",
     "instructions",
     "profile",
     "targets",
 }
-TARGET_COUNT = 10
+TARGET_COUNT = 14
 # Differences between two measured latencies may fall below zero on a noisy machine.
 SIGNED_KEYS = ("added_",)
 DIFFERENCE_FIELDS = ("measured", "per_repeat")
@@ -87,11 +98,11 @@ def _positive(value: Any, what: str) -> None:
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str]:
     try:
-        RedisProbe(DEFAULT_REDIS_URL).ping()
+        RedisProbe(BENCH_REDIS_URL).ping()
     except (OSError, ConnectionError) as exc:
-        pytest.fail(f"the benchmark needs Redis at {DEFAULT_REDIS_URL}: {exc}")
+        pytest.fail(f"the benchmark needs Redis at {BENCH_REDIS_URL}: {exc}")
     out = tmp_path_factory.mktemp("bench") / "result.json"
-    stdout = run_module("bench", "--smoke", "--out", str(out))
+    stdout = run_module("bench", "--smoke", "--out", str(out), "--redis-url", BENCH_REDIS_URL)
     result = json.loads(out.read_text(), parse_constant=_reject_constant)
     assert isinstance(result, dict)
     return result, stdout
@@ -119,7 +130,42 @@ def test_every_front_was_driven_without_a_failed_turn(smoke_run: tuple[dict[str,
         assert ("front" in cpu) == (name != "direct")
     for round_ in result["rounds"]:
         _positive(round_["turns_total"], f"{round_['front']} round turns")
+        # The load generator fails a delegated reply that carries no §5.6 receipt (errors == 0 above).
+        assert round_["delegated"] == (round_["front"] in DELEGATED)
     assert len(result["rounds"]) == len(expected) * result["settings"]["repeats"]
+
+
+def test_delegated_users_got_real_grants_and_their_turns_two_round_trips(
+    smoke_run: tuple[dict[str, Any], str],
+) -> None:
+    result, stdout = smoke_run
+    delegation = result["delegation"]
+    assert set(delegation["flows"]) == DELEGATED
+    for name, flows in delegation["flows"].items():
+        assert flows["users"] == delegation["users"] == result["settings"]["delegated_users"], name
+        _positive(flows["seconds"], f"{name} §5.3 flows")
+        # §5.3: the User ticked every requested scope (the consent page's default).
+        assert flows["scopes_granted"] == [" ".join(delegation["scopes_requested"])], name
+    delegated = result["redis"]["delegated"]
+    _positive(delegated["turns"], "delegated Redis round-trip turns")
+    assert delegated["errors"] == 0
+    _positive(delegated["round_trips_per_turn"], "Redis round trips per delegated turn")
+    jwt = result["jwt"]
+    for key in (
+        "delegation_fresh_us",
+        "delegation_repeated_us",
+        "delegation_fresh_vs_repeated_ratio",
+        "receipt_sign_us",
+        "receipt_payload_bytes",
+    ):
+        _positive(jwt[key], f"jwt {key}")
+    for key in (
+        "throughput_delegated_memory_vs_gateway_memory",
+        "throughput_delegated_redis_vs_gateway_redis",
+    ):
+        assert len(result["ratios_per_repeat"][key]) == result["settings"]["repeats"], key
+    assert "receipt signature" in stdout
+    assert "Redis round trips per delegated turn" in stdout
 
 
 def test_ratios_half_load_redis_memory_and_jwt_were_measured(smoke_run: tuple[dict[str, Any], str]) -> None:
@@ -201,8 +247,12 @@ def test_targets_are_named_with_a_boolean_verdict(smoke_run: tuple[dict[str, Any
             assert t["verdict"] == ("met" if t["passed"] else "missed")
     unmeasured = [t for t in targets if t["measured"] is None]
     assert all(not t["passed"] and t["note"] and t["verdict"] == "not measured" for t in unmeasured)
-    timed = [t for t in targets if t["name"].startswith(("throughput gateway", "CPU per turn", "added"))]
-    assert len(timed) == 6
+    timed = [
+        t
+        for t in targets
+        if t["name"].startswith(("throughput gateway", "throughput delegated", "CPU per turn", "added"))
+    ]
+    assert len(timed) == 8
     assert all(len(t["per_repeat"]) == 1 for t in timed)
     assert "targets" in stdout
     assert "[PASS]" in stdout or "[FAIL]" in stdout

@@ -17,7 +17,7 @@ import pytest
 from bench.rate_scan import PipeObserver, percentiles
 from gateway.store import redis_pipe
 from gateway.store.redis_pipe import RedisAddress, RedisPipe
-from tests.support.bench import run_module
+from tests.support.bench import BENCH_REDIS_URL, run_module
 
 
 def test_percentiles_are_nearest_rank() -> None:
@@ -54,7 +54,9 @@ async def test_the_observer_sees_each_command_and_the_queue_ahead_of_it(
 def test_the_scan_runs_every_front_and_reports_the_pipe(tmp_path: Path) -> None:
     out = tmp_path / "scan.json"
     stdout = run_module(
-        "bench.rate_scan", "--fractions", "0.25", "--duration", "0.5", "--repeats", "1", "--out", str(out)
+        "bench.rate_scan",
+        *("--fractions", "0.25", "--duration", "0.5", "--repeats", "1"),
+        *("--out", str(out), "--redis-url", BENCH_REDIS_URL),
     )
     result = json.loads(out.read_text())
     assert result["peak"]["throughput_rps"] > 0

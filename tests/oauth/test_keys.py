@@ -71,3 +71,12 @@ def test_s5_1_first_key_signs_and_all_are_published() -> None:
     assert jwt.api_jws.decode(token, verifier, algorithms=["ES256"]) == b'{"a":1}'
     assert keys.find(old.kid) is old
     assert keys.find("nope") is None
+
+
+def test_s5_6_rs256_signatures_verify_with_a_standard_jose_library() -> None:
+    key = parse_signing_key(_pem(rsa.generate_private_key(public_exponent=65537, key_size=2048)))
+    keys = ProviderKeys([key])
+    token = keys.sign(b'{"claims":true}', "pact-receipt+jws")
+    assert jwt.get_unverified_header(token) == {"alg": "RS256", "kid": key.kid, "typ": "pact-receipt+jws"}
+    public = jwt.PyJWK.from_dict(json.loads(keys.jwks_bytes())["keys"][0]).key
+    assert jwt.api_jws.decode(token, public, algorithms=["RS256"]) == b'{"claims":true}'

@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+from bench.run import DEFAULT_REDIS_URL
+
 REPO_ROOT = Path(__file__).resolve().parents[2]
+BENCH_REDIS_URL = os.environ.get("PACT_TEST_REDIS_URL", DEFAULT_REDIS_URL)
+"""The database a bench tool under test may flush: the bench's own, or the one this test run was given,
+so that two test runs on one machine never flush each other's."""
 
 
 def run_module(module: str, *args: str, timeout: float = 300) -> str:
