@@ -205,6 +205,11 @@ class OAuthStore(ABC):
         """Every live grant of a Brand user, oldest first (consent skipping, ``grants list``)."""
 
     @abstractmethod
+    async def grants_of_owner(self, brand_id: str, owner_digest: str, now: float) -> list[Grant]:
+        """Every live grant issued to one (personal agent, ``sub``), as :attr:`Grant.owner_digest`, oldest
+        first: what erasing that person revokes (gateway/ops/erasure.py)."""
+
+    @abstractmethod
     async def rotate_refresh(
         self, brand_id: str, refresh_hash: str, new_refresh_hash: str, now: float
     ) -> RefreshResult:

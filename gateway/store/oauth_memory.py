@@ -18,7 +18,8 @@ The records, by :func:`gateway.store.keys.oauth_key` kind unless said otherwise:
 * ``consent``: ``(expires, ConsentSession)``; ``once``: ``(expires,)``;
 * a grant, at :func:`gateway.store.keys.grant_key`: :data:`~gateway.store.memory.GrantRecord`;
 * ``refresh``: ``(grant expires, grant id)``, one per refresh token the grant ever had;
-* ``user``: ``(latest grant expiry, grant ids)``, the Brand user's grants in issue order.
+* ``user``: ``(latest grant expiry, grant ids)``, the Brand user's grants in issue order;
+* ``owner``: the same, for the (personal agent, ``sub``) they were issued to, by its owner digest.
 """
 
 from __future__ import annotations
@@ -157,10 +158,13 @@ class MemoryOAuthStore(OAuthStore):
         record: GrantRecord = (expires, grant, refresh_hash)
         self._keyspace.put(keys.grant_key(brand_id, grant.grant_id), record)
         self._keyspace.put(keys.oauth_key(brand_id, "refresh", refresh_hash), (expires, grant.grant_id))
-        user_key = keys.oauth_key(brand_id, "user", keys.user_digest(brand_id, grant.user))
-        index = self._live(user_key, now)
-        kept, ids = (expires, ()) if index is None else (max(index[0], expires), index[1])
-        self._keyspace.put(user_key, (kept, (*ids, grant.grant_id)))
+        for index_key in (
+            keys.oauth_key(brand_id, "user", keys.user_digest(brand_id, grant.user)),
+            keys.oauth_key(brand_id, "owner", grant.owner_digest),
+        ):
+            index = self._live(index_key, now)
+            kept, ids = (expires, ()) if index is None else (max(index[0], expires), index[1])
+            self._keyspace.put(index_key, (kept, (*ids, grant.grant_id)))
 
     async def put_consent_session(self, brand_id: str, session_hash: str, session: ConsentSession) -> None:
         self._keyspace.put(keys.oauth_key(brand_id, "consent", session_hash), (session.expires_at, session))
@@ -193,13 +197,20 @@ class MemoryOAuthStore(OAuthStore):
 
     async def grants_of_user(self, brand_id: str, user: str, now: float) -> list[Grant]:
         user_key = keys.oauth_key(brand_id, "user", keys.user_digest(brand_id, user))
-        index = self._live(user_key, now)
+        return self._indexed(brand_id, user_key, now)
+
+    async def grants_of_owner(self, brand_id: str, owner_digest: str, now: float) -> list[Grant]:
+        return self._indexed(brand_id, keys.oauth_key(brand_id, "owner", owner_digest), now)
+
+    def _indexed(self, brand_id: str, index_key: str, now: float) -> list[Grant]:
+        """The live grants an index names, oldest first; the dead ones leave the index."""
+        index = self._live(index_key, now)
         if index is None:
             return []
         records = [(grant_id, self._grant(brand_id, grant_id, now)) for grant_id in index[1]]
         live = [(grant_id, record[1]) for grant_id, record in records if record is not None]
         if len(live) < len(records):
-            self._keyspace.entries[user_key] = (index[0], tuple(grant_id for grant_id, _ in live))
+            self._keyspace.entries[index_key] = (index[0], tuple(grant_id for grant_id, _ in live))
         return sorted((grant for _, grant in live), key=lambda grant: (grant.issued_at, grant.grant_id))
 
     async def rotate_refresh(

@@ -23,7 +23,8 @@ The layout, by :func:`gateway.store.keys.oauth_key` kind unless said otherwise:
   delegated begin-turn script reads), ``c`` client, ``u`` user, ``s`` scopes, ``i`` issued,
   ``e`` expires, ``r`` the current refresh token's hash; revoking deletes it;
 * ``refresh`` (string): the grant id, one key per refresh token the grant ever had;
-* ``user`` (set): the grant ids of a Brand user, dead ones dropped when next read.
+* ``user`` (set): the grant ids of a Brand user, dead ones dropped when next read;
+* ``owner`` (set): the same, for the (personal agent, ``sub``) they were issued to, by owner digest.
 
 Two scripts reach a key they learn only as they run, from a prefix passed in ARGV: the poll
 (the user's grant set, from the digest approval stored) and the rotation (the grant a refresh
@@ -75,7 +76,7 @@ redis.call('HSET', KEYS[1], unpack(ARGV, 2))
 return 1
 """)
 
-# KEYS[1] device, KEYS[2] grant, KEYS[3] refresh family of the new token.
+# KEYS[1] device, KEYS[2] grant, KEYS[3] refresh family of the new token, KEYS[4] the owner's grant set.
 # ARGV: owner, now, refresh hash, grant expires, grant ttl ms, grant id, user-set key prefix.
 _POLL = Script("""
 local d = redis.call('HMGET', KEYS[1], 'o', 'e', 't', 'p', 'i')
@@ -99,9 +100,10 @@ redis.call('HSET', KEYS[2], 'o', ARGV[1], 'c', a[1], 'u', a[2], 's', a[3], 'i', 
   'r', ARGV[3])
 redis.call('PEXPIRE', KEYS[2], ARGV[5])
 redis.call('SET', KEYS[3], ARGV[6], 'PX', ARGV[5])
-local user_set = ARGV[7] .. a[4]
-redis.call('SADD', user_set, ARGV[6])
-if redis.call('PTTL', user_set) < tonumber(ARGV[5]) then redis.call('PEXPIRE', user_set, ARGV[5]) end
+for _, set in ipairs({ARGV[7] .. a[4], KEYS[4]}) do
+  redis.call('SADD', set, ARGV[6])
+  if redis.call('PTTL', set) < tonumber(ARGV[5]) then redis.call('PEXPIRE', set, ARGV[5]) end
+end
 return {'issued', a[1], a[2], a[3]}
 """)
 
@@ -299,6 +301,7 @@ class RedisOAuthStore(OAuthStore):
                 keys.oauth_key(brand_id, "device", device_hash),
                 keys.grant_key(brand_id, grant_id),
                 keys.oauth_key(brand_id, "refresh", refresh_hash),
+                keys.oauth_key(brand_id, "owner", owner_digest),
             ],
             [
                 owner_digest,
@@ -366,15 +369,22 @@ class RedisOAuthStore(OAuthStore):
         return _grant(brand_id, grant_id, fields)
 
     async def grants_of_user(self, brand_id: str, user: str, now: float) -> list[Grant]:
-        user_set = keys.oauth_key(brand_id, "user", keys.user_digest(brand_id, user))
-        members: list[bytes] = await self._redis.execute("SMEMBERS", user_set)
+        user_key = keys.oauth_key(brand_id, "user", keys.user_digest(brand_id, user))
+        return await self._indexed(brand_id, user_key, now)
+
+    async def grants_of_owner(self, brand_id: str, owner_digest: str, now: float) -> list[Grant]:
+        return await self._indexed(brand_id, keys.oauth_key(brand_id, "owner", owner_digest), now)
+
+    async def _indexed(self, brand_id: str, index_set: str, now: float) -> list[Grant]:
+        """The live grants a set names, oldest first; the dead ones leave the set."""
+        members: list[bytes] = await self._redis.execute("SMEMBERS", index_set)
         grant_ids = [member.decode() for member in members]
         # Sent together, so the pipe writes them as one batch: one round trip for all of them.
         grants = await asyncio.gather(*(self.get_grant(brand_id, grant_id, now) for grant_id in grant_ids))
         dead = [grant_id for grant_id, grant in zip(grant_ids, grants, strict=True) if grant is None]
         if dead:
             # Safe outside a script: a grant id is never reused, so a dead one never comes back.
-            await self._redis.execute("SREM", user_set, *dead)
+            await self._redis.execute("SREM", index_set, *dead)
         live = [grant for grant in grants if grant is not None]
         return sorted(live, key=lambda grant: (grant.issued_at, grant.grant_id))
 

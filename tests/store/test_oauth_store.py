@@ -404,6 +404,22 @@ async def test_s5_3_grants_of_user_oldest_first_without_dead_ones(
     assert await oauth.grants_of_user("globex", "user-42", clock()) == []
 
 
+async def test_grants_of_owner_are_one_pa_and_subs_whatever_the_user(
+    oauth: OAuthStore, clock: ManualClock
+) -> None:
+    """What erasing a (personal agent, ``sub``) revokes: its grants, by whichever Brand user approved them."""
+    first = await issue(oauth, clock, grant_id="g-b", refresh="rt-b")
+    clock.advance(10)
+    await issue(oauth, clock, grant_id="g-a", refresh="rt-a", owner=MALLORY)
+    second = await issue(oauth, clock, grant_id="g-c", user="user-7", refresh="rt-c")
+    assert await oauth.grants_of_owner(BRAND, ALICE.digest, clock()) == [first, second]
+    await oauth.revoke_grant(BRAND, "g-b")
+    assert await oauth.grants_of_owner(BRAND, ALICE.digest, clock()) == [second]
+    clock.advance(GRANT_TTL)
+    assert await oauth.grants_of_owner(BRAND, ALICE.digest, clock()) == []
+    assert await oauth.grants_of_owner("globex", MALLORY.digest, clock()) == []
+
+
 async def test_s5_4_everything_expires_with_the_clock(oauth: OAuthStore, clock: ManualClock) -> None:
     grant = await issue(oauth, clock)
     await oauth.rotate_refresh(BRAND, sha("rt-1"), sha("rt-2"), clock())
@@ -498,7 +514,7 @@ async def test_redis_oauth_keys_expire_and_hold_no_secret_in_clear(
     assert await oauth.use_once(BRAND, sha("jti"), 300)
     names = sorted(k.decode() if isinstance(k, bytes) else k for k in await redis_client.keys("*"))
     kinds = {name.split(":")[3] for name in names if ":oauth:" in name}
-    assert kinds == {"device", "user_code", "consent", "once", "refresh", "user"}
+    assert kinds == {"device", "user_code", "consent", "once", "refresh", "user", "owner"}
     assert store_keys.grant_key(BRAND, "g-1") in names
     assert all(name.startswith(f"pact:{BRAND}:") for name in names)
     assert "user-42" not in " ".join(names)
