@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from gateway.config import CacheConfig
 from gateway.store.adapter_state import AdapterState, MemoryAdapterState, RedisAdapterState
+from gateway.store.admin import ConversationAdmin
+from gateway.store.admin_memory import MemoryConversationAdmin
+from gateway.store.admin_redis import RedisConversationAdmin
 from gateway.store.base import ConversationStore
 from gateway.store.memory import MemoryStore
 from gateway.store.oauth import OAuthStore
@@ -43,3 +46,16 @@ def open_adapter_state(store: ConversationStore) -> AdapterState:
     if isinstance(store, MemoryStore):
         return MemoryAdapterState(store.keyspace)
     raise TypeError(f"no adapter state for {type(store).__name__}")
+
+
+def open_conversation_admin(
+    store: ConversationStore, cache: CacheConfig, adapter_names: Sequence[str]
+) -> ConversationAdmin:
+    """The operator's side of ``store`` (listing, closing, erasing an owner's conversations): on its
+    Redis connection or its memory container, and its clock. ``cache`` is the configuration it was
+    opened with; ``adapter_names`` the names bot adapters keep per-conversation state under."""
+    if isinstance(store, RedisStore):
+        return RedisConversationAdmin(store.redis, cache, adapter_names, clock=store.clock)
+    if isinstance(store, MemoryStore):
+        return MemoryConversationAdmin(store.keyspace, cache, adapter_names)
+    raise TypeError(f"no conversation admin for {type(store).__name__}")

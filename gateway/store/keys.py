@@ -16,6 +16,12 @@ def context_of(brand_id: str, key: str) -> str:
     return key[len(conversation_key(brand_id, "")) :]
 
 
+def owner_index_key(brand_id: str, owner_digest: str) -> str:
+    """The conversations of one owner (:attr:`gateway.store.base.Owner.digest`), for listing and erasing
+    them (gateway/store/admin.py): conversations are keyed by ``contextId`` alone."""
+    return f"{PREFIX}:{brand_id}:owner:{owner_digest}"
+
+
 def first_message_key(brand_id: str, owner_digest: str, message_id: str) -> str:
     return f"{PREFIX}:{brand_id}:first:{owner_digest}:{message_id}"
 

@@ -15,6 +15,9 @@ The entries:
 * a first-message record (:data:`_FirstMessage`, §4.3): ``expires``, the conversation's key
   (the very string object the conversation is stored under, so it costs nothing) and the
   text digest;
+* an owner's index (:data:`OwnerIndex`): the keys of the conversations one owner opened, so
+  gateway/store/admin_memory.py can list and erase them; written when a conversation opens,
+  and its deadline moved on about once per ``conversation_ttl`` by the turns that outlive it;
 * a §6 GCRA counter: its ``tat`` as an ``int`` in microseconds, which is also its deadline
   (a ``tat`` in the past is an idle key, see :mod:`gateway.store.gcra`);
 * the §5 flow's records (:mod:`gateway.store.oauth_memory`), each a tuple led by its deadline;
@@ -55,7 +58,15 @@ from gateway.store.base import ConversationStore, GrantCheck, Owner, TurnClaim, 
 from gateway.store.gcra import US, Hit, gcra
 from gateway.store.oauth import Grant
 
-__all__ = ["GrantRecord", "MemoryKeyspace", "MemoryStore", "live_grant"]
+__all__ = [
+    "ERASED",
+    "GrantRecord",
+    "MemoryKeyspace",
+    "MemoryStore",
+    "OwnerIndex",
+    "live_conversation",
+    "live_grant",
+]
 
 
 _Conversation: TypeAlias = tuple[float, bytes, bool, bool, tuple[Any, ...], bytes | None]
@@ -66,6 +77,14 @@ _FirstMessage: TypeAlias = tuple[float, str, bytes]
 GrantRecord: TypeAlias = tuple[float, Grant, str]
 """§5.4 ``(expires, grant, current refresh-token hash)`` at :func:`keys.grant_key`; revoked is expired
 in place. Kept by :class:`gateway.store.oauth_memory.MemoryOAuthStore`, read by every delegated turn."""
+OwnerIndex: TypeAlias = tuple[float, int, tuple[Any, ...]]
+"""At :func:`keys.owner_index_key`: ``(expires, conversations kept at the last prune, (conversation key,
+opened, …))``; ``expires`` is never before any of those conversations' own (:meth:`MemoryStore._index`)."""
+ERASED: Final = b""
+"""The owner digest of an erased conversation's tombstone: no owner's matches it, so its ``contextId``
+answers as unknown, and a turn that was running when it was erased stores nothing."""
+_INDEX_PRUNE_FLOOR: Final = 8
+"""Conversations an owner's index holds before its dead ones are first looked for."""
 _Entry: TypeAlias = "tuple[Any, ...] | int"
 """A GCRA ``tat``, or a tuple whose first element is its deadline in seconds (what the sweep reads)."""
 _EXPIRES: Final = 0
@@ -81,6 +100,11 @@ def _is_conversation(entry: object) -> TypeGuard[_Conversation]:
 
 def _is_first_message(entry: object) -> TypeGuard[_FirstMessage]:
     return type(entry) is tuple and len(entry) == 3
+
+
+def live_conversation(entry: object, now: float) -> _Conversation | None:
+    """``entry`` if it is a conversation record (or an erased one's tombstone) still live at ``now``."""
+    return entry if _is_conversation(entry) and entry[_EXPIRES] > now else None
 
 
 def live_grant(entry: object, now: float) -> GrantRecord | None:
@@ -249,8 +273,38 @@ class MemoryStore(ConversationStore):
         self, key: str, context_id: str, owner: Owner, message_id: str, now: float, user: bytes | None
     ) -> TurnClaim:
         turns = (message_id, now + self._config.pending_ttl)
-        self.keyspace.put(key, (now + self._record_ttl, owner.digest_bytes, False, False, turns, user))
+        expires = now + self._record_ttl
+        self.keyspace.put(key, (expires, owner.digest_bytes, False, False, turns, user))
+        self._index(owner, key, now, expires)
         return TurnClaim(TurnStatus.NEW, context_id, new_conversation=True)
+
+    def _index(self, owner: Owner, key: str, now: float, expires: float) -> None:
+        """Add the conversation ``key``, opened at ``now`` and kept until ``expires``, to its owner's index.
+
+        Once per conversation, not per turn. The index's dead conversations are dropped when it
+        has grown to twice what it held after the last drop (and at least
+        :data:`_INDEX_PRUNE_FLOOR`), so that work stays in proportion to the conversations
+        opened, and the index in proportion to the live ones.
+        """
+        index = self.keyspace.entries.get(owner.index_key)
+        if type(index) is not tuple or index[_EXPIRES] <= now:
+            self.keyspace.put(owner.index_key, (expires, 0, (key, now)))
+            return
+        kept, pruned, pairs = index
+        if len(pairs) >= 4 * max(pruned, _INDEX_PRUNE_FLOOR):  # two items a conversation
+            pairs = self._live_pairs(owner, pairs, now)
+            pruned = len(pairs) // 2
+        self.keyspace.entries[owner.index_key] = (max(kept, expires), pruned, (*pairs, key, now))
+
+    def _live_pairs(self, owner: Owner, pairs: tuple[Any, ...], now: float) -> tuple[Any, ...]:
+        """The ``(conversation key, opened)`` pairs whose conversation is live and ``owner``'s."""
+        entries = self.keyspace.entries
+        live: list[Any] = []
+        for key, opened in zip(pairs[::2], pairs[1::2], strict=True):
+            conversation = live_conversation(entries.get(key), now)
+            if conversation is not None and conversation[_OWNER] == owner.digest_bytes:
+                live += (key, opened)
+        return tuple(live)
 
     def _decide(
         self, key: str, owner: Owner, context_id: str, message_id: str, now: float, user: bytes | None
@@ -331,21 +385,27 @@ class MemoryStore(ConversationStore):
         key = keys.conversation_key(owner.brand_id, context_id)
         now = self._clock()
         conversation = self._conversation(key, now)
-        closed, turns, user = (
-            (False, (), None)
-            if conversation is None
-            else (conversation[_CLOSED], conversation[_TURNS], conversation[_USER])
-        )
+        expires = now + (self._config.closed_ttl if close else self._record_ttl)
+        if conversation is None:
+            closed, turns, user = False, (), None
+            # A fresh record: indexed anew (an index that still names the old one names it twice).
+            self._index(owner, key, now, expires)
+        elif conversation[_OWNER] == ERASED:
+            return  # erased while this turn ran: its reply is forgotten with the rest
+        else:
+            closed, turns, user = conversation[_CLOSED], conversation[_TURNS], conversation[_USER]
+            # The owner's index must outlive the conversation: a read per turn, a write about once
+            # per conversation_ttl, as it is then kept that much longer than needed.
+            index = self.keyspace.entries.get(owner.index_key)
+            if type(index) is tuple and now < index[_EXPIRES] < expires:
+                self.keyspace.entries[owner.index_key] = (
+                    expires + self._config.conversation_ttl,
+                    index[1],
+                    index[2],
+                )
         self.keyspace.put(
             key,
-            (
-                now + (self._config.closed_ttl if close else self._record_ttl),
-                owner.digest_bytes,
-                True,
-                closed or close,
-                _with_turn(turns, message_id, reply),
-                user,
-            ),
+            (expires, owner.digest_bytes, True, closed or close, _with_turn(turns, message_id, reply), user),
         )
 
     async def abort_turn(

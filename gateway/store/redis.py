@@ -1,15 +1,21 @@
 """The Redis backend: each turn decision in one Lua script, over one pipelined connection.
 
 A conversation is one hash: ``o`` owner digest, ``c`` closed flag, ``a`` answered flag,
-``l`` last-turn time (ms), ``u`` the Brand user's digest once a delegated turn ran in it
-(§5.5), and one ``m:{messageId}`` field per turn holding ``P{deadline}|{claim token}`` while in
-flight or ``R{reply bytes}`` once answered. Scripts make the in-flight marker atomic across replicas
-and keep the hot path to two round trips per turn: one script begins it, charging the
-request's §6 rate limits first (the same GCRA code as the separate limit check,
-:data:`gateway.store.gcra.GCRA_LUA`) and, for a delegated turn, checking its grant (the hash
-:mod:`gateway.store.oauth_redis` keeps) in the same script; one completes it. Keys are
-standalone-Redis keys (a Redis Cluster would need hash tags). The connection is
+``l`` last-turn time (ms), ``t`` the time it opened (ms), ``u`` the Brand user's digest once a
+delegated turn ran in it (§5.5), and one ``m:{messageId}`` field per turn holding
+``P{deadline}|{claim token}`` while in flight or ``R{reply bytes}`` once answered. Scripts make
+the in-flight marker atomic across replicas and keep the hot path to two round trips per turn:
+one script begins it, charging the request's §6 rate limits first (the same GCRA code as the
+separate limit check, :data:`gateway.store.gcra.GCRA_LUA`) and, for a delegated turn, checking
+its grant (the hash :mod:`gateway.store.oauth_redis` keeps) in the same script; one completes
+it. Keys are standalone-Redis keys (a Redis Cluster would need hash tags). The connection is
 :class:`RedisPipe`'s (see ``redis_pipe.py`` for why not a pooled client).
+
+Each owner's conversations are also members of a sorted set (:func:`keys.owner_index_key`),
+scored by their deadline in ms, which the scripts that open and complete them keep up to date
+in the same step and keep as long-lived as the longest of them, for listing and erasing them
+(``admin_redis.py``). An erased conversation leaves a tombstone for ``pending_ttl``, a hash of
+``e`` alone, over which a turn still running stores nothing.
 
 A claim whose outcome is unknown (the connection timed out or broke after the script was
 sent, or the caller was cancelled) is released at once, not left to ``pending_ttl``: otherwise
@@ -75,8 +81,10 @@ end
 """
 
 # K[1] conversation, K[2] first-message key ("" to skip the retry check), K[3] grant ("" if none),
-# K[4] released claim. A: owner, field, now_ms, pending_deadline_ms, record_ttl_s, retry_window_s,
-# first_value, user ("" if none), the first-message value this open takes over ("" if none), token.
+# K[4] owner index, K[5] released claim. A: owner, field, now_ms, pending_deadline_ms, record_ttl_s,
+# retry_window_s, first_value, user ("" if none), the first-message value this open takes over ("" if
+# none), context id, index pruning horizon ms, token. No other conversation of the index outlives this
+# one, so the index is kept exactly as long; members whose deadline is past the horizon go.
 _OPEN = Script(
     _CHARGE_FIRST
     + _GRANT_CHECK
@@ -87,9 +95,12 @@ if K[2] ~= '' then
   if earlier and earlier ~= A[9] then return {'first', earlier} end
   redis.call('SET', K[2], A[7], 'EX', A[6])
 end
-redis.call('HSET', K[1], 'o', A[1], 'c', '0', 'a', '0', 'l', A[3], A[2], marker(A[4]))
+redis.call('HSET', K[1], 'o', A[1], 'c', '0', 'a', '0', 'l', A[3], 't', A[3], A[2], marker(A[4]))
 if A[8] ~= '' then redis.call('HSET', K[1], 'u', A[8]) end
 redis.call('EXPIRE', K[1], A[5])
+redis.call('ZREMRANGEBYSCORE', K[4], '-inf', A[11])
+redis.call('ZADD', K[4], tonumber(A[3]) + tonumber(A[5]) * 1000, A[10])
+redis.call('EXPIRE', K[4], A[5])
 return {'new'}
 """
 )
@@ -116,11 +127,16 @@ return {'new', v[5]}
 """
 )
 
-# KEYS[1] conversation. ARGV: owner, field, reply, now_ms, close flag, ttl_s
+# KEYS[1] conversation, KEYS[2] owner index. ARGV: owner, field, reply, now_ms, close flag, ttl_s,
+# context id. Nothing is stored over an erased conversation's tombstone. The index is kept as long as
+# this conversation now is, unless that is shorter (a close): then it still holds a longer one.
 _COMPLETE = Script("""
+if redis.call('HEXISTS', KEYS[1], 'e') == 1 then return 0 end
 redis.call('HSET', KEYS[1], 'o', ARGV[1], ARGV[2], 'R' .. ARGV[3], 'l', ARGV[4], 'a', '1')
 if ARGV[5] == '1' then redis.call('HSET', KEYS[1], 'c', '1') end
 redis.call('EXPIRE', KEYS[1], ARGV[6])
+redis.call('ZADD', KEYS[2], tonumber(ARGV[4]) + tonumber(ARGV[6]) * 1000, ARGV[7])
+if ARGV[5] ~= '1' or redis.call('TTL', KEYS[2]) < 0 then redis.call('EXPIRE', KEYS[2], ARGV[6]) end
 return 1
 """)
 
@@ -145,6 +161,9 @@ return 1
 _READY_KEY: Final = f"{keys.PREFIX}:readyz"
 """Deleted (it never exists) by the readiness check: a write that only a primary accepts, and that
 changes nothing, so it reaches neither the replicas nor the append-only file."""
+INDEX_SLACK_MS: Final = 60_000
+"""How long past its deadline a conversation stays in its owner's index: the deadline is taken on the
+gateway's clock, the expiry on Redis's, and a conversation must never leave the index before it expires."""
 _TAKEOVERS: Final = 3
 """Rounds a retried first message may go through when concurrent copies of it keep taking its
 first-message record over; past them it is one of those duplicates, answered as still in flight."""
@@ -217,6 +236,7 @@ class RedisStore(ConversationStore):
                 keys.conversation_key(owner.brand_id, context_id),
                 first_key,
                 "" if grant is None else grant.grant_key,
+                owner.index_key,
                 keys.released_claim_key(owner.brand_id, token),
             ],
             [
@@ -230,6 +250,8 @@ class RedisStore(ConversationStore):
                 f"{context_id}|{digest}",
                 "" if grant is None else grant.user_digest,
                 takes_over,
+                context_id,
+                now_ms - INDEX_SLACK_MS,
                 token,
             ],
             (owner, context_id, message_id, token, True),
@@ -355,7 +377,10 @@ class RedisStore(ConversationStore):
     ) -> None:
         await self._redis.run(
             _COMPLETE,
-            [keys.conversation_key(owner.brand_id, context_id)],
+            [
+                keys.conversation_key(owner.brand_id, context_id),
+                owner.index_key,
+            ],
             [
                 owner.digest,
                 keys.turn_field(message_id),
@@ -363,6 +388,7 @@ class RedisStore(ConversationStore):
                 int(self._clock() * 1000),
                 1 if close else 0,
                 self._config.closed_ttl if close else self._record_ttl,
+                context_id,
             ],
             replicated=True,
         )
