@@ -33,7 +33,9 @@ from gateway.redis_url import parse_redis_url
 
 __all__ = [
     "ADAPTERS",
+    "ADMIN_TOKEN_MIN",
     "AdapterName",
+    "AdminConfig",
     "BrandConfig",
     "CacheConfig",
     "CheckedConfig",
@@ -201,6 +203,20 @@ class MetricsConfig:
     enabled: bool = True
     host: str = "0.0.0.0"  # noqa: S104 - scraped from outside the pod
     port: int = 9090
+
+
+ADMIN_TOKEN_MIN = 32
+"""Characters the admin API's bearer token must have at least (``openssl rand -hex 32`` makes 64)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AdminConfig:
+    """The operator API on the ops listener (gateway/ops/admin.py): a person's conversations, and forgetting
+    them. Off unless ``enabled``; then every request needs ``Authorization: Bearer {token}``."""
+
+    enabled: bool = False
+    token: str = field(default="", repr=False)
+    """Only ever from ``${NAME}``, never written in the file; kept out of ``repr``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -412,6 +428,7 @@ class GatewayConfig:
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     rate_limits: RateLimitsConfig = field(default_factory=RateLimitsConfig)
     metrics: MetricsConfig = field(default_factory=MetricsConfig)
+    admin: AdminConfig = field(default_factory=AdminConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     reload: ReloadConfig = field(default_factory=ReloadConfig)
     oauth: OAuthConfig = field(default_factory=OAuthConfig)
@@ -590,6 +607,7 @@ SCHEMA: dict[str, Any] = _obj(
                 "port": {"type": "integer", "minimum": 0, "maximum": 65535},
             }
         ),
+        "admin": _obj({"enabled": {"type": "boolean"}, "token": _STR}),
         "logging": _obj(
             {
                 "level": {"enum": ["DEBUG", "INFO", "WARNING", "ERROR"]},
@@ -1167,6 +1185,26 @@ def _cache(raw: Mapping[str, Any], environ: _Environment) -> CacheConfig:
     return cache
 
 
+def _admin(raw: Mapping[str, Any], metrics: Mapping[str, Any], environ: _Environment) -> AdminConfig:
+    """The operator API: its token only ever ``${NAME}``, needed once enabled (and only then read, so a
+    file may name it while the API stays off), too long to guess, and a listener to be served on."""
+    token = raw.get("token")
+    if token is not None and not _ENV_REF.fullmatch(token):
+        raise ConfigError("admin.token", "must be an environment variable reference ${NAME}, never the token")
+    if not raw.get("enabled", False):
+        return AdminConfig()
+    if token is None:
+        raise ConfigError("admin.token", "is required when admin.enabled is true: write ${NAME}")
+    if metrics.get("enabled", True) is False:
+        raise ConfigError("admin.enabled", "needs metrics.enabled: the ops listener serves the admin API")
+    value = _expand_env(token, "admin.token", environ)
+    if not environ.deferred(token) and len(value) < ADMIN_TOKEN_MIN:
+        raise ConfigError(
+            "admin.token", f"must be at least {ADMIN_TOKEN_MIN} characters (e.g. openssl rand -hex 32)"
+        )
+    return AdminConfig(enabled=True, token=value)
+
+
 def _skills(raw: Sequence[Mapping[str, Any]], path: str) -> tuple[SkillConfig, ...]:
     ids: set[str] = set()
     skills: list[SkillConfig] = []
@@ -1269,7 +1307,8 @@ def _build(raw: Mapping[str, Any], environ: _Environment, problems: _Problems) -
     if cache is not None and not problems.broken("brands") and len(brands) == len(raw["brands"]):
         problems.attempt("cache.pending_ttl", _check_pending_ttl, cache, brands)
     oauth = _oauth(raw, environ, problems)
-    if problems.found or personal_agents is None or cache is None:
+    admin = problems.attempt("admin", _admin, raw.get("admin", {}), raw.get("metrics", {}), environ)
+    if problems.found or personal_agents is None or cache is None or admin is None:
         raise problems.error()
 
     listen_raw = raw.get("listen", {})
@@ -1284,6 +1323,7 @@ def _build(raw: Mapping[str, Any], environ: _Environment, problems: _Problems) -
         limits=LimitsConfig(**raw.get("limits", {})),
         rate_limits=_rate_limits(raw.get("rate_limits", {}), {}),
         metrics=MetricsConfig(**raw.get("metrics", {})),
+        admin=admin,
         logging=LoggingConfig(**raw.get("logging", {})),
         reload=ReloadConfig(**raw.get("reload", {})),
         brands=brands,

@@ -543,3 +543,38 @@ def test_secrets_stay_out_of_the_configurations_repr() -> None:
     printed = repr(config)
     assert "secret-token" not in printed
     assert "redis-s3cret" not in printed
+
+
+def test_admin_api_is_off_by_default_and_its_token_is_read_only_when_on(tmp_path: Path) -> None:
+    assert load_config(example(), ENV).admin.enabled is False  # ${PACT_ADMIN_TOKEN} named, not set
+    raw = example()
+    raw["admin"] = {"enabled": True, "token": "${PACT_ADMIN_TOKEN}"}
+    token = "t" * 32
+    config = load_config(raw, {**ENV, "PACT_ADMIN_TOKEN": token})
+    assert (config.admin.enabled, config.admin.token) == (True, token)
+    assert token not in repr(config)
+    with pytest.raises(ConfigError, match="PACT_ADMIN_TOKEN is not set"):
+        load_config(raw, ENV)
+    (tmp_path / "gw.yaml").write_text(yaml.safe_dump(raw), encoding="utf-8")
+    checked = check_config_file(tmp_path / "gw.yaml", ENV)
+    assert checked.unset == ("PACT_ADMIN_TOKEN",)
+
+
+@pytest.mark.parametrize(
+    ("admin", "metrics", "problem"),
+    [
+        ({"enabled": True}, True, "admin.token: is required when admin.enabled is true"),
+        ({"enabled": False, "token": "s3cret-in-the-file"}, True, "admin.token: must be an environment"),
+        ({"enabled": True, "token": "${PACT_ADMIN_TOKEN}"}, False, "admin.enabled: needs metrics.enabled"),
+        ({"enabled": True, "token": "${SHORT_TOKEN}"}, True, "admin.token: must be at least 32 characters"),
+        ({"enabled": "yes"}, True, "admin.enabled: 'yes' is not of type 'boolean'"),
+        ({"enable": True}, True, "admin.enable: unknown setting; did you mean enabled?"),
+    ],
+)
+def test_admin_api_settings_are_checked(admin: dict[str, Any], metrics: bool, problem: str) -> None:
+    raw = example()
+    raw["admin"] = admin
+    raw["metrics"]["enabled"] = metrics
+    with pytest.raises(ConfigError) as caught:
+        load_config(raw, {**ENV, "PACT_ADMIN_TOKEN": "t" * 64, "SHORT_TOKEN": "t" * 31})
+    assert str(caught.value).startswith(problem)
