@@ -1,4 +1,5 @@
-"""The operations listener: ``/metrics``, ``/healthz`` and ``/readyz``, on its own port, no PA token.
+"""The operations listener: ``/metrics``, ``/healthz`` and ``/readyz``, on its own port, no PA token;
+and, given the gateway app, the admin API under ``/admin/`` (:mod:`gateway.ops.admin`, its own token).
 
 It is a separate aiohttp app on ``metrics.host:metrics.port`` so probes and scrapes never go
 through the A2A middlewares, never need a token, and are never exposed by the Ingress.
@@ -26,6 +27,7 @@ from gateway.app import JWKS, STORE
 from gateway.auth.jwks import JwksCache
 from gateway.config import GatewayConfig, MetricsConfig
 from gateway.http.state import RUNTIME
+from gateway.ops.admin import create_admin_app
 from gateway.store.base import StoreError
 
 __all__ = [
@@ -118,8 +120,11 @@ class GatewayReadiness:
         return f"no keys for {', '.join(missing)}" if missing else None
 
 
-def create_ops_app(registry: CollectorRegistry, readiness: Readiness) -> web.Application:
-    """The ops app: Prometheus text from ``registry``, liveness, and ``readiness`` as JSON."""
+def create_ops_app(
+    registry: CollectorRegistry, readiness: Readiness, *, gateway: web.Application | None = None
+) -> web.Application:
+    """The ops app: Prometheus text from ``registry``, liveness, ``readiness`` as JSON, and with the
+    (started) ``gateway`` app the admin API over its store (answering only once ``admin.enabled``)."""
 
     async def metrics(request: web.Request) -> web.Response:
         # Off the event loop: in multiprocess mode a scrape reads every worker's files.
@@ -139,14 +144,21 @@ def create_ops_app(registry: CollectorRegistry, readiness: Readiness) -> web.App
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
+    if gateway is not None:
+        app.add_subapp("/admin", create_admin_app(gateway))
     return app
 
 
 async def start_ops_listener(
-    config: MetricsConfig, registry: CollectorRegistry, readiness: Readiness
+    config: MetricsConfig,
+    registry: CollectorRegistry,
+    readiness: Readiness,
+    *,
+    gateway: web.Application | None = None,
 ) -> web.AppRunner:
     """Serve :func:`create_ops_app` on ``config.host:config.port``; the caller cleans the runner up."""
-    runner = web.AppRunner(create_ops_app(registry, readiness), access_log=None, shutdown_timeout=1.0)
+    app = create_ops_app(registry, readiness, gateway=gateway)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
     await runner.setup()
     try:
         await web.TCPSite(runner, config.host, config.port).start()

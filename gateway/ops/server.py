@@ -218,7 +218,10 @@ async def _serve_single(server: GatewayServer, signals: ProcessSignals, metrics:
     if config.metrics.enabled:
         try:
             ops = await start_ops_listener(
-                config.metrics, metrics.registry, GatewayReadiness(server.app, extra=server.status)
+                config.metrics,
+                metrics.registry,
+                GatewayReadiness(server.app, extra=server.status),
+                gateway=server.app,
             )
         except OSError as error:
             await server.stop()

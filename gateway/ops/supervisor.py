@@ -105,6 +105,7 @@ class Supervisor:
                     metrics,
                     multiprocess_registry(self._metrics_dir),
                     GatewayReadiness(self._gateway.app, extra=self.status),
+                    gateway=self._gateway.app,
                 )
             return await self._serve(signals)
         except OSError as error:

@@ -30,6 +30,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.config import SCHEMA, LimitsConfig, load_config
+from gateway.ops.admin import AdminMetrics
 from gateway.ops.metrics import Metrics
 from tests.support.delegation import new_provider_key_pem
 
@@ -965,6 +966,9 @@ def exposed() -> dict[str, frozenset[str]]:
     metrics.open_fetch_refused("jwks")
     metrics.rate_limited.labels(brand="acme", limit="per_agent").inc()
     metrics.circuit_state.labels(brand="acme").set(2)
+    admin = AdminMetrics(metrics.registry)
+    admin.erasures.labels("acme").inc()
+    admin.actions.labels("erase", "ok").inc()
     series: dict[str, frozenset[str]] = {}
     for family in text_string_to_metric_families(generate_latest(metrics.registry).decode()):
         assert family.samples, f"{family.name} has no sample: record one in the exposed() fixture"
