@@ -1,4 +1,4 @@
-"""``pact-gateway``: serve, check-config, keys generate, token, grants, demo.
+"""``pact-gateway``: serve, check-config, keys generate, token, grants, conversations, demo.
 
 Every mistake an operator can make here ends in one line on stderr that says what to do instead,
 and exit status 2: a traceback is for the gateway's own faults only.
@@ -22,7 +22,7 @@ import jwt
 from gateway.config import ConfigError, GatewayConfig, check_config_file, load_config_file
 from gateway.pa_keys import generate_private_jwk, mint_token, public_jwks
 
-VERBS = {"serve", "check-config", "keys", "token", "grants", "demo"}
+VERBS = {"serve", "check-config", "keys", "token", "grants", "conversations", "demo"}
 DESCRIPTION: Final = (
     "A PACT 1.0 authentication gateway in front of Brands' support bots (A2A 1.0 HTTP+JSON). "
     "pact-gateway --config PATH is short for pact-gateway serve --config PATH."
@@ -55,7 +55,7 @@ def _port(text: str) -> int:
     return int(text)
 
 
-SUB_VERBS: Final = {"keys": "generate", "grants": "list|revoke"}
+SUB_VERBS: Final = {"keys": "generate", "grants": "list|revoke", "conversations": "list|close|erase"}
 """The verbs that need a second verb, and the ones they take."""
 
 
@@ -106,6 +106,25 @@ def _parser() -> argparse.ArgumentParser:
         grant_verb.add_argument("--user", required=True, help="the Brand's own user id")
         if name == "revoke":
             grant_verb.add_argument("--grant", default=None, help="only this grant id (default: all of them)")
+
+    conversations = verbs.add_parser(
+        "conversations", help="list, close or erase a person's conversations (Brand, PA, sub)"
+    )
+    conversation_verbs = conversations.add_subparsers(
+        dest="conversations_verb", title="verbs", metavar="VERB"
+    )
+    for name, text in (
+        ("list", "print the person's conversations: ids, opened, turns, open or closed (never texts)"),
+        ("close", "close one of them, as the bot's last reply would"),
+        ("erase", "forget everything stored for the person: conversations, replies, counters, grants"),
+    ):
+        verb = conversation_verbs.add_parser(name, help=text)
+        verb.add_argument("--config", required=True, help="path of the gateway YAML (its cache.url)")
+        verb.add_argument("--brand", required=True)
+        verb.add_argument("--pa", required=True, help="the personal agent's issuer")
+        verb.add_argument("--sub", required=True, help="the sub the personal agent signs for")
+        if name == "close":
+            verb.add_argument("--context", required=True, help="the conversation's contextId")
 
     demo = verbs.add_parser("demo", help="gateway + sample bot + demo personal agent in one process")
     demo.add_argument("--config", default=None, help="demo YAML (default: the one shipped with the package)")
@@ -244,6 +263,13 @@ def _dispatch(args: argparse.Namespace) -> int:
                 _load(args.config), args.grants_verb, args.brand, args.user, getattr(args, "grant", None)
             )
         )
+    if args.verb == "conversations":
+        from gateway.conversations_cli import run_conversations
+        from gateway.store.base import Owner
+
+        person = Owner(args.brand, args.pa, args.sub)
+        context_id = getattr(args, "context", None)
+        return asyncio.run(run_conversations(_load(args.config), args.conversations_verb, person, context_id))
     from gateway.demo import run_demo
 
     try:

@@ -253,7 +253,12 @@ def test_keys_generate_into_a_closed_pipe_stops_quietly() -> None:
 
 
 @pytest.mark.parametrize(
-    ("verb", "usage"), [("keys", "pact-gateway keys generate"), ("grants", "list|revoke")]
+    ("verb", "usage"),
+    [
+        ("keys", "pact-gateway keys generate"),
+        ("grants", "list|revoke"),
+        ("conversations", "list|close|erase"),
+    ],
 )
 def test_a_verb_without_its_own_verb_says_which_to_give(verb: str, usage: str) -> None:
     result = run_cli(verb)
@@ -274,7 +279,10 @@ def test_a_usage_mistake_is_one_line_pointing_at_help(args: list[str], words: li
     assert_one_line_refusal(run_cli(*args), "--help", *words)
 
 
-@pytest.mark.parametrize("args", [[], ["keys"], ["token"], ["demo"], ["check-config"], ["grants", "list"]])
+@pytest.mark.parametrize(
+    "args",
+    [[], ["keys"], ["token"], ["demo"], ["check-config"], ["grants", "list"], ["conversations", "erase"]],
+)
 def test_help_is_plain_text(args: list[str]) -> None:
     result = run_cli(*args, "--help")
     assert result.returncode == 0
