@@ -45,6 +45,7 @@ GATEWAY = web.AppKey("gateway", web.Application)
 ACTIONS: Final = frozenset(("list", "close", "erase"))
 """The routes' names: the ``action`` label."""
 _OUTCOMES: Final = {400: "invalid_request", 401: "unauthorized", 404: "not_found"}
+_ISO_SECONDS: Final = "%Y-%m-%dT%H:%M:%SZ"
 
 
 class AdminMetrics:
@@ -168,7 +169,7 @@ def _described(info: ConversationInfo, now: float) -> dict[str, Any]:
     opened = info.opened_at
     return {
         "context_id": info.context_id,
-        "opened_at": None if opened is None else datetime.fromtimestamp(opened, UTC).isoformat(),
+        "opened_at": None if opened is None else datetime.fromtimestamp(opened, UTC).strftime(_ISO_SECONDS),
         "age_seconds": None if opened is None else max(0, round(now - opened)),
         "turns": info.turns,
         "in_flight": info.in_flight,
