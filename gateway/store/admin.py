@@ -3,9 +3,9 @@
 The turn protocol (:mod:`gateway.store.base`) finds a conversation by its ``contextId`` alone, and
 keeps only a digest of its owner inside. An operator asked to forget a person knows who they
 are, not their ``contextId`` s, so each backend also keeps an index of an owner's conversations
-(:func:`gateway.store.keys.owner_index_key`): written by the very step that opens a conversation
-(no round trip of its own on a turn), kept as long as the longest-lived conversation it names,
-and cleared of dead ones as it goes.
+(on Redis at :func:`gateway.store.keys.owner_index_key`, in memory under the owner's digest):
+written by the very step that opens a conversation (no round trip of its own on a turn), kept
+as long as the longest-lived conversation it names, and cleared of dead ones as it goes.
 
 Erasing a conversation removes, in one atomic step of the backend: its record (every turn, every
 stored reply, the Brand user it ran as), the first-message records of its messages (§4.3), the

@@ -25,7 +25,7 @@ __all__ = ["MemoryConversationAdmin"]
 
 _FORGOTTEN_FIRST: Final = (-math.inf, "", b"")
 """A first-message record erased: expired, and naming neither conversation nor text digest."""
-_FORGOTTEN_INDEX: Final = (-math.inf, 0, ())
+_FORGOTTEN_INDEX: Final = (-math.inf, 0)
 """An owner's index erased."""
 
 
@@ -45,10 +45,10 @@ class MemoryConversationAdmin(ConversationAdmin):
     def _owned(self, owner: Owner, now: float) -> dict[str, tuple[float, tuple[Any, ...]]]:
         """``owner``'s live conversations by key: when each opened, and its record."""
         entries = self._keyspace.entries
-        index = entries.get(owner.index_key)
-        if type(index) is not tuple or index[0] <= now:
+        index = entries.get(owner.digest_bytes)
+        if type(index) is not tuple:
             return {}
-        pairs = index[2]
+        pairs = index[2:]
         owned: dict[str, tuple[float, tuple[Any, ...]]] = {}
         # A key named twice (a conversation whose record was lost and written anew): the later one counts.
         for key, opened in zip(pairs[::2], pairs[1::2], strict=True):
@@ -111,8 +111,8 @@ class MemoryConversationAdmin(ConversationAdmin):
                 await self._adapter_state.delete(state_key)
             entries[key] = (now + self._cache.pending_ttl, ERASED, True, True, (), None)
             conversations += 1
-        if owner.index_key in entries:
-            entries[owner.index_key] = _FORGOTTEN_INDEX
+        if owner.digest_bytes in entries:
+            entries[owner.digest_bytes] = _FORGOTTEN_INDEX
         now_micros = int(now * US)
         counted = 0
         for counter in counters:

@@ -127,7 +127,7 @@ class RedisConversationAdmin(ConversationAdmin):
         now_ms = int(self._clock() * 1000)
         found: list[Any] = await self._redis.run(
             _LIST,
-            [owner.index_key],
+            [keys.owner_index_key(owner.brand_id, owner.digest)],
             [
                 owner.digest,
                 keys.conversation_key(owner.brand_id, ""),
@@ -156,7 +156,7 @@ class RedisConversationAdmin(ConversationAdmin):
             _CLOSE,
             [
                 keys.conversation_key(owner.brand_id, context_id),
-                owner.index_key,
+                keys.owner_index_key(owner.brand_id, owner.digest),
             ],
             [owner.digest, context_id, int(self._clock() * 1000), self._cache.closed_ttl],
             replicated=True,
@@ -164,7 +164,7 @@ class RedisConversationAdmin(ConversationAdmin):
         return bool(closed)
 
     async def erase(self, owner: Owner, counters: Sequence[str]) -> Erased:
-        index_key = owner.index_key
+        index_key = keys.owner_index_key(owner.brand_id, owner.digest)
         now_ms = int(self._clock() * 1000)
         members: list[bytes] = await self._redis.execute("ZRANGE", index_key, 0, -1)
         # Sent together, so the pipe writes them as one batch: one round trip for all of them.

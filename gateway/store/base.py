@@ -27,7 +27,6 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import NamedTuple
 
-from gateway.store import keys
 from gateway.store.gcra import Hit
 
 
@@ -46,8 +45,6 @@ class Owner:
     """128 bits of SHA-256 over the triple, raw: what the memory backend keeps (49 bytes, not 81)."""
     digest: str = field(init=False, repr=False, compare=False)
     """The same 128 bits in hex, for keys and the Redis backend."""
-    index_key: str = field(init=False, repr=False, compare=False)
-    """:func:`keys.owner_index_key`: every turn's completion names it, so it is made once per owner."""
 
     def __post_init__(self) -> None:
         # Stored instead of the triple: fixed size, and the Brand user id never sits in the store in clear.
@@ -55,7 +52,6 @@ class Owner:
         raw = hashlib.sha256(material).digest()[:16]
         object.__setattr__(self, "digest_bytes", raw)
         object.__setattr__(self, "digest", raw.hex())
-        object.__setattr__(self, "index_key", keys.owner_index_key(self.brand_id, self.digest))
 
 
 class TurnStatus(Enum):

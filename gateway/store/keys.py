@@ -17,8 +17,9 @@ def context_of(brand_id: str, key: str) -> str:
 
 
 def owner_index_key(brand_id: str, owner_digest: str) -> str:
-    """The conversations of one owner (:attr:`gateway.store.base.Owner.digest`), for listing and erasing
-    them (gateway/store/admin.py): conversations are keyed by ``contextId`` alone."""
+    """The Redis index of one owner's conversations (:attr:`gateway.store.base.Owner.digest`), for
+    listing and erasing them (gateway/store/admin.py): conversations are keyed by ``contextId`` alone.
+    The memory store keys its index by the raw digest instead (gateway/store/memory.py)."""
     return f"{PREFIX}:{brand_id}:owner:{owner_digest}"
 
 

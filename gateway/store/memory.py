@@ -16,8 +16,12 @@ The entries:
   (the very string object the conversation is stored under, so it costs nothing) and the
   text digest;
 * an owner's index (:data:`OwnerIndex`): the keys of the conversations one owner opened, so
-  gateway/store/admin_memory.py can list and erase them; written when a conversation opens,
-  and its deadline moved on about once per ``conversation_ttl`` by the turns that outlive it;
+  gateway/store/admin_memory.py can list and erase them. Written when a conversation opens,
+  and never by a turn: its deadline is only the sweep's cue to look again, and the sweep
+  keeps it, dead conversations dropped, while one of them lives (readers never go by it).
+  Its key is the owner digest (raw bytes) the conversations already hold, not a string of its
+  own (no other key is bytes): with a deadline shared with a conversation's, the index of an
+  owner with one conversation costs about 150 bytes, not 320 (``python -m bench.memory``);
 * a §6 GCRA counter: its ``tat`` as an ``int`` in microseconds, which is also its deadline
   (a ``tat`` in the past is an idle key, see :mod:`gateway.store.gcra`);
 * the §5 flow's records (:mod:`gateway.store.oauth_memory`), each a tuple led by its deadline;
@@ -77,9 +81,12 @@ _FirstMessage: TypeAlias = tuple[float, str, bytes]
 GrantRecord: TypeAlias = tuple[float, Grant, str]
 """§5.4 ``(expires, grant, current refresh-token hash)`` at :func:`keys.grant_key`; revoked is expired
 in place. Kept by :class:`gateway.store.oauth_memory.MemoryOAuthStore`, read by every delegated turn."""
-OwnerIndex: TypeAlias = tuple[float, int, tuple[Any, ...]]
-"""At :func:`keys.owner_index_key`: ``(expires, conversations kept at the last prune, (conversation key,
-opened, …))``; ``expires`` is never before any of those conversations' own (:meth:`MemoryStore._index`)."""
+OwnerIndex: TypeAlias = tuple[Any, ...]
+"""At :attr:`Owner.digest_bytes`: ``(deadline, conversations kept at the last prune, conversation key,
+opened, conversation key, opened, …)``, flat (one tuple, not two). The deadline is when the sweep
+looks at it again (:func:`_renewed_index`), not when it ends."""
+Key: TypeAlias = str | bytes
+"""A key of the keyspace: a string, or an owner digest for an owner's index."""
 ERASED: Final = b""
 """The owner digest of an erased conversation's tombstone: no owner's matches it, so its ``contextId``
 answers as unknown, and a turn that was running when it was erased stores nothing."""
@@ -105,6 +112,29 @@ def _is_first_message(entry: object) -> TypeGuard[_FirstMessage]:
 def live_conversation(entry: object, now: float) -> _Conversation | None:
     """``entry`` if it is a conversation record (or an erased one's tombstone) still live at ``now``."""
     return entry if _is_conversation(entry) and entry[_EXPIRES] > now else None
+
+
+def _live_pairs(entries: dict[Key, Any], digest: bytes, pairs: Sequence[Any], now: float) -> list[Any]:
+    """The ``(conversation key, opened)`` pairs of an owner's index whose conversation is live and theirs."""
+    live: list[Any] = []
+    for key, opened in zip(pairs[::2], pairs[1::2], strict=True):
+        conversation = live_conversation(entries.get(key), now)
+        if conversation is not None and conversation[_OWNER] == digest:
+            live += (key, opened)
+    return live
+
+
+def _renewed_index(
+    entries: dict[Key, Any], digest: bytes, index: OwnerIndex, now: float
+) -> OwnerIndex | None:
+    """An owner's index past its deadline: its live conversations, until the last of them expires;
+    ``None`` once none lives (then the sweep deletes it)."""
+    pairs = _live_pairs(entries, digest, index[2:], now)
+    if not pairs:
+        return None
+    # The latest conversation's own deadline, the very float object: the index adds none.
+    deadline = max(entries[key][_EXPIRES] for key in pairs[::2])
+    return (deadline, len(pairs) // 2, *pairs)
 
 
 def live_grant(entry: object, now: float) -> GrantRecord | None:
@@ -177,19 +207,19 @@ class MemoryKeyspace:
         self.cache = SimpleMemoryCache(timeout=None)
         """The container; its awaitable API sees every entry (timeout=None: no asyncio.wait_for)."""
         self._sweep_interval = sweep_interval
-        self._ring: deque[str] = deque()
+        self._ring: deque[Key] = deque()
         self._task: asyncio.Task[None] | None = None
 
     @property
-    def entries(self) -> dict[str, Any]:
+    def entries(self) -> dict[Key, Any]:
         """The backend's own dictionary (aiocache 0.12's ``SimpleMemoryBackend._cache``).
 
         Read as an attribute each time, never kept: aiocache's ``clear()`` replaces it.
         """
-        entries: dict[str, Any] = self.cache._cache
+        entries: dict[Key, Any] = self.cache._cache
         return entries
 
-    def put(self, key: str, value: _Entry) -> None:
+    def put(self, key: Key, value: _Entry) -> None:
         """Store ``value`` under ``key``; a new key joins the sweep's ring (an expired one is reused)."""
         entries = self.entries
         if key not in entries:
@@ -225,10 +255,13 @@ class MemoryKeyspace:
             if entry is None:
                 continue  # only aiocache's own API could have deleted it: nothing left to track
             if _expired(entry, now, now_micros):
-                del entries[key]
-                deleted += 1
-            else:
-                ring.append(key)
+                renewed = _renewed_index(entries, key, entry, now) if type(key) is bytes else None
+                if renewed is None:
+                    del entries[key]
+                    deleted += 1
+                    continue
+                entries[key] = renewed
+            ring.append(key)
         return deleted
 
     async def _sweep_forever(self) -> None:
@@ -284,27 +317,20 @@ class MemoryStore(ConversationStore):
         Once per conversation, not per turn. The index's dead conversations are dropped when it
         has grown to twice what it held after the last drop (and at least
         :data:`_INDEX_PRUNE_FLOOR`), so that work stays in proportion to the conversations
-        opened, and the index in proportion to the live ones.
+        opened, and the index in proportion to the live ones. No conversation of the index
+        outlives this new one (none was kept past its last turn + ``record_ttl``), so its
+        deadline, the very float object, becomes the index's.
         """
-        index = self.keyspace.entries.get(owner.index_key)
-        if type(index) is not tuple or index[_EXPIRES] <= now:
-            self.keyspace.put(owner.index_key, (expires, 0, (key, now)))
+        index = self.keyspace.entries.get(owner.digest_bytes)
+        if type(index) is not tuple:
+            self.keyspace.put(owner.digest_bytes, (expires, 0, key, now))
             return
-        kept, pruned, pairs = index
+        pruned: int = index[1]
+        pairs: Sequence[Any] = index[2:]
         if len(pairs) >= 4 * max(pruned, _INDEX_PRUNE_FLOOR):  # two items a conversation
-            pairs = self._live_pairs(owner, pairs, now)
+            pairs = _live_pairs(self.keyspace.entries, owner.digest_bytes, pairs, now)
             pruned = len(pairs) // 2
-        self.keyspace.entries[owner.index_key] = (max(kept, expires), pruned, (*pairs, key, now))
-
-    def _live_pairs(self, owner: Owner, pairs: tuple[Any, ...], now: float) -> tuple[Any, ...]:
-        """The ``(conversation key, opened)`` pairs whose conversation is live and ``owner``'s."""
-        entries = self.keyspace.entries
-        live: list[Any] = []
-        for key, opened in zip(pairs[::2], pairs[1::2], strict=True):
-            conversation = live_conversation(entries.get(key), now)
-            if conversation is not None and conversation[_OWNER] == owner.digest_bytes:
-                live += (key, opened)
-        return tuple(live)
+        self.keyspace.entries[owner.digest_bytes] = (expires, pruned, *pairs, key, now)
 
     def _decide(
         self, key: str, owner: Owner, context_id: str, message_id: str, now: float, user: bytes | None
@@ -394,15 +420,6 @@ class MemoryStore(ConversationStore):
             return  # erased while this turn ran: its reply is forgotten with the rest
         else:
             closed, turns, user = conversation[_CLOSED], conversation[_TURNS], conversation[_USER]
-            # The owner's index must outlive the conversation: a read per turn, a write about once
-            # per conversation_ttl, as it is then kept that much longer than needed.
-            index = self.keyspace.entries.get(owner.index_key)
-            if type(index) is tuple and now < index[_EXPIRES] < expires:
-                self.keyspace.entries[owner.index_key] = (
-                    expires + self._config.conversation_ttl,
-                    index[1],
-                    index[2],
-                )
         self.keyspace.put(
             key,
             (expires, owner.digest_bytes, True, closed or close, _with_turn(turns, message_id, reply), user),

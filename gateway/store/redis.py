@@ -236,7 +236,7 @@ class RedisStore(ConversationStore):
                 keys.conversation_key(owner.brand_id, context_id),
                 first_key,
                 "" if grant is None else grant.grant_key,
-                owner.index_key,
+                keys.owner_index_key(owner.brand_id, owner.digest),
                 keys.released_claim_key(owner.brand_id, token),
             ],
             [
@@ -379,7 +379,7 @@ class RedisStore(ConversationStore):
             _COMPLETE,
             [
                 keys.conversation_key(owner.brand_id, context_id),
-                owner.index_key,
+                keys.owner_index_key(owner.brand_id, owner.digest),
             ],
             [
                 owner.digest,

@@ -19,7 +19,7 @@ from gateway.store.admin import ConversationAdmin, ConversationInfo, Erased
 from gateway.store.factory import open_adapter_state, open_conversation_admin
 from gateway.store.gcra import Rule
 from gateway.store.limits import open_rate_limiter
-from gateway.store.memory import MemoryStore
+from gateway.store.memory import MemoryKeyspace, MemoryStore
 from gateway.store.redis import RedisStore
 from tests.store.conftest import SETTINGS
 from tests.support.pa import ManualClock
@@ -168,24 +168,39 @@ async def test_memory_index_stays_in_proportion_to_live_conversations(memory_sto
     for n in range(200):
         await store.begin_turn(ALICE, None, f"m{n}", "hello", f"ctx-{n}")
         await store.abort_turn(ALICE, f"ctx-{n}", f"m{n}", new_conversation=True)
-    index = store.keyspace.entries[store_keys.owner_index_key("acme", ALICE.digest)]
-    assert len(index[2]) // 2 <= 32
+    index = store.keyspace.entries[ALICE.digest_bytes]
+    assert len(index[2:]) // 2 <= 32
     admin = open_conversation_admin(store, CACHE, ADAPTERS)
     assert [info.context_id for info in await admin.conversations(ALICE)] == ["ctx-kept"]
 
 
-async def test_memory_index_outlives_a_conversation_kept_by_its_turns(
+def sweep_everything(store: MemoryStore) -> None:
+    """One full pass of the keyspace's sweep, as the gateway runs it in the background."""
+    for _ in range(MemoryKeyspace.SWEEP_PASS_TICKS):
+        store.keyspace.sweep()
+
+
+async def test_memory_index_is_kept_by_the_sweep_while_a_conversation_lives(
     memory_store: MemoryStore, clock: ManualClock
 ) -> None:
+    """The index's deadline is the sweep's cue: past it, the index stays while a conversation lives."""
     store = memory_store
     admin = open_conversation_admin(store, CACHE, ADAPTERS)
     await answered(store, ALICE, "ctx-1", "m0")
-    for n in range(1, 40):  # a turn every 90 s for an hour: long past the first record_ttl
+    await answered(store, ALICE, "ctx-2", "m1")
+    for n in range(2, 40):  # a turn every 90 s for an hour: long past the index's first deadline
         clock.advance(90)
+        sweep_everything(store)
         claim = await store.begin_turn(ALICE, "ctx-1", f"m{n}", "more", "")
         assert claim.status is TurnStatus.NEW
         await store.complete_turn(ALICE, "ctx-1", f"m{n}", b"reply", close=False)
-    assert [info.turns for info in await admin.conversations(ALICE)] == [40]
+    assert [(info.context_id, info.turns) for info in await admin.conversations(ALICE)] == [("ctx-1", 39)]
+    index = store.keyspace.entries[ALICE.digest_bytes]
+    assert index[2::2] == (store_keys.conversation_key("acme", "ctx-1"),)  # ctx-2 was dropped with its life
+    clock.advance(CACHE.conversation_ttl + CACHE.closed_ttl)
+    sweep_everything(store)
+    assert ALICE.digest_bytes not in store.keyspace.entries
+    assert await admin.conversations(ALICE) == []
 
 
 async def test_redis_index_lives_as_long_as_its_longest_conversation(
