@@ -4,7 +4,8 @@ This is where §4.2 (context ownership, closed contexts) and §4.3 (idempotent r
 meet the bot call, and where §5.5 (a turn under a delegation token, step-up) and §5.6
 (receipts) meet it too. It knows nothing of HTTP: the handler gives it a validated message,
 an authenticated caller and the caller's verified delegation, if any, and gets back the
-exact reply bytes, an :class:`A2AError`, or :class:`InvalidToken` (the grant was revoked).
+exact reply bytes (a :class:`TurnAnswer`, which says whether they were a stored reply), an
+:class:`A2AError`, or :class:`InvalidToken` (the grant was revoked).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, NamedTuple
 
 from gateway.auth.delegation import Delegation
 from gateway.config import DelegationConfig
@@ -54,6 +55,13 @@ CONTEXT_OF_ANOTHER_USER: Final = "contextId belongs to another user"
 """§5.5, §6: a token for another Brand user on a context that already ran as one (``INVALID_PARAMS``).
 
 Only the context's own (personal agent, ``sub``) ever gets this far (§4.2), so it leaks nothing."""
+
+
+class TurnAnswer(NamedTuple):
+    """What a turn answered: the exact reply bytes, and whether they are a stored reply replayed (§4.3)."""
+
+    body: bytes
+    replayed: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +151,7 @@ class TurnService:
         charge: Charge,
         request_id: str,
         delegation: Delegation | None = None,
-    ) -> bytes:
+    ) -> TurnAnswer:
         """Run the turn, charging ``charge`` (§6) in the same store step that claims it.
 
         The store is needed for the turn anyway, so a store failure is ``INTERNAL`` whatever
@@ -165,7 +173,7 @@ class TurnService:
             assert claim.reply is not None
             if self._metrics is not None:
                 self._metrics.retry_served(owner.brand_id)
-            return claim.reply
+            return TurnAnswer(claim.reply, replayed=True)
         if claim.status is TurnStatus.UNKNOWN_CONTEXT:
             # §4.2: foreign and unknown contexts get the same answer.
             raise A2AError(Reason.INVALID_PARAMS, errors.UNKNOWN_CONTEXT)
@@ -174,7 +182,7 @@ class TurnService:
         if claim.status is TurnStatus.IN_FLIGHT:
             # §4.3: a repeat with no stored reply yet.
             raise A2AError(Reason.INVALID_PARAMS, errors.DUPLICATE_IN_FLIGHT)
-        return await self._run(owner, message, claim, request_id, delegation)
+        return TurnAnswer(await self._run(owner, message, claim, request_id, delegation))
 
     async def _run(
         self,

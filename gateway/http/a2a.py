@@ -22,6 +22,7 @@ from gateway.config import BrandConfig
 from gateway.http import responses
 from gateway.http.caller import authenticate, read_body
 from gateway.http.middlewares import REQUEST_ID
+from gateway.http.notes import RETRY_SERVED, refused
 from gateway.http.state import METRICS, RUNTIME, Runtime
 from gateway.ops.limits import RateLimited
 from gateway.protocol import errors
@@ -69,6 +70,7 @@ def _authenticated(handler: Operation, *, charge_first: bool) -> Handler:
                 await runtime.limits.check_a2a(brand.id, brand.rate_limits, identity.issuer, identity.sub)
             return await handler(request, Caller(runtime, identity, brand))
         except RateLimited as limited:
+            refused(request, limited.limit)
             return responses.too_many_requests(limited.retry_after)
 
     wrapped.__name__ = handler.__name__
@@ -90,14 +92,15 @@ def _verify_delegation(caller: Caller, header: str) -> Delegation:
     return verifier.verify(header, caller.brand, caller.identity.issuer)
 
 
-def _invalid_token(request: web.Request, caller: Caller, refused: InvalidToken) -> web.Response:
+def _invalid_token(request: web.Request, caller: Caller, refused_token: InvalidToken) -> web.Response:
     # §5.5: the reason is for the log and metrics, never the client; the token is never logged.
     log.info(
         "delegation token refused: reason=%s",
-        refused.reason,
+        refused_token.reason,
         extra={"request_id": request[REQUEST_ID], "brand": caller.brand.id},
     )
     request.app[METRICS].delegation_event(caller.brand.id, "invalid_delegation_token")
+    refused(request, f"invalid_token:{refused_token.reason}")
     return responses.invalid_token()
 
 
@@ -118,8 +121,8 @@ async def send_message(request: web.Request, caller: Caller) -> web.Response:
     if header is not None:
         try:
             delegation = _verify_delegation(caller, header)
-        except InvalidToken as refused:
-            return _invalid_token(request, caller, refused)
+        except InvalidToken as refused_token:
+            return _invalid_token(request, caller, refused_token)
     try:
         message = parse_send_message(await _read_body(request, runtime.config.limits.max_body_bytes))
     except A2AError:
@@ -128,10 +131,11 @@ async def send_message(request: web.Request, caller: Caller) -> web.Response:
     charge = runtime.limits.a2a_charge(brand.id, brand.rate_limits, identity.issuer, identity.sub)
     owner = runtime.turns.owner(brand.id, identity.issuer, identity.sub)
     try:
-        body = await runtime.turns.send(owner, message, charge, request[REQUEST_ID], delegation)
-    except InvalidToken as refused:  # §5.5: the grant was revoked
-        return _invalid_token(request, caller, refused)
-    return responses.a2a(body)
+        answer = await runtime.turns.send(owner, message, charge, request[REQUEST_ID], delegation)
+    except InvalidToken as revoked:  # §5.5: the grant was revoked
+        return _invalid_token(request, caller, revoked)
+    request[RETRY_SERVED] = answer.replayed
+    return responses.a2a(answer.body)
 
 
 @operation
