@@ -9,6 +9,7 @@ an unchecked value.
 
 from __future__ import annotations
 
+import importlib.util
 import ipaddress
 import os
 import re
@@ -44,6 +45,7 @@ __all__ = [
     "RateRule",
     "ReloadConfig",
     "SkillConfig",
+    "TracingConfig",
     "UpstreamConfig",
     "load_config",
     "load_config_file",
@@ -157,6 +159,20 @@ class LoggingConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class TracingConfig:
+    """OpenTelemetry export of the gateway's spans over OTLP/HTTP; off unless ``otlp_endpoint`` is set.
+
+    ``traceparent`` is accepted, passed on to the bots and logged either way; this only decides
+    whether spans are recorded and sent (``sample_ratio`` of new traces; a caller's sampled flag
+    is followed).
+    """
+
+    otlp_endpoint: str | None = None
+    service_name: str = "pact-gateway"
+    sample_ratio: float = 1.0
+
+
+@dataclass(frozen=True, slots=True)
 class SkillConfig:
     id: str
     name: str
@@ -267,6 +283,7 @@ class GatewayConfig:
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     reload: ReloadConfig = field(default_factory=ReloadConfig)
     oauth: OAuthConfig = field(default_factory=OAuthConfig)
+    tracing: TracingConfig = field(default_factory=TracingConfig)
 
     def brand_for_domain(self, host: str) -> BrandConfig | None:
         name = host.rsplit(":", 1)[0].lower() if not host.startswith("[") else host
@@ -395,6 +412,13 @@ SCHEMA: dict[str, Any] = _obj(
             }
         ),
         "reload": _obj({"watch": {"type": "boolean"}, "interval": _POS_NUM}),
+        "tracing": _obj(
+            {
+                "otlp_endpoint": {**_STR, "pattern": r"^https?://"},
+                "service_name": _STR,
+                "sample_ratio": {"type": "number", "minimum": 0, "maximum": 1},
+            }
+        ),
         "oauth": _obj({"signing_keys": {"type": "array", "minItems": 1, "items": _SIGNING_KEY}}),
         "brands": {
             "type": "array",
@@ -570,6 +594,29 @@ def _delegation(
     )
 
 
+def _installed(*modules: str) -> bool:
+    """Whether every one of ``modules`` can be imported, found without importing it."""
+    try:
+        return all(importlib.util.find_spec(module) is not None for module in modules)
+    except ModuleNotFoundError:  # a parent package is missing
+        return False
+
+
+def _tracing(raw: Mapping[str, Any], environ: Mapping[str, str]) -> TracingConfig:
+    """OTLP export: the endpoint may name ``${ENV}`` variables, and needs the optional ``otel`` extra."""
+    endpoint = raw.get("otlp_endpoint")
+    exporter = ("opentelemetry.sdk.trace", "opentelemetry.exporter.otlp.proto.http")
+    if endpoint is not None and not _installed(*exporter):
+        raise ConfigError(
+            "tracing.otlp_endpoint", "needs the OpenTelemetry packages: pip install 'pact-gateway[otel]'"
+        )
+    return TracingConfig(
+        otlp_endpoint=None if endpoint is None else _expand_env(endpoint, "tracing.otlp_endpoint", environ),
+        service_name=raw.get("service_name", "pact-gateway"),
+        sample_ratio=float(raw.get("sample_ratio", 1.0)),
+    )
+
+
 def _rate_limits(top: Mapping[str, Any], brand: Mapping[str, Any]) -> RateLimitsConfig:
     """§6 limits: the defaults, then the top-level ``rate_limits``, then a Brand's, setting by setting."""
     defaults = RateLimitsConfig()
@@ -702,6 +749,7 @@ def _build(raw: Mapping[str, Any], environ: Mapping[str, str]) -> GatewayConfig:
         reload=ReloadConfig(**raw.get("reload", {})),
         brands=brands,
         oauth=oauth,
+        tracing=_tracing(raw.get("tracing", {}), environ),
     )
 
 

@@ -26,6 +26,7 @@ from gateway.oauth.device import start_device_authorization
 from gateway.oauth.server import AuthorizationServer
 from gateway.ops.limits import Charge, RateLimited, RateLimits
 from gateway.ops.metrics import Metrics
+from gateway.ops.tracing import Spans, TraceContext, traced
 from gateway.protocol import errors, receipts
 from gateway.protocol.errors import A2AError, Reason
 from gateway.protocol.messages import SendMessage, render_reply
@@ -83,8 +84,10 @@ class TurnService:
         *,
         owners: int = 4096,
         oauth: AuthorizationServer | None = None,
+        spans: Spans | None = None,
     ) -> None:
         self._store = store
+        self._spans = spans
         self._adapters = adapters
         self._limits = limits
         self._metrics = metrics
@@ -130,14 +133,18 @@ class TurnService:
         # (ConversationStore.begin_turn), so later turns skip minting one.
         context_id = message.context_id
         try:
-            return await self._store.begin_turn(
-                owner,
-                context_id,
-                message.message_id,
-                message.text,
-                new_context_id() if context_id is None else "",
-                limits=charge.hits,
-                grant=grant,
+            return await traced(
+                self._spans,
+                "pact.store.begin_turn",
+                self._store.begin_turn(
+                    owner,
+                    context_id,
+                    message.message_id,
+                    message.text,
+                    new_context_id() if context_id is None else "",
+                    limits=charge.hits,
+                    grant=grant,
+                ),
             )
         except StoreError as exc:
             self._store_failed("begin_turn")
@@ -151,12 +158,14 @@ class TurnService:
         charge: Charge,
         request_id: str,
         delegation: Delegation | None = None,
+        trace: TraceContext | None = None,
     ) -> TurnAnswer:
         """Run the turn, charging ``charge`` (§6) in the same store step that claims it.
 
         The store is needed for the turn anyway, so a store failure is ``INTERNAL`` whatever
         ``rate_limits.fail_open`` says, and the hot path saves the limits' own round trip.
         Under a ``delegation`` (§5.5) that same step checks the grant and the context's user.
+        The bot is called as a child of ``trace``'s span (W3C Trace Context).
         """
         claim = await self._claim(
             owner, message, charge, request_id, None if delegation is None else delegation.grant
@@ -182,7 +191,7 @@ class TurnService:
         if claim.status is TurnStatus.IN_FLIGHT:
             # §4.3: a repeat with no stored reply yet.
             raise A2AError(Reason.INVALID_PARAMS, errors.DUPLICATE_IN_FLIGHT)
-        return TurnAnswer(await self._run(owner, message, claim, request_id, delegation))
+        return TurnAnswer(await self._run(owner, message, claim, request_id, delegation, trace))
 
     async def _run(
         self,
@@ -191,6 +200,7 @@ class TurnService:
         claim: TurnClaim,
         request_id: str,
         delegation: Delegation | None,
+        trace: TraceContext | None,
     ) -> bytes:
         granted = None if delegation is None else delegation.claims
         turn = Turn(
@@ -205,6 +215,7 @@ class TurnService:
             delegation=None
             if granted is None
             else UserDelegation(granted.user, granted.scopes, granted.grant_id),
+            trace=trace,
         )
         started = time.perf_counter()
         try:
@@ -232,8 +243,10 @@ class TurnService:
         else:
             body = self._delegated_reply(owner, message, claim, reply, delegation)
         try:
-            await self._store.complete_turn(
-                owner, claim.context_id, message.message_id, body, close=reply.end
+            await traced(
+                self._spans,
+                "pact.store.complete_turn",
+                self._store.complete_turn(owner, claim.context_id, message.message_id, body, close=reply.end),
             )
         except StoreError as exc:
             self._store_failed("complete_turn")
@@ -371,7 +384,11 @@ class TurnService:
         # agent learnt its contextId from a step-up task, and must be able to continue it.
         forget = claim.new_conversation and message.context_id is None and not keep_conversation
         try:
-            await self._store.abort_turn(owner, claim.context_id, message.message_id, new_conversation=forget)
+            await traced(
+                self._spans,
+                "pact.store.abort_turn",
+                self._store.abort_turn(owner, claim.context_id, message.message_id, new_conversation=forget),
+            )
         except StoreError as exc:
             self._store_failed("abort_turn")
             log.warning("could not release an in-flight marker: %s", exc, extra={"request_id": request_id})

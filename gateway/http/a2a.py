@@ -25,6 +25,7 @@ from gateway.http.middlewares import REQUEST_ID
 from gateway.http.notes import RETRY_SERVED, refused
 from gateway.http.state import METRICS, RUNTIME, Runtime
 from gateway.ops.limits import RateLimited
+from gateway.ops.tracing import SPANS, TRACE, traced
 from gateway.protocol import errors
 from gateway.protocol.errors import A2AError, Reason
 from gateway.protocol.messages import parse_send_message
@@ -67,7 +68,11 @@ def _authenticated(handler: Operation, *, charge_first: bool) -> Handler:
         try:
             if charge_first:
                 # §6: per personal agent and per (personal agent, sub), before the body is read.
-                await runtime.limits.check_a2a(brand.id, brand.rate_limits, identity.issuer, identity.sub)
+                await traced(
+                    request.app[SPANS],
+                    "pact.store.rate_limits",
+                    runtime.limits.check_a2a(brand.id, brand.rate_limits, identity.issuer, identity.sub),
+                )
             return await handler(request, Caller(runtime, identity, brand))
         except RateLimited as limited:
             refused(request, limited.limit)
@@ -85,11 +90,15 @@ async def _read_body(request: web.Request, limit: int) -> bytes:
     return body
 
 
-def _verify_delegation(caller: Caller, header: str) -> Delegation:
+def _verify_delegation(request: web.Request, caller: Caller, header: str) -> Delegation:
     verifier = caller.runtime.delegation
     if verifier is None:
         raise InvalidToken("not_delegating")
-    return verifier.verify(header, caller.brand, caller.identity.issuer)
+    spans = request.app[SPANS]
+    if spans is None:
+        return verifier.verify(header, caller.brand, caller.identity.issuer)
+    with spans.span("pact.verify.delegation_token"):
+        return verifier.verify(header, caller.brand, caller.identity.issuer)
 
 
 def _invalid_token(request: web.Request, caller: Caller, refused_token: InvalidToken) -> web.Response:
@@ -120,7 +129,7 @@ async def send_message(request: web.Request, caller: Caller) -> web.Response:
     delegation: Delegation | None = None
     if header is not None:
         try:
-            delegation = _verify_delegation(caller, header)
+            delegation = _verify_delegation(request, caller, header)
         except InvalidToken as refused_token:
             return _invalid_token(request, caller, refused_token)
     try:
@@ -131,7 +140,9 @@ async def send_message(request: web.Request, caller: Caller) -> web.Response:
     charge = runtime.limits.a2a_charge(brand.id, brand.rate_limits, identity.issuer, identity.sub)
     owner = runtime.turns.owner(brand.id, identity.issuer, identity.sub)
     try:
-        answer = await runtime.turns.send(owner, message, charge, request[REQUEST_ID], delegation)
+        answer = await runtime.turns.send(
+            owner, message, charge, request[REQUEST_ID], delegation, trace=request[TRACE]
+        )
     except InvalidToken as revoked:  # §5.5: the grant was revoked
         return _invalid_token(request, caller, revoked)
     request[RETRY_SERVED] = answer.replayed

@@ -9,7 +9,8 @@ through :func:`~gateway.ops.logs.log_fields` (its fields dict is built only when
 logger is enabled), and the hashed ``sub`` comes from a small per-app cache, since a
 personal agent's turns come from the same few Users. Why a request was refused (``reason``)
 and whether a turn was a replayed retry (``retry_served``) are read from what the handling
-noted on the request (:mod:`gateway.http.notes`), never from the body it answered.
+noted on the request (:mod:`gateway.http.notes`), never from the body it answered; the trace
+id is the request's span (:mod:`gateway.ops.tracing`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from gateway.http.notes import REFUSAL, RETRY_SERVED
 from gateway.http.state import METRICS, RUNTIME
 from gateway.ops.logs import ACCESS_LOGGER, SubDigests, log_fields
 from gateway.ops.metrics import OTHER_OPERATION, UNMATCHED, brand_label, outcome_for_status
+from gateway.ops.tracing import current_trace
 
 __all__ = ["CLIENT_GONE", "AccessLog", "operation_name"]
 
@@ -106,6 +108,7 @@ class AccessLog:
         if not config.logging.access_log or not self._log.isEnabledFor(logging.INFO):
             return
         method = request.method
+        trace = current_trace()
         log_fields(
             self._log,
             logging.INFO,
@@ -123,5 +126,6 @@ class AccessLog:
                 "auth_failure": auth_failure,
                 "reason": _reason(request, status, auth_failure),
                 "retry_served": request.get(RETRY_SERVED) if status == 200 and operation == _TURN else None,
+                "trace_id": None if trace is None else trace.trace_id,
             },
         )

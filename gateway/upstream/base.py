@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import NamedTuple, Protocol
 
+from gateway.ops.tracing import TraceContext
+
 
 class UserDelegation(NamedTuple):
     """What a verified delegation token lets the bot do: act as Brand user ``user`` within ``scopes``."""
@@ -30,6 +32,9 @@ class Turn(NamedTuple):
     request_id: str
     delegation: UserDelegation | None = None
     """§5.5: the Brand user and scopes the turn may act with; ``None`` under §3 alone."""
+    trace: TraceContext | None = None
+    """The gateway's span the bot call belongs to: every adapter sends
+    :func:`~gateway.ops.tracing.trace_headers` of it, so the bot's spans join the caller's trace."""
 
 
 class Action(NamedTuple):
