@@ -24,6 +24,7 @@ from gateway.app import JWKS, STORE
 from gateway.auth.jwks import JwksCache
 from gateway.config import GatewayConfig, MetricsConfig
 from gateway.http.state import RUNTIME
+from gateway.ops.exposition import WithoutCreated
 from gateway.store.base import StoreError
 
 __all__ = [
@@ -117,11 +118,13 @@ class GatewayReadiness:
 
 
 def create_ops_app(registry: CollectorRegistry, readiness: Readiness) -> web.Application:
-    """The ops app: Prometheus text from ``registry``, liveness, and ``readiness`` as JSON."""
+    """The ops app: Prometheus text from ``registry`` (without ``_created`` samples, see
+    :mod:`gateway.ops.exposition`), liveness, and ``readiness`` as JSON."""
+    exposed = WithoutCreated(registry)
 
     async def metrics(request: web.Request) -> web.Response:
         # Off the event loop: in multiprocess mode a scrape reads every worker's files.
-        body = await asyncio.to_thread(generate_latest, registry)
+        body = await asyncio.to_thread(generate_latest, exposed)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def healthz(request: web.Request) -> web.Response:
