@@ -102,23 +102,16 @@ class TraceContext(NamedTuple):
         return self._replace(span_id=_new_span_id())
 
 
-def _random_hex(bits: int) -> str:
-    # W3C: an all-zero id is invalid; drawing again is what makes every id valid.
-    value = 0
-    while not value:
-        value = random.getrandbits(bits)
-    return f"{value:0{bits // 4}x}"
-
-
 def _new_span_id() -> str:
-    """16 hex digits from :mod:`random`, as OpenTelemetry's own id generator draws them: an id
-    names a span, it guards nothing, and the OS's random source would cost a system call a request."""
-    return _random_hex(64)
+    """16 hex digits from :mod:`random`, as OpenTelemetry's own id generator draws them: an id names
+    a span and guards nothing, and the OS's random source would cost a system call a request.
+    W3C forbids the all-zero id, which ``or 1`` replaces (one draw in 2^64)."""
+    return f"{random.getrandbits(64) or 1:016x}"
 
 
 def new_trace() -> TraceContext:
     """A new trace, not sampled: the gateway records nothing of it unless OpenTelemetry is on."""
-    return TraceContext(_random_hex(128), _new_span_id())
+    return TraceContext(f"{random.getrandbits(128) or 1:032x}", _new_span_id())
 
 
 def parse_traceparent(value: str) -> TraceContext | None:
