@@ -39,7 +39,10 @@ ENV VIRTUAL_ENV=/opt/venv \
     PIP_DISABLE_PIP_VERSION_CHECK=1
 
 # Install from the builder's wheels only (no index, nothing compiled here); the wheels are
-# bind-mounted so they never land in a layer. The venv gets no pip of its own.
+# bind-mounted so they never land in a layer. The venv gets no pip of its own. The installed
+# package is then smoke-tested as an operator meets it: the demo (its configuration is package
+# data) runs its whole curl session once, from outside any checkout (tests/test_packaging.py
+# does the same with a wheel built from this build context).
 RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
     python -m venv --without-pip "$VIRTUAL_ENV" \
  && python -m pip --python "$VIRTUAL_ENV/bin/python" install --no-index --find-links=/wheels "pact-gateway[otel]" \
@@ -47,7 +50,8 @@ RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
  && useradd --system --uid 10001 --gid 10001 --no-create-home \
       --home-dir /nonexistent --shell /usr/sbin/nologin pact \
  && mkdir -p /etc/pact-gateway/keys \
- && pact-gateway --help > /dev/null
+ && pact-gateway --version \
+ && pact-gateway demo --check --port 18080 --bot-port 19100 > /dev/null
 
 # A read-only root filesystem needs nothing writable but /tmp (an emptyDir in the chart).
 WORKDIR /tmp

@@ -1,3 +1,9 @@
-from bench.run import main
+"""``python -m bench`` runs the benchmark (:mod:`bench.run`), ``python -m bench soak …`` the soak."""
 
-raise SystemExit(main())
+import sys
+
+from bench import run, soak
+
+if sys.argv[1:2] == ["soak"]:
+    raise SystemExit(soak.main(sys.argv[2:]))
+raise SystemExit(run.main())

@@ -15,7 +15,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -138,14 +138,16 @@ def machine_busy_seconds(before: tuple[int, int], after: tuple[int, int]) -> flo
 class Child:
     """One started process with its own process group and a log file for its stdout and stderr."""
 
-    def __init__(self, name: str, argv: Sequence[str], log_path: Path) -> None:
+    def __init__(
+        self, name: str, argv: Sequence[str], log_path: Path, env: Mapping[str, str] | None = None
+    ) -> None:
         self.name = name
         self.log_path = log_path
         self._log = log_path.open("wb")
         self.popen = subprocess.Popen(
             list(argv),
             cwd=REPO_ROOT,
-            env=python_env(),
+            env={**python_env(), **(env or {})},
             stdin=subprocess.DEVNULL,
             stdout=self._log,
             stderr=subprocess.STDOUT,
@@ -203,10 +205,13 @@ class Children:
     def __init__(self, log_dir: Path) -> None:
         self.log_dir = log_dir
         self._children: list[Child] = []
+        self.env: dict[str, str] = {}
+        """Variables every child started from now on gets on top of :func:`python_env`: a bot's key,
+        which a gateway's YAML may only name (``${NAME}``), never hold."""
         self._previous_handler: signal.Handlers | int | None = None
 
     def start(self, name: str, argv: Sequence[str]) -> Child:
-        child = Child(name, argv, self.log_dir / f"{name}.log")
+        child = Child(name, argv, self.log_dir / f"{name}.log", self.env)
         self._children.append(child)
         return child
 

@@ -23,13 +23,14 @@ from gateway.ops.metrics import Metrics, issuer_label
 from gateway.ops.tracing import SPANS, Spans, open_spans, trace_middleware
 from gateway.protocol.card import render_card
 from gateway.store import ConversationStore, open_store
-from gateway.store.factory import open_oauth_store
+from gateway.store.adapter_state import AdapterState
+from gateway.store.factory import open_adapter_state, open_oauth_store
 from gateway.store.limits import RateLimiter, open_rate_limiter
 from gateway.store.oauth import OAuthStore
 from gateway.turns import TurnService
 from gateway.upstream.base import BotAdapter
+from gateway.upstream.factory import make_adapter
 from gateway.upstream.guard import GuardedBot
-from gateway.upstream.http_json import HttpJsonAdapter
 from gateway.upstream.traced import TracedBot
 
 STORE = web.AppKey("store", ConversationStore)
@@ -37,6 +38,8 @@ JWKS = web.AppKey("jwks", JwksCache)
 UPSTREAM_SESSION = web.AppKey("upstream_session", aiohttp.ClientSession)
 RATE_LIMITER = web.AppKey("rate_limiter", RateLimiter)
 OAUTH_STORE = web.AppKey("oauth_store", OAuthStore)
+ADAPTER_STATE = web.AppKey("adapter_state", AdapterState)
+"""Bot adapters' per-conversation state (a Direct Line conversation, a model's history), beside the store."""
 LOGIN_JWKS = web.AppKey("login_jwks", JwksCache)
 """The Brands' login key sets (§5.3 assertions), apart from the personal agents': neither evicts the other."""
 Clock = Callable[[], float]
@@ -62,7 +65,7 @@ def build_runtime(app: web.Application, config: GatewayConfig, *, previous: Runt
             bots[brand.id] = previous.bots[brand.id]
         else:
             bots[brand.id] = GuardedBot(
-                HttpJsonAdapter(brand.upstream, app[UPSTREAM_SESSION]),
+                make_adapter(brand, app[UPSTREAM_SESSION], app[ADAPTER_STATE], cache=config.cache),
                 brand.id,
                 brand.upstream,
                 metrics=metrics,
@@ -175,11 +178,16 @@ def create_app(
             trust_env=False,
         )
         app[JWKS] = JwksCache(
-            fetch_session, config.personal_agents.jwks, development=config.development, on_fetch=on_jwks_fetch
+            fetch_session,
+            config.personal_agents.jwks,
+            development=config.development,
+            on_fetch=on_jwks_fetch,
+            on_refused=app[METRICS].open_fetch_refused,
         )
         # §6 counters beside the conversations: the store's connection or container, and its clock.
         app[RATE_LIMITER] = open_rate_limiter(app[STORE])
         app[OAUTH_STORE] = open_oauth_store(app[STORE])
+        app[ADAPTER_STATE] = open_adapter_state(app[STORE])
         app[LOGIN_JWKS] = JwksCache(
             fetch_session, config.personal_agents.jwks, development=config.development
         )

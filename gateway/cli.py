@@ -1,23 +1,68 @@
-"""``pact-gateway``: serve, check-config, keys generate, token, grants, demo."""
+"""``pact-gateway``: serve, check-config, keys generate, token, grants, demo.
+
+Every mistake an operator can make here ends in one line on stderr that says what to do instead,
+and exit status 2: a traceback is for the gateway's own faults only.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import json
+import os
+import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from importlib import metadata
 from pathlib import Path
+from typing import Any, Final, NoReturn
 
-from gateway.config import ConfigError, GatewayConfig, load_config_file
+import jwt
+
+from gateway.config import ConfigError, GatewayConfig, check_config_file, load_config_file
 from gateway.pa_keys import generate_private_jwk, mint_token, public_jwks
 
 VERBS = {"serve", "check-config", "keys", "token", "grants", "demo"}
+DESCRIPTION: Final = (
+    "A PACT 1.0 authentication gateway in front of Brands' support bots (A2A 1.0 HTTP+JSON). "
+    "pact-gateway --config PATH is short for pact-gateway serve --config PATH."
+)
+
+
+class UsageError(Exception):
+    """An operator's mistake: the message says what to do instead (the CLI exits 2)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage mistake is one line that points at ``--help``, not a usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def _version() -> str:
+    try:
+        return metadata.version("pact-gateway")
+    except metadata.PackageNotFoundError:
+        # A source tree run as ``python -m gateway`` without ever being installed.
+        return "(not installed)"
+
+
+def _port(text: str) -> int:
+    """A TCP port for ``--port``/``--bot-port``, refused by argparse (one line) when it is none."""
+    if not text.isdigit() or not 0 <= int(text) <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port (0 to 65535)")
+    return int(text)
+
+
+SUB_VERBS: Final = {"keys": "generate", "grants": "list|revoke"}
+"""The verbs that need a second verb, and the ones they take."""
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="pact-gateway", description=__doc__)
-    verbs = parser.add_subparsers(dest="verb")
+    parser = _Parser(prog="pact-gateway", description=DESCRIPTION)
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    verbs = parser.add_subparsers(dest="verb", title="verbs", metavar="VERB")
 
     serve = verbs.add_parser("serve", help="run the gateway (the default verb)")
     serve.add_argument("--config", required=True, help="path of the gateway YAML")
@@ -32,21 +77,28 @@ def _parser() -> argparse.ArgumentParser:
 
     check = verbs.add_parser("check-config", help="validate a file and print what it would serve")
     check.add_argument("path")
+    check.add_argument(
+        "--probe",
+        action="store_true",
+        help="also ask the cache, key sets and every Brand's bot once each, and print what answered",
+    )
 
     keys = verbs.add_parser("keys", help="key tools for personal agents")
-    key_verbs = keys.add_subparsers(dest="keys_verb", required=True)
+    key_verbs = keys.add_subparsers(dest="keys_verb", title="verbs", metavar="VERB")
     generate = key_verbs.add_parser("generate", help="print a new private JWK and its public JWKS")
     generate.add_argument("--alg", choices=["ES256", "RS256"], default="ES256")
 
     token = verbs.add_parser("token", help="mint a personal-agent JWT (§3.2) for curl")
-    token.add_argument("--key", required=True, help="file holding a private JWK (from `keys generate`)")
+    token.add_argument(
+        "--key", required=True, help="file holding a private JWK (what pact-gateway keys generate prints)"
+    )
     token.add_argument("--iss", required=True)
     token.add_argument("--sub", required=True)
     token.add_argument("--aud", required=True)
     token.add_argument("--ttl", type=int, default=120)
 
     grants = verbs.add_parser("grants", help="list or revoke a Brand user's delegation grants (§5)")
-    grant_verbs = grants.add_subparsers(dest="grants_verb", required=True)
+    grant_verbs = grants.add_subparsers(dest="grants_verb", title="verbs", metavar="VERB")
     for name, text in (("list", "print the user's live grants"), ("revoke", "end the user's grants now")):
         grant_verb = grant_verbs.add_parser(name, help=text)
         grant_verb.add_argument("--config", required=True, help="path of the gateway YAML (its cache.url)")
@@ -56,9 +108,9 @@ def _parser() -> argparse.ArgumentParser:
             grant_verb.add_argument("--grant", default=None, help="only this grant id (default: all of them)")
 
     demo = verbs.add_parser("demo", help="gateway + sample bot + demo personal agent in one process")
-    demo.add_argument("--config", default=None, help="demo YAML (default: config/demo.yaml of this checkout)")
-    demo.add_argument("--port", type=int, default=8080)
-    demo.add_argument("--bot-port", type=int, default=9100)
+    demo.add_argument("--config", default=None, help="demo YAML (default: the one shipped with the package)")
+    demo.add_argument("--port", type=_port, default=8080, help="the gateway's port on 127.0.0.1")
+    demo.add_argument("--bot-port", type=_port, default=9100, help="the sample bot's port on 127.0.0.1")
     demo.add_argument("--check", action="store_true", help="run the printed session once and exit")
     return parser
 
@@ -77,49 +129,112 @@ def _describe(config: GatewayConfig) -> str:
         lines.append(f"      card: {config.public_url}/a2a/{brand.id}/.well-known/agent-card.json")
         if brand.domain:
             lines.append(f"      also: https://{brand.domain}/.well-known/agent-card.json")
-        lines.append(f"      bot: {brand.upstream.url}")
+        lines.append(f"      bot: {brand.upstream.url} (adapter {brand.upstream.adapter})")
         if brand.delegation is not None:
             lines.append(f"      delegation (§5): login {brand.delegation.login.url}")
             lines.extend(f"        {scope}: {text}" for scope, text in brand.delegation.scopes.items())
     return "\n".join(lines)
 
 
+def _probe(config: GatewayConfig) -> int:
+    """``check-config --probe``: the table of what answered; 2 when anything did not."""
+    from gateway.ops.probe import format_table, run_probes
+
+    results = asyncio.run(run_probes(config))
+    print(format_table(results))
+    failed = sum(not result.ok for result in results)
+    if failed:
+        print(f"pact-gateway: {failed} of {len(results)} probes failed", file=sys.stderr)
+        return 2
+    print(f"configuration OK; all {len(results)} probes answered")
+    return 0
+
+
+def _report(path: str, error: ConfigError) -> None:
+    """Every problem of the file: on the one line when there is one, one line each otherwise."""
+    if len(error.problems) == 1:
+        print(f"pact-gateway: invalid configuration {path}: {error}", file=sys.stderr)
+        return
+    print(f"pact-gateway: invalid configuration {path}: {len(error.problems)} problems", file=sys.stderr)
+    for problem in error.problems:
+        print(f"  {problem}", file=sys.stderr)
+
+
 def _load(path: str) -> GatewayConfig:
+    """The configuration ``serve`` would run (every ``${NAME}`` set), or exit 2 saying why not."""
     try:
         return load_config_file(path)
     except ConfigError as error:
-        print(f"pact-gateway: invalid configuration {path}: {error}", file=sys.stderr)
+        _report(path, error)
         raise SystemExit(2) from None
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args_list = list(sys.argv[1:] if argv is None else argv)
-    if args_list and args_list[0] not in VERBS and args_list[0].startswith("--config"):
-        args_list.insert(0, "serve")
-    args = _parser().parse_args(args_list)
-    if args.verb in (None, "serve"):
-        if args.verb is None:
-            _parser().print_help(sys.stderr)
-            return 2
+def _check_config(path: str, probe: bool) -> int:
+    if probe:
+        # The probe talks to what the file names, so it needs the secrets serve would use.
+        config = _load(path)
+        print(_describe(config))
+        return _probe(config)
+    try:
+        checked = check_config_file(path)
+    except ConfigError as error:
+        _report(path, error)
+        return 2
+    print(_describe(checked.config))
+    if checked.unset:
+        print(f"configuration OK; serve will need {', '.join(checked.unset)} set in its environment")
+    else:
+        print("configuration OK")
+    return 0
+
+
+def _private_jwk(path: str) -> Mapping[str, Any]:
+    """The private JWK in ``path``: the whole output of ``keys generate``, or its ``private_jwk``."""
+    try:
+        document = json.loads(Path(path).read_bytes())
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror}") from None
+    except ValueError:
+        raise UsageError(f"{path} is not JSON; --key takes what pact-gateway keys generate prints") from None
+    private = document.get("private_jwk", document) if isinstance(document, dict) else None
+    if not isinstance(private, dict):
+        raise UsageError(f"{path} holds no JWK; --key takes what pact-gateway keys generate prints")
+    if "keys" in private:
+        raise UsageError(
+            f"{path} is a public key set (JWKS), which verifies tokens; minting one needs the private"
+            " key: the private_jwk that pact-gateway keys generate printed beside it"
+        )
+    if "d" not in private:
+        raise UsageError(f"{path} holds a public key; minting a token needs the private one (with its d)")
+    return private
+
+
+def _token(args: argparse.Namespace) -> str:
+    private = _private_jwk(args.key)
+    try:
+        return mint_token(private, iss=args.iss, sub=args.sub, aud=args.aud, ttl=args.ttl)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    except (jwt.PyJWTError, KeyError) as exc:
+        raise UsageError(f"{args.key} holds no usable signing key: {exc}") from None
+
+
+def _dispatch(args: argparse.Namespace) -> int:
+    if args.verb in SUB_VERBS and getattr(args, f"{args.verb}_verb") is None:
+        verb = f"pact-gateway {args.verb}"
+        raise UsageError(f"say what to do: {verb} {SUB_VERBS[args.verb]} (see {verb} --help)")
+    if args.verb == "serve":
         from gateway.serve import serve
 
         return serve(args.config, _load(args.config), workers=args.workers, ready_fd=args.worker_ready_fd)
     if args.verb == "check-config":
-        print(_describe(_load(args.path)))
-        print("configuration OK")
-        return 0
+        return _check_config(args.path, args.probe)
     if args.verb == "keys":
         private = generate_private_jwk(args.alg)
         print(json.dumps({"private_jwk": private, "jwks": public_jwks(private)}, indent=2))
         return 0
     if args.verb == "token":
-        try:
-            document = json.loads(Path(args.key).read_text(encoding="utf-8"))
-            private = document.get("private_jwk", document)
-            print(mint_token(private, iss=args.iss, sub=args.sub, aud=args.aud, ttl=args.ttl))
-        except (OSError, ValueError, KeyError) as error:
-            print(f"pact-gateway token: {error}", file=sys.stderr)
-            return 2
+        print(_token(args))
         return 0
     if args.verb == "grants":
         from gateway.grants_cli import run_grants
@@ -131,4 +246,30 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
     from gateway.demo import run_demo
 
-    return asyncio.run(run_demo(args.config, port=args.port, bot_port=args.bot_port, check=args.check))
+    try:
+        return asyncio.run(run_demo(args.config, port=args.port, bot_port=args.bot_port, check=args.check))
+    except ConfigError as error:
+        _report(args.config or "(the demo's own)", error)
+        return 2
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list and args_list[0] not in VERBS and args_list[0].startswith("--config"):
+        args_list.insert(0, "serve")
+    args = _parser().parse_args(args_list)
+    if args.verb is None:
+        _parser().print_help(sys.stderr)
+        return 2
+    try:
+        code = _dispatch(args)
+        sys.stdout.flush()
+    except UsageError as error:
+        print(f"pact-gateway {args.verb}: {error}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:
+        # The reader went away (`| head`): stop quietly, as a tool killed by SIGPIPE does. The
+        # interpreter would still flush stdout at exit and complain, so it now points at /dev/null.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
+    return code

@@ -5,32 +5,47 @@ names the YAML path of the bad value), then the semantic rules a schema cannot s
 (HTTPS-only JWKS outside development, unique ids, environment variables present).
 Only then is it turned into frozen dataclasses, so the rest of the gateway never sees
 an unchecked value.
+
+Both passes collect every problem rather than stopping at the first: an operator fixes a file
+in one round instead of one error per run. A rule of the second pass is skipped for a part
+the first pass already found malformed (it would only repeat the problem, or misread it).
 """
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import ipaddress
 import os
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from importlib.resources.abc import Traversable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, ParamSpec, TypeVar
 from urllib.parse import urlsplit
 
+import jmespath
 import jsonschema
 import yaml
 
 from gateway.oauth.keys import SigningKey, parse_signing_key
+from gateway.redis_url import parse_redis_url
 
 __all__ = [
+    "ADAPTERS",
+    "AdapterName",
     "BrandConfig",
     "CacheConfig",
+    "CheckedConfig",
     "CircuitBreakerConfig",
     "ConfigError",
+    "ConfigProblem",
     "DelegationConfig",
+    "DirectLineSettings",
     "GatewayConfig",
+    "HttpMappingSettings",
+    "HttpReplyPaths",
     "JwksPolicy",
     "LimitsConfig",
     "ListenConfig",
@@ -38,30 +53,61 @@ __all__ = [
     "LoginConfig",
     "MetricsConfig",
     "OAuthConfig",
+    "OpenAISettings",
     "PersonalAgentConfig",
     "PersonalAgentsConfig",
     "ProviderConfig",
+    "RasaSettings",
     "RateLimitsConfig",
     "RateRule",
     "ReloadConfig",
     "SkillConfig",
     "TracingConfig",
     "UpstreamConfig",
+    "check_config_file",
     "load_config",
     "load_config_file",
+    "read_config_document",
 ]
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _BRAND_ID = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
+_HTTP_URL = r"^https?://"
+_CACHE_URL = r"^(memory|redis|rediss|redis\+sentinel)://"
+_DOMAIN = r"^[A-Za-z0-9.-]+$"
+_SCHEME_NAME = r"^[A-Za-z][A-Za-z0-9_-]*$"
+_HEADER_NAME = r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$"  # RFC 9110 §5.6.2 token
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigProblem:
+    """One thing wrong with a file: the YAML path of the bad value (empty for the file as a whole) and why."""
+
+    path: str
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.reason}" if self.path else self.reason
 
 
 class ConfigError(ValueError):
-    """A configuration file that cannot be served; ``path`` is the YAML path of the bad value."""
+    """A configuration file that cannot be served, with every problem found in it (``problems``).
 
-    def __init__(self, path: str, reason: str) -> None:
-        super().__init__(f"{path}: {reason}" if path else reason)
+    ``path`` (the YAML path of the bad value) and ``reason`` are the first problem's.
+    """
+
+    def __init__(self, path: str, reason: str, *more: ConfigProblem) -> None:
+        self.problems = (ConfigProblem(path, reason), *more)
+        super().__init__("; ".join(map(str, self.problems)))
         self.path = path
         self.reason = reason
+
+    @classmethod
+    def of(cls, problems: Sequence[ConfigProblem]) -> ConfigError:
+        first, *more = problems
+        return cls(first.path, first.reason, *more)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,8 +142,13 @@ class JwksPolicy:
     timeout: float = 5.0
     max_bytes: int = 65536
     # Under the open policy anyone can be an issuer: this bounds the memory their keys and
-    # discovery documents take. The least recently used is dropped first; inline keys never are.
+    # discovery documents take, in a partition of their own (registered issuers' keys are never
+    # dropped for room). The least recently used is dropped first.
     max_cached_issuers: int = 4096
+    # Fetches for open-policy issuers (discovery and key sets together), for the whole process:
+    # this many per second sustained, bursts of open_fetch_burst; a refused fetch is not made.
+    open_fetch_rate: float = 5.0
+    open_fetch_burst: int = 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,16 +166,27 @@ class PersonalAgentsConfig:
 
 @dataclass(frozen=True, slots=True)
 class CacheConfig:
-    url: str = "memory://"
+    url: str = field(default="memory://", repr=False)
+    """May carry the Redis password: kept out of ``repr`` (tracebacks, test failure printouts)."""
     conversation_ttl: int = 86400
     closed_ttl: int = 7 * 86400
     retry_window: int = 300
     pending_ttl: int = 60
     timeout: float = 2.0  # seconds a Redis command or connection attempt may take
+    wait_replicas: int | None = None
+    """Redis ``WAIT``: replicas that must hold a claim or a reply before the turn goes on; ``None`` is
+    1 under Sentinel (a failover must not lose a reply a client was given) and 0 otherwise."""
 
     @property
     def backend(self) -> Literal["memory", "redis"]:
         return "memory" if urlsplit(self.url).scheme == "memory" else "redis"
+
+    @property
+    def replicas(self) -> int:
+        """:attr:`wait_replicas` with its default resolved."""
+        if self.wait_replicas is not None:
+            return self.wait_replicas
+        return 1 if urlsplit(self.url).scheme == "redis+sentinel" else 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,13 +275,99 @@ class CircuitBreakerConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class RasaSettings:
+    """``upstream.rasa``: the Rasa REST channel (gateway/upstream/rasa.py).
+
+    ``metadata`` sends the PA issuer and a hash of ``sub`` as the message's ``metadata`` (the bot's
+    tracker keeps it); ``no_answer`` is the reply when the bot answered with no message at all.
+    """
+
+    metadata: bool = False
+    no_answer: str = "Sorry, I have no answer to that."
+
+
+@dataclass(frozen=True, slots=True)
+class HttpReplyPaths:
+    """JMESPath expressions over a home-grown bot's JSON answer (gateway/upstream/http_mapping.py)."""
+
+    text: str | None = None
+    texts: str | None = None
+    end: str | None = None
+    requires_scopes: str | None = None
+    actions: str | None = None
+    scopes_used: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class HttpMappingSettings:
+    """``upstream.http``: a home-grown bot described in YAML (gateway/upstream/http_mapping.py).
+
+    ``body`` is a JSON template: a string that is exactly one ``{{placeholder}}`` becomes the
+    value itself (any JSON type), other strings have placeholders replaced by their text.
+    """
+
+    body: Any
+    reply: HttpReplyPaths
+    method: Literal["POST", "PUT", "PATCH"] = "POST"
+    probe_url: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class OpenAISettings:
+    """``upstream.openai``: an OpenAI-compatible chat completions API (gateway/upstream/openai.py).
+
+    ``system_prompt`` is the text of ``system_prompt`` or of ``system_prompt_file`` (read at load).
+    The history the gateway keeps per conversation is bounded by both ``max_history_turns``
+    (user/assistant pairs) and ``max_history_chars``, oldest pair dropped first. The key goes in
+    ``api_key_header``: ``Authorization`` as ``Bearer <key>``, any other (Azure's ``api-key``) bare.
+    """
+
+    model: str
+    system_prompt: str | None = None
+    api_key: str | None = field(default=None, repr=False)
+    api_key_header: str = "Authorization"
+    max_tokens: int | None = None
+    temperature: float | None = None
+    max_history_turns: int = 10
+    max_history_chars: int = 16000
+
+
+@dataclass(frozen=True, slots=True)
+class DirectLineSettings:
+    """``upstream.directline``: a Bot Framework Direct Line 3.0 bot (gateway/upstream/directline.py).
+
+    The bot's answer to a turn is complete at an activity with an ``inputHint`` of
+    ``acceptingInput`` or ``expectingInput``, at ``endOfConversation``, or after ``quiet_period``
+    seconds with no new reply; ``poll_interval`` is the wait between two reads of the activities.
+    ``no_answer`` is the reply when the answer held nothing that renders as text.
+    """
+
+    secret: str = field(repr=False)
+    poll_interval: float = 0.3
+    quiet_period: float = 1.0
+    no_answer: str = "Sorry, I have no answer to that."
+
+
+AdapterName = Literal["pact", "rasa", "openai", "directline", "http"]
+ADAPTERS: tuple[AdapterName, ...] = ("pact", "rasa", "openai", "directline", "http")
+"""``upstream.adapter``: how the gateway speaks to a Brand's bot; every one but ``pact`` has a settings
+block of its own name under ``upstream`` (gateway/upstream/factory.py picks the module)."""
+
+
+@dataclass(frozen=True, slots=True)
 class UpstreamConfig:
     url: str
     timeout: float = 10.0
-    headers: Mapping[str, str] = field(default_factory=dict)
+    headers: Mapping[str, str] = field(default_factory=dict, repr=False)
+    """Static headers on every bot call, typically the bot's credential: kept out of ``repr``."""
     max_concurrency: int = 64
     queue_timeout: float = 1.0
     circuit_breaker: CircuitBreakerConfig = field(default_factory=CircuitBreakerConfig)
+    adapter: AdapterName = "pact"
+    rasa: RasaSettings | None = None
+    http: HttpMappingSettings | None = None
+    openai: OpenAISettings | None = None
+    directline: DirectLineSettings | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -293,6 +441,15 @@ class GatewayConfig:
         return None
 
 
+@dataclass(frozen=True, slots=True)
+class CheckedConfig:
+    """What ``check-config`` learns from a file: its configuration, and the environment variables it
+    names that are not set here, which ``serve`` will need (their ``${NAME}`` is left as written)."""
+
+    config: GatewayConfig
+    unset: tuple[str, ...] = ()
+
+
 def _obj(properties: dict[str, Any], required: Sequence[str] = ()) -> dict[str, Any]:
     return {
         "type": "object",
@@ -324,7 +481,7 @@ _DELEGATION = _obj(
         },
         "login": _obj(
             {
-                "url": {**_STR, "pattern": r"^https?://"},
+                "url": {**_STR, "pattern": _HTTP_URL},
                 "issuer": _STR,
                 "jwks_uri": _STR,
                 "jwks": _JWKS_OBJECT,
@@ -333,11 +490,54 @@ _DELEGATION = _obj(
         ),
         "token_ttl": {"type": "integer", "minimum": 60, "maximum": 3600},
         "grant_ttl": {"type": "integer", "minimum": 60},
-        "landing_url": {**_STR, "pattern": r"^https?://"},
+        "landing_url": {**_STR, "pattern": _HTTP_URL},
         "skip_consent": {"type": "boolean"},
         "introspection": _obj({"secret": _STR}, ["secret"]),
     },
     ["scopes", "login"],
+)
+_RASA = _obj({"metadata": {"type": "boolean"}, "no_answer": _STR})
+_OPENAI = _obj(
+    {
+        "model": _STR,
+        "system_prompt": _STR,
+        "system_prompt_file": _STR,
+        "api_key": _STR,
+        "api_key_header": {**_STR, "pattern": _HEADER_NAME},
+        "max_tokens": _POS_INT,
+        "temperature": {"type": "number", "minimum": 0, "maximum": 2},
+        "max_history_turns": {"type": "integer", "minimum": 0},
+        "max_history_chars": {"type": "integer", "minimum": 0},
+    },
+    ["model"],
+)
+_DIRECTLINE = _obj(
+    {
+        "secret": _STR,
+        "poll_interval": {"type": "number", "minimum": 0.01},
+        "quiet_period": _POS_NUM,
+        "no_answer": _STR,
+    },
+    ["secret"],
+)
+_JMESPATH = _STR
+_HTTP_MAPPING = _obj(
+    {
+        "method": {"enum": ["POST", "PUT", "PATCH"]},
+        "body": {},
+        "reply": _obj(
+            {
+                "text": _JMESPATH,
+                "texts": _JMESPATH,
+                "end": _JMESPATH,
+                "requires_scopes": _JMESPATH,
+                "actions": _JMESPATH,
+                "scopes_used": _JMESPATH,
+            }
+        ),
+        "probe_url": {**_STR, "pattern": _HTTP_URL},
+    },
+    ["body", "reply"],
 )
 _SIGNING_KEY = {
     "type": "object",
@@ -348,11 +548,11 @@ _SIGNING_KEY = {
 SCHEMA: dict[str, Any] = _obj(
     {
         "listen": _obj({"host": _STR, "port": {"type": "integer", "minimum": 0, "maximum": 65535}}),
-        "public_url": {**_STR, "pattern": r"^https?://"},
+        "public_url": {**_STR, "pattern": _HTTP_URL},
         "development": {"type": "boolean"},
-        "security_scheme_name": {**_STR, "pattern": r"^[A-Za-z][A-Za-z0-9_-]*$"},
+        "security_scheme_name": {**_STR, "pattern": _SCHEME_NAME},
         "provider": _obj(
-            {"organization": _STR, "url": {**_STR, "pattern": r"^https?://"}, "audience": _STR},
+            {"organization": _STR, "url": {**_STR, "pattern": _HTTP_URL}, "audience": _STR},
             ["organization", "url", "audience"],
         ),
         "personal_agents": _obj(
@@ -379,18 +579,21 @@ SCHEMA: dict[str, Any] = _obj(
                         "timeout": _POS_NUM,
                         "max_bytes": _POS_INT,
                         "max_cached_issuers": _POS_INT,
+                        "open_fetch_rate": _POS_NUM,
+                        "open_fetch_burst": _POS_INT,
                     }
                 ),
             }
         ),
         "cache": _obj(
             {
-                "url": {**_STR, "pattern": r"^(memory|redis|rediss)://"},
+                "url": {**_STR, "pattern": _CACHE_URL},
                 "conversation_ttl": _POS_INT,
                 "closed_ttl": _POS_INT,
                 "retry_window": _POS_INT,
                 "pending_ttl": _POS_INT,
                 "timeout": _POS_NUM,
+                "wait_replicas": {"type": "integer", "minimum": 0},
             }
         ),
         "limits": _obj(
@@ -429,7 +632,7 @@ SCHEMA: dict[str, Any] = _obj(
                     "name": _STR,
                     "description": _STR,
                     "version": _STR,
-                    "domain": {**_STR, "pattern": r"^[A-Za-z0-9.-]+$"},
+                    "domain": {**_STR, "pattern": _DOMAIN},
                     "skills": {
                         "type": "array",
                         "items": _obj(
@@ -446,9 +649,14 @@ SCHEMA: dict[str, Any] = _obj(
                     "delegation": _DELEGATION,
                     "upstream": _obj(
                         {
-                            "url": {**_STR, "pattern": r"^https?://"},
+                            "adapter": {"enum": list(ADAPTERS)},
+                            "url": {**_STR, "pattern": _HTTP_URL},
                             "timeout": _POS_NUM,
                             "headers": {"type": "object", "additionalProperties": {"type": "string"}},
+                            "rasa": _RASA,
+                            "http": _HTTP_MAPPING,
+                            "openai": _OPENAI,
+                            "directline": _DIRECTLINE,
                             "max_concurrency": _POS_INT,
                             "queue_timeout": {"type": "number", "minimum": 0},
                             "circuit_breaker": _obj(
@@ -478,29 +686,169 @@ def _yaml_path(parts: Sequence[str | int]) -> str:
     return out or "(top level)"
 
 
-def _check_schema(raw: Any) -> None:
-    validator = jsonschema.Draft202012Validator(SCHEMA)
-    errors = sorted(validator.iter_errors(raw), key=lambda e: (len(e.absolute_path), list(map(str, e.path))))
-    if not errors:
-        return
-    error = errors[0]
-    path = list(error.absolute_path)
-    if error.validator == "additionalProperties":
-        extra = sorted(set(error.instance) - set(error.schema.get("properties", {})))
-        raise ConfigError(_yaml_path([*path, extra[0]]) if extra else _yaml_path(path), "unknown setting")
-    if error.validator == "required":
-        missing = re.findall(r"'([^']+)' is a required property", error.message)
-        name = missing[0] if missing else "?"
-        raise ConfigError(_yaml_path([*path, name]), "is required")
-    raise ConfigError(_yaml_path(path), error.message)
+_PATTERN_RULES: Mapping[str, str] = {
+    _HTTP_URL: "must be an http:// or https:// URL",
+    _BRAND_ID: "must be 1 to 64 letters, digits, '.', '_' or '-', the first a letter or a digit",
+    _SCOPE_ID: "must be an OAuth scope: 1 to 128 printable ASCII characters but space, '\"' and '\\' "
+    "(RFC 6749 §3.3)",
+    _HEADER_NAME: "must be an HTTP header name: letters, digits and !#$%&'*+.^_`|~- (RFC 9110 §5.6.2)",
+    _SCHEME_NAME: "must be a letter followed by letters, digits, '_' or '-'",
+    _CACHE_URL: "must start with memory://, redis://, rediss:// or redis+sentinel://",
+    _DOMAIN: "must be a bare host name: letters, digits, '.' and '-' (no scheme, port or path)",
+}
+"""Each ``pattern`` of :data:`SCHEMA` in words: an operator reads the rule, not a regular expression."""
+
+
+def _meant(name: object, known: Sequence[str]) -> str | None:
+    """The known setting an unknown key most likely misspells, if one is close enough."""
+    guesses = difflib.get_close_matches(str(name), known, n=1)
+    return guesses[0] if guesses else None
+
+
+def _schema_problem(error: jsonschema.ValidationError) -> Iterator[tuple[ConfigProblem, bool]]:
+    """One JSON Schema violation in an operator's words (each unknown key on its own), each with
+    whether to tell it: a misspelt key (``brnads:``) is one mistake, and its "did you mean" already
+    names the required key it leaves missing."""
+    where = list(error.absolute_path)
+    if error.validator in ("additionalProperties", "required"):
+        schema = error.schema if isinstance(error.schema, Mapping) else {}
+        instance = error.instance if isinstance(error.instance, Mapping) else {}
+        known = list(schema.get("properties", {}))
+        unknown = [name for name in instance if name not in known]
+        if error.validator == "additionalProperties":
+            for name in unknown:
+                meant = _meant(name, known)
+                hint = f"did you mean {meant}?" if meant else f"this block takes {', '.join(known)}"
+                yield ConfigProblem(_yaml_path([*where, str(name)]), f"unknown setting; {hint}"), True
+            return
+        misspelt = {_meant(name, known) for name in unknown}
+        for name in schema.get("required", []):
+            if name not in instance:
+                yield ConfigProblem(_yaml_path([*where, name]), "is required"), name not in misspelt
+    elif error.validator == "pattern":
+        pattern = str(error.validator_value)
+        rule = _PATTERN_RULES.get(pattern, f"must match {pattern}")
+        key = "propertyNames" in error.schema_path
+        yield ConfigProblem(_yaml_path(where), f"key {error.instance!r} {rule}" if key else rule), True
+    elif not where and error.validator == "type":
+        yield (
+            ConfigProblem(
+                "(top level)", "must be a mapping of settings (public_url:, provider:, brands:, …)"
+            ),
+            True,
+        )
+    else:
+        yield ConfigProblem(_yaml_path(where), error.message), True
+
+
+_PATH_PART = re.compile(r"\[(\d+)\]|([^.\[\]]+)")
+
+
+def _position(raw: Any, path: str) -> tuple[int, ...]:
+    """Where ``path`` sits in the document (a parsed YAML mapping keeps its order), to list problems
+    top to bottom; a key that is missing sorts after its present siblings."""
+    position: list[int] = []
+    node = raw
+    for index, key in _PATH_PART.findall(path):
+        if index:
+            position.append(int(index))
+            node = node[int(index)] if isinstance(node, list) and int(index) < len(node) else None
+        elif isinstance(node, dict):
+            keys = list(node)
+            position.append(keys.index(key) if key in node else len(keys))
+            node = node.get(key)
+        else:
+            position.append(0)
+            node = None
+    return tuple(position)
+
+
+class _Problems:
+    """The problems found so far in one document, and which of its parts are too malformed to check.
+
+    The semantic rules run only on parts the schema found well-formed: a rule reading a value of
+    the wrong shape would only repeat the schema's problem, or fail in a way that says nothing.
+    """
+
+    def __init__(self, raw: Any) -> None:
+        self._raw = raw
+        validator = jsonschema.Draft202012Validator(SCHEMA)
+        schema = dict(pair for error in validator.iter_errors(raw) for pair in _schema_problem(error))
+        self._malformed = list(schema)
+        self.found = [problem for problem, told in schema.items() if told]
+
+    def broken(self, path: str) -> bool:
+        """The value at ``path`` itself may be of the wrong shape: a problem is there or above it."""
+        return any(
+            path == bad.path or path.startswith((f"{bad.path}.", f"{bad.path}[")) for bad in self._malformed
+        )
+
+    def touched(self, path: str) -> bool:
+        """A problem is at, above or anywhere under ``path``."""
+        return self.broken(path) or any(
+            bad.path.startswith((f"{path}.", f"{path}[")) for bad in self._malformed
+        )
+
+    def attempt(
+        self, path: str, build: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs
+    ) -> _T | None:
+        """``build(*args, **kwargs)``; ``None`` when it found a problem (noted), or was not run on a
+        malformed ``path``."""
+        if self.touched(path):
+            return None
+        try:
+            return build(*args, **kwargs)
+        except ConfigError as error:
+            self.found.extend(error.problems)
+            return None
+
+    def note(self, path: str, reason: str) -> None:
+        self.found.append(ConfigProblem(path, reason))
+
+    def error(self) -> ConfigError:
+        """Every problem found, top to bottom as in the document."""
+        return ConfigError.of(sorted(self.found, key=lambda problem: _position(self._raw, problem.path)))
+
+
+class _Environment(Mapping[str, str]):
+    """Where ``${NAME}`` references are read from.
+
+    ``serve`` needs every name set (``require``). ``check-config`` does not: a file is often checked
+    where none of its secrets are. There a name that is not set is noted in ``unset`` and its
+    reference kept as written, and what only its value could be checked against is left unchecked.
+    """
+
+    def __init__(self, environ: Mapping[str, str], *, require: bool) -> None:
+        self._environ = environ
+        self.require = require
+        self.unset: set[str] = set()
+
+    def __getitem__(self, name: str) -> str:
+        return self._environ[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._environ
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._environ)
+
+    def __len__(self) -> int:
+        return len(self._environ)
+
+    def deferred(self, value: str) -> bool:
+        """``value`` names a variable that is not set, and this check does not need it."""
+        return not self.require and any(name not in self._environ for name in _ENV_REF.findall(value))
 
 
 def _expand_env(value: str, path: str, environ: Mapping[str, str]) -> str:
     def repl(match: re.Match[str]) -> str:
         name = match.group(1)
-        if name not in environ:
-            raise ConfigError(path, f"environment variable {name} is not set")
-        return environ[name]
+        if name in environ:
+            return environ[name]
+        if isinstance(environ, _Environment) and not environ.require:
+            environ.unset.add(name)
+            return match.group(0)
+        raise ConfigError(path, f"environment variable {name} is not set")
 
     return _ENV_REF.sub(repl, value)
 
@@ -537,32 +885,45 @@ def _check_browser_url(url: str, path: str, development: bool) -> None:
         raise ConfigError(path, "must use https (plain http needs development: true)")
 
 
-def _signing_keys(raw: Mapping[str, Any], environ: Mapping[str, str]) -> tuple[SigningKey, ...]:
+def _signing_keys(
+    entries: Sequence[Mapping[str, Any]], environ: _Environment, problems: _Problems
+) -> tuple[SigningKey, ...]:
     """§5.1 the Provider's keys, each from a file or from the environment (``value: ${NAME}``)."""
     keys: list[SigningKey] = []
     kids: set[str] = set()
-    for index, entry in enumerate(raw.get("signing_keys", [])):
+    for index, entry in enumerate(entries):
         path = f"oauth.signing_keys[{index}]"
-        if ("file" in entry) == ("value" in entry):
-            raise ConfigError(path, "give exactly one of file and value")
-        if "file" in entry:
-            path += ".file"
-            try:
-                material = Path(entry["file"]).read_text(encoding="utf-8")
-            except OSError as exc:
-                raise ConfigError(path, f"cannot read {entry['file']}: {exc.strerror}") from None
-        else:
-            path += ".value"
-            material = _expand_env(entry["value"], path, environ)
-        try:
-            key = parse_signing_key(material)
-        except ValueError as exc:
-            raise ConfigError(path, str(exc)) from None
-        if key.kid in kids:
-            raise ConfigError(path, f"duplicate kid {key.kid!r}")
-        kids.add(key.kid)
-        keys.append(key)
+        key = problems.attempt(path, _signing_key, entry, path, environ, kids)
+        if key is not None:
+            keys.append(key)
     return tuple(keys)
+
+
+def _signing_key(
+    entry: Mapping[str, Any], path: str, environ: _Environment, kids: set[str]
+) -> SigningKey | None:
+    """One signing key, or ``None`` when its variable is not set and this check does not need it."""
+    if ("file" in entry) == ("value" in entry):
+        raise ConfigError(path, "give exactly one of file and value")
+    if "file" in entry:
+        path += ".file"
+        try:
+            material = Path(entry["file"]).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(path, f"cannot read {entry['file']}: {exc.strerror}") from None
+    else:
+        path += ".value"
+        material = _expand_env(entry["value"], path, environ)
+        if environ.deferred(entry["value"]):
+            return None
+    try:
+        key = parse_signing_key(material)
+    except ValueError as exc:
+        raise ConfigError(path, str(exc)) from None
+    if key.kid in kids:
+        raise ConfigError(path, f"duplicate kid {key.kid!r}")
+    kids.add(key.kid)
+    return key
 
 
 def _delegation(
@@ -617,6 +978,140 @@ def _tracing(raw: Mapping[str, Any], environ: Mapping[str, str]) -> TracingConfi
     )
 
 
+def _upstream(raw: Mapping[str, Any], path: str, environ: Mapping[str, str]) -> UpstreamConfig:
+    """The Brand's bot: the common settings, and the chosen adapter's own block (no other's)."""
+    adapter: AdapterName = raw.get("adapter", "pact")
+    for name in ADAPTERS:
+        if name in raw and name != adapter:
+            raise ConfigError(
+                f"{path}.{name}", f"is the {name} adapter's settings, but upstream.adapter is {adapter}"
+            )
+    headers = {
+        name: _expand_env(value, f"{path}.headers.{name}", environ)
+        for name, value in raw.get("headers", {}).items()
+    }
+    timeout = float(raw.get("timeout", 10.0))
+    return UpstreamConfig(
+        url=raw["url"],
+        timeout=timeout,
+        headers=headers,
+        max_concurrency=raw.get("max_concurrency", 64),
+        queue_timeout=float(raw.get("queue_timeout", 1.0)),
+        circuit_breaker=CircuitBreakerConfig(**raw.get("circuit_breaker", {})),
+        adapter=adapter,
+        rasa=RasaSettings(**raw.get("rasa", {})) if adapter == "rasa" else None,
+        http=_http_mapping(raw.get("http"), f"{path}.http", environ) if adapter == "http" else None,
+        openai=_openai(raw.get("openai"), f"{path}.openai", environ) if adapter == "openai" else None,
+        directline=_directline(raw.get("directline"), f"{path}.directline", timeout, environ)
+        if adapter == "directline"
+        else None,
+    )
+
+
+HTTP_PLACEHOLDERS: frozenset[str] = frozenset(
+    (
+        "brand",
+        "conversation_id",
+        "message_id",
+        "text",
+        "pa_issuer",
+        "sub",
+        "user_hash",
+        "new_conversation",
+        "request_id",
+        "delegation_user",
+        "delegation_scopes",
+        "delegation_grant_id",
+    )
+)
+"""The names ``upstream.http.body`` may put between ``{{`` and ``}}`` (gateway/upstream/http_mapping.py)."""
+HTTP_PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_]+)\s*\}\}")
+
+
+def _http_body(template: Any, path: str, environ: Mapping[str, str]) -> Any:
+    """The body template with ``${ENV}`` expanded and every placeholder checked, at its YAML path."""
+    if isinstance(template, str):
+        for name in HTTP_PLACEHOLDER.findall(template):
+            if name not in HTTP_PLACEHOLDERS:
+                raise ConfigError(path, f"unknown placeholder {{{{{name}}}}}")
+        return _expand_env(template, path, environ)
+    if isinstance(template, list):
+        return [_http_body(item, f"{path}[{index}]", environ) for index, item in enumerate(template)]
+    if isinstance(template, dict):
+        return {key: _http_body(value, f"{path}.{key}", environ) for key, value in template.items()}
+    return template
+
+
+def _http_mapping(
+    raw: Mapping[str, Any] | None, path: str, environ: Mapping[str, str]
+) -> HttpMappingSettings:
+    if raw is None:
+        raise ConfigError(path, "is required by adapter http")
+    reply = raw["reply"]
+    if ("text" in reply) == ("texts" in reply):
+        raise ConfigError(f"{path}.reply.text", "give exactly one of text and texts")
+    for name, expression in reply.items():
+        try:
+            jmespath.compile(expression)
+        except jmespath.exceptions.JMESPathError as exc:
+            raise ConfigError(f"{path}.reply.{name}", f"is not a JMESPath expression: {exc}") from None
+    return HttpMappingSettings(
+        body=_http_body(raw["body"], f"{path}.body", environ),
+        reply=HttpReplyPaths(**reply),
+        method=raw.get("method", "POST"),
+        probe_url=raw.get("probe_url"),
+    )
+
+
+def _secret(value: str, path: str, environ: Mapping[str, str]) -> str:
+    """A bot's credential: only ever ``${NAME}``, so the key itself never sits in the file."""
+    if not _ENV_REF.fullmatch(value):
+        raise ConfigError(path, "must be an environment variable reference ${NAME}, never the secret itself")
+    return _expand_env(value, path, environ)
+
+
+_OPENAI_READ = frozenset(("system_prompt", "system_prompt_file", "api_key"))
+"""``upstream.openai`` settings read rather than passed through as they are."""
+
+
+def _openai(raw: Mapping[str, Any] | None, path: str, environ: Mapping[str, str]) -> OpenAISettings:
+    if raw is None:
+        raise ConfigError(path, "is required by adapter openai")
+    prompt = raw.get("system_prompt")
+    if "system_prompt_file" in raw:
+        where = f"{path}.system_prompt_file"
+        if prompt is not None:
+            raise ConfigError(where, "give at most one of system_prompt and system_prompt_file")
+        try:
+            prompt = Path(raw["system_prompt_file"]).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(where, f"cannot read {raw['system_prompt_file']}: {exc.strerror}") from None
+        except UnicodeDecodeError:
+            raise ConfigError(where, "is not UTF-8 text") from None
+        if not prompt.strip():
+            raise ConfigError(where, "is empty")
+    key = raw.get("api_key")
+    rest = {name: value for name, value in raw.items() if name not in _OPENAI_READ}
+    return OpenAISettings(
+        system_prompt=prompt,
+        api_key=None if key is None else _secret(key, f"{path}.api_key", environ),
+        **rest,
+    )
+
+
+def _directline(
+    raw: Mapping[str, Any] | None, path: str, timeout: float, environ: Mapping[str, str]
+) -> DirectLineSettings:
+    if raw is None:
+        raise ConfigError(path, "is required by adapter directline")
+    rest = {name: value for name, value in raw.items() if name != "secret"}
+    settings = DirectLineSettings(secret=_secret(raw["secret"], f"{path}.secret", environ), **rest)
+    if settings.quiet_period >= timeout:
+        # An answer with no inputHint could then never complete before the turn times out.
+        raise ConfigError(f"{path}.quiet_period", "must be shorter than upstream.timeout")
+    return settings
+
+
 def _rate_limits(top: Mapping[str, Any], brand: Mapping[str, Any]) -> RateLimitsConfig:
     """§6 limits: the defaults, then the top-level ``rate_limits``, then a Brand's, setting by setting."""
     defaults = RateLimitsConfig()
@@ -636,102 +1131,194 @@ def _rate_limits(top: Mapping[str, Any], brand: Mapping[str, Any]) -> RateLimits
     )
 
 
-def _build(raw: Mapping[str, Any], environ: Mapping[str, str]) -> GatewayConfig:
-    development = bool(raw.get("development", False))
-    agents_raw = raw.get("personal_agents", {})
-    policy = agents_raw.get("policy", "allowlist")
-    registered: list[PersonalAgentConfig] = []
-    seen_issuers: set[str] = set()
-    for index, agent in enumerate(agents_raw.get("registered", [])):
-        path = f"personal_agents.registered[{index}]"
-        if agent["issuer"] in seen_issuers:
-            raise ConfigError(f"{path}.issuer", "duplicate issuer")
-        seen_issuers.add(agent["issuer"])
-        jwks_uri = agent.get("jwks_uri")
-        if jwks_uri is None and "jwks" not in agent:
-            raise ConfigError(f"{path}.jwks_uri", "is required unless an inline jwks is given")
-        if jwks_uri is not None:
-            _check_fetch_url(jwks_uri, f"{path}.jwks_uri", development)
-        registered.append(
-            PersonalAgentConfig(
-                issuer=agent["issuer"],
-                jwks_uri=jwks_uri,
-                enabled=agent.get("enabled", True),
-                jwks=agent.get("jwks"),
+def _check_pending_ttl(cache: CacheConfig, brands: Mapping[str, BrandConfig]) -> None:
+    """§4.3: an in-flight marker must outlive the longest turn, or a retry runs the bot a second time.
+
+    A turn holds its marker from the claim to the stored reply: the claim, the wait for a bot
+    slot (``queue_timeout``), the bot call (``timeout``), then the write of the reply; on Redis
+    the claim and the write may each take ``cache.timeout``. A retry that finds the marker
+    expired runs the bot again and stores the second answer, not the one the agent was given.
+    """
+    store = 2 * cache.timeout if cache.backend == "redis" else 0.0
+    for index, brand in enumerate(brands.values()):
+        upstream = brand.upstream
+        turn = upstream.timeout + upstream.queue_timeout + store
+        if cache.pending_ttl <= turn:
+            parts = f"upstream.timeout {upstream.timeout:g} + queue_timeout {upstream.queue_timeout:g}"
+            if store:
+                parts += f" + 2 × cache.timeout {cache.timeout:g}"
+            raise ConfigError(
+                "cache.pending_ttl",
+                f"must be longer than the longest turn of brands[{index}] ({brand.id}): {parts} = {turn:g} s;"
+                " a retry after the in-flight marker expired would run the bot a second time",
             )
-        )
-    if policy == "allowlist" and not registered:
-        raise ConfigError(
-            "personal_agents.registered", "the allowlist policy needs at least one personal agent"
-        )
 
-    jwks_policy = JwksPolicy(**agents_raw.get("jwks", {}))
-    if jwks_policy.min_ttl > jwks_policy.max_ttl:
-        raise ConfigError("personal_agents.jwks.min_ttl", "must not exceed max_ttl")
 
-    cache = CacheConfig(**{**raw.get("cache", {})})
-    cache = CacheConfig(
-        url=_expand_env(cache.url, "cache.url", environ),
-        conversation_ttl=cache.conversation_ttl,
-        closed_ttl=cache.closed_ttl,
-        retry_window=cache.retry_window,
-        pending_ttl=cache.pending_ttl,
-        timeout=cache.timeout,
+def _registered_agent(
+    raw: Mapping[str, Any], path: str, development: bool, seen: set[str]
+) -> PersonalAgentConfig:
+    if raw["issuer"] in seen:
+        raise ConfigError(f"{path}.issuer", "duplicate issuer")
+    seen.add(raw["issuer"])
+    jwks_uri = raw.get("jwks_uri")
+    if jwks_uri is None and "jwks" not in raw:
+        raise ConfigError(f"{path}.jwks_uri", "is required unless an inline jwks is given")
+    if jwks_uri is not None:
+        _check_fetch_url(jwks_uri, f"{path}.jwks_uri", development)
+    return PersonalAgentConfig(
+        issuer=raw["issuer"], jwks_uri=jwks_uri, enabled=raw.get("enabled", True), jwks=raw.get("jwks")
     )
+
+
+def _jwks_policy(raw: Mapping[str, Any]) -> JwksPolicy:
+    policy = JwksPolicy(**raw)
+    if policy.min_ttl > policy.max_ttl:
+        raise ConfigError("personal_agents.jwks.min_ttl", "must not exceed max_ttl")
+    return policy
+
+
+def _personal_agents(
+    raw: Mapping[str, Any], development: bool, problems: _Problems
+) -> PersonalAgentsConfig | None:
+    """§3.1 who may call: each registered agent is checked on its own."""
+    if problems.broken("personal_agents"):
+        return None
+    policy = raw.get("policy", "allowlist")
+    registered: list[PersonalAgentConfig] = []
+    if not problems.broken("personal_agents.registered"):
+        seen: set[str] = set()
+        for index, agent in enumerate(raw.get("registered", [])):
+            path = f"personal_agents.registered[{index}]"
+            built = problems.attempt(path, _registered_agent, agent, path, development, seen)
+            if built is not None:
+                registered.append(built)
+    quiet = problems.touched("personal_agents.registered") or problems.touched("personal_agents.policy")
+    if policy == "allowlist" and not raw.get("registered") and not quiet:
+        problems.note("personal_agents.registered", "the allowlist policy needs at least one personal agent")
+    jwks = problems.attempt("personal_agents.jwks", _jwks_policy, raw.get("jwks", {}))
+    if jwks is None or problems.touched("personal_agents"):
+        return None
+    return PersonalAgentsConfig(policy=policy, registered=tuple(registered), jwks=jwks)
+
+
+def _cache(raw: Mapping[str, Any], environ: _Environment) -> CacheConfig:
+    cache = CacheConfig(**raw)
+    cache = replace(cache, url=_expand_env(cache.url, "cache.url", environ))
     if cache.closed_ttl < cache.conversation_ttl:
         raise ConfigError("cache.closed_ttl", "must be at least conversation_ttl")
+    if cache.backend == "redis" and not environ.deferred(raw.get("url", "")):
+        try:
+            parse_redis_url(cache.url)
+        except ValueError as exc:
+            raise ConfigError("cache.url", str(exc)) from None
+    return cache
 
-    brands: dict[str, BrandConfig] = {}
-    domains: set[str] = set()
-    for index, brand in enumerate(raw["brands"]):
-        path = f"brands[{index}]"
-        if brand["id"] in brands:
-            raise ConfigError(f"{path}.id", f"duplicate brand id {brand['id']!r}")
-        domain = brand.get("domain")
-        if domain is not None:
-            if domain.lower() in domains:
-                raise ConfigError(f"{path}.domain", f"domain {domain!r} already belongs to another brand")
-            domains.add(domain.lower())
-        upstream = brand["upstream"]
-        headers = {
-            name: _expand_env(value, f"{path}.upstream.headers.{name}", environ)
-            for name, value in upstream.get("headers", {}).items()
-        }
-        skill_ids: set[str] = set()
-        skills: list[SkillConfig] = []
-        for skill_index, skill in enumerate(brand.get("skills", [])):
-            if skill["id"] in skill_ids:
-                raise ConfigError(f"{path}.skills[{skill_index}].id", "duplicate skill id")
-            skill_ids.add(skill["id"])
-            skills.append(
-                SkillConfig(skill["id"], skill["name"], skill["description"], tuple(skill.get("tags", ())))
-            )
-        brands[brand["id"]] = BrandConfig(
-            id=brand["id"],
-            name=brand["name"],
-            description=brand["description"],
-            version=str(brand["version"]),
-            skills=tuple(skills),
-            domain=domain,
-            upstream=UpstreamConfig(
-                url=upstream["url"],
-                timeout=float(upstream.get("timeout", 10.0)),
-                headers=headers,
-                max_concurrency=upstream.get("max_concurrency", 64),
-                queue_timeout=float(upstream.get("queue_timeout", 1.0)),
-                circuit_breaker=CircuitBreakerConfig(**upstream.get("circuit_breaker", {})),
-            ),
-            rate_limits=_rate_limits(raw.get("rate_limits", {}), brand.get("rate_limits", {})),
-            delegation=_delegation(brand.get("delegation"), f"{path}.delegation", development, environ),
+
+def _skills(raw: Sequence[Mapping[str, Any]], path: str) -> tuple[SkillConfig, ...]:
+    ids: set[str] = set()
+    skills: list[SkillConfig] = []
+    for index, skill in enumerate(raw):
+        if skill["id"] in ids:
+            raise ConfigError(f"{path}[{index}].id", "duplicate skill id")
+        ids.add(skill["id"])
+        skills.append(
+            SkillConfig(skill["id"], skill["name"], skill["description"], tuple(skill.get("tags", ())))
         )
+    return tuple(skills)
 
-    oauth = OAuthConfig(signing_keys=_signing_keys(raw.get("oauth", {}), environ))
-    delegating = [index for index, brand in enumerate(brands.values()) if brand.delegation is not None]
-    if delegating and not oauth.signing_keys:
-        raise ConfigError(
+
+def _brand(
+    raw: Mapping[str, Any],
+    path: str,
+    top: Mapping[str, Any],
+    development: bool,
+    environ: _Environment,
+    problems: _Problems,
+) -> BrandConfig | None:
+    """One Brand, its bot, its delegation and its skills each checked on their own; ``None`` when
+    one of them has a problem."""
+    if problems.broken(path):
+        return None
+    upstream = problems.attempt(
+        f"{path}.upstream", _upstream, raw.get("upstream", {}), f"{path}.upstream", environ
+    )
+    delegation = problems.attempt(
+        f"{path}.delegation", _delegation, raw.get("delegation"), f"{path}.delegation", development, environ
+    )
+    skills = problems.attempt(f"{path}.skills", _skills, raw.get("skills", []), f"{path}.skills")
+    if upstream is None or skills is None or problems.touched(path) or problems.touched("rate_limits"):
+        return None
+    return BrandConfig(
+        id=raw["id"],
+        name=raw["name"],
+        description=raw["description"],
+        version=str(raw["version"]),
+        skills=skills,
+        domain=raw.get("domain"),
+        upstream=upstream,
+        rate_limits=_rate_limits(top.get("rate_limits", {}), raw.get("rate_limits", {})),
+        delegation=delegation,
+    )
+
+
+def _brands(
+    raw: Mapping[str, Any], development: bool, environ: _Environment, problems: _Problems
+) -> dict[str, BrandConfig]:
+    """Every Brand that has no problem of its own, by id; ids and domains are each one Brand's."""
+    brands: dict[str, BrandConfig] = {}
+    if problems.broken("brands"):
+        return brands
+    domains: set[str] = set()
+    for index, brand_raw in enumerate(raw["brands"]):
+        path = f"brands[{index}]"
+        brand = _brand(brand_raw, path, raw, development, environ, problems)
+        if brand is None:
+            continue
+        if brand.id in brands:
+            problems.note(f"{path}.id", f"duplicate brand id {brand.id!r}")
+        elif brand.domain is not None and brand.domain.lower() in domains:
+            problems.note(f"{path}.domain", f"domain {brand.domain!r} already belongs to another brand")
+        else:
+            if brand.domain is not None:
+                domains.add(brand.domain.lower())
+            brands[brand.id] = brand
+    return brands
+
+
+def _oauth(raw: Mapping[str, Any], environ: _Environment, problems: _Problems) -> OAuthConfig:
+    """§5.4: the Provider's signing keys, required once any Brand delegates."""
+    if problems.broken("oauth.signing_keys"):
+        return OAuthConfig()
+    entries = raw.get("oauth", {}).get("signing_keys", [])
+    delegating = (
+        []
+        if problems.broken("brands")
+        else [
+            index
+            for index, brand in enumerate(raw["brands"])
+            if not problems.broken(f"brands[{index}]") and "delegation" in brand
+        ]
+    )
+    if delegating and not entries:
+        problems.note(
             "oauth.signing_keys",
             f"is required: brands[{delegating[0]}] enables delegation (§5.4 tokens are signed)",
         )
+    return OAuthConfig(signing_keys=_signing_keys(entries, environ, problems))
+
+
+def _build(raw: Mapping[str, Any], environ: _Environment, problems: _Problems) -> GatewayConfig:
+    """The typed configuration, once every part has been checked; every problem at once otherwise."""
+    development = raw.get("development", False) is True
+    personal_agents = _personal_agents(raw.get("personal_agents", {}), development, problems)
+    cache = problems.attempt("cache", _cache, raw.get("cache", {}), environ)
+    brands = _brands(raw, development, environ, problems)
+    if cache is not None and not problems.broken("brands") and len(brands) == len(raw["brands"]):
+        problems.attempt("cache.pending_ttl", _check_pending_ttl, cache, brands)
+    oauth = _oauth(raw, environ, problems)
+    tracing = problems.attempt("tracing", _tracing, raw.get("tracing", {}), environ)
+    if problems.found or personal_agents is None or cache is None or tracing is None:
+        raise problems.error()
 
     listen_raw = raw.get("listen", {})
     return GatewayConfig(
@@ -740,7 +1327,7 @@ def _build(raw: Mapping[str, Any], environ: Mapping[str, str]) -> GatewayConfig:
         development=development,
         security_scheme_name=raw.get("security_scheme_name", "paJwt"),
         provider=ProviderConfig(**raw["provider"]),
-        personal_agents=PersonalAgentsConfig(policy=policy, registered=tuple(registered), jwks=jwks_policy),
+        personal_agents=personal_agents,
         cache=cache,
         limits=LimitsConfig(**raw.get("limits", {})),
         rate_limits=_rate_limits(raw.get("rate_limits", {}), {}),
@@ -749,26 +1336,72 @@ def _build(raw: Mapping[str, Any], environ: Mapping[str, str]) -> GatewayConfig:
         reload=ReloadConfig(**raw.get("reload", {})),
         brands=brands,
         oauth=oauth,
-        tracing=_tracing(raw.get("tracing", {}), environ),
+        tracing=tracing,
     )
 
 
+def _load(raw: Any, environ: _Environment) -> GatewayConfig:
+    problems = _Problems(raw)
+    if not isinstance(raw, dict):
+        raise problems.error()
+    return _build(raw, environ, problems)
+
+
 def load_config(raw: Any, environ: Mapping[str, str] | None = None) -> GatewayConfig:
-    """Validate an already-parsed YAML document and build the typed configuration."""
-    _check_schema(raw)
-    return _build(raw, os.environ if environ is None else environ)
+    """Validate an already-parsed YAML document and build the typed configuration.
+
+    Every ``${NAME}`` must be set in ``environ`` (the process environment by default): this is
+    what ``serve`` runs. Any problem is a :class:`ConfigError` carrying every problem found.
+    """
+    return _load(raw, _Environment(os.environ if environ is None else environ, require=True))
 
 
-def load_config_file(path: str | Path, environ: Mapping[str, str] | None = None) -> GatewayConfig:
-    """Read, parse and validate a YAML configuration file; any failure is a :class:`ConfigError`."""
+def _yaml_trouble(exc: yaml.YAMLError) -> str:
+    """PyYAML's account of a syntax error: where, what, and what it was reading."""
+    if not isinstance(exc, yaml.MarkedYAMLError) or exc.problem_mark is None:
+        return f"not valid YAML: {exc}"
+    mark = exc.problem_mark
+    reason = f"not valid YAML at line {mark.line + 1}, column {mark.column + 1}: {exc.problem}"
+    if exc.context is not None:
+        since = exc.context_mark
+        start = f" from line {since.line + 1}, column {since.column + 1}" if since is not None else ""
+        reason += f" ({exc.context}{start})"
+    if "'\\t'" in (exc.problem or ""):
+        reason += "; YAML indents with spaces, never tabs"
+    return reason
+
+
+def read_config_document(source: str | os.PathLike[str] | Traversable) -> Any:
+    """The parsed YAML of a configuration file, checked for nothing but being readable YAML
+    with something in it; any failure is a :class:`ConfigError` (with an empty ``path``)."""
+    file = source if isinstance(source, Traversable) else Path(source)
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = file.read_text(encoding="utf-8")
     except OSError as exc:
-        raise ConfigError("", f"cannot read {path}: {exc.strerror}") from None
+        raise ConfigError("", f"cannot read the file: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise ConfigError("", "the file is not UTF-8 text") from None
     try:
         raw = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
-        raise ConfigError("", f"{path} is not valid YAML{where}") from None
-    return load_config(raw, environ)
+        raise ConfigError("", _yaml_trouble(exc)) from None
+    if raw is None:
+        raise ConfigError("", "the file is empty" if not text.strip() else "the file holds only comments")
+    return raw
+
+
+def load_config_file(path: str | Path, environ: Mapping[str, str] | None = None) -> GatewayConfig:
+    """Read, parse and validate a YAML configuration file as :func:`load_config` does."""
+    return load_config(read_config_document(path), environ)
+
+
+def check_config_file(path: str | Path, environ: Mapping[str, str] | None = None) -> CheckedConfig:
+    """``check-config``: as :func:`load_config_file`, but a ``${NAME}`` that is not set is a note.
+
+    The file is often checked where its secrets are not (a laptop, CI); :attr:`CheckedConfig.unset`
+    names what ``serve`` will need, and what only those values could be checked against (a
+    signing key's PEM, a Redis URL with a password in a variable) is left unchecked.
+    """
+    lenient = _Environment(os.environ if environ is None else environ, require=False)
+    config = _load(read_config_document(path), lenient)
+    return CheckedConfig(config=config, unset=tuple(sorted(lenient.unset)))

@@ -11,11 +11,15 @@ reaches the configuration only through the environment mapping given to
 :func:`~gateway.config.load_config` (``${PACT_DEMO_SIGNING_KEY}``), never through a file, and
 the Brand's login is the stand-in of :mod:`examples.sample_login`, mounted under
 ``/demo-login/`` of the gateway's own port.
+
+The configuration ships inside the package (``gateway/data/demo.yaml``, read through
+:mod:`importlib.resources`), so the demo runs from any directory of a plain install or the image.
 """
 
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
 import os
 import shlex
@@ -23,17 +27,18 @@ import signal
 import sys
 import tempfile
 from collections.abc import Mapping
+from importlib import resources
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any, Final
 
 import orjson
-import yaml
 from aiohttp import web
 
 from examples.sample_bot import create_bot_app
 from examples.sample_login import create_login_app
 from gateway.app import create_app
-from gateway.config import BrandConfig, GatewayConfig, load_config
+from gateway.config import BrandConfig, ConfigError, GatewayConfig, load_config, read_config_document
 from gateway.demo_check import DELEGATED_TEXT, STEP_UP_TEXT, DemoCheckFailed, run_check
 from gateway.demo_ops import DemoOps, count_requests, start_demo_ops
 from gateway.oauth.metadata import DEVICE_CODE_GRANT
@@ -42,10 +47,11 @@ from gateway.ops.metrics import Metrics
 from gateway.pa_keys import generate_private_jwk, public_jwks
 from gateway.protocol.urls import OAuthUrls
 
-DEFAULT_CONFIG = Path(__file__).resolve().parent.parent / "config" / "demo.yaml"
+DEFAULT_CONFIG: Final[Traversable] = resources.files("gateway") / "data" / "demo.yaml"
+"""The demo's configuration, package data of :mod:`gateway` (it exists wherever the package does)."""
 DEMO_SUB = "demo-user-1"
 SIGNING_KEY_ENV: Final = "PACT_DEMO_SIGNING_KEY"
-"""The variable ``config/demo.yaml`` names for the Provider's signing key (``oauth.signing_keys``)."""
+"""The variable ``demo.yaml`` names for the Provider's signing key (``oauth.signing_keys``)."""
 LOGIN_PREFIX: Final = "/demo-login"
 """Where the stand-in Brand login is mounted on the gateway's port."""
 
@@ -64,15 +70,25 @@ def demo_environ(signing_key: str) -> dict[str, str]:
     return {**os.environ, SIGNING_KEY_ENV: signing_key}
 
 
-def demo_config(path: Path, port: int, bot_port: int, environ: Mapping[str, str]) -> GatewayConfig:
-    """``config/demo.yaml`` with its loopback ports moved to the ones asked for.
+def demo_config(
+    source: str | os.PathLike[str] | Traversable, port: int, bot_port: int, environ: Mapping[str, str]
+) -> GatewayConfig:
+    """The demo's YAML (:data:`DEFAULT_CONFIG` or the operator's ``--config``) with its loopback
+    ports moved to the ones asked for.
 
+    The file is checked as it stands first, so a file that is not a gateway configuration is
+    refused with its problems (a :class:`~gateway.config.ConfigError`) before it is rewritten.
     A delegating Brand's login (§5.3) is pointed at the stand-in this process serves under
     :data:`LOGIN_PREFIX`: its page, its issuer and its key set.
     """
-    raw: dict[str, Any] = yaml.safe_load(path.read_text(encoding="utf-8"))
+    raw: dict[str, Any] = read_config_document(source)
+    load_config(raw, environ)
+    if not raw.get("personal_agents", {}).get("registered"):
+        raise ConfigError(
+            "personal_agents.registered", "the demo needs one registered personal agent: it plays that agent"
+        )
     base = f"http://127.0.0.1:{port}"
-    raw["listen"]["port"] = port
+    raw.setdefault("listen", {})["port"] = port
     raw["public_url"] = base
     raw["provider"]["url"] = base
     raw["personal_agents"]["registered"][0]["issuer"] = f"{base}/demo-pa"
@@ -205,6 +221,15 @@ def _remove_key_file(key_file: Path) -> None:
     key_file.parent.rmdir()
 
 
+class PortUnavailable(Exception):
+    """The demo cannot listen on a port it was given (most often: something else already does)."""
+
+    def __init__(self, role: str, port: int, error: OSError) -> None:
+        why = "is already in use" if error.errno == errno.EADDRINUSE else f"cannot be used: {error.strerror}"
+        super().__init__(f"127.0.0.1:{port}, the {role}'s port, {why}")
+        self.role = role
+
+
 async def start_demo(
     config: GatewayConfig, private: Mapping[str, Any], bot_port: int, *, metrics: Metrics | None = None
 ) -> list[web.AppRunner]:
@@ -213,7 +238,9 @@ async def start_demo(
     The gateway also serves the demo personal agent's JWKS (for ``private``) and, when a Brand
     delegates, the stand-in login; the bot offers its account actions to those Brands only.
     The caller cleans the runners up, in reverse order; the gateway's is the last. ``metrics``
-    is the gateway's registry, for the caller to serve.
+    is the gateway's registry, for the caller to serve. When a port cannot be had
+    (:class:`PortUnavailable`), whatever had started is cleaned up here, the gateway's client
+    sessions included.
     """
     jwks_body = orjson.dumps(public_jwks(private))
 
@@ -226,10 +253,23 @@ async def start_demo(
     if delegating:
         app.add_subapp(LOGIN_PREFIX, login_app(config))
     bot = create_bot_app(delegating=delegating)
-    runners = [web.AppRunner(bot, access_log=None), web.AppRunner(app, access_log=None)]
-    for runner, listen_port in zip(runners, (bot_port, config.listen.port), strict=True):
-        await runner.setup()
-        await web.TCPSite(runner, "127.0.0.1", listen_port).start()
+    runners: list[web.AppRunner] = []
+    try:
+        for role, served, listen_port in (
+            ("sample bot", bot, bot_port),
+            ("gateway", app, config.listen.port),
+        ):
+            runner = web.AppRunner(served, access_log=None)
+            await runner.setup()
+            runners.append(runner)
+            try:
+                await web.TCPSite(runner, "127.0.0.1", listen_port).start()
+            except OSError as exc:
+                raise PortUnavailable(role, listen_port, exc) from None
+    except BaseException:
+        for runner in reversed(runners):
+            await runner.cleanup()
+        raise
     return runners
 
 
@@ -241,20 +281,32 @@ def _ops_note(ops: DemoOps | None, port: int) -> str:
 
 
 async def run_demo(config_path: str | None, *, port: int, bot_port: int, check: bool) -> int:
+    """The demo until Ctrl+C (or its check, once); 2 when a port cannot be had.
+
+    A file that is not a demo configuration raises :class:`~gateway.config.ConfigError` for the
+    CLI to report.
+    """
     environ = demo_environ(new_signing_key())
-    config = demo_config(Path(config_path) if config_path else DEFAULT_CONFIG, port, bot_port, environ)
+    config = demo_config(config_path or DEFAULT_CONFIG, port, bot_port, environ)
     private = generate_private_jwk("ES256")
-    key_file = _write_key_file(private)
     configure_logging(config.logging)  # the access lines, on stderr
     metrics = Metrics()
-    runners = await start_demo(config, private, bot_port, metrics=metrics)
+    try:
+        runners = await start_demo(config, private, bot_port, metrics=metrics)
+    except PortUnavailable as busy:
+        option = "--bot-port" if busy.role == "sample bot" else "--port"
+        print(f"pact-gateway demo: {busy}; choose a free one with {option} PORT", file=sys.stderr)
+        return 2
     delegating = any(brand.delegation is not None for brand in config.brands.values())
+    key_file: Path | None = None
     try:
         ops = (
             await start_demo_ops(runners[-1].app, metrics, config.metrics) if config.metrics.enabled else None
         )
         if ops is not None:
             runners.append(ops.runner)
+        # Written once both ports are held, so a demo that could not start leaves no private key behind.
+        key_file = _write_key_file(private)
         login_note = f", stand-in Brand login on {config.public_url}{LOGIN_PREFIX}/" if delegating else ""
         bot_note = f"sample bot on 127.0.0.1:{bot_port}"
         print(f"pact-gateway demo: gateway on {config.public_url}, {bot_note}{login_note}")
@@ -280,4 +332,5 @@ async def run_demo(config_path: str | None, *, port: int, bot_port: int, check: 
     finally:
         for runner in reversed(runners):
             await runner.cleanup()
-        _remove_key_file(key_file)
+        if key_file is not None:
+            _remove_key_file(key_file)

@@ -242,6 +242,9 @@ class TurnService:
             body = render_reply(new_reply_id(), claim.context_id, reply.text)
         else:
             body = self._delegated_reply(owner, message, claim, reply, delegation)
+        # A completion that fails may still have been stored (a timeout after Redis ran it): the
+        # release that follows drops only an in-flight marker, so either the retry replays the
+        # stored reply or it runs the turn, rather than "still being processed" for pending_ttl.
         try:
             await traced(
                 self._spans,
@@ -251,7 +254,11 @@ class TurnService:
         except StoreError as exc:
             self._store_failed("complete_turn")
             log.error("store unavailable while saving a reply: %s", exc, extra={"request_id": request_id})
+            await self._release(owner, claim, message, request_id)
             raise A2AError(Reason.INTERNAL, errors.INTERNAL_ERROR) from None
+        except asyncio.CancelledError:
+            await asyncio.shield(self._release(owner, claim, message, request_id))
+            raise
         return body
 
     async def _check_authority(

@@ -1,20 +1,32 @@
-"""The command line: check-config, keys generate, token, and the demo's own session."""
+"""The command line: check-config, keys generate, token, and the demo's own session.
+
+An operator's mistake, with any verb, ends in one line on stderr that says what to do instead and
+exit status 2, never a traceback: those are run through the real CLI, in a subprocess.
+"""
 
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator, Mapping
+from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import jwt
 import pytest
 
 from gateway.cli import main
+from gateway.demo import DEFAULT_CONFIG
 from tests.support.delegation import new_provider_key_pem
 
 ROOT = Path(__file__).resolve().parent.parent
+CLI_TIMEOUT = 60
+"""Seconds one CLI run may take (generous: it starts an interpreter on a busy machine)."""
 
 
 def free_port() -> int:
@@ -44,13 +56,12 @@ def test_invalid_config_exits_nonzero_with_yaml_path(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     bad = tmp_path / "gw.yaml"
-    bad.write_text((ROOT / "config" / "demo.yaml").read_text().replace("timeout: 5", "timeout: -1"))
-    with pytest.raises(SystemExit) as exited:
-        main(["check-config", str(bad)])
-    assert exited.value.code == 2
+    bad.write_text(DEFAULT_CONFIG.read_text(encoding="utf-8").replace("timeout: 5", "timeout: -1"))
+    assert main(["check-config", str(bad)]) == 2
     assert "brands[0].upstream.timeout" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
+    with pytest.raises(SystemExit) as exited:
         main(["--config", str(bad)])  # serve is the default verb, and refuses the same file
+    assert exited.value.code == 2
 
 
 def test_keys_generate_and_token_round_trip(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -115,3 +126,195 @@ def test_demo_runs_its_own_curl_session() -> None:
     assert result.returncode == 0, result.stderr
     assert "demo check passed" in result.stderr
     assert "message:send" in result.stdout
+
+
+def run_cli(
+    *args: str, cwd: Path = ROOT, env: Mapping[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``pact-gateway ARGS`` as an operator runs it, in its own process."""
+    return subprocess.run(
+        [sys.executable, "-m", "gateway", *args],
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT,
+        cwd=cwd,
+        env=None if env is None else dict(env),
+        check=False,
+    )
+
+
+def assert_one_line_refusal(result: subprocess.CompletedProcess[str], *words: str) -> None:
+    """Exit 2, nothing on stdout, and on stderr one line (no traceback) holding every word."""
+    assert (result.returncode, result.stdout) == (2, ""), result.stderr
+    assert result.stderr.endswith("\n")
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert "Traceback" not in result.stderr
+    for word in words:
+        assert word in result.stderr
+
+
+@pytest.fixture
+def listening() -> Iterator[int]:
+    """A loopback port something else already listens on."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield sock.getsockname()[1]
+
+
+def test_version_comes_from_the_installed_metadata() -> None:
+    result = run_cli("--version")
+    assert (result.returncode, result.stdout) == (0, f"pact-gateway {metadata.version('pact-gateway')}\n")
+
+
+@pytest.mark.parametrize("busy", ["--port", "--bot-port"])
+def test_demo_on_a_busy_port_says_which_and_leaves_no_key_behind(
+    busy: str, listening: int, tmp_path: Path
+) -> None:
+    """The demo's private key is written under $TMPDIR only once both ports are held, and the
+    gateway's client sessions are closed (no "Unclosed client session")."""
+    ports = {"--port": str(free_port()), "--bot-port": str(free_port()), busy: str(listening)}
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    result = run_cli(
+        "demo",
+        "--check",
+        *(item for pair in ports.items() for item in pair),
+        env={**os.environ, "TMPDIR": str(temp)},
+    )
+    assert_one_line_refusal(
+        result, f"127.0.0.1:{listening}", "already in use", f"choose a free one with {busy}"
+    )
+    assert "Unclosed" not in result.stderr
+    assert list(temp.iterdir()) == []
+
+
+def test_demo_with_a_missing_or_foreign_config_names_the_file(tmp_path: Path) -> None:
+    missing = tmp_path / "missing.yaml"
+    result = run_cli("demo", "--config", str(missing), "--port", str(free_port()))
+    assert_one_line_refusal(result, str(missing), "cannot read the file: No such file or directory")
+    foreign = tmp_path / "foreign.yaml"
+    foreign.write_text("name: not a gateway\n")
+    result = run_cli("demo", "--config", str(foreign), "--port", str(free_port()))
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert "name: unknown setting" in result.stderr
+
+
+@pytest.fixture(scope="module")
+def generated() -> dict[str, dict[str, object]]:
+    """What ``keys generate`` prints: a private JWK and its public JWKS."""
+    result = run_cli("keys", "generate")
+    assert result.returncode == 0, result.stderr
+    document: dict[str, dict[str, object]] = json.loads(result.stdout)
+    return document
+
+
+@pytest.mark.parametrize(
+    ("given", "words"),
+    [
+        ("public-jwks", ["public key set (JWKS)", "the private_jwk that pact-gateway keys generate printed"]),
+        ("public-jwk", ["holds a public key", "needs the private one"]),
+        ("pem", ["is not JSON", "--key takes what pact-gateway keys generate prints"]),
+    ],
+)
+def test_token_with_the_wrong_key_file_names_it(
+    given: str, words: list[str], generated: dict[str, Any], tmp_path: Path
+) -> None:
+    key_file = tmp_path / "key.json"
+    key_file.write_text(
+        {
+            "public-jwks": json.dumps(generated["jwks"]),
+            "public-jwk": json.dumps(generated["jwks"]["keys"][0]),
+            "pem": "-----BEGIN PRIVATE KEY-----\n",
+        }[given]
+    )
+    result = run_cli("token", "--key", str(key_file), "--iss", "https://pa", "--sub", "u1", "--aud", "aud")
+    assert_one_line_refusal(result, f"pact-gateway token: {key_file} ", *words)
+
+
+def test_keys_generate_into_a_closed_pipe_stops_quietly() -> None:
+    """`keys generate | head -c 400`: the reader is gone before the key is printed; like a Unix
+    tool killed by SIGPIPE, it stops without a word (and without a BrokenPipeError)."""
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        result = subprocess.run(
+            [sys.executable, "-m", "gateway", "keys", "generate"],
+            stdout=write_end,
+            stderr=subprocess.PIPE,
+            text=True,
+            timeout=CLI_TIMEOUT,
+            check=False,
+        )
+    finally:
+        os.close(write_end)
+    assert (result.returncode, result.stderr) == (128 + signal.SIGPIPE, "")
+
+
+@pytest.mark.parametrize(
+    ("verb", "usage"), [("keys", "pact-gateway keys generate"), ("grants", "list|revoke")]
+)
+def test_a_verb_without_its_own_verb_says_which_to_give(verb: str, usage: str) -> None:
+    result = run_cli(verb)
+    assert_one_line_refusal(result, usage, f"pact-gateway {verb} --help")
+    assert f"{verb}_verb" not in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        (["demo", "--bot-port", "99999"], ["--bot-port: '99999' is not a port (0 to 65535)"]),
+        (["token", "--key", "k.json"], ["the following arguments are required: --iss"]),
+        (["keys", "make"], ["invalid choice: 'make'"]),
+        (["chek-config", "x.yaml"], ["invalid choice: 'chek-config'"]),
+    ],
+)
+def test_a_usage_mistake_is_one_line_pointing_at_help(args: list[str], words: list[str]) -> None:
+    assert_one_line_refusal(run_cli(*args), "--help", *words)
+
+
+@pytest.mark.parametrize("args", [[], ["keys"], ["token"], ["demo"], ["check-config"], ["grants", "list"]])
+def test_help_is_plain_text(args: list[str]) -> None:
+    result = run_cli(*args, "--help")
+    assert result.returncode == 0
+    assert "usage: pact-gateway" in result.stdout
+    assert "`" not in result.stdout
+
+
+def test_readme_check_config_instruction_succeeds_with_no_environment() -> None:
+    """README: `pact-gateway check-config config/example.yaml`, as written, on a machine holding none
+    of the file's secrets; serve needs them, and refuses the same file naming both."""
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if name not in {"ACME_BOT_TOKEN", "PACT_SIGNING_KEY"}
+    }
+    result = run_cli("check-config", "config/example.yaml", env=env)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.endswith(
+        "configuration OK; serve will need ACME_BOT_TOKEN, PACT_SIGNING_KEY set in its environment\n"
+    )
+    refused = run_cli("serve", "--config", "config/example.yaml", env=env)
+    assert refused.returncode == 2
+    assert "2 problems" in refused.stderr
+    assert "oauth.signing_keys[0].value: environment variable PACT_SIGNING_KEY is not set" in refused.stderr
+    assert "Authorization: environment variable ACME_BOT_TOKEN is not set" in refused.stderr
+
+
+def test_check_config_lists_every_problem_with_its_yaml_path(tmp_path: Path) -> None:
+    text = (ROOT / "config" / "example.yaml").read_text()
+    text = text.replace("public_url: https://", "public_url: htps://", 1)
+    text = text.replace("\nbrands:\n", "\nbrnads:\n", 1)
+    text = text.replace("  retry_window: 300", "  retry_windw: 300", 1)
+    bad = tmp_path / "gw.yaml"
+    bad.write_text(text)
+    result = run_cli("check-config", str(bad))
+    assert result.returncode == 2
+    assert "Traceback" not in result.stderr
+    assert result.stderr.splitlines() == [
+        f"pact-gateway: invalid configuration {bad}: 3 problems",
+        "  public_url: must be an http:// or https:// URL",
+        "  cache.retry_windw: unknown setting; did you mean retry_window?",
+        "  brnads: unknown setting; did you mean brands?",
+    ]

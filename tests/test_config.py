@@ -9,7 +9,16 @@ from typing import Any
 import pytest
 import yaml
 
-from gateway.config import ConfigError, load_config, load_config_file
+from gateway.config import (
+    _PATTERN_RULES,
+    SCHEMA,
+    ConfigError,
+    check_config_file,
+    load_config,
+    load_config_file,
+    read_config_document,
+)
+from gateway.demo import DEFAULT_CONFIG
 from tests.support.delegation import new_provider_key_pem
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,7 +37,9 @@ def test_example_and_demo_files_load() -> None:
     assert config.brands["acme"].upstream.headers["Authorization"] == "Bearer secret-token"
     assert config.personal_agents.find("https://pa.example.com") is not None
     assert config.cache.backend == "memory"
-    demo = load_config_file(ROOT / "config" / "demo.yaml", {"PACT_DEMO_SIGNING_KEY": new_provider_key_pem()})
+    demo = load_config(
+        read_config_document(DEFAULT_CONFIG), {"PACT_DEMO_SIGNING_KEY": new_provider_key_pem()}
+    )
     assert demo.development is True
     assert demo.brands["acme"].delegation is not None
 
@@ -99,12 +110,17 @@ def _mutate(path: list[str | int], value: Any) -> dict[str, Any]:
 @pytest.mark.parametrize(
     ("path", "value", "where", "why"),
     [
-        (["brands", 0, "upstream", "url"], "ftp://bot", "brands[0].upstream.url", "does not match"),
-        (["brands", 0, "id"], "bad id!", "brands[0].id", "does not match"),
+        (
+            ["brands", 0, "upstream", "url"],
+            "ftp://bot",
+            "brands[0].upstream.url",
+            "an http:// or https:// URL",
+        ),
+        (["brands", 0, "id"], "bad id!", "brands[0].id", "letters, digits, '.', '_' or '-'"),
         (["brands", 0, "name"], KeyError, "brands[0].name", "is required"),
         (["brands", 0, "colour"], "blue", "brands[0].colour", "unknown setting"),
         (["provider", "audience"], 7, "provider.audience", "is not of type 'string'"),
-        (["cache", "url"], "mongodb://x", "cache.url", "does not match"),
+        (["cache", "url"], "mongodb://x", "cache.url", "must start with memory://, redis://"),
         (["listen", "port"], 70000, "listen.port", "is greater than the maximum"),
         (["personal_agents", "policy"], "trust-me", "personal_agents.policy", "is not one of"),
         (
@@ -132,9 +148,27 @@ def _mutate(path: list[str | int], value: Any) -> dict[str, Any]:
         (MAX_ISSUERS, 1.5, "personal_agents.jwks.max_cached_issuers", "is not of type 'integer'"),
         (MAX_ISSUERS, "4096", "personal_agents.jwks.max_cached_issuers", "is not of type 'integer'"),
         (MAX_ISSUERS, True, "personal_agents.jwks.max_cached_issuers", "is not of type 'integer'"),
+        (
+            ["personal_agents", "jwks", "open_fetch_rate"],
+            0,
+            "personal_agents.jwks.open_fetch_rate",
+            "less than or equal to the minimum of 0",
+        ),
+        (
+            ["personal_agents", "jwks", "open_fetch_burst"],
+            0,
+            "personal_agents.jwks.open_fetch_burst",
+            "is less than the minimum of 1",
+        ),
+        (
+            ["personal_agents", "jwks", "open_fetch_burst"],
+            2.5,
+            "personal_agents.jwks.open_fetch_burst",
+            "is not of type 'integer'",
+        ),
         ([*DELEGATION, "token_ttl"], 7200, "brands[0].delegation.token_ttl", "is greater than the maximum"),
         ([*DELEGATION, "scopes"], {}, "brands[0].delegation.scopes", "should be non-empty"),
-        ([*DELEGATION, "scopes", "bad scope"], "x", "brands[0].delegation.scopes", "does not match"),
+        ([*DELEGATION, "scopes", "bad scope"], "x", "brands[0].delegation.scopes", "key 'bad scope' must be"),
         ([*DELEGATION, "login", "url"], KeyError, "brands[0].delegation.login.url", "is required"),
         (
             [*DELEGATION, "login", "url"],
@@ -193,11 +227,13 @@ def test_development_switch_allows_http_loopback_jwks() -> None:
     assert load_config(raw, ENV).personal_agents.registered[0].jwks_uri == "http://127.0.0.1:8000/jwks"
 
 
-def test_missing_environment_variable_is_named() -> None:
+def test_every_missing_environment_variable_is_named_where_it_is_used() -> None:
     with pytest.raises(ConfigError) as caught:
         load_config(example(), {})
-    assert caught.value.path == "brands[0].upstream.headers.Authorization"
-    assert "ACME_BOT_TOKEN" in caught.value.reason
+    assert [str(problem) for problem in caught.value.problems] == [
+        "oauth.signing_keys[0].value: environment variable PACT_SIGNING_KEY is not set",
+        "brands[0].upstream.headers.Authorization: environment variable ACME_BOT_TOKEN is not set",
+    ]
 
 
 def test_duplicates_are_rejected() -> None:
@@ -223,7 +259,7 @@ def test_allowlist_needs_an_agent_and_a_key_source() -> None:
 
 
 def test_unreadable_and_invalid_yaml(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="cannot read"):
+    with pytest.raises(ConfigError, match="cannot read the file: No such file or directory"):
         load_config_file(tmp_path / "missing.yaml", ENV)
     bad = tmp_path / "bad.yaml"
     bad.write_text("brands: [\n")
@@ -231,5 +267,279 @@ def test_unreadable_and_invalid_yaml(tmp_path: Path) -> None:
         load_config_file(bad, ENV)
     not_a_map = tmp_path / "list.yaml"
     not_a_map.write_text("- 1\n")
-    with pytest.raises(ConfigError, match=r"\(top level\)"):
+    with pytest.raises(ConfigError, match=r"\(top level\): must be a mapping of settings"):
         load_config_file(not_a_map, ENV)
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ("", "the file is empty"),
+        ("\n  \n", "the file is empty"),
+        ("# public_url: https://gw.example\n", "the file holds only comments"),
+        (
+            "provider:\n\torganization: P\n",
+            "not valid YAML at line 2, column 1: found character '\\t' that cannot start any token"
+            " (while scanning for the next token); YAML indents with spaces, never tabs",
+        ),
+        (
+            'public_url: "https://gw.example\nbrands: []\n',
+            "not valid YAML at line 3, column 1: found unexpected end of stream"
+            " (while scanning a quoted scalar from line 1, column 13)",
+        ),
+        ("brands: [\n", "not valid YAML at line 2, column 1: expected the node content"),
+    ],
+    ids=["empty", "blank", "comments", "tab", "unclosed-quote", "unclosed-bracket"],
+)
+def test_a_file_that_is_no_configuration_says_why(tmp_path: Path, text: str, reason: str) -> None:
+    """Empty, or a YAML syntax error: PyYAML's own cause with its line and column, nothing else."""
+    path = tmp_path / "gw.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        check_config_file(path, ENV)
+    assert len(caught.value.problems) == 1
+    assert caught.value.path == ""
+    assert caught.value.reason.startswith(reason)
+
+
+def test_every_problem_is_reported_in_one_run_with_its_yaml_path(tmp_path: Path) -> None:
+    """Schema and semantic problems in different parts of one file, listed top to bottom; each
+    ``ConfigError`` keeps the first as its ``path`` and ``reason``."""
+    raw = example()
+    raw["public_url"] = "gw.example"
+    raw["personal_agents"]["registered"][0]["jwks_uri"] = "http://pa.example.com/jwks"
+    raw["cache"]["closed_ttl"] = 10
+    raw["brands"][0]["upstream"]["timout"] = 3
+    raw["brands"][0]["delegation"]["login"]["url"] = "http://login.acme.example/pact"
+    path = tmp_path / "gw.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    with pytest.raises(ConfigError) as caught:
+        load_config_file(path, ENV)
+    assert [str(problem) for problem in caught.value.problems] == [
+        "public_url: must be an http:// or https:// URL",
+        "personal_agents.registered[0].jwks_uri: must use https (plain http needs development: true)",
+        "cache.closed_ttl: must be at least conversation_ttl",
+        "brands[0].upstream.timout: unknown setting; did you mean timeout?",
+        "brands[0].delegation.login.url: must use https (plain http needs development: true)",
+    ]
+    assert (caught.value.path, caught.value.reason) == ("public_url", "must be an http:// or https:// URL")
+    assert str(caught.value).startswith("public_url: must be an http:// or https:// URL; personal_agents")
+
+
+@pytest.mark.parametrize(
+    ("path", "key", "problems"),
+    [
+        ([], "brnads", ["brnads: unknown setting; did you mean brands?"]),
+        (["cache"], "retry_windw", ["cache.retry_windw: unknown setting; did you mean retry_window?"]),
+        (
+            ["brands", 0, "delegation", "login"],
+            "jwks_url",
+            ["brands[0].delegation.login.jwks_url: unknown setting; did you mean jwks_uri?"],
+        ),
+        (
+            ["limits"],
+            "colour",
+            [
+                "limits.colour: unknown setting; this block takes max_body_bytes, request_timeout,"
+                " shutdown_timeout"
+            ],
+        ),
+    ],
+)
+def test_an_unknown_key_at_any_level_says_what_it_likely_meant(
+    path: list[str | int], key: str, problems: list[str]
+) -> None:
+    """A misspelt required key is one mistake: ``brnads:`` is not also "brands: is required"."""
+    raw = example()
+    node: Any = raw
+    for part in path:
+        node = node[part]
+    original = key.replace("brnads", "brands").replace("jwks_url", "jwks_uri")
+    node[key] = node.pop(original) if original in node else 1
+    with pytest.raises(ConfigError) as caught:
+        load_config(raw, ENV)
+    assert [str(problem) for problem in caught.value.problems] == problems
+
+
+def _patterns(schema: Any) -> set[str]:
+    if isinstance(schema, dict):
+        found = {schema["pattern"]} if isinstance(schema.get("pattern"), str) else set()
+        return found.union(*(_patterns(value) for value in schema.values()))
+    if isinstance(schema, list):
+        return set().union(*(_patterns(value) for value in schema))
+    return set()
+
+
+def test_every_pattern_rule_is_worded_for_an_operator() -> None:
+    assert _patterns(SCHEMA) <= set(_PATTERN_RULES)
+    raw = example()
+    raw["brands"][0]["upstream"]["url"] = "bot.example/chat"
+    raw["brands"][0]["domain"] = "https://acme.example"
+    with pytest.raises(ConfigError) as caught:
+        load_config(raw, ENV)
+    assert [str(problem) for problem in caught.value.problems] == [
+        "brands[0].domain: must be a bare host name: letters, digits, '.' and '-' (no scheme, port or path)",
+        "brands[0].upstream.url: must be an http:// or https:// URL",
+    ]
+
+
+def test_check_config_notes_unset_variables_that_serve_refuses(tmp_path: Path) -> None:
+    """``check-config`` runs where the secrets are not: an unset ``${NAME}`` is a note, and the
+    signing key behind one is not parsed; ``serve``'s loader refuses the same file for both."""
+    raw = example()
+    raw["cache"]["url"] = "rediss://:${REDIS_PASSWORD}@redis:6380/0"
+    path = tmp_path / "gw.yaml"
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    checked = check_config_file(path, {})
+    assert checked.unset == ("ACME_BOT_TOKEN", "PACT_SIGNING_KEY", "REDIS_PASSWORD")
+    assert checked.config.oauth.signing_keys == ()
+    assert checked.config.cache.backend == "redis"
+    assert check_config_file(path, {**ENV, "REDIS_PASSWORD": "pw"}).unset == ()
+    with pytest.raises(ConfigError) as refused:
+        load_config_file(path, {})
+    assert [problem.path for problem in refused.value.problems] == [
+        "cache.url",
+        "oauth.signing_keys[0].value",
+        "brands[0].upstream.headers.Authorization",
+    ]
+    raw["oauth"]["signing_keys"] = [{"value": "not a key"}]
+    path.write_text(yaml.safe_dump(raw, sort_keys=False))
+    with pytest.raises(ConfigError, match=r"oauth\.signing_keys\[0\]\.value: .*PEM private key"):
+        check_config_file(path, {})
+
+
+HTTP_MAPPING: dict[str, Any] = {
+    "body": {"q": "{{text}}", "who": ["{{pa_issuer}}", "key ${BOT_BODY_KEY}"]},
+    "reply": {"text": "answer.text"},
+}
+
+
+def _upstream(adapter: str | None = None, **blocks: Any) -> dict[str, Any]:
+    raw = example()
+    upstream = raw["brands"][0]["upstream"]
+    if adapter is not None:
+        upstream["adapter"] = adapter
+    upstream.update(blocks)
+    return raw
+
+
+def test_adapter_defaults_to_pact_and_takes_its_own_block() -> None:
+    plain = load_config(example(), ENV).brands["acme"].upstream
+    assert (plain.adapter, plain.rasa, plain.http) == ("pact", None, None)
+    rasa = load_config(_upstream("rasa"), ENV).brands["acme"].upstream
+    assert rasa.rasa is not None
+    assert (rasa.rasa.metadata, rasa.rasa.no_answer) == (False, "Sorry, I have no answer to that.")
+    tuned = load_config(_upstream("rasa", rasa={"metadata": True, "no_answer": "?"}), ENV).brands["acme"]
+    assert tuned.upstream.rasa is not None
+    assert (tuned.upstream.rasa.metadata, tuned.upstream.rasa.no_answer) == (True, "?")
+    mapped = load_config(_upstream("http", http=HTTP_MAPPING), {**ENV, "BOT_BODY_KEY": "b-1"}).brands["acme"]
+    assert mapped.upstream.http is not None
+    assert mapped.upstream.http.body == {"q": "{{text}}", "who": ["{{pa_issuer}}", "key b-1"]}
+    assert (mapped.upstream.http.method, mapped.upstream.http.reply.text) == ("POST", "answer.text")
+
+
+@pytest.mark.parametrize(
+    ("adapter", "blocks", "where", "why"),
+    [
+        ("kafka", {}, "brands[0].upstream.adapter", "is not one of"),
+        (
+            None,
+            {"rasa": {}},
+            "brands[0].upstream.rasa",
+            "the rasa adapter's settings, but upstream.adapter is pact",
+        ),
+        ("rasa", {"http": HTTP_MAPPING}, "brands[0].upstream.http", "but upstream.adapter is rasa"),
+        ("rasa", {"rasa": {"colour": "blue"}}, "brands[0].upstream.rasa.colour", "unknown setting"),
+        ("rasa", {"rasa": {"no_answer": ""}}, "brands[0].upstream.rasa.no_answer", "should be non-empty"),
+        ("http", {}, "brands[0].upstream.http", "is required by adapter http"),
+        ("http", {"http": {"body": {}}}, "brands[0].upstream.http.reply", "is required"),
+        (
+            "http",
+            {"http": {**HTTP_MAPPING, "method": "GET"}},
+            "brands[0].upstream.http.method",
+            "is not one of",
+        ),
+        (
+            "http",
+            {"http": {**HTTP_MAPPING, "body": {"a": [1, "{{text}} {{password}}"]}}},
+            "brands[0].upstream.http.body.a[1]",
+            "unknown placeholder {{password}}",
+        ),
+        (
+            "http",
+            {"http": {**HTTP_MAPPING, "reply": {"text": "a", "texts": "b"}}},
+            "brands[0].upstream.http.reply.text",
+            "exactly one of text and texts",
+        ),
+        (
+            "http",
+            {"http": {**HTTP_MAPPING, "reply": {"end": "done"}}},
+            "brands[0].upstream.http.reply.text",
+            "exactly one of text and texts",
+        ),
+        (
+            "http",
+            {"http": {**HTTP_MAPPING, "reply": {"text": "a", "end": "result.[oops"}}},
+            "brands[0].upstream.http.reply.end",
+            "is not a JMESPath expression",
+        ),
+        ("http", {"http": HTTP_MAPPING}, "brands[0].upstream.http.body.who[1]", "BOT_BODY_KEY is not set"),
+        (
+            "http",
+            {"http": {**HTTP_MAPPING, "probe_url": "ftp://x"}},
+            "brands[0].upstream.http.probe_url",
+            "must be an http:// or https:// URL",
+        ),
+    ],
+)
+def test_bad_adapter_settings_name_their_yaml_path(
+    adapter: str | None, blocks: dict[str, Any], where: str, why: str
+) -> None:
+    with pytest.raises(ConfigError) as caught:
+        load_config(_upstream(adapter, **copy.deepcopy(blocks)), ENV)
+    assert caught.value.path == where
+    assert why in caught.value.reason
+
+
+class _AnyEnvironment(dict[str, str]):
+    """Every ``${NAME}`` is set (to ``set-NAME``): the commented examples name their own secrets."""
+
+    def __contains__(self, name: object) -> bool:
+        return True
+
+    def __missing__(self, name: str) -> str:
+        return f"set-{name}"
+
+
+def test_commented_brand_examples_load_once_uncommented() -> None:
+    """Each commented-out Brand in config/example.yaml (``  # - id: ...`` and its ``  #   `` lines)
+    is a valid Brand: uncommented into the file, it loads with its adapter's settings."""
+    text = (ROOT / "config" / "example.yaml").read_text()
+    blocks: list[list[str]] = []
+    current: list[str] | None = None
+    for line in text.splitlines():
+        if line.startswith("  # - id:"):
+            current = [line]
+            blocks.append(current)
+        elif current is not None and line.startswith("  #   "):
+            current.append(line)
+        else:
+            current = None
+    assert len(blocks) >= 2
+    raw = example()
+    for block in blocks:
+        raw["brands"].extend(yaml.safe_load("\n".join(line[4:] for line in block)))
+    config = load_config(raw, _AnyEnvironment(ENV))
+    adapters = {brand.upstream.adapter for brand in config.brands.values()}
+    assert {"rasa", "http", "openai", "directline"} <= adapters
+
+
+def test_secrets_stay_out_of_the_configurations_repr() -> None:
+    """A traceback or a failed assertion prints a configuration: no bot credential, no Redis password."""
+    raw = example()
+    raw["cache"]["url"] = "redis://:redis-s3cret@redis.internal:6379/0"
+    config = load_config(raw, ENV)
+    assert config.brands["acme"].upstream.headers["Authorization"] == "Bearer secret-token"
+    printed = repr(config)
+    assert "secret-token" not in printed
+    assert "redis-s3cret" not in printed

@@ -3,7 +3,8 @@
 Under ``open`` any issuer whose ``{iss}/.well-known/openid-configuration`` names a
 ``jwks_uri`` may call; §3.2 is still verified in full. The discovery document is fetched
 with the same guarded fetcher as key sets and cached under the same rules (TTL from
-``Cache-Control``, one fetch in flight, cool-down, last good value kept).
+``Cache-Control``, one fetch in flight, cool-down, last good value kept), and its fetches draw
+on the same :class:`~gateway.auth.jwks.FetchBudget` as those issuers' key sets.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from collections.abc import Callable
 
 from yarl import URL
 
-from gateway.auth.jwks import FetchError, JsonFetcher, RefreshingStore
+from gateway.auth.jwks import FetchBudget, FetchError, JsonFetcher, RefreshingStore
 from gateway.auth.ssrf import BlockedTarget, check_fetch_url
 from gateway.protocol.claims import AuthFailure
 
@@ -25,8 +26,12 @@ _WELL_KNOWN = "/.well-known/openid-configuration"
 
 def acceptable_open_issuer(issuer: str, *, development: bool) -> bool:
     """Whether an unregistered ``iss`` may be looked up at all: an https URL with no query,
-    fragment or credentials (OIDC Discovery §2); plain http only under ``development``."""
-    if len(issuer) > MAX_ISSUER_LENGTH:
+    fragment or credentials (OIDC Discovery §2); plain http only under ``development``.
+
+    No white space or control character either: RFC 3986 has none, and yarl would quietly drop
+    a newline or a tab, so ``iss`` would be one string and the URL fetched another.
+    """
+    if len(issuer) > MAX_ISSUER_LENGTH or not issuer.isprintable() or " " in issuer:
         return False
     try:
         url = URL(issuer)
@@ -53,7 +58,8 @@ class OidcDiscovery:
     """Issuer → ``jwks_uri`` from each issuer's OIDC discovery document.
 
     ``on_fetch`` hears whether each discovery fetch produced a usable ``jwks_uri``; it is told
-    no issuer, since anyone can name one under the ``open`` policy.
+    no issuer, since anyone can name one under the ``open`` policy. ``budget`` is the one those
+    issuers' key-set fetches draw on too (:attr:`gateway.auth.jwks.JwksCache.open_budget`).
     """
 
     def __init__(
@@ -61,6 +67,7 @@ class OidcDiscovery:
         fetcher: JsonFetcher,
         *,
         clock: Callable[[], float],
+        budget: FetchBudget,
         on_fetch: Callable[[bool], None] | None = None,
     ) -> None:
         self._fetcher = fetcher
@@ -73,6 +80,7 @@ class OidcDiscovery:
             label="OIDC discovery",
             # Anyone can name an issuer under the open policy: its failures are not the operator's.
             failure_log_level=logging.INFO,
+            may_fetch=lambda: budget.take("discovery"),
         )
 
     async def jwks_uri(self, issuer: str) -> str:

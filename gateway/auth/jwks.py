@@ -6,6 +6,12 @@ cool-down, the last good keys survive a failed refetch, a timeout, a size cap, n
 and the :mod:`gateway.auth.ssrf` guard. Everything is aiohttp: PyJWT's ``PyJWKClient`` would
 block the event loop. Keys are parsed into ``cryptography`` objects once per fetch, so the
 request path only looks them up.
+
+Under the ``open`` policy anyone can name an issuer, so those issuers are kept apart: their
+keys live in a partition of their own, bounded and least-recently-used, which can never push
+out a registered personal agent's keys; and their fetches (OIDC discovery and key sets alike)
+draw on one process-wide :class:`FetchBudget`, so a flood of invented issuers buys a bounded
+number of fetches per second, however many tokens it sends.
 """
 
 from __future__ import annotations
@@ -30,8 +36,10 @@ from jwt.algorithms import ECAlgorithm, RSAAlgorithm
 from gateway.auth.ssrf import BlockedTarget, PublicAddressResolver, check_fetch_url, resolve_public
 from gateway.config import JwksPolicy
 from gateway.protocol.claims import AuthFailure
+from gateway.store.gcra import Rule, gcra, now_us
 
 __all__ = [
+    "FetchBudget",
     "FetchError",
     "JsonFetcher",
     "JwksCache",
@@ -53,6 +61,11 @@ T = TypeVar("T")
 
 MIN_RSA_BITS = 2048  # below this a key is refused as weak (NIST SP 800-131A)
 MAX_RSA_BITS = 8192  # above this a key is skipped: verifying with it is a CPU cost anyone could impose
+# A verification costs one modular exponentiation by ``e``: 65537 (17 bits) is what every signer
+# publishes, and a 2048-bit ``e`` made each failed verification tens of times dearer (10.7 ms against
+# 0.17 ms in the review, issue 12 row 4). RFC 8017 sets no bound; up to 2**32 covers every standard
+# choice (3, 17, 65537) at a normal cost.
+MAX_RSA_EXPONENT = 2**32
 
 
 def log_safe(value: str) -> str:
@@ -98,7 +111,9 @@ def ttl_from_cache_control(value: str | None, policy: JwksPolicy) -> float:
             argument = argument.strip().strip('"')
             if not (argument.isascii() and argument.isdigit()):
                 return policy.default_ttl
-            max_age = int(argument)
+            # Past ten digits the clamp to max_ttl decides anyway; and int() refuses a string of
+            # more than 4,300 digits, which a key server (under `open`, anyone's) may send.
+            max_age = int(argument) if len(argument) <= 10 else 10**10
     if max_age is None:
         return policy.default_ttl
     return min(max(float(max_age), policy.min_ttl), policy.max_ttl)
@@ -106,6 +121,37 @@ def ttl_from_cache_control(value: str | None, policy: JwksPolicy) -> float:
 
 class FetchError(Exception):
     """A fetch that produced no usable document; the message is a short cause for the log."""
+
+
+class FetchBudget:
+    """How many fetches for ``open``-policy issuers may start: one GCRA bucket for the whole process.
+
+    ``policy.open_fetch_rate`` fetches per second sustained, ``policy.open_fetch_burst`` at once
+    (the §6 arithmetic of :mod:`gateway.store.gcra`). Discovery documents and key sets draw on
+    the same bucket, so a flood of invented issuers costs at most that many outgoing requests
+    whatever it sends. ``on_refused`` hears the ``kind`` of each fetch refused, for the metrics.
+    """
+
+    def __init__(
+        self,
+        policy: JwksPolicy,
+        clock: Callable[[], float],
+        on_refused: Callable[[str], None] | None = None,
+    ) -> None:
+        self._rule = Rule(rate=policy.open_fetch_rate, burst=policy.open_fetch_burst)
+        self._clock = clock
+        self._on_refused = on_refused
+        self._tat: int | None = None
+
+    def take(self, kind: str) -> bool:
+        """Whether a fetch of ``kind`` (``discovery`` or ``jwks``) may start now; charges it if so."""
+        tat, wait = gcra(self._tat, now_us(self._clock), self._rule)
+        if wait:
+            if self._on_refused is not None:
+                self._on_refused(kind)
+            return False
+        self._tat = tat
+        return True
 
 
 class JsonFetcher:
@@ -172,8 +218,13 @@ class RefreshingStore(Generic[T]):
 
     A fetch is started at most once per ``cooldown`` seconds per issuer, whatever asks for
     it (expiry, an unknown ``kid``, a retry after a failure); concurrent callers await the
-    same task. A failed fetch keeps the previous value. Pinned values (inline keys from the
-    configuration) are never fetched. At most ``max_entries`` unpinned issuers are kept.
+    same task. A failed fetch keeps the previous value, and its time, so a failing issuer is
+    not asked again within the cool-down either. Pinned values (inline keys from the
+    configuration) are never fetched. With ``max_entries``, at most that many unpinned issuers
+    are kept (least recently used dropped first); ``None`` for a store whose issuers all come
+    from the configuration. ``may_fetch``, when given, is asked before each fetch starts (a
+    :class:`FetchBudget`); a refused fetch is not made, and a new issuer's entry is not even
+    created, so what a budget refuses takes no room from anyone.
     """
 
     def __init__(
@@ -182,9 +233,10 @@ class RefreshingStore(Generic[T]):
         *,
         clock: Callable[[], float],
         cooldown: float,
-        max_entries: int,
+        max_entries: int | None,
         label: str,
         failure_log_level: int = logging.WARNING,
+        may_fetch: Callable[[], bool] | None = None,
     ) -> None:
         self._load = load
         self._clock = clock
@@ -192,6 +244,7 @@ class RefreshingStore(Generic[T]):
         self._max_entries = max_entries
         self._label = label
         self._failure_log_level = failure_log_level
+        self._may_fetch = may_fetch
         self._slots: OrderedDict[str, _Slot[T]] = OrderedDict()
 
     def current(self, key: str) -> T | None:
@@ -225,29 +278,38 @@ class RefreshingStore(Generic[T]):
             self._slots.move_to_end(key)
             return slot
         # New issuer, or its URL changed with a configuration reload (pinned keys have no URL,
-        # so an issuer moved from inline keys to a jwks_uri is fetched): start afresh.
-        slot = _Slot(source=source)
-        self._slots[key] = slot
-        self._evict()
-        return slot
+        # so an issuer moved from inline keys to a jwks_uri is fetched): start afresh. The new
+        # entry is stored when its first fetch starts (_refresh), not before.
+        return _Slot(source=source)
 
-    def _evict(self) -> None:
+    def _keep(self, key: str, slot: _Slot[T]) -> None:
+        self._slots[key] = slot
+        self._slots.move_to_end(key)
+        if self._max_entries is None:
+            return
         excess = len(self._slots) - self._max_entries
-        for key in list(self._slots):
-            if excess <= 0:
-                return
-            slot = self._slots[key]
-            if not slot.pinned and slot.inflight is None:
-                del self._slots[key]
-                excess -= 1
+        if excess <= 0:
+            return
+        victims: list[str] = []
+        for name, held in self._slots.items():
+            if len(victims) == excess:
+                break
+            if not held.pinned and held.inflight is None:
+                victims.append(name)
+        for name in victims:
+            del self._slots[name]
 
     async def _refresh(self, key: str, slot: _Slot[T]) -> None:
         if slot.inflight is None:
             now = self._clock()
             if now - slot.last_attempt < self._cooldown:
                 return
+            if self._may_fetch is not None and not self._may_fetch():
+                return
             slot.last_attempt = now
             slot.inflight = asyncio.create_task(self._run(key, slot))
+            if self._slots.get(key) is not slot:
+                self._keep(key, slot)
         # shield: a caller that gives up (client gone) does not cancel the others' fetch.
         await asyncio.shield(slot.inflight)
 
@@ -318,7 +380,9 @@ def parse_jwk(entry: Any) -> ParsedKey | None:
     """A JWK as a key object, or ``None`` when it is not a §3.2 signing key (skipped, not fatal).
 
     Only the public members are read, so a published private key costs nothing to parse.
-    EC keys must be on P-256 (ES256); RSA keys are RS256. A declared ``alg`` must agree.
+    EC keys must be on P-256 (ES256); RSA keys are RS256, at most :data:`MAX_RSA_BITS` long with
+    a public exponent of at most :data:`MAX_RSA_EXPONENT`, so no key makes a verification dearer
+    than a normal one. A declared ``alg`` must agree.
     """
     if not isinstance(entry, dict) or entry.get("use", "sig") != "sig":
         return None
@@ -338,7 +402,11 @@ def parse_jwk(entry: Any) -> ParsedKey | None:
             alg = "RS256"
             public = {"kty": "RSA", "n": entry["n"], "e": entry["e"]}
             rsa_key = RSAAlgorithm.from_jwk(public)
-            if not isinstance(rsa_key, RSAPublicKey) or rsa_key.key_size > MAX_RSA_BITS:
+            if (
+                not isinstance(rsa_key, RSAPublicKey)
+                or rsa_key.key_size > MAX_RSA_BITS
+                or rsa_key.public_numbers().e > MAX_RSA_EXPONENT
+            ):
                 return None
             key = rsa_key
         else:
@@ -361,7 +429,13 @@ def parse_jwks(document: Mapping[str, Any]) -> tuple[ParsedKey, ...]:
 
 
 class JwksCache:
-    """Issuers' parsed signing keys, fetched with aiohttp under the §3.1/§3.2 fetch rules."""
+    """Issuers' parsed signing keys, fetched with aiohttp under the §3.1/§3.2 fetch rules.
+
+    Two partitions: registered issuers (and, for the §5 Brand login, Brands), whose number the
+    configuration bounds, so none is ever dropped for room; and issuers the ``open`` policy
+    admitted, bounded by ``policy.max_cached_issuers`` and fetched only as the shared
+    :attr:`open_budget` allows. ``on_refused`` hears each fetch that budget refused.
+    """
 
     def __init__(
         self,
@@ -371,17 +445,29 @@ class JwksCache:
         development: bool,
         clock: Callable[[], float] = time.monotonic,
         on_fetch: Callable[[str, bool], None] | None = None,
+        on_refused: Callable[[str], None] | None = None,
     ) -> None:
         self._fetcher = JsonFetcher(session, policy, development=development)
         self._clock = clock
         self._on_fetch = on_fetch
         self._versions = itertools.count(1)
-        self._store: RefreshingStore[KeySet] = RefreshingStore(
-            self._load,
+        self._budget = FetchBudget(policy, clock, on_refused)
+        self._registered: RefreshingStore[KeySet] = RefreshingStore(
+            self._load_registered,
+            clock=clock,
+            cooldown=policy.refetch_cooldown,
+            max_entries=None,
+            label="JWKS",
+        )
+        self._open: RefreshingStore[KeySet] = RefreshingStore(
+            self._load_open,
             clock=clock,
             cooldown=policy.refetch_cooldown,
             max_entries=policy.max_cached_issuers,
             label="JWKS",
+            # Anyone can name an issuer under the open policy: its failures are not the operator's.
+            failure_log_level=logging.INFO,
+            may_fetch=lambda: self._budget.take("jwks"),
         )
 
     @property
@@ -393,18 +479,28 @@ class JwksCache:
     def clock(self) -> Callable[[], float]:
         return self._clock
 
-    async def key_for(self, issuer: str, jwks_uri: str | None, kid: str | None, alg: str) -> PublicKey:
+    @property
+    def open_budget(self) -> FetchBudget:
+        """The fetch budget of ``open``-policy issuers, shared with their OIDC discovery."""
+        return self._budget
+
+    async def key_for(
+        self, issuer: str, jwks_uri: str | None, kid: str | None, alg: str, *, open_policy: bool = False
+    ) -> PublicKey:
         """The key to verify a token of ``issuer`` whose header says ``kid`` and ``alg``.
 
-        An unknown ``kid`` refetches the key set (rotation, §3.1) unless the cool-down forbids
-        it. Raises AuthFailure: ``jwks_unavailable``, ``unknown_kid``, ``bad_alg``, ``weak_key``.
+        ``open_policy`` for an issuer the ``open`` policy admitted (its own partition and the
+        fetch budget). An unknown ``kid`` refetches the key set (rotation, §3.1) unless the
+        cool-down (or the budget) forbids it. Raises AuthFailure: ``jwks_unavailable``,
+        ``unknown_kid``, ``bad_alg``, ``weak_key``.
         """
-        keys = await self._store.get(issuer, jwks_uri)
+        store = self._open if open_policy else self._registered
+        keys = await store.get(issuer, jwks_uri)
         if keys is None:
             raise AuthFailure("jwks_unavailable")
         found = keys.find(kid, alg)
         if found is None:
-            keys = await self._store.refresh(issuer, jwks_uri)
+            keys = await store.refresh(issuer, jwks_uri)
             found = keys.find(kid, alg) if keys is not None else None
         if found is None:
             raise AuthFailure("unknown_kid")
@@ -413,37 +509,52 @@ class JwksCache:
     def preload(self, issuer: str, jwks: Mapping[str, Any]) -> None:
         """Inline keys from the configuration (air-gapped set-ups); they are never fetched."""
         keys = parse_jwks(jwks)
-        self._store.pin(issuer, self._key_set(issuer, keys))
+        self._registered.pin(issuer, self._key_set(self._registered, issuer, keys))
 
     async def prefetch(self, issuer: str, jwks_uri: str) -> bool:
-        """Fetch ``issuer``'s keys unless fresh ones are held; whether usable keys are held afterwards.
+        """Fetch a registered ``issuer``'s keys unless fresh ones are held; whether usable keys are
+        held afterwards.
 
         For start-up and readiness, which know no ``kid``: the same store path as :meth:`key_for`,
         so the cool-down and the one-fetch-in-flight rule still hold.
         """
-        await self._store.get(issuer, jwks_uri)
+        await self._registered.get(issuer, jwks_uri)
         return self.has_keys(issuer)
 
     def has_keys(self, issuer: str) -> bool:
-        keys = self._store.current(issuer)
+        """Whether usable keys of the registered ``issuer`` are held (readiness)."""
+        keys = self._registered.current(issuer)
         return keys is not None and bool(keys.keys)
 
     def version(self, issuer: str) -> int | None:
-        """Changes whenever the issuer's keys change: lets a cached verdict notice a rotation."""
-        keys = self._store.current(issuer)
+        """Changes whenever the issuer's keys change: lets a cached verdict notice a rotation.
+
+        Versions are unique across both partitions, and an issuer is only ever in one of them
+        (the verifier discards it when a reload moves it), so one number answers for either.
+        """
+        keys = self._registered.current(issuer)
+        if keys is None:
+            keys = self._open.current(issuer)
         return None if keys is None else keys.version
 
     def discard(self, issuer: str) -> None:
-        """Forget an issuer's keys (it left the configuration)."""
-        self._store.discard(issuer)
+        """Forget an issuer's keys, in both partitions (it left, or its key source changed)."""
+        self._registered.discard(issuer)
+        self._open.discard(issuer)
 
-    def _key_set(self, issuer: str, keys: tuple[ParsedKey, ...]) -> KeySet:
-        previous = self._store.current(issuer)
+    def _key_set(self, store: RefreshingStore[KeySet], issuer: str, keys: tuple[ParsedKey, ...]) -> KeySet:
+        previous = store.current(issuer)
         if previous is not None and previous.same_keys(keys):
             return previous
         return KeySet(keys=keys, version=next(self._versions))
 
-    async def _load(self, issuer: str, url: str) -> tuple[KeySet, float]:
+    async def _load_registered(self, issuer: str, url: str) -> tuple[KeySet, float]:
+        return await self._load(self._registered, issuer, url)
+
+    async def _load_open(self, issuer: str, url: str) -> tuple[KeySet, float]:
+        return await self._load(self._open, issuer, url)
+
+    async def _load(self, store: RefreshingStore[KeySet], issuer: str, url: str) -> tuple[KeySet, float]:
         try:
             document, ttl = await self._fetcher.get(url)
             keys = parse_jwks(document)
@@ -451,7 +562,7 @@ class JwksCache:
             self._notify(issuer, ok=False)
             raise FetchError(str(exc)) from None
         self._notify(issuer, ok=True)
-        return self._key_set(issuer, keys), ttl
+        return self._key_set(store, issuer, keys), ttl
 
     def _notify(self, issuer: str, *, ok: bool) -> None:
         if self._on_fetch is not None:

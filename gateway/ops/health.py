@@ -4,7 +4,9 @@ It is a separate aiohttp app on ``metrics.host:metrics.port`` so probes and scra
 through the A2A middlewares, never need a token, and are never exposed by the Ingress.
 
 Readiness waits for keys: a pod is ready only when its configuration is loaded, its store
-answers, and every enabled registered personal agent's key set is held (inline keys count at
+answers as turns need it (on Redis: a primary that takes a write, with the replicas
+``cache.wait_replicas`` asks for; see ``RedisStore.ping``), and every enabled registered personal
+agent's key set is held (inline keys count at
 once; a ``jwks_uri`` must have been fetched). Start-up prefetches those key sets in the
 background (:func:`prefetch_keys`), and every ``/readyz`` that finds one missing tries again
 (bounded, and within the JWKS cool-down), so a pod becomes ready as soon as a personal

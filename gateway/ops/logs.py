@@ -15,6 +15,11 @@ What must never reach a log is kept out at the source (handlers log reasons, not
 ``sub`` only as :func:`sub_digest`). :class:`GatewayLogHandler` is the second line of defence:
 anything shaped like a compact JWS in the finished line (message, field, traceback) becomes
 ``[redacted]`` before it is written.
+
+One record is one line in both formats, whatever its values hold: an ``open``-policy issuer
+is anyone's string, newlines and terminal escapes included. JSON escapes them by itself (and
+here also the separators U+2028, U+2029 and U+0085 that some line readers split on); the text
+format escapes every field and the message (:class:`TextFormatter`).
 """
 
 from __future__ import annotations
@@ -62,6 +67,14 @@ TRACE_ID = "trace_id"
 _COMPACT_JWS = re.compile(r"eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*")
 # Every match starts with this; a line without it cannot hold a token, so the regex is skipped.
 _JWS_START = "eyJ"
+# Valid raw inside a JSON string, but line breaks to str.splitlines and some log shippers.
+_JSON_LINE_BREAKS = {"\u2028": "\\u2028", "\u2029": "\\u2029", "\x85": "\\u0085"}
+# A text-format value printed bare: printable, and nothing that would end it or confuse key=value.
+_BARE_VALUE = re.compile(r'[^\s"\\=]+')
+# How the text format writes a character inside a quoted value; the rest of the non-printable
+# ones as Python writes them (\x1b, \u2028).
+_QUOTED_ESCAPES = {"\\": "\\\\", '"': '\\"', "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+_TRACE_INDENT = "    "
 _REDACTED = "[redacted]"
 # Whatever a bare record carries is logging's own; anything else on a record is an ``extra=`` field.
 _STANDARD = frozenset(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {
@@ -216,24 +229,72 @@ def _json_line(head: dict[str, Any], fields: Mapping[str, Any], created: float) 
     head.update(fields)
     head["timestamp"] = dt.datetime.fromtimestamp(created, dt.UTC)
     try:
-        return orjson.dumps(head, default=str).decode()
+        line = orjson.dumps(head, default=str).decode()
     except TypeError:  # orjson.JSONEncodeError
-        return json.dumps(head, default=str)
+        line = json.dumps(head, default=str)
+    if line.isascii():
+        return line
+    # Outside strings a JSON line is ASCII, so these can only be inside one, where \uXXXX means the same.
+    for raw, escaped in _JSON_LINE_BREAKS.items():
+        line = line.replace(raw, escaped)
+    return line
+
+
+def _escape_text(text: str) -> str:
+    """``text`` with every non-printable character written as an escape (``\\n``, ``\\x1b``)."""
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else _quoted_char(char) for char in text)
+
+
+def _quoted_char(char: str) -> str:
+    """How ``char`` is written inside a quoted text-format value."""
+    escaped = _QUOTED_ESCAPES.get(char)
+    if escaped is not None:
+        return escaped
+    return char if char.isprintable() else char.encode("unicode_escape").decode("ascii")
+
+
+def _text_value(value: Any) -> str:
+    """A field value for the text format: bare when plainly one word, else quoted with escapes."""
+    text = str(value)
+    if text.isprintable() and _BARE_VALUE.fullmatch(text):
+        return text
+    return '"' + "".join(map(_quoted_char, text)) + '"'
 
 
 class TextFormatter(logging.Formatter):
-    """``time level logger message key=value …``: the JSON fields, for a human at a terminal."""
+    """``time level logger message key=value …``: the JSON fields, for a human at a terminal.
 
-    def __init__(self) -> None:
-        super().__init__("%(asctime)s %(levelname)s %(name)s %(message)s")
+    Nothing a caller chose can break the one-record-one-line shape (issue 12 row 11): the
+    message's non-printable characters are escaped, every field value that is not one plain
+    word is quoted with its quotes, backslashes and non-printable characters escaped, and a
+    traceback follows on lines of its own, each indented, so none can pass for a record.
+    """
 
     def format(self, record: logging.LogRecord) -> str:
-        line = super().format(record)
-        fields = " ".join(f"{key}={value}" for key, value in _fields(record).items() if value is not None)
-        if not fields:
+        head = (
+            f"{self.formatTime(record)} {record.levelname} {record.name} {_escape_text(record.getMessage())}"
+        )
+        fields = " ".join(
+            f"{_escape_text(str(key))}={_text_value(value)}"
+            for key, value in _fields(record).items()
+            if value is not None
+        )
+        line = f"{head} {fields}" if fields else head
+        trace = self._trace(record)
+        if not trace:
             return line
-        head, newline, trace = line.partition("\n")
-        return f"{head} {fields}{newline}{trace}"
+        return "\n".join([line, *(_TRACE_INDENT + _escape_text(part) for part in trace.splitlines())])
+
+    def _trace(self, record: logging.LogRecord) -> str:
+        """The record's traceback and stack, as :class:`logging.Formatter` would append them."""
+        if record.exc_info and not record.exc_text:
+            record.exc_text = self.formatException(record.exc_info)
+        parts = [record.exc_text] if record.exc_text else []
+        if record.stack_info:
+            parts.append(self.formatStack(record.stack_info))
+        return "\n".join(parts)
 
 
 _PendingLine: TypeAlias = tuple[logging.Logger, int, str, dict[str, Any], float]

@@ -163,6 +163,13 @@ class Metrics:
             ["result"],
             registry=r,
         )
+        # ``kind`` is discovery or jwks: the open-policy fetch budget (personal_agents.jwks.open_fetch_*).
+        self.open_fetches_refused = Counter(
+            "pact_open_fetches_refused",
+            "Fetches for open-policy issuers not made because the process-wide fetch budget was spent.",
+            ["kind"],
+            registry=r,
+        )
         # §5: the delegation flow. ``event`` is a fixed set (see :meth:`delegation_event`).
         self.delegation_events = Counter(
             "pact_delegation_events",
@@ -229,3 +236,7 @@ class Metrics:
     def discovery_fetched(self, ok: bool) -> None:
         """One OIDC discovery fetch (``open`` policy): ``ok`` when it yielded a usable ``jwks_uri``."""
         self.discovery_fetches.labels("ok" if ok else "error").inc()
+
+    def open_fetch_refused(self, kind: str) -> None:
+        """A fetch for an ``open``-policy issuer the fetch budget refused: ``discovery`` or ``jwks``."""
+        self.open_fetches_refused.labels(kind).inc()

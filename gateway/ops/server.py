@@ -4,6 +4,9 @@
 listener together); :func:`run_worker` is one of the ``--workers N`` processes a supervisor
 starts (the A2A listener only, sharing the port through ``SO_REUSEPORT``).
 
+The A2A listener's connections are :mod:`gateway.http.connection`'s: each request must arrive
+within ``limits.request_timeout``, and requests the HTTP parser refuses get their precise status.
+
 Shutdown (``SIGTERM``/``SIGINT``) goes through ``web.AppRunner.cleanup``: the listening
 socket closes first (nothing new is accepted), requests already running get
 ``limits.shutdown_timeout`` seconds to finish, then whatever is left is cancelled and the
@@ -25,6 +28,7 @@ from aiohttp import web
 
 from gateway.app import JWKS, create_app
 from gateway.config import GatewayConfig
+from gateway.http.connection import GatewayRunner
 from gateway.http.state import RUNTIME
 from gateway.ops.exposition import serve_process_metrics
 from gateway.ops.health import GatewayReadiness, prefetch_keys, start_ops_listener
@@ -61,8 +65,13 @@ class GatewayServer:
         self.draining = False
         self._listen = listen
         self._reuse_port = reuse_port
-        self._runner = web.AppRunner(
-            self.app, access_log=None, handle_signals=False, shutdown_timeout=config.limits.shutdown_timeout
+        # limits.request_timeout is read per request from the configuration in force: a reload changes it.
+        self._runner = GatewayRunner(
+            self.app,
+            request_timeout=lambda: self.config.limits.request_timeout,
+            access_log=None,
+            handle_signals=False,
+            shutdown_timeout=config.limits.shutdown_timeout,
         )
         self._background: set[asyncio.Task[object]] = set()
         self._initial = config

@@ -9,8 +9,9 @@ A turn is claimed, run against the bot, then completed or aborted:
   request's §6 rate limits in the same step (``RATE_LIMITED`` when one refuses, and then
   nothing is claimed), so a turn costs one store round trip to begin and one to complete.
 * :meth:`ConversationStore.complete_turn` stores the reply bytes exactly as sent.
-* :meth:`ConversationStore.abort_turn` releases the marker after a failed bot call so the
-  retry runs the turn (nothing is stored).
+* :meth:`ConversationStore.abort_turn` releases the marker after a failed bot call (or a
+  completion that may not have been stored) so the retry runs the turn; a stored reply is
+  never released.
 
 Backends keep the whole decision in one atomic step (a Lua script on Redis, a single
 synchronous section on the in-memory backend), so any number of concurrent duplicates
@@ -121,8 +122,18 @@ class ConversationStore(ABC):
 
         Without ``context_id`` a conversation ``new_context_id`` is opened, unless the same
         owner sent the same ``message_id`` with the same text within the retry window: then
-        the claim is about that earlier conversation (a first message retried by a personal
-        agent that never saw the reply must not open a second conversation).
+        the claim is about that earlier conversation (§4.3: a first message retried by a
+        personal agent that never saw the reply must not open a second conversation, and gets
+        that reply again).
+
+        Except when the earlier conversation is gone, or closed (§4.2) without having answered
+        this ``message_id``: there is then no reply to replay and no turn of it running, so the
+        message is what it says, the start of a conversation. It opens ``new_context_id`` and
+        takes the first-message record over, so its own retries find the new conversation.
+        Answering ``CLOSED`` would refuse, for the rest of the retry window, a message that names
+        no context, when §4.2 says that omitting ``contextId`` is how a personal agent starts
+        anew. One that was answered is replayed even if its conversation has since closed: that
+        is the reply to this message, and the personal agent may never have seen it.
         """
 
     @abstractmethod
@@ -135,7 +146,11 @@ class ConversationStore(ABC):
     async def abort_turn(
         self, owner: Owner, context_id: str, message_id: str, *, new_conversation: bool
     ) -> None:
-        """Release the in-flight marker; a conversation opened by this turn is forgotten entirely."""
+        """Release the in-flight marker; a conversation opened by this turn is forgotten entirely.
+
+        Only a marker: if the turn's reply is stored (its completion reached the store after
+        all), this does nothing and a retry replays that reply.
+        """
 
     @abstractmethod
     async def start(self) -> None:

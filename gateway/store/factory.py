@@ -6,6 +6,7 @@ import time
 from collections.abc import Callable
 
 from gateway.config import CacheConfig
+from gateway.store.adapter_state import AdapterState, MemoryAdapterState, RedisAdapterState
 from gateway.store.base import ConversationStore
 from gateway.store.memory import MemoryStore
 from gateway.store.oauth import OAuthStore
@@ -32,3 +33,13 @@ def open_oauth_store(store: ConversationStore) -> OAuthStore:
     if isinstance(store, MemoryStore):
         return MemoryOAuthStore(store.keyspace)
     raise TypeError(f"no OAuth store for {type(store).__name__}")
+
+
+def open_adapter_state(store: ConversationStore) -> AdapterState:
+    """Bot adapters' per-conversation state beside ``store``: in its Redis connection or its memory
+    container (and so on its clock, which the conversations' TTLs are measured by)."""
+    if isinstance(store, RedisStore):
+        return RedisAdapterState(store.redis)
+    if isinstance(store, MemoryStore):
+        return MemoryAdapterState(store.keyspace)
+    raise TypeError(f"no adapter state for {type(store).__name__}")

@@ -24,6 +24,11 @@ def turn_field(message_id: str) -> str:
     return f"m:{message_id}"
 
 
+def released_claim_key(brand_id: str, token: str) -> str:
+    """A begin-turn attempt whose outcome was unknown and that was released: it may no longer claim."""
+    return f"{PREFIX}:{brand_id}:released:{token}"
+
+
 def rate_limit_key(brand_id: str, limit: str, subject_digest: str) -> str:
     """§6 counters; ``subject_digest`` is a hash, so no issuer or ``sub`` sits in the store in clear."""
     return f"{PREFIX}:{brand_id}:rl:{limit}:{subject_digest}"
@@ -38,6 +43,12 @@ def oauth_key(brand_id: str, kind: str, digest: str) -> str:
     """The rest of the §5 flow's state (device codes, user codes, consent sessions, jtis, refresh tokens,
     a user's grants), by ``kind``; ``digest`` is a hash wherever the value is a secret or a user id."""
     return f"{PREFIX}:{brand_id}:oauth:{kind}:{digest}"
+
+
+def adapter_key(brand_id: str, context_id: str, name: str) -> str:
+    """What a bot adapter keeps for one conversation (a Direct Line conversation, a model's history),
+    under ``name``; dropped with the conversation (gateway/store/adapter_state.py)."""
+    return f"{PREFIX}:{brand_id}:adapter:{context_id}:{name}"
 
 
 def user_digest(brand_id: str, user: str) -> str:

@@ -269,11 +269,12 @@ class MemoryStore(ConversationStore):
         turn = _turn(turns, message_id)
         if isinstance(turn, bytes):
             return TurnClaim(TurnStatus.REPLAY, context_id, reply=turn)
+        # §4.3 before §4.2: a messageId still running is a repeat with no reply yet, even once closed.
+        if turn is not None and turn > now:
+            return TurnClaim(TurnStatus.IN_FLIGHT, context_id)
         # An open record expires closed_ttl after its idle TTL ran out: past that point it is CLOSED.
         if closed or now > expires - self._config.closed_ttl:
             return TurnClaim(TurnStatus.CLOSED, context_id)
-        if turn is not None and turn > now:
-            return TurnClaim(TurnStatus.IN_FLIGHT, context_id)
         turns = _with_turn(turns, message_id, now + self._config.pending_ttl)
         self.keyspace.entries[key] = (expires, digest, answered, closed, turns, recorded)
         return TurnClaim(TurnStatus.NEW, context_id, new_conversation=not answered)
@@ -317,9 +318,12 @@ class MemoryStore(ConversationStore):
             return self._open(new_key, new_context_id, owner, message_id, now, user)
         earlier_context = keys.context_of(owner.brand_id, earlier_key)
         claim = self._decide(earlier_key, owner, earlier_context, message_id, now, user)
-        if claim.status is TurnStatus.UNKNOWN_CONTEXT:
-            return self._open(new_key, new_context_id, owner, message_id, now, user)
-        return claim
+        if claim.status not in (TurnStatus.UNKNOWN_CONTEXT, TurnStatus.CLOSED):
+            return claim
+        # §4.3 with §4.2 (see ConversationStore.begin_turn): nothing of this message to replay, so
+        # it starts the conversation it asks for, and becomes what a later retry finds.
+        self.keyspace.put(first_key, (now + self._config.retry_window, new_key, digest))
+        return self._open(new_key, new_context_id, owner, message_id, now, user)
 
     async def complete_turn(
         self, owner: Owner, context_id: str, message_id: str, reply: bytes, *, close: bool
@@ -354,6 +358,8 @@ class MemoryStore(ConversationStore):
             return
         entries = self.keyspace.entries
         expires, digest, answered, closed, turns, user = conversation
+        if not isinstance(_turn(turns, message_id), float):
+            return  # answered (a completion got through) or never claimed: nothing to release
         if new_conversation:
             # Expired where they stand (only the sweep deletes keys): from now on both read as absent.
             entries[key] = (-math.inf, digest, answered, closed, turns, user)
@@ -361,7 +367,7 @@ class MemoryStore(ConversationStore):
             earlier = entries.get(first_key)
             if _is_first_message(earlier) and earlier[1] == key:
                 entries[first_key] = (-math.inf, *earlier[1:])
-        elif isinstance(_turn(turns, message_id), float):
+        else:
             entries[key] = (expires, digest, answered, closed, _without_turn(turns, message_id), user)
 
     async def start(self) -> None:

@@ -2,36 +2,65 @@
 
 A conversation is one hash: ``o`` owner digest, ``c`` closed flag, ``a`` answered flag,
 ``l`` last-turn time (ms), ``u`` the Brand user's digest once a delegated turn ran in it
-(§5.5), and one ``m:{messageId}`` field per turn holding ``P{deadline}`` while in flight or
-``R{reply bytes}`` once answered. Scripts make the in-flight marker atomic across replicas
+(§5.5), and one ``m:{messageId}`` field per turn holding ``P{deadline}|{claim token}`` while in
+flight or ``R{reply bytes}`` once answered. Scripts make the in-flight marker atomic across replicas
 and keep the hot path to two round trips per turn: one script begins it, charging the
 request's §6 rate limits first (the same GCRA code as the separate limit check,
 :data:`gateway.store.gcra.GCRA_LUA`) and, for a delegated turn, checking its grant (the hash
 :mod:`gateway.store.oauth_redis` keeps) in the same script; one completes it. Keys are
 standalone-Redis keys (a Redis Cluster would need hash tags). The connection is
 :class:`RedisPipe`'s (see ``redis_pipe.py`` for why not a pooled client).
+
+A claim whose outcome is unknown (the connection timed out or broke after the script was
+sent, or the caller was cancelled) is released at once, not left to ``pending_ttl``: otherwise
+the agent's retry would be refused as "still being processed" for a minute. Each begin-turn
+attempt carries a random token in its marker; the release (:data:`_ABORT` with that token)
+removes only a marker carrying it, and first marks the token released for ``pending_ttl``
+(:func:`keys.released_claim_key`), so the script, should it reach Redis only after the release
+(over the old connection), claims nothing.
+
+With ``cache.wait_replicas`` (1 by default under Sentinel), claims and replies are written with
+``WAIT`` behind them (:meth:`RedisPipe.execute`): a turn runs the bot only once its marker is on
+a replica, and a reply is returned only once a replica holds it, so a failover that promotes that
+replica keeps both.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import random
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Final
 
 from gateway.config import CacheConfig
+from gateway.redis_url import parse_redis_url
 from gateway.store import keys
-from gateway.store.base import ConversationStore, GrantCheck, Owner, TurnClaim, TurnStatus, text_digest
+from gateway.store.base import (
+    ConversationStore,
+    GrantCheck,
+    Owner,
+    StoreError,
+    TurnClaim,
+    TurnStatus,
+    text_digest,
+)
 from gateway.store.gcra import GCRA_LUA, US, Hit, script_arguments
-from gateway.store.redis_pipe import RedisAddress, RedisPipe, Script
+from gateway.store.redis_pipe import RedisPipe, Script
 
-# What a begin-turn script does first: charge the limits (the leading KEYS; see GCRA_LUA) or
-# answer {'limited', wait, ...} having claimed nothing; then K and A are its own KEYS and ARGV.
+# What a begin-turn script does first: nothing at all if its attempt was released (its last KEY is
+# the token's released_claim_key, its last ARGV the token); then charge the limits (the leading
+# KEYS; see GCRA_LUA) or answer {'limited', wait, ...} having claimed nothing; then K and A are its
+# own KEYS and ARGV.
 _CHARGE_FIRST = (
     GCRA_LUA
     + """
+if redis.call('EXISTS', KEYS[#KEYS]) == 1 then return {'released'} end
 local refused, waits, n = gcra()
 if refused then return {'limited', unpack(waits)} end
 local K, A = after_limits(n)
+local function marker(deadline) return 'P' .. deadline .. '|' .. A[#A] end
 """
 )
 
@@ -45,8 +74,9 @@ local function grant_revoked(g, owner, now_ms)
 end
 """
 
-# K[1] conversation, K[2] first-message key ("" to skip the retry check), K[3] grant ("" if none).
-# A: owner, field, now_ms, pending_deadline_ms, record_ttl_s, retry_window_s, first_value, user ("" if none)
+# K[1] conversation, K[2] first-message key ("" to skip the retry check), K[3] grant ("" if none),
+# K[4] released claim. A: owner, field, now_ms, pending_deadline_ms, record_ttl_s, retry_window_s,
+# first_value, user ("" if none), the first-message value this open takes over ("" if none), token.
 _OPEN = Script(
     _CHARGE_FIRST
     + _GRANT_CHECK
@@ -54,18 +84,18 @@ _OPEN = Script(
 if grant_revoked(K[3], A[1], A[3]) then return {'revoked'} end
 if K[2] ~= '' then
   local earlier = redis.call('GET', K[2])
-  if earlier then return {'first', earlier} end
+  if earlier and earlier ~= A[9] then return {'first', earlier} end
   redis.call('SET', K[2], A[7], 'EX', A[6])
 end
-redis.call('HSET', K[1], 'o', A[1], 'c', '0', 'a', '0', 'l', A[3], A[2], 'P' .. A[4])
+redis.call('HSET', K[1], 'o', A[1], 'c', '0', 'a', '0', 'l', A[3], A[2], marker(A[4]))
 if A[8] ~= '' then redis.call('HSET', K[1], 'u', A[8]) end
 redis.call('EXPIRE', K[1], A[5])
 return {'new'}
 """
 )
 
-# K[1] conversation, K[2] grant ("" if none).
-# A: owner, field, now_ms, pending_deadline_ms, idle_ttl_ms, user ("" if none)
+# K[1] conversation, K[2] grant ("" if none), K[3] released claim.
+# A: owner, field, now_ms, pending_deadline_ms, idle_ttl_ms, user ("" if none), token
 _CONTINUE = Script(
     _CHARGE_FIRST
     + _GRANT_CHECK
@@ -77,9 +107,10 @@ if not v[1] or v[1] ~= A[1] then return {'unknown'} end
 if A[6] ~= '' and v[6] and v[6] ~= A[6] then return {'mismatch'} end
 local turn = v[4]
 if turn and string.sub(turn, 1, 1) == 'R' then return {'replay', turn} end
+-- §4.3 before §4.2: a messageId still running is a repeat with no reply yet, even once closed.
+if turn and tonumber(string.match(turn, '^P(%d+)')) > tonumber(A[3]) then return {'in_flight'} end
 if v[2] == '1' or tonumber(A[3]) - tonumber(v[3]) > tonumber(A[5]) then return {'closed'} end
-if turn and tonumber(string.sub(turn, 2)) > tonumber(A[3]) then return {'in_flight'} end
-redis.call('HSET', K[1], A[2], 'P' .. A[4])
+redis.call('HSET', K[1], A[2], marker(A[4]))
 if A[6] ~= '' and not v[6] then redis.call('HSET', K[1], 'u', A[6]) end
 return {'new', v[5]}
 """
@@ -93,26 +124,42 @@ redis.call('EXPIRE', KEYS[1], ARGV[6])
 return 1
 """)
 
-# KEYS[1] conversation, KEYS[2] first-message key. ARGV: owner, field, new flag, context id
+# KEYS[1] conversation, KEYS[2] first-message key, KEYS[3] released claim.
+# ARGV: owner, field, new flag, context id, token ("" for the marker, whoever set it), pending_ttl_s.
+# Only an in-flight marker is released: a stored reply (a completion that did reach Redis) stays.
 _ABORT = Script("""
-if redis.call('HGET', KEYS[1], 'o') ~= ARGV[1] then return 0 end
+if ARGV[5] ~= '' then redis.call('SET', KEYS[3], '1', 'EX', ARGV[6]) end
+local v = redis.call('HMGET', KEYS[1], 'o', ARGV[2])
+if v[1] ~= ARGV[1] or not v[2] or string.sub(v[2], 1, 1) ~= 'P' then return 0 end
+if ARGV[5] ~= '' and string.match(v[2], '|(.*)$') ~= ARGV[5] then return 0 end
 if ARGV[3] == '1' then
   redis.call('DEL', KEYS[1])
   local earlier = redis.call('GET', KEYS[2])
   if earlier and string.sub(earlier, 1, #ARGV[4] + 1) == ARGV[4] .. '|' then redis.call('DEL', KEYS[2]) end
 else
-  local turn = redis.call('HGET', KEYS[1], ARGV[2])
-  if turn and string.sub(turn, 1, 1) == 'P' then redis.call('HDEL', KEYS[1], ARGV[2]) end
+  redis.call('HDEL', KEYS[1], ARGV[2])
 end
 return 1
 """)
+
+_READY_KEY: Final = f"{keys.PREFIX}:readyz"
+"""Deleted (it never exists) by the readiness check: a write that only a primary accepts, and that
+changes nothing, so it reaches neither the replicas nor the append-only file."""
+_TAKEOVERS: Final = 3
+"""Rounds a retried first message may go through when concurrent copies of it keep taking its
+first-message record over; past them it is one of those duplicates, answered as still in flight."""
+
+
+def _token() -> str:
+    """A begin-turn attempt's token: 64 random bits; it names no one and grants nothing."""
+    return f"{random.getrandbits(64):016x}"
 
 
 class RedisStore(ConversationStore):
     def __init__(self, config: CacheConfig, *, clock: Callable[[], float] = time.time) -> None:
         self._config = config
         self._clock = clock
-        self._redis = RedisPipe(RedisAddress.from_url(config.url), timeout=config.timeout)
+        self._redis = RedisPipe(parse_redis_url(config.url), timeout=config.timeout, replicas=config.replicas)
 
     @property
     def redis(self) -> RedisPipe:
@@ -123,68 +170,102 @@ class RedisStore(ConversationStore):
     def _record_ttl(self) -> int:
         return self._config.conversation_ttl + self._config.closed_ttl
 
+    async def _claiming(
+        self, script: Script, keys_: list[str], args: list[Any], release: tuple[Owner, str, str, str, bool]
+    ) -> list[Any]:
+        """Run a begin-turn script; if its outcome is unknown, release what it may have claimed.
+
+        ``release`` is ``(owner, context id, message id, token, new conversation)``: what
+        :meth:`abort_turn` would be given, plus the attempt's token. The release runs whatever
+        went wrong (a timeout, a broken connection, an error answer, the caller cancelled), on a
+        new connection if need be, shielded from cancellation; if Redis cannot be reached for it
+        either, the marker lapses after ``pending_ttl`` as before.
+        """
+        try:
+            result: list[Any] = await self._redis.run(script, keys_, args, replicated=True)
+        except BaseException:
+            await asyncio.shield(self._release(*release))
+            raise
+        return result
+
+    async def _release(
+        self, owner: Owner, context_id: str, message_id: str, token: str, new_conversation: bool
+    ) -> None:
+        with contextlib.suppress(StoreError):
+            await self._abort(owner, context_id, message_id, new_conversation, token)
+
     async def _open(
         self,
         owner: Owner,
         context_id: str,
         first_key: str,
-        field: str,
+        message_id: str,
         digest: str,
         now: float,
+        token: str,
+        *,
+        takes_over: str = "",
         limits: Sequence[Hit] = (),
         grant: GrantCheck | None = None,
     ) -> list[Any]:
         limit_keys, limit_args = script_arguments(limits, int(now * US))
         now_ms = int(now * 1000)
-        result: list[Any] = await self._redis.run(
+        return await self._claiming(
             _OPEN,
             [
                 *limit_keys,
                 keys.conversation_key(owner.brand_id, context_id),
                 first_key,
                 "" if grant is None else grant.grant_key,
+                keys.released_claim_key(owner.brand_id, token),
             ],
             [
                 *limit_args,
                 owner.digest,
-                field,
+                keys.turn_field(message_id),
                 now_ms,
                 now_ms + self._config.pending_ttl * 1000,
                 self._record_ttl,
                 self._config.retry_window,
                 f"{context_id}|{digest}",
                 "" if grant is None else grant.user_digest,
+                takes_over,
+                token,
             ],
+            (owner, context_id, message_id, token, True),
         )
-        return result
 
     async def _continue(
         self,
         owner: Owner,
         context_id: str,
-        field: str,
+        message_id: str,
         now: float,
+        token: str,
         limits: Sequence[Hit] = (),
         grant: GrantCheck | None = None,
     ) -> TurnClaim:
         limit_keys, limit_args = script_arguments(limits, int(now * US))
         now_ms = int(now * 1000)
-        result = await self._redis.run(
+        result = await self._claiming(
             _CONTINUE,
             [
                 *limit_keys,
                 keys.conversation_key(owner.brand_id, context_id),
                 "" if grant is None else grant.grant_key,
+                keys.released_claim_key(owner.brand_id, token),
             ],
             [
                 *limit_args,
                 owner.digest,
-                field,
+                keys.turn_field(message_id),
                 now_ms,
                 now_ms + self._config.pending_ttl * 1000,
                 self._config.conversation_ttl * 1000,
                 "" if grant is None else grant.user_digest,
+                token,
             ],
+            (owner, context_id, message_id, token, False),
         )
         verdict = result[0]
         if verdict == b"unknown":
@@ -220,32 +301,54 @@ class RedisStore(ConversationStore):
         ``contextId`` within the retry window takes a second (``_CONTINUE`` claims the earlier
         conversation); one whose ``messageId`` an earlier, different first message used takes a
         second too (its own ``_OPEN`` without the retry check), and a third when the retried
-        message's earlier conversation is gone.
+        message's earlier conversation is gone or was closed without answering it (an
+        ``_OPEN`` that takes the first-message record over, unless a concurrent copy of the
+        message took it first: then the next round claims that copy's conversation).
         """
         now = self._clock()
-        field = keys.turn_field(message_id)
+        token = _token()
         if context_id is not None:
-            return await self._continue(owner, context_id, field, now, limits, grant)
+            return await self._continue(owner, context_id, message_id, now, token, limits, grant)
         digest = text_digest(text).hex()
         first_key = keys.first_message_key(owner.brand_id, owner.digest, message_id)
-        result = await self._open(owner, new_context_id, first_key, field, digest, now, limits, grant)
-        if result[0] == b"new":
-            return TurnClaim(TurnStatus.NEW, new_context_id, new_conversation=True)
-        if result[0] == b"limited":
-            return _limited(result)
-        if result[0] == b"revoked":
-            return TurnClaim(TurnStatus.GRANT_REVOKED)
-        earlier_context, _, earlier_digest = result[1].decode().partition("|")
-        if earlier_digest == digest:
+        result = await self._open(
+            owner, new_context_id, first_key, message_id, digest, now, token, limits=limits, grant=grant
+        )
+        for _ in range(_TAKEOVERS):
+            if result[0] == b"new":
+                return TurnClaim(TurnStatus.NEW, new_context_id, new_conversation=True)
+            if result[0] == b"limited":
+                return _limited(result)
+            if result[0] == b"revoked":
+                return TurnClaim(TurnStatus.GRANT_REVOKED)
+            earlier = result[1].decode()
+            earlier_context, _, earlier_digest = earlier.partition("|")
+            if earlier_digest != digest:
+                # A different first message that reuses a messageId opens its own conversation, unchecked.
+                result = await self._open(
+                    owner, new_context_id, "", message_id, digest, now, token, grant=grant
+                )
+                if result[0] == b"revoked":
+                    return TurnClaim(TurnStatus.GRANT_REVOKED)
+                return TurnClaim(TurnStatus.NEW, new_context_id, new_conversation=True)
             # The grant is checked again by each later script: it may have been revoked in between.
-            claim = await self._continue(owner, earlier_context, field, now, grant=grant)
-            if claim.status is not TurnStatus.UNKNOWN_CONTEXT:
+            claim = await self._continue(owner, earlier_context, message_id, now, token, grant=grant)
+            if claim.status not in (TurnStatus.UNKNOWN_CONTEXT, TurnStatus.CLOSED):
                 return claim
-        # A different first message that reuses a messageId opens its own conversation, unchecked.
-        result = await self._open(owner, new_context_id, "", field, digest, now, grant=grant)
-        if result[0] == b"revoked":
-            return TurnClaim(TurnStatus.GRANT_REVOKED)
-        return TurnClaim(TurnStatus.NEW, new_context_id, new_conversation=True)
+            # §4.3 with §4.2 (see ConversationStore.begin_turn): nothing of this message to replay,
+            # so it starts the conversation it asks for, and becomes what a later retry finds.
+            result = await self._open(
+                owner,
+                new_context_id,
+                first_key,
+                message_id,
+                digest,
+                now,
+                token,
+                takes_over=earlier,
+                grant=grant,
+            )
+        return TurnClaim(TurnStatus.IN_FLIGHT)
 
     async def complete_turn(
         self, owner: Owner, context_id: str, message_id: str, reply: bytes, *, close: bool
@@ -261,25 +364,45 @@ class RedisStore(ConversationStore):
                 1 if close else 0,
                 self._config.closed_ttl if close else self._record_ttl,
             ],
+            replicated=True,
         )
 
     async def abort_turn(
         self, owner: Owner, context_id: str, message_id: str, *, new_conversation: bool
+    ) -> None:
+        await self._abort(owner, context_id, message_id, new_conversation, "")
+
+    async def _abort(
+        self, owner: Owner, context_id: str, message_id: str, new_conversation: bool, token: str
     ) -> None:
         await self._redis.run(
             _ABORT,
             [
                 keys.conversation_key(owner.brand_id, context_id),
                 keys.first_message_key(owner.brand_id, owner.digest, message_id),
+                keys.released_claim_key(owner.brand_id, token),
             ],
-            [owner.digest, keys.turn_field(message_id), 1 if new_conversation else 0, context_id],
+            [
+                owner.digest,
+                keys.turn_field(message_id),
+                1 if new_conversation else 0,
+                context_id,
+                token,
+                self._config.pending_ttl,
+            ],
         )
 
     async def start(self) -> None:
         """Nothing to start: Redis expires the keys itself."""
 
     async def ping(self) -> None:
-        await self._redis.ping()
+        """Ready as turns are: a write only a primary accepts, with the replicas turns wait for.
+
+        A replica (``READONLY``), a server still loading, or a primary without the replicas
+        ``cache.replicas`` asks for fails it, and makes the pipe reconnect (under Sentinel, to
+        the primary the sentinels name now).
+        """
+        await self._redis.execute("DEL", _READY_KEY, replicated=True)
 
     @property
     def clock(self) -> Callable[[], float]:

@@ -9,11 +9,36 @@ in request order, so one connection carries every concurrent turn: writes coales
 server reads them in batches, and one watchdog timer bounds how long any command may wait.
 The wire format is hiredis's (its reader and ``pack_command``, the C code redis-py uses).
 
-Failure model: a command that gets no answer within ``timeout`` means the connection is stuck,
-and everything queued behind it is stuck too, so the connection is dropped and every waiting
-command fails with :class:`~gateway.store.base.StoreError`; the next command reconnects. A
-caller that gives up (its task is cancelled) leaves its slot in the queue, and its answer is
-read and discarded, so the order never slips.
+Failure model. A command that gets no answer within ``timeout`` fails alone, with
+:class:`~gateway.store.base.StoreError` (``redis: TimeoutError``), and its connection is retired:
+no new command is written to it, while the commands already on it keep their own deadlines and
+get their answers if the server catches up (a slow script or a stalled fork delays everything
+behind it, but need not fail what still has time). Once nothing waits on a retired connection it
+is closed, or aborted if it never answered; the next command opens a new one. A connection that
+breaks fails everything on it (``redis: ConnectionError``). A command that failed this way may
+still have run: its caller must treat the outcome as unknown (``RedisStore.begin_turn`` does). A
+caller that gives up (its task is cancelled) leaves its slot in the queue, and its answer is read
+and discarded, so the order never slips.
+
+Answers that say the server cannot serve us any more retire the connection too: ``READONLY`` (a
+primary demoted by a failover), ``LOADING`` (a restarted server reading its data back),
+``MASTERDOWN`` (a replica cut off from its primary). The command that got one fails with it; the
+next reconnects, and under Sentinel that asks the sentinels again where the primary is.
+
+Sentinel (``redis+sentinel://``, :class:`~gateway.redis_url.SentinelAddress`): every connection
+attempt first asks the sentinels, in turn, for the service's primary (``SENTINEL MASTER``, each
+sentinel over a pipe of its own), and takes the first that names one not flagged down. A
+failover is noticed through the connection: the old primary's ``READONLY`` once demoted, its
+connections killed, or, with ``replicas`` set, a ``WAIT`` that finds no replica (Sentinel
+leaves the old primary writable for about ten seconds after promoting its replica, and what is
+written there in that time is lost). Each of those retires the connection, so the next command
+asks again.
+
+Durable writes (``replicas`` > 0): a command or script sent with ``replicated=True`` has ``WAIT``
+right behind it, on the same connection (``WAIT`` counts that connection's writes), and
+fails the call unless that many replicas acknowledged within half the timeout. It costs no
+round trip of its own, but ``WAIT`` holds the connection until the acknowledgement, so every
+command behind it waits that long too.
 """
 
 from __future__ import annotations
@@ -23,54 +48,31 @@ import hashlib
 import socket
 import ssl
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
-from urllib.parse import unquote, urlsplit
+from typing import Any, Final
 
 import hiredis
 
+from gateway.redis_url import RedisAddress, SentinelAddress
 from gateway.store.base import StoreError
+
+__all__ = [
+    "DEFAULT_TIMEOUT",
+    "RECONNECT_CODES",
+    "Arg",
+    "RedisAddress",
+    "RedisPipe",
+    "ReplyRefused",
+    "Script",
+    "SentinelAddress",
+]
 
 Arg = str | bytes | int
 DEFAULT_TIMEOUT = 2.0
 """Seconds a command (or a connection attempt) may take before the connection is declared stuck."""
-
-
-@dataclass(frozen=True, slots=True)
-class RedisAddress:
-    """Where and as whom to connect, from a ``redis://`` or ``rediss://`` (TLS) URL."""
-
-    host: str
-    port: int
-    db: int
-    username: str | None
-    password: str | None = field(repr=False)
-    tls: bool
-
-    @classmethod
-    def from_url(cls, url: str) -> RedisAddress:
-        parts = urlsplit(url)
-        db = parts.path.lstrip("/") or "0"
-        return cls(
-            host=parts.hostname or "127.0.0.1",
-            port=parts.port or 6379,
-            db=int(db),
-            username=unquote(parts.username) if parts.username else None,
-            password=unquote(parts.password) if parts.password else None,
-            tls=parts.scheme == "rediss",
-        )
-
-    def handshake(self) -> list[tuple[Arg, ...]]:
-        """The commands a fresh connection sends before any other: authenticate, pick the database."""
-        commands: list[tuple[Arg, ...]] = []
-        if self.password is not None:
-            commands.append(
-                ("AUTH", self.username, self.password) if self.username else ("AUTH", self.password)
-            )
-        if self.db:
-            commands.append(("SELECT", self.db))
-        return commands
+RECONNECT_CODES: Final = frozenset({"READONLY", "LOADING", "MASTERDOWN"})
+"""Error answers that mean this server cannot serve the gateway now: reconnect (and re-ask Sentinel)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,8 +103,11 @@ class ReplyRefused(StoreError):
 class _Protocol(asyncio.Protocol):
     """The socket's side: feeds bytes to hiredis and hands each reply to the oldest waiting command."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, on_lost: Callable[[_Protocol], None] | None = None
+    ) -> None:
         self._loop = loop
+        self._on_lost = on_lost
         self._reader = hiredis.Reader()
         self._waiting: deque[tuple[asyncio.Future[Any], float]] = deque()
         self._transport: asyncio.Transport | None = None
@@ -110,7 +115,10 @@ class _Protocol(asyncio.Protocol):
         self._unsent: list[bytes] = []
         # Whether the last batch held one command: then no one is sending alongside (see send).
         self._alone = True
+        self._connected = False
+        self._retired = False
         self.open = False
+        """Whether new commands may go on this connection: connected, and not retired."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -119,6 +127,7 @@ class _Protocol(asyncio.Protocol):
         if sock is not None:
             # An idle connection that a NAT or firewall dropped is noticed by the kernel.
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        self._connected = True
         self.open = True
 
     def send(self, packed: bytes, deadline: float) -> asyncio.Future[Any]:
@@ -130,7 +139,7 @@ class _Protocol(asyncio.Protocol):
         # pass of the loop for nothing (docs/performance.md has both sides measured).
         future: asyncio.Future[Any] = self._loop.create_future()
         if not self._waiting and self._alone:
-            if self.open and self._transport is not None:
+            if self._connected and self._transport is not None:
                 self._transport.write(packed)
         else:
             if not self._unsent:
@@ -138,13 +147,14 @@ class _Protocol(asyncio.Protocol):
             self._unsent.append(packed)
         self._waiting.append((future, deadline))
         if self._watchdog is None:
-            self._watchdog = self._loop.call_at(deadline, self._check_oldest)
+            self._watchdog = self._loop.call_at(deadline, self._check_deadlines)
         return future
 
     def _flush(self) -> None:
         unsent, self._unsent = self._unsent, []
         self._alone = len(unsent) == 1
-        if self.open and self._transport is not None:
+        # A retired connection still sends what was queued on it: those commands wait for answers.
+        if self._connected and self._transport is not None:
             self._transport.write(b"".join(unsent))
 
     def data_received(self, data: bytes) -> None:
@@ -158,17 +168,44 @@ class _Protocol(asyncio.Protocol):
         except (hiredis.ProtocolError, IndexError):
             # Bytes that are not RESP, or a reply nobody asked for: nothing later can be trusted.
             self.abort("redis: protocol error")
-
-    def _check_oldest(self) -> None:
-        """One timer for the whole queue: it sleeps until the oldest command's deadline."""
-        self._watchdog = None
-        if not self._waiting:
             return
-        deadline = self._waiting[0][1]
-        if deadline <= self._loop.time():
+        if self._retired and not waiting:
+            self._close()
+
+    def _check_deadlines(self) -> None:
+        """One timer for the whole queue: it sleeps until the oldest live command's deadline.
+
+        Deadlines never decrease along the queue (each is its send time plus one timeout), so
+        the expired commands are the live ones before the first with time left.
+        """
+        self._watchdog = None
+        now = self._loop.time()
+        for future, deadline in self._waiting:
+            if future.done():
+                continue  # failed already, or its caller gave up: only its slot remains
+            if deadline > now:
+                self._watchdog = self._loop.call_at(deadline, self._check_deadlines)
+                return
+            future.set_exception(StoreError("redis: TimeoutError"))
+            self.retire()
+        if self._retired and self._waiting:
+            # Nobody waits any more on a connection that stopped answering: its slots would never clear.
             self.abort("redis: TimeoutError")
-        else:
-            self._watchdog = self._loop.call_at(deadline, self._check_oldest)
+
+    def retire(self) -> None:
+        """Write no new command on this connection; close it once the commands on it are answered."""
+        self.open = False
+        self._retired = True
+        if not self._waiting:
+            self._close()
+
+    def _close(self) -> None:
+        self._connected = False
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+            self._watchdog = None
+        if self._transport is not None:
+            self._transport.close()
 
     def abort(self, reason: str) -> None:
         """Fail every waiting command with a :class:`StoreError` of ``reason``; drop the connection."""
@@ -178,9 +215,12 @@ class _Protocol(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._fail_all("redis: ConnectionError")
+        if self._on_lost is not None:
+            self._on_lost(self)
 
     def _fail_all(self, reason: str) -> None:
         self.open = False
+        self._connected = False
         self._unsent.clear()
         if self._watchdog is not None:
             self._watchdog.cancel()
@@ -191,41 +231,113 @@ class _Protocol(asyncio.Protocol):
                 future.set_exception(StoreError(reason))  # one each: a shared one would pile up tracebacks
 
 
+class _Sentinels:
+    """Where a Sentinel-watched primary is: the sentinels asked in turn, the first good answer taken.
+
+    As Sentinel's client guidelines say, the sentinel that answered moves to the front, so the
+    next look-up asks it first. Each sentinel has a pipe of its own (the same timeout, and the
+    same reconnecting), kept open between look-ups.
+    """
+
+    def __init__(self, address: SentinelAddress, timeout: float) -> None:
+        self._service = address.service
+        self._pipes = [
+            RedisPipe(address.sentinel_address(host, port), timeout=timeout)
+            for host, port in address.sentinels
+        ]
+
+    async def primary(self) -> tuple[str, int]:
+        for index, pipe in enumerate(self._pipes):
+            try:
+                reply = await pipe.execute("SENTINEL", "MASTER", self._service)
+            except StoreError:
+                continue  # down, slow, or does not watch the service: ask the next
+            try:
+                state = dict(zip(reply[::2], reply[1::2], strict=True))
+                flags = set(state[b"flags"].split(b","))
+                primary = state[b"ip"].decode(), int(state[b"port"])
+            except (TypeError, ValueError, KeyError, AttributeError):
+                continue  # not what a sentinel answers: ask the next
+            if b"master" not in flags or flags & {b"s_down", b"o_down"}:
+                continue  # a failover is under way: another sentinel may already know the new primary
+            self._pipes.insert(0, self._pipes.pop(index))
+            return primary
+        raise StoreError("redis: no sentinel names a primary")
+
+    async def close(self) -> None:
+        for pipe in self._pipes:
+            await pipe.close()
+
+
 class RedisPipe:
     """Commands and scripts over one lazily opened, pipelined connection; failures are :class:`StoreError`.
 
     The connection opens on the first command, in the event loop that sends it (each worker
-    process has its own), and reopens on the first command after it was lost.
+    process has its own), and reopens on the first command after it was lost or retired.
+    ``replicas`` is how many replicas a ``replicated`` call waits for (see the module's docstring).
     """
 
-    def __init__(self, address: RedisAddress, *, timeout: float = DEFAULT_TIMEOUT) -> None:
+    def __init__(
+        self,
+        address: RedisAddress | SentinelAddress,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        replicas: int = 0,
+    ) -> None:
         self._address = address
         self._timeout = timeout
+        self._replicas = replicas
+        # Half the timeout: a WAIT that runs out still answers (0 replicas) before its deadline.
+        self._wait_ms = max(1, int(timeout * 500))
+        self._sentinels = _Sentinels(address, timeout) if isinstance(address, SentinelAddress) else None
         self._protocol: _Protocol | None = None
+        self._connections: set[_Protocol] = set()
+        """Every connection not yet lost: the current one, and retired ones still draining."""
         self._connecting: asyncio.Task[_Protocol] | None = None
 
-    async def execute(self, *args: Arg) -> Any:
-        """One command; its reply as hiredis parses it (bytes, int, list, ``None``)."""
-        protocol = self._protocol
-        if protocol is None or not protocol.open:
-            protocol = await self._reconnect()
-        loop = asyncio.get_running_loop()
-        reply = await protocol.send(_pack(args), loop.time() + self._timeout)
-        if isinstance(reply, hiredis.ReplyError):
-            raise ReplyRefused(reply)
-        return reply
+    async def execute(self, *args: Arg, replicated: bool = False) -> Any:
+        """One command; its reply as hiredis parses it (bytes, int, list, ``None``).
 
-    async def run(self, script: Script, keys: Sequence[str], args: Sequence[Arg]) -> Any:
+        ``replicated``: also wait for the pipe's ``replicas`` to hold what the connection wrote.
+        """
+        protocol = await self._connected()
+        deadline = asyncio.get_running_loop().time() + self._timeout
+        if not (replicated and self._replicas):
+            return _checked(protocol, await protocol.send(_pack(args), deadline))
+        answers: tuple[Any, Any] = await asyncio.gather(
+            protocol.send(_pack(args), deadline),
+            protocol.send(_pack(("WAIT", self._replicas, self._wait_ms)), deadline),
+            return_exceptions=True,
+        )
+        reply, acks = answers
+        result = _checked(protocol, reply)
+        acknowledged: int = _checked(protocol, acks)
+        if acknowledged < self._replicas:
+            # The primary lost its replicas: perhaps a failover promoted one and left this one
+            # writable but doomed. Reconnecting asks Sentinel again.
+            protocol.retire()
+            raise StoreError(f"redis: {acknowledged} of {self._replicas} replicas acknowledged")
+        return result
+
+    async def run(
+        self, script: Script, keys: Sequence[str], args: Sequence[Arg], *, replicated: bool = False
+    ) -> Any:
         """``EVALSHA``, falling back to ``EVAL`` (which caches the script) after a restart or flush."""
         try:
-            return await self.execute("EVALSHA", script.sha, len(keys), *keys, *args)
+            return await self.execute("EVALSHA", script.sha, len(keys), *keys, *args, replicated=replicated)
         except ReplyRefused as refused:
             if refused.code != "NOSCRIPT":
                 raise
-        return await self.execute("EVAL", script.source, len(keys), *keys, *args)
+        return await self.execute("EVAL", script.source, len(keys), *keys, *args, replicated=replicated)
 
     async def ping(self) -> None:
         await self.execute("PING")
+
+    async def _connected(self) -> _Protocol:
+        protocol = self._protocol
+        if protocol is None or not protocol.open:
+            protocol = await self._reconnect()
+        return protocol
 
     async def _reconnect(self) -> _Protocol:
         # Single flight: every command arriving while the connection is down waits on one attempt,
@@ -253,16 +365,22 @@ class RedisPipe:
     async def _connect(self) -> _Protocol:
         loop = asyncio.get_running_loop()
         address = self._address
+        if self._sentinels is None:
+            assert isinstance(address, RedisAddress)
+            host, port = address.host, address.port
+        else:
+            host, port = await self._sentinels.primary()
         tls = ssl.create_default_context() if address.tls else None
         try:
             async with asyncio.timeout(self._timeout):
                 _, protocol = await loop.create_connection(
-                    lambda: _Protocol(loop), address.host, address.port, ssl=tls
+                    lambda: _Protocol(loop, self._connections.discard), host, port, ssl=tls
                 )
         except TimeoutError:
             raise StoreError("redis: TimeoutError") from None
         except OSError as exc:  # ssl.SSLError is an OSError
             raise StoreError(f"redis: {type(exc).__name__}") from None
+        self._connections.add(protocol)
         deadline = loop.time() + self._timeout
         try:
             for reply in await asyncio.gather(
@@ -282,6 +400,21 @@ class RedisPipe:
         if self._connecting is not None:
             self._connecting.cancel()
             self._connecting = None
-        if self._protocol is not None:
-            self._protocol.abort("redis: closed")
-            self._protocol = None
+        for protocol in list(self._connections):
+            protocol.abort("redis: closed")
+        self._protocol = None
+        if self._sentinels is not None:
+            await self._sentinels.close()
+
+
+def _checked(protocol: _Protocol, reply: Any) -> Any:
+    """``reply``; :class:`ReplyRefused` for an error answer (retiring ``protocol`` if it says to); a
+    failure gathered in its place (``StoreError``, ``CancelledError``) raised again."""
+    if isinstance(reply, hiredis.ReplyError):
+        refused = ReplyRefused(reply)
+        if refused.code in RECONNECT_CODES:
+            protocol.retire()
+        raise refused
+    if isinstance(reply, BaseException):
+        raise reply
+    return reply

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import NamedTuple, Protocol
+from datetime import UTC
+from email.utils import parsedate_to_datetime
+from typing import Final, NamedTuple, Protocol
 
 from gateway.ops.tracing import TraceContext
 
@@ -72,6 +74,47 @@ class UpstreamError(Exception):
         self.detail = detail
 
 
+MAX_THROTTLE_SECONDS: Final = 60.0
+"""The longest a bot's own ``429`` keeps the gateway from calling it: a provider asking for an hour
+must not take a Brand off the air for an hour on one answer."""
+DEFAULT_THROTTLE_SECONDS: Final = 1.0
+"""A ``429`` with no usable ``Retry-After``: wait as long as a turn refused at the concurrency cap."""
+
+
+def retry_after_seconds(value: str | None, now: float) -> float:
+    """RFC 9110 §10.2.3 ``Retry-After``: delay-seconds or an HTTP-date (against the wall clock ``now``).
+
+    Anything else, or nothing, is :data:`DEFAULT_THROTTLE_SECONDS`; the result is bounded to
+    ``[0, MAX_THROTTLE_SECONDS]``.
+    """
+    if value is None:
+        return DEFAULT_THROTTLE_SECONDS
+    value = value.strip()
+    if value.isascii() and value.isdigit():
+        return min(float(value), MAX_THROTTLE_SECONDS)
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError):
+        return DEFAULT_THROTTLE_SECONDS
+    if when.tzinfo is None:  # RFC 9110 §5.6.7: an HTTP-date is GMT
+        when = when.replace(tzinfo=UTC)
+    return min(max(when.timestamp() - now, 0.0), MAX_THROTTLE_SECONDS)
+
+
+class UpstreamThrottled(UpstreamError):
+    """The bot (or its model provider) answered ``429``: stop calling it for ``retry_after`` seconds.
+
+    An :class:`UpstreamError` (reason ``throttled``), so a caller with no guard, such as
+    ``check-config --probe``, reports it as a failure; :class:`~gateway.upstream.guard.GuardedBot`
+    instead holds every turn back for the bot until then and answers them like :class:`BotBusy`.
+    ``retry_after`` is bounded to ``[0, MAX_THROTTLE_SECONDS]``.
+    """
+
+    def __init__(self, retry_after: float, detail: str = "") -> None:
+        super().__init__("throttled", detail)
+        self.retry_after = min(max(retry_after, 0.0), MAX_THROTTLE_SECONDS)
+
+
 class BotBusy(Exception):
     """The bot is at its concurrency cap and no slot freed in time: answer a bare 429 (§6).
 
@@ -85,4 +128,14 @@ class BotBusy(Exception):
 
 
 class BotAdapter(Protocol):
-    async def send(self, turn: Turn) -> BotReply: ...
+    async def send(self, turn: Turn) -> BotReply:
+        """Run one turn; :class:`UpstreamError` (a bounded ``reason``) when the bot gave no useful answer."""
+        ...
+
+    async def probe(self) -> str:
+        """One harmless request to the bot (it starts no conversation there), for ``check-config --probe``.
+
+        Returns one line saying what answered; raises :class:`UpstreamError` when nothing useful did.
+        Each adapter documents which request it sends and why it is harmless.
+        """
+        ...

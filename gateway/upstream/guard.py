@@ -13,6 +13,13 @@ never knows it is there. It speaks the adapter protocol's own failures:
   ``INTERNAL``, nothing stored, marker released, exactly like a failed call) without
   waiting out a dead bot's timeout. After ``cooldown`` seconds one probe call goes through
   (half-open); its success closes the circuit, its failure re-opens it.
+* **The bot's own 429** (:class:`UpstreamThrottled`, raised by an adapter whose bot or model
+  provider answered ``429``). No turn is sent to that bot until its ``Retry-After`` has passed
+  (bounded by :data:`~gateway.upstream.base.MAX_THROTTLE_SECONDS`); the throttled turn and every
+  turn meanwhile raise :class:`BotBusy` with the time left, so the personal agent gets a bare
+  ``429`` (§6), nothing is stored and the in-flight marker is released. It is not a failure
+  for the breaker: the bot answered, it asked for less traffic, and opening the circuit would
+  only turn its precise wait into ``INTERNAL`` for ``cooldown`` seconds.
 
 Both are per process, on purpose. The cap protects the bot from what *this* process sends;
 the operator sizes it as the bot's capacity divided by the number of gateway processes. The
@@ -26,6 +33,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import Callable
@@ -33,7 +41,7 @@ from enum import Enum, IntEnum
 
 from gateway.config import CircuitBreakerConfig, UpstreamConfig
 from gateway.ops.metrics import Metrics
-from gateway.upstream.base import BotAdapter, BotBusy, BotReply, Turn, UpstreamError
+from gateway.upstream.base import BotAdapter, BotBusy, BotReply, Turn, UpstreamError, UpstreamThrottled
 
 __all__ = ["CircuitBreaker", "CircuitState", "GuardedBot", "Permit"]
 
@@ -132,14 +140,23 @@ class GuardedBot:
         self._metrics = metrics
         self._clock = clock
         self._published: CircuitState | None = None
+        self._throttled_until = 0.0
         self._publish()
 
     @property
     def circuit_state(self) -> CircuitState:
         return self._breaker.state
 
+    async def probe(self) -> str:
+        """The inner adapter's probe, outside the cap and the breaker: it sends no turn, so it
+        neither takes a turn's slot nor counts as the bot's health."""
+        return await self._inner.probe()
+
     async def send(self, turn: Turn) -> BotReply:
-        permit = self._breaker.admit(self._clock())
+        now = self._clock()
+        if now < self._throttled_until:
+            raise self._busy("upstream_retry_after", self._throttled_until - now)
+        permit = self._breaker.admit(now)
         self._publish()
         if permit is None:
             raise UpstreamError("circuit_open", "the bot's circuit breaker is open")
@@ -151,6 +168,18 @@ class GuardedBot:
             raise
         try:
             reply = await self._inner.send(turn)
+        except UpstreamThrottled as throttled:
+            # The bot answered: no verdict on its health (a probe leaves the next turn to probe).
+            self._breaker.abandoned(permit)
+            wait = throttled.retry_after
+            self._throttled_until = max(self._throttled_until, self._clock() + wait)
+            log.warning(
+                "bot answered 429: no calls for %.1f s (%s)",
+                wait,
+                throttled.detail,
+                extra={"brand": self._brand_id, "request_id": turn.request_id},
+            )
+            raise self._busy("upstream_retry_after", wait) from None
         except UpstreamError:
             self._breaker.failed(permit, self._clock())
             raise
@@ -178,9 +207,16 @@ class GuardedBot:
             async with asyncio.timeout(self._queue_timeout):
                 await self._slots.acquire()
         except TimeoutError:
-            if self._metrics is not None:
-                self._metrics.rate_limited.labels(brand=self._brand_id, limit="concurrency").inc()
-            raise BotBusy(BUSY_RETRY_AFTER) from None
+            raise self._busy("concurrency", BUSY_RETRY_AFTER) from None
+
+    def _busy(self, limit: str, wait: float) -> BotBusy:
+        """The refusal for a turn held back from the bot, counted under ``limit``.
+
+        ``Retry-After`` is whole seconds, rounded up and at least 1 (as the §6 limits round).
+        """
+        if self._metrics is not None:
+            self._metrics.rate_limited.labels(brand=self._brand_id, limit=limit).inc()
+        return BotBusy(max(1, math.ceil(wait)))
 
     def _publish(self) -> None:
         state = self._breaker.state

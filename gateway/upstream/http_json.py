@@ -9,6 +9,11 @@ the gateway's span. Answer: ``{"text": "...", "end": false}``;
 ``requires_scopes`` (the scopes this turn needs: a §5.5 step-up when some are not granted),
 ``actions`` (``[{"tool": str, "args"?: any JSON}]``) and ``scopes_used`` (both for the §5.6
 receipt). Anything else is an :class:`UpstreamError`.
+
+Probe (``check-config --probe``): ``OPTIONS`` to the bot's URL with the Brand's headers and no
+body. Turns are POSTs, and OPTIONS is safe by definition (RFC 9110 §9.3.7), so it starts
+nothing in the bot; HEAD would do as well, but some frameworks route HEAD to a GET handler.
+What answers, even ``405``, proves the endpoint is there (:func:`~gateway.upstream.wire.probe_verdict`).
 """
 
 from __future__ import annotations
@@ -24,8 +29,9 @@ import rfc8785
 from gateway.config import UpstreamConfig
 from gateway.ops.tracing import trace_headers
 from gateway.upstream.base import Action, BotReply, Turn, UpstreamError
+from gateway.upstream.wire import MAX_REPLY_BYTES as MAX_REPLY_BYTES
+from gateway.upstream.wire import probe_endpoint, read_capped
 
-MAX_REPLY_BYTES = 1024 * 1024
 MAX_LIST_ITEMS: Final = 64
 """At most this many scopes or actions in one reply: a turn's receipt stays small."""
 MAX_TOOL_LENGTH: Final = 128
@@ -64,16 +70,20 @@ class HttpJsonAdapter:
             ) as response:
                 if not 200 <= response.status < 300:
                     raise UpstreamError("status", f"HTTP {response.status}")
-                raw = await response.content.read(MAX_REPLY_BYTES + 1)
+                raw = await read_capped(response)
         except TimeoutError:
             raise UpstreamError("timeout", f"no answer within {self._timeout.total} s") from None
         except aiohttp.ClientConnectionError as exc:
             raise UpstreamError("connect", type(exc).__name__) from None
         except aiohttp.ClientError as exc:
             raise UpstreamError("protocol", type(exc).__name__) from None
-        if len(raw) > MAX_REPLY_BYTES:
-            raise UpstreamError("bad_body", "reply larger than 1 MiB")
         return parse_bot_reply(raw)
+
+    async def probe(self) -> str:
+        headers = {name: value for name, value in self._headers.items() if name != "Content-Type"}
+        return await probe_endpoint(
+            self._session, "OPTIONS", self._url, headers=headers, within=self._timeout
+        )
 
 
 def parse_bot_reply(raw: bytes) -> BotReply:
@@ -94,7 +104,11 @@ def parse_bot_reply(raw: bytes) -> BotReply:
         # The common reply: three dictionary misses, no more.
         return BotReply(text, end)
     return BotReply(
-        text, end, _scopes(requires, "requires_scopes"), _actions(actions), _scopes(used, "scopes_used")
+        text,
+        end,
+        parse_scopes(requires, "requires_scopes"),
+        parse_actions(actions),
+        parse_scopes(used, "scopes_used"),
     )
 
 
@@ -108,8 +122,8 @@ def _list(value: Any, name: str) -> list[Any]:
     return value
 
 
-def _scopes(value: Any, name: str) -> tuple[str, ...]:
-    """Scope ids in the bot's order, each once."""
+def parse_scopes(value: Any, name: str) -> tuple[str, ...]:
+    """A bot's ``requires_scopes`` or ``scopes_used`` (``None``: none): scope ids in its order, each once."""
     scopes = _list(value, name)
     for scope in scopes:
         if not isinstance(scope, str) or not _SCOPE_ID.fullmatch(scope):
@@ -117,7 +131,8 @@ def _scopes(value: Any, name: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(scopes))
 
 
-def _actions(value: Any) -> tuple[Action, ...]:
+def parse_actions(value: Any) -> tuple[Action, ...]:
+    """A bot's ``actions`` (``None``: none), each argument canonicalized for the §5.6 receipt."""
     actions: list[Action] = []
     for item in _list(value, "actions"):
         if not isinstance(item, dict) or not item.keys() <= _ACTION_KEYS:

@@ -24,3 +24,7 @@ class TracedBot:
     async def send(self, turn: Turn) -> BotReply:
         with self._spans.span("pact.bot.call", {"pact.brand": turn.brand_id}, client=True) as trace:
             return await self._inner.send(turn._replace(trace=trace))
+
+    async def probe(self) -> str:
+        """``check-config --probe`` checks the bot itself: nothing to trace."""
+        return await self._inner.probe()

@@ -57,6 +57,13 @@ def test_s3_1_discovery_url_is_under_the_issuer() -> None:
         ("pa.example", False, False),
         ("urn:example:pa", False, False),
         ("https://pa.example/" + "a" * 600, False, False),
+        # No white space or control character: yarl would drop a newline, and the log would get it.
+        ("https://pa.example/a\nb", False, False),
+        ("https://pa.example/a\r\n2030-01-01 INFO forged", False, False),
+        ("https://pa.example/\x1b[31m", False, False),
+        ("https://pa.example/a b", False, False),
+        ("https://pa.example/a\u2028b", False, False),
+        ("https://pa.example/caf\u00e9", False, True),
     ],
 )
 def test_s3_1_which_issuers_the_open_policy_looks_up(issuer: str, development: bool, ok: bool) -> None:

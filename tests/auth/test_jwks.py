@@ -14,12 +14,27 @@ from typing import Any
 
 import aiohttp
 import pytest
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-from gateway.auth.jwks import JwksCache, PublicKey, parse_jwk, parse_jwks, ttl_from_cache_control
+from gateway.auth.jwks import (
+    MAX_RSA_EXPONENT,
+    JwksCache,
+    PublicKey,
+    parse_jwk,
+    parse_jwks,
+    ttl_from_cache_control,
+)
 from gateway.auth.pa_jwt import AuthFailure, PAVerifier
 from gateway.config import JwksPolicy, PersonalAgentsConfig
-from tests.support.pa import FailureMode, FakeJwksServer, ManualClock, PAKey, jwks_policy, refusal
+from tests.support.pa import (
+    FailureMode,
+    FakeJwksServer,
+    ManualClock,
+    PAKey,
+    huge_exponent_key,
+    jwks_policy,
+    refusal,
+)
 
 SUB = "user-1"
 FAILURES: list[FailureMode] = [
@@ -44,9 +59,17 @@ class Lookup:
     issuer: str
     jwks_uri: str | None
     key: PAKey
+    open_policy: bool = False
 
     async def find(self, kid: str | None = None) -> PublicKey:
-        return await self.jwks.key_for(self.issuer, self.jwks_uri, kid or self.key.kid, self.key.alg)
+        return await self.jwks.key_for(
+            self.issuer, self.jwks_uri, kid or self.key.kid, self.key.alg, open_policy=self.open_policy
+        )
+
+    @property
+    def held(self) -> bool:
+        """Whether keys of this issuer are held, in either partition."""
+        return self.jwks.version(self.issuer) is not None
 
     async def refusal(self, kid: str | None = None) -> str:
         with pytest.raises(AuthFailure) as failure:
@@ -216,6 +239,7 @@ async def test_jwks_cache_never_closes_the_session(
         ("max-age=5", 60),  # clamped up to min_ttl
         ("max-age=0", 60),
         ("max-age=999999999", 86400),  # clamped down to max_ttl
+        ("max-age=" + "9" * 5000, 86400),  # more digits than int() takes from a string: still clamped
         ("no-cache", 300),
         ("no-store, max-age=600", 300),
         ("max-age=soon", 300),
@@ -406,29 +430,52 @@ async def test_version_changes_only_when_the_keys_do(
 
 
 @pytest.mark.parametrize("policy", [jwks_policy(max_cached_issuers=2)], ids=["max_cached_issuers=2"])
-async def test_keys_of_the_least_recently_used_issuer_are_dropped_beyond_max_cached_issuers(
-    jwks: JwksCache, lookup: Lookup, jwks_server: FakeJwksServer, policy: JwksPolicy
+async def test_keys_of_the_least_recently_used_open_issuer_are_dropped_beyond_max_cached_issuers(
+    lookup: Lookup, jwks_server: FakeJwksServer, policy: JwksPolicy
 ) -> None:
-    """Under the open policy anyone can be an issuer, so the cache is bounded; recent use keeps keys."""
-    a, b, c = (replace(lookup, issuer=f"https://pa-{name}.example") for name in "abc")
+    """Under the open policy anyone can be an issuer, so their partition is bounded; recent use keeps keys."""
+    a, b, c = (replace(lookup, issuer=f"https://pa-{name}.example", open_policy=True) for name in "abc")
     await a.find()
     await b.find()
     await a.find()  # a is now more recently used than b
     await c.find()
-    assert [jwks.has_keys(pa.issuer) for pa in (a, b, c)] == [True, False, True]
+    assert [pa.held for pa in (a, b, c)] == [True, False, True]
     assert jwks_server.fetch_count == 3
     await b.find()  # fetched afresh; a is now the least recently used
-    assert [jwks.has_keys(pa.issuer) for pa in (a, b, c)] == [False, True, True]
+    assert [pa.held for pa in (a, b, c)] == [False, True, True]
     assert jwks_server.fetch_count == 4
 
 
 @pytest.mark.parametrize("policy", [jwks_policy(max_cached_issuers=2)], ids=["max_cached_issuers=2"])
-async def test_s3_1_inline_keys_are_never_dropped_for_the_bound(
-    jwks: JwksCache, lookup: Lookup, policy: JwksPolicy
+async def test_s3_1_registered_and_inline_keys_are_never_dropped_for_open_issuers(
+    jwks: JwksCache, lookup: Lookup, jwks_server: FakeJwksServer, policy: JwksPolicy
 ) -> None:
+    """Issue 12 row 4: open-policy issuers fill their own partition only; a registered issuer's keys
+    stay held, so its users are still served while its key server is down."""
     airgapped = Lookup(jwks, "https://airgapped.example", None, PAKey.es256())
     jwks.preload(airgapped.issuer, {"keys": [airgapped.key.public_jwk()]})
-    for name in "abc":
-        await replace(lookup, issuer=f"https://pa-{name}.example").find()
+    await lookup.find()
+    opened = [replace(lookup, issuer=f"https://pa-{n}.example", open_policy=True) for n in range(5)]
+    for pa in opened:
+        await pa.find()
+    assert [pa.held for pa in opened] == [False, False, False, True, True]
+    jwks_server.fail("error")
+    assert isinstance(await lookup.find(), ec.EllipticCurvePublicKey)
     assert isinstance(await airgapped.find(), ec.EllipticCurvePublicKey)
-    assert jwks.has_keys("https://pa-c.example")
+    assert jwks.has_keys(lookup.issuer)
+    assert jwks_server.fetch_count == 6  # the registered issuer's keys were never fetched again
+
+
+# --- huge RSA public exponents ---------------------------------------------------------------------
+
+
+def test_rsa_key_with_a_huge_public_exponent_is_skipped() -> None:
+    """Issue 12 row 4: verifying costs an exponentiation by ``e``; a 2048-bit ``e`` made every failed
+    verification tens of times dearer. Such a key is skipped as it is parsed, like an 8192+ bit one."""
+    huge = huge_exponent_key()
+    public = huge.private_key.public_key()
+    assert isinstance(public, rsa.RSAPublicKey)
+    assert public.public_numbers().e > MAX_RSA_EXPONENT
+    assert parse_jwk(huge.public_jwk()) is None
+    assert parse_jwks({"keys": [huge.public_jwk()]}) == ()
+    assert parse_jwk(PAKey.rs256().public_jwk()) is not None  # e = 65537

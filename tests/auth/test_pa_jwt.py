@@ -14,7 +14,8 @@ import pytest
 from gateway.auth.jwks import JwksCache
 from gateway.auth.pa_jwt import AuthFailure, PAIdentity, PAVerifier, bearer_token
 from gateway.config import PersonalAgentsConfig
-from tests.support.pa import OMIT, FakeJwksServer, PAKey, allowlist, jwks_policy
+from tests.auth.conftest import CountedSignatures
+from tests.support.pa import OMIT, FakeJwksServer, PAKey, allowlist, huge_exponent_key, jwks_policy
 
 SUB = "user-7f3a"
 
@@ -267,6 +268,21 @@ async def test_s3_2_rsa_1024_key_rejected_as_weak(
     weak = PAKey.rs256(bits=1024)
     jwks_server.add_key(weak)
     assert await reason(verifier, weak.mint(pa_issuer, SUB, pa_audience)) == "weak_key"
+
+
+async def test_a_key_with_a_huge_rsa_exponent_verifies_nothing(
+    verifier: PAVerifier,
+    jwks_server: FakeJwksServer,
+    pa_issuer: str,
+    pa_audience: str,
+    pa_signature_checks: CountedSignatures,
+) -> None:
+    """Issue 12 row 4: a genuine signature by a key whose ``e`` is 2040 bits (each check tens of
+    times the normal cost) is refused with no signature check: the key was skipped when parsed."""
+    huge = huge_exponent_key()
+    jwks_server.add_key(huge)
+    assert await reason(verifier, huge.mint(pa_issuer, SUB, pa_audience)) == "unknown_kid"
+    assert pa_signature_checks.count == 0
 
 
 async def test_s3_2_jwks_never_fetched_is_jwks_unavailable(

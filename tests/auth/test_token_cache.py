@@ -10,10 +10,11 @@ import aiohttp
 import pytest
 
 from gateway.auth.jwks import JwksCache
-from gateway.auth.pa_jwt import PAVerifier
+from gateway.auth.pa_jwt import REJECTED_TTL, PAVerifier
 from gateway.auth.token_cache import TokenCache
 from gateway.config import PersonalAgentsConfig
-from tests.support.pa import FakeJwksServer, ManualClock, PAKey, allowlist, jwks_policy, refusal
+from tests.auth.conftest import CountedSignatures
+from tests.support.pa import PA_AUDIENCE, FakeJwksServer, ManualClock, PAKey, allowlist, jwks_policy, refusal
 
 SUB = "user-1"
 EXP = 100.0  # when the LRU tests' entries expire; they read the cache before it
@@ -203,3 +204,94 @@ async def test_token_cache_hit_is_at_least_10x_cheaper_than_full_es256_verificat
         return min(timings)
 
     assert await best_of(uncached) >= 10 * await best_of(cached)
+
+
+async def test_s3_1_token_cache_dropped_when_a_reload_moves_the_issuer_to_another_jwks_uri(
+    verifier: PAVerifier, mint: Mint, reload: Reload
+) -> None:
+    """Issue 12 row 8: the old keys' verdicts must not outlive the move; the new URI decides."""
+    token = mint()
+    await verifier.verify(token)
+    async with FakeJwksServer() as moved_to:
+        moved_to.set_keys(PAKey.es256())
+        reload(jwks_uri=moved_to.jwks_uri)
+        assert await refusal(verifier, token) == "unknown_kid"
+        assert moved_to.fetch_count == 1
+
+
+# --- refused tokens (issue 12 row 4: a replayed bad token costs a lookup) -------------------------
+
+
+async def test_a_refused_token_sent_again_is_refused_without_another_signature_check(
+    verifier: PAVerifier, es256_key: PAKey, mint: Mint, pa_signature_checks: CountedSignatures
+) -> None:
+    impostor = mint(PAKey.es256(kid=es256_key.kid))  # a published kid, another key's signature
+    for _ in range(5):
+        assert await refusal(verifier, impostor) == "bad_signature"
+    assert pa_signature_checks.count == 1
+    listed_audience = mint(extra_claims={"aud": [PA_AUDIENCE]})  # §3.2: one string, never a list
+    for _ in range(3):
+        assert await refusal(verifier, listed_audience) == "bad_audience"
+    assert pa_signature_checks.count == 2
+
+
+async def test_a_refusal_is_kept_for_rejected_ttl_only(
+    verifier: PAVerifier,
+    es256_key: PAKey,
+    mint: Mint,
+    wall: ManualClock,
+    pa_signature_checks: CountedSignatures,
+) -> None:
+    impostor = mint(PAKey.es256(kid=es256_key.kid), ttl=300)
+    assert await refusal(verifier, impostor) == "bad_signature"
+    wall.advance(REJECTED_TTL - 0.1)
+    assert await refusal(verifier, impostor) == "bad_signature"
+    assert pa_signature_checks.count == 1
+    wall.advance(0.1)
+    assert await refusal(verifier, impostor) == "bad_signature"
+    assert pa_signature_checks.count == 2
+
+
+async def test_a_refusal_is_checked_again_once_the_issuers_keys_change(
+    verifier: PAVerifier,
+    es256_key: PAKey,
+    mint: Mint,
+    jwks_server: FakeJwksServer,
+    mono: ManualClock,
+    pa_signature_checks: CountedSignatures,
+) -> None:
+    """A signature check refused under one key set says nothing of the next (a rotation kept the kid)."""
+    successor = PAKey.es256(kid=es256_key.kid)
+    token = mint(successor)
+    assert await refusal(verifier, token) == "bad_signature"
+    jwks_server.set_keys(successor)
+    mono.advance(301)  # past the keys' TTL: the next verification refetches them
+    assert (await verifier.verify(mint(successor))).sub == SUB
+    assert (await verifier.verify(token)).sub == SUB
+    assert pa_signature_checks.count == 3
+
+
+async def test_refusals_that_may_pass_later_are_not_kept(
+    verifier: PAVerifier,
+    es256_key: PAKey,
+    pa_issuer: str,
+    pa_audience: str,
+    wall: ManualClock,
+    pa_signature_checks: CountedSignatures,
+) -> None:
+    """``iat`` 31 s ahead is refused now and accepted once the clock catches up, so never cached."""
+    early = es256_key.mint(pa_issuer, SUB, pa_audience, iat=wall.now + 31)
+    assert await refusal(verifier, early) == "iat_future"
+    wall.advance(2)
+    assert (await verifier.verify(early)).sub == SUB
+    assert pa_signature_checks.count == 2
+
+
+async def test_refusals_are_forgotten_on_reload(
+    verifier: PAVerifier, es256_key: PAKey, jwks_server: FakeJwksServer, pa_audience: str, reload: Reload
+) -> None:
+    newcomer = "https://newcomer.example"
+    token = es256_key.mint(newcomer, SUB, pa_audience)
+    assert await refusal(verifier, token) == "unknown_issuer"
+    reload(issuer=newcomer)
+    assert (await verifier.verify(token)).issuer == newcomer

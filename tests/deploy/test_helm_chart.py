@@ -11,23 +11,33 @@ from __future__ import annotations
 
 import base64
 import copy
+import json
 import re
+import subprocess
+import sys
 from collections.abc import Iterator, Mapping
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import helm_python as helm
+import jsonschema
 import kubernetes_validate
+import promql_parser
 import pytest
 import yaml
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
-from gateway.config import load_config
+from gateway.config import SCHEMA, LimitsConfig, load_config
+from gateway.ops.metrics import Metrics
 from tests.support.delegation import new_provider_key_pem
 
 Manifest = dict[str, Any]
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHART_DIR = REPO_ROOT / "deploy" / "helm" / "pact-gateway"
+SCHEMA_SCRIPT = REPO_ROOT / "scripts" / "gen_chart_schema.py"
 DOCKERFILE = REPO_ROOT / "Dockerfile"
 RELEASE = "pg"
 NAMESPACE = "support"
@@ -126,7 +136,8 @@ FULL_VALUES: dict[str, Any] = {
         {"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "ScheduleAnyway"}
     ],
     "startupProbe": {"enabled": True},
-    "lifecycle": {"preStop": {"sleep": {"seconds": 5}}},
+    "terminationGracePeriodSeconds": 45,
+    "lifecycle": {"preStop": {"sleep": {"seconds": 15}}, "postStart": {"sleep": {"seconds": 1}}},
     "service": {"annotations": {"example.com/lb": "internal"}},
     "ingress": {
         "enabled": True,
@@ -152,7 +163,18 @@ FULL_VALUES: dict[str, Any] = {
             "interval": "15s",
             "scrapeTimeout": "5s",
             "relabelings": [{"action": "replace", "targetLabel": "cluster", "replacement": "eu-1"}],
-        }
+        },
+        "prometheusRule": {
+            "enabled": True,
+            "labels": {"release": "kube-prometheus-stack"},
+            "annotations": {"example.com/owner": "sre"},
+            "alertLabels": {"team": "support"},
+            "alerts": {"botErrors": {"threshold": 0.2, "window": "10m", "for": "5m", "severity": "critical"}},
+            "extraRules": [
+                {"record": "pact:requests:rate5m", "expr": "sum by (brand) (rate(pact_requests_total[5m]))"}
+            ],
+        },
+        "grafanaDashboard": {"enabled": True, "annotations": {"grafana_folder": "PACT"}},
     },
     "networkPolicy": {
         "enabled": True,
@@ -262,8 +284,7 @@ def _pod_environ(docs: list[Manifest]) -> dict[str, str]:
 
 
 def _gateway_config(docs: list[Manifest]) -> Any:
-    configmap = _one(docs, "ConfigMap")
-    assert configmap["metadata"]["name"] == FULLNAME
+    (configmap,) = [doc for doc in _all(docs, "ConfigMap") if doc["metadata"]["name"] == FULLNAME]
     return yaml.safe_load(configmap["data"]["config.yaml"])
 
 
@@ -309,6 +330,24 @@ def test_lint_reports_a_broken_value() -> None:
         ({"secrets": {"env": {"not-an-env-name": "x"}}}, "not-an-env-name"),
         ({"config": {"cache": {"url": "memcached://x"}}}, "url"),
         ({"image": {"pullPolicy": "Sometimes"}}, "pullPolicy"),
+        # The gateway's own schema, at any depth: what `pact-gateway check-config` refuses.
+        ({"config": {"brnads": []}}, "brnads"),
+        ({"config": {"limits": {"shutdown_timeout": "20s"}}}, "shutdown_timeout"),
+        ({"config": {"personal_agents": {"policy": "anyone"}}}, "policy"),
+        (
+            {
+                "config": {
+                    "brands": [{**_GATEWAY_CONFIG["brands"][1], "upstream": {"url": "http://b", "timout": 5}}]
+                }
+            },
+            "timout",
+        ),
+        ({"lifecycle": {"preStopp": {"sleep": {"seconds": 5}}}}, "preStopp"),
+        ({"preStopSleepSeconds": -1}, "preStopSleepSeconds"),
+        ({"metrics": {"prometheusRule": {"alerts": {"latency": {"treshold": 5}}}}}, "treshold"),
+        ({"metrics": {"prometheusRule": {"alerts": {"botErrors": {"threshold": 5}}}}}, "threshold"),
+        ({"metrics": {"prometheusRule": {"alerts": {"storeErrors": {"window": "5 minutes"}}}}}, "window"),
+        ({"metrics": {"grafanaDashboard": {"label": "not a label"}}}, "label"),
     ],
 )
 def test_values_schema_rejects_typos(chart: helm.Chart, values: dict[str, Any], needle: str) -> None:
@@ -316,11 +355,65 @@ def test_values_schema_rejects_typos(chart: helm.Chart, values: dict[str, Any], 
         chart.render(values, name=RELEASE, namespace=NAMESPACE)
 
 
+def test_lint_refuses_a_gateway_config_typo() -> None:
+    """``config: {brnads: []}`` used to render and crash-loop the pod; helm now refuses it."""
+    report = helm.lint(CHART_DIR, {"config": {"brnads": []}}, strict=True)
+    problems = report["errors"] + [m["error"] for m in report["messages"] if m["severity"] == 3]
+    assert any("brnads" in str(problem) for problem in problems), report
+
+
+def test_chart_config_schema_is_the_gateway_schema(chart: helm.Chart) -> None:
+    """One source: values.schema.json's ``config`` is gateway.config.SCHEMA, regenerated by a script."""
+    schema = json.loads((CHART_DIR / "values.schema.json").read_text(encoding="utf-8"))
+    config = dict(schema["properties"]["config"])
+    assert "scripts/gen_chart_schema.py" in config.pop("$comment")
+    config.pop("description")
+    assert config == json.loads(json.dumps(SCHEMA)), "run python scripts/gen_chart_schema.py"
+    # Read with the draft the gateway validates with (gateway.config uses Draft202012Validator).
+    assert schema["$schema"] == jsonschema.Draft202012Validator.META_SCHEMA["$id"]
+    assert chart.schema == schema
+
+
+def _schema_script(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(SCHEMA_SCRIPT), *args], capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def test_schema_script_finds_and_fixes_a_stale_copy(tmp_path: Path) -> None:
+    assert _schema_script("--check").returncode == 0
+    current = (CHART_DIR / "values.schema.json").read_text(encoding="utf-8")
+    stale = json.loads(current)
+    del stale["properties"]["config"]["properties"]["brands"]  # as if SCHEMA had grown a key since
+    copy_path = tmp_path / "values.schema.json"
+    copy_path.write_text(json.dumps(stale, indent=2), encoding="utf-8")
+
+    checked = _schema_script("--check", "--file", str(copy_path))
+    assert checked.returncode == 1
+    assert "out of date" in checked.stderr
+    assert "python scripts/gen_chart_schema.py" in checked.stderr
+    written = _schema_script("--file", str(copy_path))
+    assert written.returncode == 0, written.stderr
+    assert copy_path.read_text(encoding="utf-8") == current
+    assert _schema_script("--check", "--file", str(copy_path)).returncode == 0
+
+    copy_path.write_text("{not json", encoding="utf-8")
+    broken = _schema_script("--check", "--file", str(copy_path))
+    assert broken.returncode == 2
+    assert "Traceback" not in broken.stderr
+
+
+def test_config_ports_must_be_fixed(chart: helm.Chart) -> None:
+    with pytest.raises(helm.HelmRenderError, match=re.escape("must be fixed ports (1-65535)")):
+        chart.render({"config": {"listen": {"port": 0}}}, name=RELEASE, namespace=NAMESPACE)
+
+
 def test_chart_metadata(chart: helm.Chart) -> None:
     metadata = chart.metadata
     assert metadata["apiVersion"] == "v2"
     assert metadata["name"] == "pact-gateway"
     assert metadata["appVersion"] == "0.1.0"
+    assert metadata["kubeVersion"] == ">=1.30.0-0"  # the preStop sleep action (GA in 1.34, beta since 1.30)
     schema = chart.schema
     assert schema is not None
     assert schema["additionalProperties"] is False
@@ -336,8 +429,8 @@ def test_manifests_validate_against_kubernetes_schema(
     docs = rendered[scenario]
     assert docs
     for doc in docs:
-        if doc["kind"] == "ServiceMonitor":
-            continue  # a CRD: no upstream schema; its shape is asserted below
+        if doc["kind"] in {"ServiceMonitor", "PrometheusRule"}:
+            continue  # CRDs: no upstream schema; their shapes are asserted below
         try:
             kubernetes_validate.validate(doc, KUBE_VERSION, strict=True)
         except kubernetes_validate.ValidationError as exc:
@@ -349,11 +442,12 @@ def test_manifests_validate_against_kubernetes_schema(
 @pytest.mark.parametrize(
     ("scenario", "kinds"),
     [
-        ("default", {"ConfigMap", "Deployment", "Service", "ServiceAccount"}),
+        ("default", ["ConfigMap", "Deployment", "Service", "ServiceAccount"]),
         (
             "full",
-            {
+            [
                 "ConfigMap",
+                "ConfigMap",  # the Grafana dashboard
                 "Deployment",
                 "Service",
                 "ServiceAccount",
@@ -362,13 +456,14 @@ def test_manifests_validate_against_kubernetes_schema(
                 "HorizontalPodAutoscaler",
                 "PodDisruptionBudget",
                 "ServiceMonitor",
+                "PrometheusRule",
                 "NetworkPolicy",
-            },
+            ],
         ),
-        ("existing-secrets", {"ConfigMap", "Deployment", "Service", "ServiceAccount"}),
+        ("existing-secrets", ["ConfigMap", "Deployment", "Service", "ServiceAccount"]),
     ],
 )
-def test_rendered_kinds(rendered: dict[str, list[Manifest]], scenario: str, kinds: set[str]) -> None:
+def test_rendered_kinds(rendered: dict[str, list[Manifest]], scenario: str, kinds: list[str]) -> None:
     docs = rendered[scenario]
     assert sorted(doc["kind"] for doc in docs) == sorted(kinds)
 
@@ -380,7 +475,7 @@ def test_standard_labels_everywhere(rendered: dict[str, list[Manifest]]) -> None
         assert labels["app.kubernetes.io/instance"] == RELEASE
         assert labels["app.kubernetes.io/managed-by"] == "Helm"
         assert labels["app.kubernetes.io/version"] == "0.1.0"
-        assert labels["helm.sh/chart"] == "pact-gateway-0.1.0"
+        assert labels["helm.sh/chart"] == "pact-gateway-0.2.0"
         assert labels["team"] == "support"
         assert doc["metadata"]["annotations"]["owner"] == "support-platform"
 
@@ -410,6 +505,80 @@ def test_pod_is_locked_down(rendered: dict[str, list[Manifest]]) -> None:
     assert security["seccompProfile"] == {"type": "RuntimeDefault"}
     assert container["resources"]["requests"] == {"cpu": "100m", "memory": "128Mi"}
     assert container["resources"]["limits"]["memory"] == "512Mi"
+
+
+def _pod_termination(docs: list[Manifest]) -> tuple[int, dict[str, Any] | None]:
+    pod = _one(docs, "Deployment")["spec"]["template"]["spec"]
+    return pod["terminationGracePeriodSeconds"], _container(docs).get("lifecycle")
+
+
+def test_default_prestop_pause_lets_endpoints_drain(rendered: dict[str, list[Manifest]]) -> None:
+    """The gateway stops accepting on SIGTERM, so by default the pod keeps serving 5 s before it."""
+    assert _pod_termination(rendered["default"]) == (30, {"preStop": {"sleep": {"seconds": 5}}})
+    assert _pod_termination(rendered["existing-secrets"]) == (30, {"preStop": {"sleep": {"seconds": 5}}})
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        (
+            {"preStopSleepSeconds": 12, "terminationGracePeriodSeconds": 40},
+            (40, {"preStop": {"sleep": {"seconds": 12}}}),
+        ),
+        ({"preStopSleepSeconds": 0}, (30, None)),
+        # A preStop of the user's own replaces the pause; other hooks keep it.
+        (
+            {"lifecycle": {"preStop": {"exec": {"command": ["/bin/drain"]}}}},
+            (30, {"preStop": {"exec": {"command": ["/bin/drain"]}}}),
+        ),
+        (
+            {"lifecycle": {"postStart": {"sleep": {"seconds": 1}}}},
+            (30, {"postStart": {"sleep": {"seconds": 1}}, "preStop": {"sleep": {"seconds": 5}}}),
+        ),
+        (
+            {"terminationGracePeriodSeconds": 90, "config": {"limits": {"shutdown_timeout": 60}}},
+            (90, {"preStop": {"sleep": {"seconds": 5}}}),
+        ),
+    ],
+)
+def test_prestop_pause_is_configurable(
+    chart: helm.Chart, values: dict[str, Any], expected: tuple[int, dict[str, Any] | None]
+) -> None:
+    docs = _render(chart, values)
+    assert _pod_termination(docs) == expected
+    kubernetes_validate.validate(_one(docs, "Deployment"), KUBE_VERSION, strict=True)
+
+
+@pytest.mark.parametrize(
+    ("values", "needle"),
+    [
+        # The chart assumes the gateway's own default drain when config.limits sets none.
+        (
+            {"terminationGracePeriodSeconds": 5 + int(LimitsConfig().shutdown_timeout)},
+            f"preStop pause (5 s) and config.limits.shutdown_timeout ({LimitsConfig().shutdown_timeout:g} s)",
+        ),
+        ({"config": {"limits": {"shutdown_timeout": 25}}}, "terminationGracePeriodSeconds is 30"),
+        ({"config": {"limits": {"shutdown_timeout": 24.5}}, "preStopSleepSeconds": 6}, "need 30.5 s"),
+        ({"lifecycle": {"preStop": {"sleep": {"seconds": 10}}}}, "preStop pause (10 s)"),
+    ],
+)
+def test_grace_period_must_outlast_pause_and_drain(
+    chart: helm.Chart, values: dict[str, Any], needle: str
+) -> None:
+    """Kubernetes kills the pod when the grace period (preStop included) ends, mid-request if need be."""
+    with pytest.raises(helm.HelmRenderError, match=re.escape(needle)):
+        chart.render(values, name=RELEASE, namespace=NAMESPACE)
+
+
+def test_grace_period_just_above_pause_and_drain_renders(chart: helm.Chart) -> None:
+    grace = 5 + int(LimitsConfig().shutdown_timeout) + 1
+    docs = _render(chart, {"terminationGracePeriodSeconds": grace})
+    assert _pod_termination(docs)[0] == grace
+    # A preStop hook that is not a sleep adds nothing the chart can count.
+    _render(
+        chart,
+        {"lifecycle": {"preStop": {"exec": {"command": ["true"]}}}, "terminationGracePeriodSeconds": 21},
+    )
 
 
 def test_image_defaults_to_app_version(chart: helm.Chart, rendered: dict[str, list[Manifest]]) -> None:
@@ -471,7 +640,10 @@ def test_command_line_and_mounts(rendered: dict[str, list[Manifest]]) -> None:
     assert full_pod["topologySpreadConstraints"][0]["labelSelector"] == {
         "matchLabels": {"app.kubernetes.io/name": "pact-gateway", "app.kubernetes.io/instance": RELEASE}
     }
-    assert full_container["lifecycle"] == {"preStop": {"sleep": {"seconds": 5}}}
+    assert full_container["lifecycle"] == {
+        "preStop": {"sleep": {"seconds": 15}},
+        "postStart": {"sleep": {"seconds": 1}},
+    }
 
 
 def test_service_and_ports(rendered: dict[str, list[Manifest]]) -> None:
@@ -688,6 +860,341 @@ def test_service_monitor_shape(rendered: dict[str, list[Manifest]]) -> None:
     assert (endpoint["interval"], endpoint["scrapeTimeout"]) == ("15s", "5s")
     assert endpoint["relabelings"][0]["targetLabel"] == "cluster"
     assert "metrics" in {port["name"] for port in _one(docs, "Service")["spec"]["ports"]}
+
+
+# ---- dashboards and alerts ---------------------------------------------------------------------
+
+# Labels Prometheus adds to every series it scrapes through the chart's ServiceMonitor.
+TARGET_LABELS = frozenset({"namespace", "service", "pod", "container", "endpoint", "job", "instance"})
+RELEASE_MATCHERS = {("namespace", NAMESPACE), ("service", FULLNAME)}
+DASHBOARD_FILE = CHART_DIR / "dashboards" / "pact-gateway.json"
+# Grafana's built-in and the dashboard's own variables, replaced as Grafana would before querying.
+GRAFANA_VARIABLES = {"$__rate_interval": "5m", "$__interval": "1m", "$__range": "6h"}
+ALERTS = {
+    "PactGatewayBotErrors",
+    "PactGatewayCircuitOpen",
+    "PactGatewayStoreErrors",
+    "PactGatewayAuthFailures",
+    "PactGatewayHighLatency",
+}
+
+_DURATION = {"type": "string", "pattern": r"^(0|([0-9]+(ms|s|m|h|d|w|y))+)$"}
+_STRING_MAP = {"type": "object", "additionalProperties": {"type": "string"}}
+# The PrometheusRule CRD (monitoring.coreos.com/v1) as the Prometheus Operator defines it, but
+# closed: the API server would silently prune an unknown field such as a misspelt `for`.
+PROMETHEUS_RULE_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "required": ["apiVersion", "kind", "metadata", "spec"],
+    "additionalProperties": False,
+    "properties": {
+        "apiVersion": {"const": "monitoring.coreos.com/v1"},
+        "kind": {"const": "PrometheusRule"},
+        "metadata": {
+            "type": "object",
+            "required": ["name", "namespace"],
+            "additionalProperties": False,
+            "properties": {
+                "name": {"type": "string", "pattern": r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$", "maxLength": 63},
+                "namespace": {"type": "string", "minLength": 1},
+                "labels": _STRING_MAP,
+                "annotations": _STRING_MAP,
+            },
+        },
+        "spec": {
+            "type": "object",
+            "required": ["groups"],
+            "additionalProperties": False,
+            "properties": {
+                "groups": {
+                    "type": "array",
+                    "minItems": 1,
+                    "items": {
+                        "type": "object",
+                        "required": ["name", "rules"],
+                        "additionalProperties": False,
+                        "properties": {
+                            "name": {"type": "string", "minLength": 1},
+                            "interval": _DURATION,
+                            "rules": {
+                                "type": "array",
+                                "minItems": 1,
+                                "items": {
+                                    "type": "object",
+                                    "required": ["expr"],
+                                    "oneOf": [{"required": ["alert"]}, {"required": ["record"]}],
+                                    "additionalProperties": False,
+                                    "properties": {
+                                        "alert": {"type": "string", "minLength": 1},
+                                        "record": {
+                                            "type": "string",
+                                            "pattern": r"^[a-zA-Z_:][a-zA-Z0-9_:]*$",
+                                        },
+                                        "expr": {"type": "string", "minLength": 1},
+                                        "for": _DURATION,
+                                        "keep_firing_for": _DURATION,
+                                        "labels": _STRING_MAP,
+                                        "annotations": _STRING_MAP,
+                                    },
+                                },
+                            },
+                        },
+                    },
+                }
+            },
+        },
+    },
+}
+
+
+@pytest.fixture(scope="module")
+def exposed() -> dict[str, frozenset[str]]:
+    """Every series name a real gateway's /metrics exposes, with its label names.
+
+    One sample recorded in each metric (labelled metrics show no series before their first), then
+    the registry scraped as the ops listener serves it.
+    """
+    metrics = Metrics()
+    metrics.observe_request("acme", "SendMessage", "ok", 0.02)
+    metrics.observe_bot_call("acme", "timeout", 10.0)
+    metrics.auth_failed("expired")
+    metrics.jwks_fetched("https://pa.example.com", ok=True)
+    metrics.retry_served("acme")
+    metrics.store_error("begin_turn")
+    metrics.delegation_event("acme", "token_issued")
+    metrics.discovery_fetched(True)
+    metrics.open_fetch_refused("jwks")
+    metrics.rate_limited.labels(brand="acme", limit="per_agent").inc()
+    metrics.circuit_state.labels(brand="acme").set(2)
+    series: dict[str, frozenset[str]] = {}
+    for family in text_string_to_metric_families(generate_latest(metrics.registry).decode()):
+        assert family.samples, f"{family.name} has no sample: record one in the exposed() fixture"
+        for sample in family.samples:
+            series[sample.name] = series.get(sample.name, frozenset()) | frozenset(sample.labels)
+    return series
+
+
+def _nodes(expr: promql_parser.Expr) -> list[promql_parser.Expr]:
+    found: list[promql_parser.Expr] = []
+    promql_parser.walk(expr, found.append)
+    return found
+
+
+def _check_query(query: str, exposed: dict[str, frozenset[str]]) -> list[promql_parser.VectorSelector]:
+    """Parse ``query`` as PromQL and check every series and label it names exists; its selectors."""
+    try:
+        parsed = promql_parser.parse(query)
+    except ValueError as error:
+        pytest.fail(f"not PromQL: {query!r}: {error}")
+    nodes = _nodes(parsed)
+    selectors = [node for node in nodes if isinstance(node, promql_parser.VectorSelector)]
+    assert selectors, f"no series in {query!r}"
+    known = set(TARGET_LABELS)
+    for selector in selectors:
+        assert selector.name in exposed, f"{selector.name} is not a gateway metric (in {query!r})"
+        labels = exposed[selector.name] | TARGET_LABELS
+        for matcher in selector.matchers.matchers:
+            assert matcher.name in labels, f"{selector.name} has no label {matcher.name} (in {query!r})"
+        known |= labels
+    for node in nodes:
+        grouping: list[str] = []
+        if isinstance(node, promql_parser.AggregateExpr) and node.modifier is not None:
+            grouping = node.modifier.labels
+        elif isinstance(node, promql_parser.BinaryExpr) and node.modifier and node.modifier.matching:
+            grouping = node.modifier.matching.labels
+        unknown = set(grouping) - known
+        assert not unknown, f"grouping by unknown labels {sorted(unknown)} in {query!r}"
+    return selectors
+
+
+def _rules(docs: list[Manifest]) -> dict[str, dict[str, Any]]:
+    (group,) = _one(docs, "PrometheusRule")["spec"]["groups"]
+    return {rule.get("alert") or rule["record"]: rule for rule in group["rules"]}
+
+
+def _comparison(expr: str) -> tuple[float, timedelta]:
+    """The threshold an alert compares against and the range of its rate()/increase()."""
+    parsed = promql_parser.parse(expr)
+    assert isinstance(parsed, promql_parser.BinaryExpr)
+    assert isinstance(parsed.rhs, promql_parser.NumberLiteral)
+    (window,) = {node.range for node in _nodes(parsed) if isinstance(node, promql_parser.MatrixSelector)}
+    return parsed.rhs.val, window
+
+
+def _dashboard_queries(dashboard: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
+    for panel in dashboard["panels"]:
+        for target in panel.get("targets", []):
+            query = target["expr"]
+            for variable, value in GRAFANA_VARIABLES.items():
+                query = query.replace(variable, value)
+            yield panel["title"], query
+
+
+def test_dashboard_and_alerts_are_off_by_default(rendered: dict[str, list[Manifest]]) -> None:
+    for scenario in ("default", "existing-secrets"):
+        assert _all(rendered[scenario], "PrometheusRule") == []
+        assert [doc["metadata"]["name"] for doc in _all(rendered[scenario], "ConfigMap")] == [FULLNAME]
+
+
+def test_prometheus_rule_shape(rendered: dict[str, list[Manifest]]) -> None:
+    rule = _one(rendered["full"], "PrometheusRule")
+    errors = sorted(jsonschema.Draft202012Validator(PROMETHEUS_RULE_SCHEMA).iter_errors(rule), key=str)
+    assert not errors, [f"{'.'.join(map(str, e.absolute_path))}: {e.message}" for e in errors]
+    assert rule["metadata"]["name"] == FULLNAME
+    assert rule["metadata"]["namespace"] == NAMESPACE
+    assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert rule["metadata"]["labels"]["app.kubernetes.io/instance"] == RELEASE
+    assert rule["metadata"]["annotations"] == {"owner": "support-platform", "example.com/owner": "sre"}
+    rules = _rules(rendered["full"])
+    assert set(rules) == ALERTS | {"pact:requests:rate5m"}
+    for name in ALERTS:
+        alert = rules[name]
+        promql_parser.parse_duration(alert["for"])
+        assert alert["labels"]["team"] == "support"
+        assert {"summary", "description"} <= set(alert["annotations"])
+        assert "{{ $labels." in alert["annotations"]["description"]  # Prometheus templating survives helm
+    assert rules["PactGatewayBotErrors"]["labels"]["severity"] == "critical"
+    assert rules["PactGatewayCircuitOpen"]["labels"]["severity"] == "critical"
+    assert rules["PactGatewayHighLatency"]["labels"]["severity"] == "warning"
+
+
+def test_alert_expressions_query_real_metrics_of_this_release(
+    rendered: dict[str, list[Manifest]], exposed: dict[str, frozenset[str]]
+) -> None:
+    """Every ``expr`` parses as PromQL and names series and labels a real gateway exports.
+
+    A renamed metric or label fails here; so does an alert that would also count another release.
+    """
+    rules = _rules(rendered["full"])
+    for name in ALERTS:
+        for selector in _check_query(rules[name]["expr"], exposed):
+            matchers = {(m.name, m.value) for m in selector.matchers.matchers}
+            assert matchers >= RELEASE_MATCHERS, f"{name}: {selector} is not limited to this release"
+    _check_query(rules["pact:requests:rate5m"]["expr"], exposed)
+
+
+def test_alert_thresholds_follow_the_values(chart: helm.Chart, rendered: dict[str, list[Manifest]]) -> None:
+    five_minutes = timedelta(minutes=5)
+    defaults = _rules(_render(chart, {"metrics": {"prometheusRule": {"enabled": True}}}))
+    assert set(defaults) == ALERTS
+    assert _comparison(defaults["PactGatewayBotErrors"]["expr"]) == (0.05, five_minutes)
+    assert _comparison(defaults["PactGatewayStoreErrors"]["expr"]) == (0, five_minutes)
+    assert _comparison(defaults["PactGatewayAuthFailures"]["expr"]) == (1, five_minutes)
+    assert _comparison(defaults["PactGatewayHighLatency"]["expr"]) == (10, five_minutes)
+    circuit = promql_parser.parse(defaults["PactGatewayCircuitOpen"]["expr"])
+    assert isinstance(circuit, promql_parser.BinaryExpr)
+    assert str(circuit.rhs) == "2"  # pact_circuit_state: 2 is open
+    assert {name: rule["for"] for name, rule in defaults.items()} == {
+        "PactGatewayBotErrors": "10m",
+        "PactGatewayCircuitOpen": "1m",
+        "PactGatewayStoreErrors": "2m",
+        "PactGatewayAuthFailures": "10m",
+        "PactGatewayHighLatency": "15m",
+    }
+
+    full = _rules(rendered["full"])["PactGatewayBotErrors"]
+    assert _comparison(full["expr"]) == (0.2, timedelta(minutes=10))
+    assert full["for"] == "5m"
+
+    values = {
+        "metrics": {
+            "prometheusRule": {
+                "enabled": True,
+                "selector": 'job="pact-gateway"',
+                "alerts": {
+                    "latency": {"threshold": 2.5, "window": "15m"},
+                    "authFailures": {"threshold": 0.1},
+                    "circuitOpen": {"enabled": False},
+                },
+            }
+        }
+    }
+    tuned = _rules(_render(chart, values))
+    assert set(tuned) == ALERTS - {"PactGatewayCircuitOpen"}
+    assert _comparison(tuned["PactGatewayHighLatency"]["expr"]) == (2.5, timedelta(minutes=15))
+    assert _comparison(tuned["PactGatewayAuthFailures"]["expr"])[0] == 0.1
+    for rule in tuned.values():
+        for node in _nodes(promql_parser.parse(rule["expr"])):
+            if isinstance(node, promql_parser.VectorSelector):
+                assert ("job", "pact-gateway") in {(m.name, m.value) for m in node.matchers.matchers}
+
+
+def test_prometheus_rule_needs_an_alert(chart: helm.Chart) -> None:
+    names = ("botErrors", "circuitOpen", "storeErrors", "authFailures", "latency")
+    off = {name: {"enabled": False} for name in names}
+    with pytest.raises(helm.HelmRenderError, match=re.escape("every alert under metrics.prometheusRule")):
+        chart.render(
+            {"metrics": {"prometheusRule": {"enabled": True, "alerts": off}}},
+            name=RELEASE,
+            namespace=NAMESPACE,
+        )
+
+
+def test_dashboard_configmap_for_the_grafana_sidecar(
+    chart: helm.Chart, rendered: dict[str, list[Manifest]]
+) -> None:
+    (configmap,) = [doc for doc in _all(rendered["full"], "ConfigMap") if doc["metadata"]["name"] != FULLNAME]
+    assert configmap["metadata"]["name"] == f"{FULLNAME}-dashboard"
+    assert configmap["metadata"]["namespace"] == NAMESPACE
+    assert configmap["metadata"]["labels"]["grafana_dashboard"] == "1"
+    assert configmap["metadata"]["annotations"]["grafana_folder"] == "PACT"
+    (key,) = configmap["data"]
+    assert key.endswith(".json")
+    # Served verbatim: helm must not read Grafana's {{label}} legends as its own templates.
+    assert json.loads(configmap["data"][key]) == json.loads(DASHBOARD_FILE.read_text(encoding="utf-8"))
+
+    docs = _render(
+        chart,
+        {
+            "metrics": {
+                "grafanaDashboard": {
+                    "enabled": True,
+                    "namespace": "grafana",
+                    "label": "example.com/dashboard",
+                    "labelValue": "pact",
+                    "labels": {"team": "sre"},
+                }
+            }
+        },
+    )
+    (moved,) = [doc for doc in _all(docs, "ConfigMap") if doc["metadata"]["name"] != FULLNAME]
+    kubernetes_validate.validate(moved, KUBE_VERSION, strict=True)
+    assert moved["metadata"]["namespace"] == "grafana"
+    assert moved["metadata"]["labels"]["example.com/dashboard"] == "pact"
+    assert moved["metadata"]["labels"]["team"] == "sre"
+    assert "grafana_dashboard" not in moved["metadata"]["labels"]
+
+
+def test_dashboard_queries_real_metrics(exposed: dict[str, frozenset[str]]) -> None:
+    """Every panel and variable query parses as PromQL over series a real gateway exports."""
+    dashboard = json.loads(DASHBOARD_FILE.read_text(encoding="utf-8"))
+    assert dashboard["uid"] == "pact-gateway"
+    variables = {variable["name"]: variable for variable in dashboard["templating"]["list"]}
+    assert variables["datasource"]["type"] == "datasource"
+    assert variables["datasource"]["query"] == "prometheus"
+    for name in ("namespace", "service", "brand"):
+        found = re.fullmatch(r"label_values\((.*), (\w+)\)", variables[name]["definition"])
+        assert found is not None, variables[name]["definition"]
+        (selector,) = _check_query(found.group(1), exposed)
+        assert found.group(2) in exposed[str(selector.name)] | TARGET_LABELS
+
+    charted: set[str] = set()
+    panel_ids = [panel["id"] for panel in dashboard["panels"]]
+    assert len(panel_ids) == len(set(panel_ids))
+    for panel in dashboard["panels"]:
+        if panel["type"] == "row":
+            continue
+        assert panel["datasource"] == {"type": "prometheus", "uid": "${datasource}"}, panel["title"]
+        assert panel["targets"], panel["title"]
+        assert panel["gridPos"]["x"] >= 0, panel["title"]
+        assert panel["gridPos"]["x"] + panel["gridPos"]["w"] <= 24, panel["title"]
+    for title, query in _dashboard_queries(dashboard):
+        for selector in _check_query(query, exposed):
+            matchers = {(m.name, m.value) for m in selector.matchers.matchers}
+            assert {("namespace", "$namespace"), ("service", "$service")} <= matchers, title
+            charted.add(re.sub(r"_(total|bucket|count|sum)$", "", str(selector.name)))
+    # A metric the gateway exports but no panel shows is a dashboard gone stale.
+    families = {re.sub(r"_(total|bucket|count|sum|created)$", "", name) for name in exposed}
+    assert families - charted == set(), "add a panel for these metrics to dashboards/pact-gateway.json"
 
 
 def test_network_policy(rendered: dict[str, list[Manifest]]) -> None:

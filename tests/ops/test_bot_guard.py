@@ -18,7 +18,7 @@ from aiohttp import ClientResponse
 from gateway.config import CircuitBreakerConfig, UpstreamConfig
 from gateway.http.state import METRICS
 from gateway.ops.metrics import Metrics
-from gateway.upstream.base import BotBusy, BotReply, Turn, UpstreamError
+from gateway.upstream.base import BotBusy, BotReply, Turn, UpstreamError, UpstreamThrottled
 from gateway.upstream.guard import CircuitBreaker, CircuitState, GuardedBot, Permit
 from tests.support.gateway import Harness, MakeGateway
 from tests.support.pa import ManualClock
@@ -271,6 +271,9 @@ class ScriptedBot:
             raise UpstreamError("status", "HTTP 500")
         return BotReply("ok")
 
+    async def probe(self) -> str:
+        return "scripted bot"
+
 
 async def test_guard_exports_circuit_state_and_concurrency_refusals() -> None:
     metrics = Metrics()
@@ -341,6 +344,9 @@ class HeldBot:
         await self._release.setdefault(turn.message_id, asyncio.Event()).wait()
         return BotReply(turn.message_id)
 
+    async def probe(self) -> str:
+        return "held bot"
+
 
 async def test_guard_free_slots_are_taken_at_once_and_the_cap_still_refuses() -> None:
     """The free-slot short cut still takes a slot per call, gives it back, and refuses at the cap."""
@@ -390,3 +396,59 @@ async def test_guard_a_queued_turn_gets_the_freed_slot_before_a_newcomer() -> No
     bot.release("m-newcomer")
     assert (await queued, await newcomer) == (BotReply("m-queued"), BotReply("m-newcomer"))
     assert bot.arrived == ["m-holder", "m-queued", "m-newcomer"]
+
+
+async def test_guard_probe_reaches_the_bot_even_with_the_circuit_open() -> None:
+    """``check-config --probe`` asks the bot itself: the probe is no turn, so the breaker neither
+    blocks it nor counts it."""
+    bot = ScriptedBot()
+    bot.failing = True
+    guard = GuardedBot(bot, "acme", bot_config(circuit_breaker=settings()), clock=ManualClock(start=0.0))
+    for _ in range(2):
+        with pytest.raises(UpstreamError):
+            await guard.send(turn())
+    assert guard.circuit_state is CircuitState.OPEN
+    assert await guard.probe() == "scripted bot"
+    assert guard.circuit_state is CircuitState.OPEN
+
+
+class ThrottlingBot(ScriptedBot):
+    """A scripted bot whose provider answers 429 with ``retry_after`` while it is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.retry_after: float | None = None
+
+    async def send(self, turn: Turn) -> BotReply:
+        if self.retry_after is not None:
+            self.calls += 1
+            raise UpstreamThrottled(self.retry_after, "HTTP 429")
+        return await super().send(turn)
+
+
+async def test_guard_a_throttled_probe_leaves_the_next_turn_to_probe_after_the_wait() -> None:
+    """The bot's 429 is no verdict on its health: a half-open probe it answers leaves the circuit
+    open (not re-opened for another cool-down), and once the wait passes the next turn probes."""
+    metrics = Metrics()
+    clock = ManualClock(start=0.0)
+    bot = ThrottlingBot()
+    guard = GuardedBot(bot, "acme", bot_config(circuit_breaker=settings()), metrics=metrics, clock=clock)
+    bot.failing = True
+    for _ in range(2):
+        with pytest.raises(UpstreamError):
+            await guard.send(turn())
+    clock.advance(15)
+    bot.failing, bot.retry_after = False, 2.5
+    with pytest.raises(BotBusy) as busy:
+        await guard.send(turn())  # the probe: throttled
+    assert (busy.value.retry_after, guard.circuit_state, bot.calls) == (3, CircuitState.OPEN, 3)
+    clock.advance(2)
+    with pytest.raises(BotBusy) as busy:
+        await guard.send(turn())  # held back: the bot is not called
+    assert (busy.value.retry_after, bot.calls) == (1, 3)
+    clock.advance(0.5)
+    bot.retry_after = None
+    assert await guard.send(turn()) == BotReply("ok")  # the next probe, well within the cool-down
+    assert guard.circuit_state is CircuitState.CLOSED
+    held = {"brand": "acme", "limit": "upstream_retry_after"}
+    assert metrics.registry.get_sample_value("pact_rate_limited_total", held) == 2

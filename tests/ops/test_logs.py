@@ -12,6 +12,7 @@ import io
 import json
 import logging
 import os
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,6 +34,7 @@ from gateway.ops.logs import (
 )
 from tests.ops.conftest import CapturedLogs, _captured
 from tests.support.gateway import AUDIENCE, Harness, MakeGateway
+from tests.support.pa import FakeJwksServer
 
 CLEAR_SUB = "customer-91f3-clear-sub"
 
@@ -394,3 +396,65 @@ async def test_a_queued_access_line_is_written_when_the_handler_is_flushed(json_
         assert json_logs.text == ""
         gateway_handler.flush()  # what logging.shutdown() does at exit, when the loop never gets back
     assert json_logs.access()[0]["status"] == 200
+
+
+# One record, one line, whatever a caller put in it (issue 12 row 11). Under the open policy an
+# issuer is anyone's string; here one is registered, so the token verifies and the issuer reaches
+# the access line's ``pa_issuer``.
+
+FORGING_ISSUER = (
+    'https://pa.example/\r\n2030-01-01 00:00:00,000 INFO pact_gateway.access forged=1 "quoted" '
+    "\x1b[31mred\x1b[0m\u2028end"
+)
+_RECORD_START = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [A-Z]+ \S+ ")
+
+
+async def _turn_of_the_forging_issuer(make_gateway: MakeGateway, jwks_uri: str) -> None:
+    def register(raw: dict[str, Any]) -> None:
+        raw["personal_agents"]["registered"].append({"issuer": FORGING_ISSUER, "jwks_uri": jwks_uri})
+
+    gw = await make_gateway(edit=register)
+    assert (await gw.send(issuer=FORGING_ISSUER)).status == 200
+
+
+async def test_text_format_escapes_every_field_so_an_issuer_cannot_forge_lines(
+    make_gateway: MakeGateway, jwks_server: FakeJwksServer, text_logs: CapturedLogs
+) -> None:
+    await _turn_of_the_forging_issuer(make_gateway, jwks_server.jwks_uri)
+    lines = text_logs.text.split("\n")
+    assert lines[-1] == ""
+    for line in lines[:-1]:
+        assert _RECORD_START.match(line), line
+    for raw in ("\r", "\x1b", "\u2028"):
+        assert raw not in text_logs.text
+    (access,) = [line for line in lines if " pact_gateway.access " in line]
+    escaped = (
+        r'"https://pa.example/\r\n2030-01-01 00:00:00,000 INFO pact_gateway.access forged=1 \"quoted\" '
+        r'\x1b[31mred\x1b[0m\u2028end"'
+    )
+    assert f"pa_issuer={escaped}" in access
+
+
+async def test_json_format_keeps_such_an_issuer_inside_one_line(
+    make_gateway: MakeGateway, jwks_server: FakeJwksServer, json_logs: CapturedLogs
+) -> None:
+    await _turn_of_the_forging_issuer(make_gateway, jwks_server.jwks_uri)
+    assert "\u2028" not in json_logs.text  # written \u2028: some line readers split on the raw one
+    records = [json.loads(line) for line in json_logs.text.split("\n") if line]
+    (access,) = [record for record in records if record["logger"] == ACCESS_LOGGER]
+    assert access["pa_issuer"] == FORGING_ISSUER
+    assert json_logs.records() == records
+
+
+def test_text_format_escapes_the_message_and_indents_the_traceback(text_logs: CapturedLogs) -> None:
+    forged = "\n2030-01-01 00:00:00,000 INFO pact_gateway.access forged=1"
+    try:
+        raise ValueError(f"bad input{forged}")
+    except ValueError:
+        logging.getLogger("pact_gateway.test").exception("failed on %s", f"x{forged}", extra={"k": "a b"})
+    head, *trace = text_logs.text.rstrip("\n").split("\n")
+    assert _RECORD_START.match(head)
+    assert head.endswith(r'failed on x\n2030-01-01 00:00:00,000 INFO pact_gateway.access forged=1 k="a b"')
+    assert trace[0] == "    Traceback (most recent call last):"
+    assert all(line.startswith("    ") for line in trace)
+    assert trace[-1] == "    2030-01-01 00:00:00,000 INFO pact_gateway.access forged=1"

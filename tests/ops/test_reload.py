@@ -19,8 +19,8 @@ from gateway.config import ReloadConfig
 from gateway.http.state import RUNTIME
 from gateway.ops.reload import ConfigWatcher, reload_app
 from tests.ops.conftest import until
-from tests.support.gateway import Harness, base_config
-from tests.support.pa import FakeJwksServer
+from tests.support.gateway import AUDIENCE, Harness, base_config
+from tests.support.pa import FakeJwksServer, PAKey
 
 
 @pytest.fixture
@@ -186,3 +186,24 @@ async def test_reload_keeps_a_brands_guarded_bot_only_while_its_upstream_is_unch
     assert latest["acme"] is before["acme"]
     assert latest["globex"] is not before["globex"]
     assert (await gw_memory.send(brand="globex")).status == 200
+
+
+async def test_s3_1_reload_moving_an_issuer_to_another_jwks_uri_drops_tokens_of_its_old_keys(
+    gw_memory: Harness, raw: dict[str, Any], tmp_path: Path
+) -> None:
+    """Issue 12 row 8: a token the old keys signed, accepted (and cached) before the reload, is
+    checked against the new ``jwks_uri`` after it, and refused there; the new keys are served."""
+    app = gw_memory.client.app
+    before = gw_memory.auth()
+    assert (await gw_memory.send(headers=before)).status == 200
+    async with FakeJwksServer() as moved_to:
+        successor = PAKey.es256()
+        moved_to.set_keys(successor)
+        moved = copy.deepcopy(raw)
+        moved["personal_agents"]["registered"][0]["jwks_uri"] = moved_to.jwks_uri
+        assert reload_app(app, write(tmp_path / "gw.yaml", moved)) is not None
+        assert (await gw_memory.send(headers=before)).status == 401
+        assert (await gw_memory.send()).status == 401  # a fresh token by the old key
+        after = {"Authorization": f"Bearer {successor.mint(gw_memory.issuer, 'alice', AUDIENCE)}"}
+        assert (await gw_memory.send(headers=after)).status == 200
+        assert moved_to.fetch_count == 1

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import pytest
 
@@ -12,6 +13,16 @@ from gateway.store.memory import MemoryStore
 from gateway.store.redis import RedisStore
 from tests.support.pa import ManualClock
 
+MakeStore = Callable[..., Awaitable[ConversationStore]]
+"""``await make_store(**cache_settings)``: a store of the test's backend with those settings changed."""
+
+SETTINGS: dict[str, Any] = {
+    "conversation_ttl": 100,
+    "closed_ttl": 1000,
+    "retry_window": 30,
+    "pending_ttl": 10,
+}
+
 
 @pytest.fixture
 def clock() -> ManualClock:
@@ -19,17 +30,27 @@ def clock() -> ManualClock:
 
 
 @pytest.fixture
-async def store(cache_url: str, clock: ManualClock) -> AsyncIterator[ConversationStore]:
-    config = CacheConfig(
-        url=cache_url, conversation_ttl=100, closed_ttl=1000, retry_window=30, pending_ttl=10
-    )
-    backend: ConversationStore = (
-        MemoryStore(config, clock=clock)
-        if cache_url.startswith("memory")
-        else RedisStore(config, clock=clock)
-    )
-    yield backend
-    await backend.close()
+async def make_store(cache_url: str, clock: ManualClock) -> AsyncIterator[MakeStore]:
+    opened: list[ConversationStore] = []
+
+    async def make(**settings: Any) -> ConversationStore:
+        config = CacheConfig(url=cache_url, **{**SETTINGS, **settings})
+        backend: ConversationStore = (
+            MemoryStore(config, clock=clock)
+            if cache_url.startswith("memory")
+            else RedisStore(config, clock=clock)
+        )
+        opened.append(backend)
+        return backend
+
+    yield make
+    for backend in opened:
+        await backend.close()
+
+
+@pytest.fixture
+async def store(make_store: MakeStore) -> ConversationStore:
+    return await make_store()
 
 
 @pytest.fixture

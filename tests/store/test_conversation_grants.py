@@ -211,9 +211,9 @@ async def test_s5_5_redis_a_delegated_turn_is_still_one_script_call(
     sent: list[Arg] = []
     execute = store.redis.execute
 
-    async def counted(*args: Arg) -> Any:
+    async def counted(*args: Arg, replicated: bool = False) -> Any:
         sent.append(args[0])
-        return await execute(*args)
+        return await execute(*args, replicated=replicated)
 
     monkeypatch.setattr(store.redis, "execute", counted)
     first = await store.begin_turn(ALICE, None, "m1", "hello", "ctx-1", limits=limits, grant=check)

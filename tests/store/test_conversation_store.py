@@ -12,6 +12,7 @@ from gateway.config import CacheConfig
 from gateway.store import ConversationStore, Owner, TurnStatus
 from gateway.store.base import text_digest
 from gateway.store.redis import RedisStore
+from tests.store.conftest import MakeStore
 from tests.support.pa import ManualClock
 
 ALICE = Owner("acme", "https://pa.example", "alice")
@@ -162,3 +163,77 @@ def test_digests_keep_the_form_redis_already_holds() -> None:
     assert ALICE.digest == hashlib.sha256(material).hexdigest()[:32]
     assert ALICE.digest_bytes == bytes.fromhex(ALICE.digest)
     assert text_digest("hello").hex() == hashlib.sha256(b"hello").hexdigest()[:32]
+
+
+# --- §4.3 with §4.2: a first message retried after its conversation closed (issue 12, row 9) ------
+
+
+async def test_s4_3_first_message_retried_after_its_conversation_closed_unanswered_opens_a_new_one(
+    store: ConversationStore,
+) -> None:
+    """Its conversation was kept but never answered it (a §5.5 step-up released the turn), then closed."""
+    await store.begin_turn(ALICE, None, "m1", "hello", "ctx-1")
+    await store.abort_turn(ALICE, "ctx-1", "m1", new_conversation=False)  # the step-up keeps ctx-1
+    await store.begin_turn(ALICE, "ctx-1", "m2", "bye", "unused")
+    await store.complete_turn(ALICE, "ctx-1", "m2", b"farewell", close=True)
+
+    again = await store.begin_turn(ALICE, None, "m1", "hello", "ctx-2")
+
+    assert (again.status, again.context_id, again.new_conversation) == (TurnStatus.NEW, "ctx-2", True)
+    # Its own retries now find ctx-2, not ctx-1 and not a third conversation.
+    repeat = await store.begin_turn(ALICE, None, "m1", "hello", "ctx-3")
+    assert (repeat.status, repeat.context_id) == (TurnStatus.IN_FLIGHT, "ctx-2")
+    await store.complete_turn(ALICE, "ctx-2", "m1", b"r-ctx-2", close=False)
+    replay = await store.begin_turn(ALICE, None, "m1", "hello", "ctx-4")
+    assert (replay.status, replay.context_id, replay.reply) == (TurnStatus.REPLAY, "ctx-2", b"r-ctx-2")
+
+
+async def test_s4_3_first_message_answered_then_closed_still_replays_its_reply(
+    store: ConversationStore,
+) -> None:
+    await store.begin_turn(ALICE, None, "m1", "hello", "ctx-1")
+    await store.complete_turn(ALICE, "ctx-1", "m1", b"r1", close=False)
+    await store.begin_turn(ALICE, "ctx-1", "m2", "bye", "unused")
+    await store.complete_turn(ALICE, "ctx-1", "m2", b"farewell", close=True)
+
+    replay = await store.begin_turn(ALICE, None, "m1", "hello", "ctx-2")
+
+    assert (replay.status, replay.context_id, replay.reply) == (TurnStatus.REPLAY, "ctx-1", b"r1")
+
+
+async def test_s4_3_first_message_retried_after_its_conversation_idled_out_opens_a_new_one(
+    make_store: MakeStore, clock: ManualClock
+) -> None:
+    """An idle TTL shorter than the retry window: the conversation is CLOSED while the record lives."""
+    store = await make_store(conversation_ttl=10, retry_window=60)
+    await store.begin_turn(ALICE, None, "m1", "hello", "ctx-1")
+    await store.abort_turn(ALICE, "ctx-1", "m1", new_conversation=False)
+    clock.now += 11
+
+    again = await store.begin_turn(ALICE, None, "m1", "hello", "ctx-2")
+
+    assert (again.status, again.context_id) == (TurnStatus.NEW, "ctx-2")
+
+
+async def test_s4_3_a_repeat_of_a_turn_still_running_is_in_flight_even_once_closed(
+    store: ConversationStore,
+) -> None:
+    await store.begin_turn(ALICE, None, "m1", "hello", "ctx-1")
+    await store.complete_turn(ALICE, "ctx-1", "m1", b"r1", close=False)
+    assert (await store.begin_turn(ALICE, "ctx-1", "m2", "slow", "u")).status is TurnStatus.NEW
+    await store.begin_turn(ALICE, "ctx-1", "m3", "bye", "u")
+    await store.complete_turn(ALICE, "ctx-1", "m3", b"farewell", close=True)
+
+    assert (await store.begin_turn(ALICE, "ctx-1", "m2", "slow", "u")).status is TurnStatus.IN_FLIGHT
+    assert (await store.begin_turn(ALICE, "ctx-1", "m4", "new", "u")).status is TurnStatus.CLOSED
+
+
+async def test_s4_3_abort_after_the_reply_was_stored_keeps_it(store: ConversationStore) -> None:
+    """A completion that failed on the way back may have been stored: the release must not undo it."""
+    first = await store.begin_turn(ALICE, None, "m1", "hello", "ctx-1")
+    await store.complete_turn(ALICE, "ctx-1", "m1", b"r1", close=False)
+    await store.abort_turn(ALICE, "ctx-1", "m1", new_conversation=first.new_conversation)
+
+    replay = await store.begin_turn(ALICE, None, "m1", "hello", "ctx-2")
+    assert (replay.status, replay.context_id, replay.reply) == (TurnStatus.REPLAY, "ctx-1", b"r1")
+    assert (await store.begin_turn(ALICE, "ctx-1", "m2", "x", "u")).status is TurnStatus.NEW

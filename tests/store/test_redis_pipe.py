@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import suppress
 from typing import Any
 from urllib.parse import quote
@@ -21,6 +21,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from gateway.config import CacheConfig
+from gateway.redis_url import parse_redis_url
 from gateway.store.base import StoreError
 from gateway.store.redis import RedisStore
 from gateway.store.redis_pipe import DEFAULT_TIMEOUT, RedisAddress, RedisPipe, ReplyRefused, Script, _Protocol
@@ -118,11 +119,11 @@ async def fake_redis() -> AsyncIterator[FakeRedis]:
 
 @pytest.fixture
 async def pipes() -> AsyncIterator[Callable[..., RedisPipe]]:
-    """Opens pipes (``url``, optional ``timeout``) and closes every one of them after the test."""
+    """Opens pipes (``url``, optional ``timeout`` and ``replicas``) and closes every one after the test."""
     opened: list[RedisPipe] = []
 
-    def open_pipe(url: str, timeout: float = 2.0) -> RedisPipe:
-        pipe = RedisPipe(RedisAddress.from_url(url), timeout=timeout)
+    def open_pipe(url: str, timeout: float = 2.0, replicas: int = 0) -> RedisPipe:
+        pipe = RedisPipe(parse_redis_url(url), timeout=timeout, replicas=replicas)
         opened.append(pipe)
         return pipe
 
@@ -389,7 +390,7 @@ async def test_handshake_goes_before_every_command_on_the_connection(
     assert fake_redis.commands == [[b"AUTH", b"user", b"pw"], [b"SELECT", b"3"]] + [[b"PING"]] * 3
 
 
-async def test_stuck_connection_fails_every_waiting_command_and_the_next_command_reconnects(
+async def test_a_connection_that_never_answers_fails_each_command_and_the_next_one_reconnects(
     fake_redis: FakeRedis, pipes: Callable[..., RedisPipe]
 ) -> None:
     pipe = pipes(fake_redis.url(), timeout=0.2)
@@ -620,12 +621,17 @@ class RecordingTransport(asyncio.Transport):
     def __init__(self) -> None:
         super().__init__()
         self.writes: list[bytes] = []
+        self.ended: str | None = None
+        """``"closed"`` (gracefully) or ``"aborted"`` once the protocol ended the connection."""
 
     def write(self, data: bytes | bytearray | memoryview) -> None:
         self.writes.append(bytes(data))
 
+    def close(self) -> None:
+        self.ended = self.ended or "closed"
+
     def abort(self) -> None:
-        pass
+        self.ended = self.ended or "aborted"
 
 
 def _protocol() -> tuple[_Protocol, RecordingTransport]:
@@ -678,3 +684,241 @@ async def test_after_a_batch_the_next_command_waits_for_its_pass_until_a_batch_i
     protocol.send(b"E", deadline)
     assert transport.writes == [b"A", b"BC", b"D", b"E"]
     protocol.data_received(b"+5\r\n")
+
+
+# --- the failure model: a slow command fails alone (issue 12, row 5) ---------------------------
+
+
+async def test_a_command_past_its_deadline_fails_alone_and_those_behind_it_keep_their_own() -> None:
+    """One slow command costs only itself: the connection is retired, not dropped with all on it."""
+    protocol, transport = _protocol()
+    now = asyncio.get_running_loop().time()
+    slow = protocol.send(b"SLOW", now + 0.05)
+    behind = protocol.send(b"BEHIND", now + WAIT)
+
+    with pytest.raises(StoreError, match=r"^redis: TimeoutError$"):
+        await slow
+
+    assert not behind.done()
+    assert not protocol.open  # no new command goes on it
+    assert transport.ended is None  # but it stays up for the command still waiting
+    protocol.data_received(b"+late\r\n")  # the slow command's answer, read and dropped
+    assert not behind.done()
+    protocol.data_received(b"+in time\r\n")
+    assert await behind == b"in time"
+    assert transport.ended == "closed"  # nothing waits on it any more
+
+
+async def test_a_retired_connection_that_never_answers_is_aborted_once_nobody_waits() -> None:
+    protocol, transport = _protocol()
+    now = asyncio.get_running_loop().time()
+    first = protocol.send(b"A", now + 0.05)
+    second = protocol.send(b"B", now + 0.1)
+
+    for command in (first, second):
+        with pytest.raises(StoreError, match=r"^redis: TimeoutError$"):
+            await command
+
+    assert transport.ended == "aborted"
+
+
+async def test_after_a_timeout_new_commands_take_a_new_connection_while_the_old_one_drains(
+    fake_redis: FakeRedis, pipes: Callable[..., RedisPipe]
+) -> None:
+    pipe = pipes(fake_redis.url(), timeout=2.0)
+    slow = asyncio.create_task(pipe.execute("ECHO", "slow"))
+    await fake_redis.wait_until(lambda: len(fake_redis.commands) == 1)
+    # A gap, so the second command's deadline is a second after the first's: it still has that
+    # second when the first fails. The machine would have to stall for that second to fail this.
+    await asyncio.sleep(1.0)
+    behind = asyncio.create_task(pipe.execute("ECHO", "behind"))
+    await fake_redis.wait_until(lambda: len(fake_redis.commands) == 2)
+
+    with pytest.raises(StoreError, match=r"^redis: TimeoutError$"):
+        await slow
+    await next_command_reconnects(pipe, fake_redis)
+    await fake_redis.reply(0, b"$4\r\nslow\r\n$6\r\nbehind\r\n")
+
+    assert await behind == b"behind"
+    await fake_redis.wait_until(lambda: fake_redis.closed == 1)  # drained, then closed
+
+
+# --- answers that mean "not a primary that can serve you" (issue 12, row 6) ---------------------
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        b"-READONLY You can't write against a read only replica.\r\n",
+        b"-LOADING Redis is loading the dataset in memory\r\n",
+        b"-MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'.\r\n",
+    ],
+    ids=["READONLY", "LOADING", "MASTERDOWN"],
+)
+async def test_an_answer_saying_the_server_cannot_serve_makes_the_next_command_reconnect(
+    fake_redis: FakeRedis, pipes: Callable[..., RedisPipe], answer: bytes
+) -> None:
+    fake_redis.auto[b"SET"] = answer
+    pipe = pipes(fake_redis.url())
+
+    with pytest.raises(ReplyRefused) as refused:
+        await pipe.execute("SET", "k", "v")
+
+    assert refused.value.code == answer[1:].split(b" ", 1)[0].decode()
+    await fake_redis.wait_until(lambda: fake_redis.closed == 1)
+    await next_command_reconnects(pipe, fake_redis)
+
+
+async def test_other_error_answers_keep_the_connection(
+    fake_redis: FakeRedis, pipes: Callable[..., RedisPipe]
+) -> None:
+    fake_redis.auto[b"GET"] = b"-WRONGTYPE Operation against a key holding the wrong kind of value\r\n"
+    fake_redis.auto[b"PING"] = b"+PONG\r\n"
+    pipe = pipes(fake_redis.url())
+    with pytest.raises(ReplyRefused):
+        await pipe.execute("GET", "k")
+    assert await pipe.execute("PING") == b"PONG"
+    assert (len(fake_redis.connections), fake_redis.closed) == (1, 0)
+
+
+# --- WAIT: a write counts once replicas hold it -------------------------------------------------
+
+
+async def test_a_replicated_call_sends_wait_right_behind_its_script(
+    fake_redis: FakeRedis, pipes: Callable[..., RedisPipe]
+) -> None:
+    fake_redis.auto = {b"EVALSHA": b":7\r\n", b"WAIT": b":1\r\n"}
+    pipe = pipes(fake_redis.url(), timeout=2.0, replicas=1)
+    script = Script("return 7")
+
+    assert await pipe.run(script, ["k"], [1], replicated=True) == 7
+    assert await pipe.run(script, ["k"], [1]) == 7  # not asked to: no WAIT
+
+    # Half the timeout, so an unacknowledged WAIT answers before the command's own deadline.
+    assert fake_redis.commands == [
+        [b"EVALSHA", script.sha.encode(), b"1", b"k", b"1"],
+        [b"WAIT", b"1", b"1000"],
+        [b"EVALSHA", script.sha.encode(), b"1", b"k", b"1"],
+    ]
+
+
+async def test_a_replicated_call_loads_a_missing_script_and_waits_again(
+    fake_redis: FakeRedis, pipes: Callable[..., RedisPipe]
+) -> None:
+    fake_redis.auto = {
+        b"EVALSHA": b"-NOSCRIPT No matching script. Please use EVAL.\r\n",
+        b"EVAL": b":7\r\n",
+        b"WAIT": b":1\r\n",
+    }
+    pipe = pipes(fake_redis.url(), replicas=1)
+
+    assert await pipe.run(Script("return 7"), [], [], replicated=True) == 7
+
+    assert fake_redis.names() == [b"EVALSHA", b"WAIT", b"EVAL", b"WAIT"]
+    assert len(fake_redis.connections) == 1
+
+
+async def test_a_pipe_without_replicas_sends_no_wait(
+    fake_redis: FakeRedis, pipes: Callable[..., RedisPipe]
+) -> None:
+    fake_redis.auto = {b"EVALSHA": b":7\r\n"}
+    pipe = pipes(fake_redis.url())
+    assert await pipe.run(Script("return 7"), [], [], replicated=True) == 7
+    assert fake_redis.names() == [b"EVALSHA"]
+
+
+async def test_a_write_no_replica_acknowledged_fails_and_the_next_command_reconnects(
+    fake_redis: FakeRedis, pipes: Callable[..., RedisPipe]
+) -> None:
+    fake_redis.auto = {b"EVALSHA": b":7\r\n", b"WAIT": b":0\r\n"}
+    pipe = pipes(fake_redis.url(), replicas=1)
+
+    with pytest.raises(StoreError, match=r"^redis: 0 of 1 replicas acknowledged$"):
+        await pipe.run(Script("return 7"), [], [], replicated=True)
+
+    await fake_redis.wait_until(lambda: fake_redis.closed == 1)
+    await next_command_reconnects(pipe, fake_redis)
+
+
+# --- Sentinel: where the primary is ------------------------------------------------------------
+
+
+def resp_array(*items: str | int) -> bytes:
+    out = [f"*{len(items)}\r\n".encode()]
+    for item in items:
+        text = str(item).encode()
+        out.append(b"$%d\r\n%s\r\n" % (len(text), text))
+    return b"".join(out)
+
+
+def master_state(port: int, flags: str = "master") -> bytes:
+    """What ``SENTINEL MASTER pact`` answers: a flat list of fields (RESP2), the ones the pipe reads."""
+    return resp_array("name", "pact", "ip", "127.0.0.1", "port", port, "flags", flags, "num-slaves", 1)
+
+
+@pytest.fixture
+async def fake_servers() -> AsyncIterator[Callable[[], Awaitable[FakeRedis]]]:
+    """More :class:`FakeRedis` servers (sentinels, primaries); all stopped after the test."""
+    started: list[FakeRedis] = []
+
+    async def start() -> FakeRedis:
+        server = FakeRedis()
+        await server.start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        await server.stop()
+
+
+async def test_a_sentinel_url_connects_to_the_primary_the_first_answering_sentinel_names(
+    fake_servers: Callable[[], Awaitable[FakeRedis]], pipes: Callable[..., RedisPipe]
+) -> None:
+    primary = await fake_servers()
+    primary.auto = {b"AUTH": b"+OK\r\n", b"SELECT": b"+OK\r\n", b"PING": b"+PONG\r\n"}
+    sentinel = await fake_servers()
+    sentinel.auto = {b"AUTH": b"+OK\r\n", b"SENTINEL": master_state(primary.port)}
+    with socket.socket() as down:  # bound, not listening: a sentinel that refuses connections
+        down.bind(("127.0.0.1", 0))
+        hosts = f"127.0.0.1:{down.getsockname()[1]},127.0.0.1:{sentinel.port}"
+        pipe = pipes(f"redis+sentinel://app:pw@{hosts}/pact/2?sentinel_password=s%20pw")
+
+        await pipe.ping()
+
+    assert sentinel.commands == [[b"AUTH", b"s pw"], [b"SENTINEL", b"MASTER", b"pact"]]
+    assert primary.commands == [[b"AUTH", b"app", b"pw"], [b"SELECT", b"2"], [b"PING"]]
+
+
+async def test_a_primary_flagged_down_is_not_taken(
+    fake_servers: Callable[[], Awaitable[FakeRedis]], pipes: Callable[..., RedisPipe]
+) -> None:
+    primary = await fake_servers()
+    sentinel = await fake_servers()
+    sentinel.auto = {b"SENTINEL": master_state(primary.port, "master,s_down")}
+    pipe = pipes(f"redis+sentinel://127.0.0.1:{sentinel.port}/pact")
+
+    with pytest.raises(StoreError, match=r"^redis: no sentinel names a primary$"):
+        await pipe.ping()
+
+    assert primary.connections == []
+
+
+async def test_a_demoted_primary_makes_the_pipe_ask_the_sentinels_again(
+    fake_servers: Callable[[], Awaitable[FakeRedis]], pipes: Callable[..., RedisPipe]
+) -> None:
+    old = await fake_servers()
+    old.auto = {b"SET": b"-READONLY You can't write against a read only replica.\r\n"}
+    new = await fake_servers()
+    new.auto = {b"SET": b"+OK\r\n"}
+    sentinel = await fake_servers()
+    sentinel.auto = {b"SENTINEL": master_state(old.port)}
+    pipe = pipes(f"redis+sentinel://127.0.0.1:{sentinel.port}/pact")
+    with pytest.raises(ReplyRefused, match="READONLY"):
+        await pipe.execute("SET", "k", "v")
+
+    sentinel.auto[b"SENTINEL"] = master_state(new.port)  # the failover, as Sentinel now tells it
+    assert await pipe.execute("SET", "k", "v") == b"OK"
+
+    assert sentinel.names() == [b"SENTINEL", b"SENTINEL"]
+    assert [len(old.commands), len(new.commands)] == [1, 1]

@@ -20,9 +20,9 @@ def recorded_commands(redis: RedisPipe) -> Iterator[list[str]]:
     commands: list[str] = []
     original = redis.execute
 
-    async def counting(*args: Arg) -> Any:
-        commands.append(str(args[0]))
-        return await original(*args)
+    async def counting(*args: Arg, replicated: bool = False) -> Any:
+        commands.append(str(args[0]))  # a WAIT sent with it rides along: no round trip of its own
+        return await original(*args, replicated=replicated)
 
     redis.execute = counting  # type: ignore[method-assign]
     try:

@@ -22,6 +22,7 @@ from gateway.protocol.urls import OAuthUrls
 from gateway.store.oauth import AuthorizationStatus, DeviceAuthorization, OAuthStore
 from tests.support.delegation import SCOPES, BrandLogin
 from tests.support.gateway import Harness
+from tests.support.secrets_scan import remember
 
 __all__ = [
     "CONSENT_USER",
@@ -77,6 +78,8 @@ async def device_authorization(
     )
     assert response.status == 200, await response.text()
     started: dict[str, Any] = await response.json()
+    remember("a device code", started.get("device_code"))
+    remember("a user code", started.get("user_code"))
     return started
 
 
@@ -99,6 +102,7 @@ async def post_decision(
     gw: Harness, session: str, decision: str, scopes: Sequence[str], *, brand: str = "acme"
 ) -> ClientResponse:
     """The consent form as a browser submits it: ``session``, the pressed button, the ticked boxes."""
+    remember("a consent session", session)
     fields = [("session", session), ("decision", decision), *(("scope", scope) for scope in scopes)]
     return await gw.client.post(
         local(oauth_urls(gw, brand).consent_decision), data=fields, allow_redirects=False
@@ -114,6 +118,7 @@ async def poll_token(
     gw: Harness, device_code: str, *, sub: str = "alice", brand: str = "acme"
 ) -> tuple[int, dict[str, Any]]:
     """One RFC 8628 §3.4 token poll as the personal agent sends it: the status and the JSON answer."""
+    remember("a device code", device_code)
     response = await gw.client.post(
         local(oauth_urls(gw, brand).token),
         data={
@@ -124,6 +129,8 @@ async def poll_token(
         headers=gw.auth(sub),
     )
     answer: dict[str, Any] = await response.json()
+    remember("a delegation token", answer.get("access_token"))
+    remember("a refresh token", answer.get("refresh_token"))
     return response.status, answer
 
 
@@ -184,4 +191,5 @@ def parse_consent_form(html: str) -> ConsentForm:
     parser = _FormParser()
     parser.feed(html)
     parser.close()
+    remember("a consent session", parser.form.session)
     return parser.form

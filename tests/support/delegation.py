@@ -26,6 +26,7 @@ from gateway.store.base import Owner
 from gateway.store.oauth import Grant, PollOutcome
 from tests.support.gateway import Harness, MakeGateway
 from tests.support.pa import Omit, PAKey
+from tests.support.secrets_scan import remember
 
 __all__ = [
     "BRAND_USER",
@@ -53,6 +54,7 @@ __all__ = [
     "provider_key_pem",
     "redeem_via_store",
     "refresh",
+    "remember_token_answer",
 ]
 
 LOGIN_ISSUER = "https://login.acme.test"
@@ -101,9 +103,12 @@ class BrandLogin:
             "user_code": user_code,
             "jti": secrets.token_hex(8) if jti is None else jti,
         }
-        return (key or self.key).mint(
+        assertion = (key or self.key).mint(
             iss or self.issuer, user, audience, iat=issued, exp=issued + ttl, extra_claims=extra
         )
+        remember("a Brand-login assertion", assertion)
+        remember("a Brand user id", user)
+        return assertion
 
 
 def enable_delegation(
@@ -158,6 +163,21 @@ BRAND_USER = "jane-4471"
 """The Brand user id :func:`approve_via_store` approves as by default."""
 
 
+async def remember_token_answer(response: ClientResponse) -> None:
+    """The delegation and refresh tokens of a token endpoint's answer, for the log scan.
+
+    The body is read here (aiohttp keeps it, so the caller can still read it); an answer that
+    is not a JSON object carries no token.
+    """
+    try:
+        answer = await response.json(content_type=None)
+    except ValueError:
+        return
+    if isinstance(answer, dict):
+        remember("a delegation token", answer.get("access_token"))
+        remember("a refresh token", answer.get("refresh_token"))
+
+
 def oauth_path(endpoint: str, brand: str = "acme") -> str:
     """A Brand's OAuth endpoint, relative to the gateway: ``/a2a/{brand}/oauth/{endpoint}``."""
     return f"/a2a/{brand}/oauth/{endpoint}"
@@ -201,6 +221,8 @@ async def device_authorize(
     response = await post_form(h, "device_authorization", form, sub=sub, issuer=issuer, brand=brand)
     assert response.status == 200, await response.text()
     answer: dict[str, Any] = await response.json()
+    remember("a device code", answer.get("device_code"))
+    remember("a user code", answer.get("user_code"))
     return answer
 
 
@@ -209,7 +231,10 @@ async def poll_token(
 ) -> ClientResponse:
     """One RFC 8628 §3.4 token poll for ``device_code``, as ``(issuer, sub)``."""
     form = {"grant_type": DEVICE_CODE_GRANT, "device_code": device_code, "client_id": issuer or h.issuer}
-    return await post_form(h, "token", form, sub=sub, issuer=issuer, brand=brand)
+    remember("a device code", device_code)
+    response = await post_form(h, "token", form, sub=sub, issuer=issuer, brand=brand)
+    await remember_token_answer(response)
+    return response
 
 
 async def refresh(
@@ -225,7 +250,10 @@ async def refresh(
     form = {"grant_type": "refresh_token", "refresh_token": refresh_token, "client_id": issuer or h.issuer}
     if scope is not None:
         form["scope"] = scope
-    return await post_form(h, "token", form, sub=sub, issuer=issuer, brand=brand)
+    remember("a refresh token", refresh_token)
+    response = await post_form(h, "token", form, sub=sub, issuer=issuer, brand=brand)
+    await remember_token_answer(response)
+    return response
 
 
 async def approve_via_store(
@@ -242,6 +270,9 @@ async def approve_via_store(
     """
     server = oauth_server(h)
     now = server.clock()
+    remember("a Brand user id", user)
+    remember("a device code", started.get("device_code"))
+    remember("a user code", started.get("user_code"))
     if scopes is None:
         pending = await server.store.authorization_by_user_code(brand, started["user_code"], now)
         assert pending is not None, "the authorization is not live"
@@ -281,6 +312,7 @@ async def redeem_via_store(
     server = oauth_server(h)
     delegation = h.config.brands[brand].delegation
     assert delegation is not None, f"{brand} does not delegate"
+    remember("a device code", device_code)
     result = await server.store.poll(
         brand,
         code_hash(device_code),
@@ -343,6 +375,7 @@ def mint_for(
         now=server.clock() if now is None else now,
         ttl=ttl,
     )
+    remember("a delegation token", token)
     return token
 
 

@@ -10,21 +10,25 @@ from __future__ import annotations
 import copy
 import socket
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 from aiohttp import ClientResponse
 from aiohttp.test_utils import TestClient, TestServer
+from aiohttp.web import BaseRunner
 
 from gateway.app import create_app
 from gateway.config import GatewayConfig, load_config
+from gateway.http.connection import GatewayRunner
+from gateway.http.state import RUNTIME
 from gateway.ops.metrics import Metrics
 from gateway.ops.tracing import Spans
 from gateway.store import ConversationStore
 from tests.support.bot import ControlledBot
 from tests.support.pa import FakeJwksServer, PAKey
+from tests.support.secrets_scan import remember
 
 AUDIENCE = "pact-gateway-test"
 OTHER_PA = "https://other-pa.example"
@@ -76,7 +80,9 @@ class Harness:
     issuer: str
 
     def token(self, sub: str = "alice", *, issuer: str | None = None, **kwargs: Any) -> str:
-        return self.key.mint(issuer or self.issuer, sub, AUDIENCE, **kwargs)
+        token = self.key.mint(issuer or self.issuer, sub, AUDIENCE, **kwargs)
+        remember("a personal-agent JWT", token)
+        return token
 
     def auth(self, sub: str = "alice", *, issuer: str | None = None) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token(sub, issuer=issuer)}"}
@@ -106,6 +112,17 @@ class Harness:
         )
 
 
+class EdgeTestServer(TestServer):
+    """aiohttp's test server behind the connection class ``serve`` uses (gateway/http/connection.py),
+    so tests see what a client would: ``limits.request_timeout``, ``431`` for oversized headers."""
+
+    async def _make_runner(self, **kwargs: Any) -> BaseRunner:
+        app = self.app
+        return GatewayRunner(
+            app, request_timeout=lambda: app[RUNTIME].current.config.limits.request_timeout, **kwargs
+        )
+
+
 MakeGateway = Callable[..., Awaitable[Harness]]
 
 
@@ -119,6 +136,7 @@ async def make_gateway(
     ``spans`` records the gateway's spans where the test reads them (tests/ops/test_otel.py).
     ``self_addressed=True`` binds the socket before the configuration is built, so ``public_url``
     (and every card's interface URL) is the test server's real address, for clients that follow it.
+    ``environ`` is what ``${NAME}`` references in the configuration read (none by default).
     """
     clients: list[TestClient[Any, Any]] = []
 
@@ -130,6 +148,7 @@ async def make_gateway(
         metrics: Metrics | None = None,
         self_addressed: bool = False,
         spans: Spans | None = None,
+        environ: Mapping[str, str] | None = None,
     ) -> Harness:
         raw = base_config(pa_issuer, jwks_server.jwks_uri, bot.url, cache_url)
         server_options: dict[str, Any] = {}
@@ -140,9 +159,9 @@ async def make_gateway(
             server_options = {"port": sock.getsockname()[1], "socket_factory": lambda *_: sock}
         if edit is not None:
             edit(raw)
-        config = load_config(raw, {})
+        config = load_config(raw, environ or {})
         app = create_app(config, store=store, clock=clock, metrics=metrics, spans=spans)
-        client: TestClient[Any, Any] = TestClient(TestServer(app, host="127.0.0.1", **server_options))
+        client: TestClient[Any, Any] = TestClient(EdgeTestServer(app, host="127.0.0.1", **server_options))
         await client.start_server()
         clients.append(client)
         return Harness(client, bot, config, es256_key, pa_issuer)

@@ -13,6 +13,7 @@ import contextlib
 import hashlib
 import hmac
 import json
+import math
 import secrets
 import time
 from collections.abc import AsyncIterator, Mapping
@@ -30,6 +31,7 @@ from jwt.algorithms import ECAlgorithm, RSAAlgorithm
 from gateway.auth.jwks import make_fetch_session
 from gateway.auth.pa_jwt import AuthFailure, PAVerifier
 from gateway.config import JwksPolicy, PersonalAgentConfig, PersonalAgentsConfig
+from tests.support.secrets_scan import remember
 
 __all__ = [
     "OMIT",
@@ -42,6 +44,7 @@ __all__ = [
     "allowlist",
     "es256_key",
     "fetch_session",
+    "huge_exponent_key",
     "jwks_policy",
     "jwks_server",
     "pa_agents",
@@ -143,7 +146,9 @@ class PAKey:
             _b64url(_json({k: v for k, v in part.items() if not isinstance(v, Omit)}))
             for part in (header, claims)
         )
-        return f"{signing_input}.{_b64url(self._sign(signing_input.encode(), str(header.get('alg'))))}"
+        token = f"{signing_input}.{_b64url(self._sign(signing_input.encode(), str(header.get('alg'))))}"
+        remember("a JWT signed by a test key (PAKey.mint)", token)
+        return token
 
     def _sign(self, message: bytes, alg: str) -> bytes:
         if alg == "none":
@@ -153,6 +158,26 @@ class PAKey:
         if isinstance(self.private_key, ec.EllipticCurvePrivateKey):
             return ECAlgorithm(ECAlgorithm.SHA256).sign(message, self.private_key)
         return RSAAlgorithm(RSAAlgorithm.SHA256).sign(message, self.private_key)
+
+
+def huge_exponent_key(kid: str | None = None) -> PAKey:
+    """An RS256 key (2048 bits) whose public exponent is a 2040-bit number instead of 65537.
+
+    Valid RSA, and OpenSSL verifies with it, at tens of times the cost of a normal key (issue 12 row 4).
+    """
+    key = PAKey.rs256(kid=kid)
+    assert isinstance(key.private_key, rsa.RSAPrivateKey)
+    numbers = key.private_key.private_numbers()
+    p, q = numbers.p, numbers.q
+    phi = (p - 1) * (q - 1)
+    e = 0
+    while math.gcd(e, phi) != 1:
+        e = secrets.randbits(2040) | (1 << 2039) | 1
+    d = pow(e, -1, phi)
+    public = rsa.RSAPublicNumbers(e, p * q)
+    crt = (rsa.rsa_crt_dmp1(d, p), rsa.rsa_crt_dmq1(d, q), rsa.rsa_crt_iqmp(p, q))
+    key.private_key = rsa.RSAPrivateNumbers(p, q, d, *crt, public).private_key()
+    return key
 
 
 class ManualClock:

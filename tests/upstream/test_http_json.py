@@ -1,15 +1,23 @@
-"""The native bot contract's answers: the plain reply, and the §5 members a bot acting for a User adds."""
+"""The native bot contract's answers: the plain reply, the §5 members a bot acting for a User adds,
+and the answer read whole from a real bot on loopback, however it is written, within a cap."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import aiohttp
 import orjson
 import pytest
 import rfc8785
+from aiohttp import web
+from aiohttp.test_utils import TestServer
 
-from gateway.upstream.base import Action, BotReply, UpstreamError
-from gateway.upstream.http_json import MAX_LIST_ITEMS, parse_bot_reply
+from gateway.config import UpstreamConfig
+from gateway.upstream.base import Action, BotReply, Turn, UpstreamError
+from gateway.upstream.http_json import MAX_LIST_ITEMS, MAX_REPLY_BYTES, HttpJsonAdapter, parse_bot_reply
 
 
 def parse(doc: Any) -> BotReply:
@@ -67,3 +75,143 @@ def test_bad_s5_members_are_a_bad_body(extra: dict[str, Any]) -> None:
     with pytest.raises(UpstreamError) as failure:
         parse({"text": "x", **extra})
     assert failure.value.reason == "bad_body"
+
+
+# Reading the answer over real HTTP (review row 2): one read(n) returned only what had arrived so far.
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+StartBot = Callable[[Handler], Awaitable[HttpJsonAdapter]]
+READ_BOUND = 20.0
+"""Generous seconds within which every exchange here ends (the bot's own timeout is 30 s)."""
+
+
+def reply_bytes(text: str) -> bytes:
+    return orjson.dumps({"text": text, "end": False})
+
+
+@pytest.fixture
+async def bot_answering() -> AsyncIterator[StartBot]:
+    """``await bot_answering(handler)``: a real bot on loopback answering with ``handler``, and the
+    adapter that calls it (a 30 s timeout: far beyond :data:`READ_BOUND`)."""
+    servers: list[TestServer] = []
+    session = aiohttp.ClientSession()
+
+    async def start(handler: Handler) -> HttpJsonAdapter:
+        app = web.Application()
+        app.router.add_post("/chat", handler)
+        server = TestServer(app, host="127.0.0.1")
+        await server.start_server()
+        servers.append(server)
+        return HttpJsonAdapter(UpstreamConfig(url=str(server.make_url("/chat")), timeout=30.0), session)
+
+    yield start
+    await session.close()
+    for server in servers:
+        await server.close()
+
+
+def turn() -> Turn:
+    return Turn("acme", "c-1", "m-1", "hi", "https://pa.example", "alice", False, "req-00000001")
+
+
+async def send(adapter: HttpJsonAdapter) -> BotReply:
+    async with asyncio.timeout(READ_BOUND):
+        return await adapter.send(turn())
+
+
+async def refused(adapter: HttpJsonAdapter) -> str:
+    with pytest.raises(UpstreamError) as failure:
+        await send(adapter)
+    return failure.value.reason
+
+
+def in_pieces(body: bytes, pieces: int, *, announce_length: bool) -> Handler:
+    """Writes ``body`` in ``pieces`` parts, flushed 50 ms apart (chunked, or under a Content-Length)."""
+
+    async def handler(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        if announce_length:
+            response.content_length = len(body)
+        await response.prepare(request)
+        size = -(-len(body) // pieces)
+        for start in range(0, len(body), size):
+            await response.write(body[start : start + size])
+            await asyncio.sleep(0.05)
+        await response.write_eof()
+        return response
+
+    return handler
+
+
+@pytest.mark.parametrize("announce_length", [True, False], ids=["content-length", "chunked"])
+async def test_a_reply_written_in_delayed_pieces_is_read_whole(
+    bot_answering: StartBot, announce_length: bool
+) -> None:
+    text = "Order A-10001 shipped on Monday; it should arrive on Thursday."
+    adapter = await bot_answering(in_pieces(reply_bytes(text), 5, announce_length=announce_length))
+    assert await send(adapter) == BotReply(text)
+
+
+async def test_a_200_kb_reply_is_read_whole(
+    bot_answering: StartBot,
+) -> None:
+    text = "All your orders: " + "A-10001 shipped. " * 12_000
+
+    async def large(request: web.Request) -> web.Response:
+        await request.read()
+        return web.Response(body=reply_bytes(text), content_type="application/json")
+
+    adapter = await bot_answering(large)
+    assert len(reply_bytes(text)) > 200_000
+    assert (await send(adapter)).text == text
+
+
+async def test_a_reply_announced_over_the_cap_is_a_bad_body_unread(
+    bot_answering: StartBot,
+) -> None:
+    body = reply_bytes("x" * MAX_REPLY_BYTES)
+    adapter = await bot_answering(in_pieces(body, 2, announce_length=True))
+    assert await refused(adapter) == "bad_body"
+
+
+async def test_an_endless_reply_stops_at_the_cap(
+    bot_answering: StartBot,
+) -> None:
+    """No Content-Length and no end: reading stops past MAX_REPLY_BYTES, long before the timeout."""
+    written: list[int] = []
+
+    async def endless(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        await response.prepare(request)
+        with contextlib.suppress(ConnectionError):
+            await response.write(b'{"text": "')
+            while True:
+                await response.write(b"x" * 65536)
+                written.append(65536)
+        return response
+
+    adapter = await bot_answering(endless)
+    assert await refused(adapter) == "bad_body"
+    assert sum(written) > MAX_REPLY_BYTES
+
+
+async def test_a_reply_that_stops_half_way_is_a_protocol_failure(
+    bot_answering: StartBot,
+) -> None:
+    """Content-Length promised, half sent, connection closed: a failed call, not half a reply."""
+    body = reply_bytes("Order A-10001 shipped on Monday.")
+
+    async def half_way(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        response = web.StreamResponse(headers={"Content-Type": "application/json"})
+        response.content_length = len(body)
+        await response.prepare(request)
+        await response.write(body[: len(body) // 2])
+        assert request.transport is not None
+        request.transport.close()
+        return response
+
+    adapter = await bot_answering(half_way)
+    assert await refused(adapter) == "protocol"

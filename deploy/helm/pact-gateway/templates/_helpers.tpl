@@ -119,6 +119,21 @@ from the container ports when unset so the gateway binds where the probes and Se
 {{- end }}
 
 {{/*
+The container's lifecycle hooks, as YAML: .Values.lifecycle, plus a preStop sleep of
+preStopSleepSeconds when it names no preStop of its own. The gateway stops accepting the moment
+SIGTERM arrives; the pause keeps it serving while endpoints drain.
+*/}}
+{{- define "pact-gateway.lifecycle" -}}
+{{- $lifecycle := deepCopy (.Values.lifecycle | default dict) }}
+{{- if and (not (hasKey $lifecycle "preStop")) (gt (int .Values.preStopSleepSeconds) 0) }}
+{{- $_ := set $lifecycle "preStop" (dict "sleep" (dict "seconds" (int .Values.preStopSleepSeconds))) }}
+{{- end }}
+{{- with $lifecycle }}
+{{- toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/*
 The key/value pairs of the chart-managed Secret, as JSON: secrets.env (unless secrets.existingSecret)
 and the Redis password under redis.envVar (unless redis.existingSecret). Every key is an
 environment variable name; the Secret is loaded with envFrom.
@@ -168,6 +183,29 @@ Refuse values the gateway cannot run with, with a message that names the fix.
 {{- end }}
 {{- if eq (include "pact-gateway.httpPort" .) (include "pact-gateway.metricsPort" .) }}
 {{- fail "pact-gateway: the A2A port and the metrics port must differ (containerPorts / config.listen.port / config.metrics.port)." }}
+{{- end }}
+{{- if or (lt (int (include "pact-gateway.httpPort" .)) 1) (lt (int (include "pact-gateway.metricsPort" .)) 1) }}
+{{- fail "pact-gateway: config.listen.port and config.metrics.port must be fixed ports (1-65535) in a pod: with 0 (any free port) the probes, the Service and the NetworkPolicy have nothing to connect to." }}
+{{- end }}
+{{- /* Kubernetes kills the container when the grace period ends, preStop included: the pause and
+the gateway's drain (20 s: gateway.config.LimitsConfig's shutdown_timeout default) must fit in it. */}}
+{{- $pause := dig "preStop" "sleep" "seconds" 0 (include "pact-gateway.lifecycle" . | fromYaml) | float64 }}
+{{- $drain := dig "limits" "shutdown_timeout" 20 $config | float64 }}
+{{- $grace := .Values.terminationGracePeriodSeconds | float64 }}
+{{- if le $grace (addf $pause $drain) }}
+{{- fail (printf "pact-gateway: terminationGracePeriodSeconds is %v, but the preStop pause (%v s) and config.limits.shutdown_timeout (%v s) need %v s together: Kubernetes would kill the pod while it still answers requests. Set terminationGracePeriodSeconds above %v, or shorten preStopSleepSeconds (lifecycle.preStop) or config.limits.shutdown_timeout." $grace $pause $drain (addf $pause $drain) (addf $pause $drain)) }}
+{{- end }}
+{{- if .Values.metrics.prometheusRule.enabled }}
+{{- $alerts := .Values.metrics.prometheusRule.alerts }}
+{{- $enabled := list }}
+{{- range $name, $alert := $alerts }}
+{{- if $alert.enabled }}
+{{- $enabled = append $enabled $name }}
+{{- end }}
+{{- end }}
+{{- if not (or $enabled .Values.metrics.prometheusRule.extraRules) }}
+{{- fail "pact-gateway: metrics.prometheusRule.enabled is true but every alert under metrics.prometheusRule.alerts is disabled and extraRules is empty: enable an alert, or set metrics.prometheusRule.enabled to false." }}
+{{- end }}
 {{- end }}
 {{- /* §5 signing keys read from files under signingKeys.mountPath need that Secret mounted. */}}
 {{- range $index, $key := (dig "oauth" "signing_keys" list $config) }}

@@ -1,0 +1,421 @@
+"""A Bot Framework bot through Direct Line 3.0 (Azure Bot Service, Copilot Studio):
+``upstream.adapter: directline``, ``upstream.url`` the Direct Line base URI
+(``https://directline.botframework.com``, or a regional one).
+
+One Direct Line conversation per PACT conversation. Its id, token and watermark are kept in the
+store (:mod:`gateway.store.adapter_state`, for ``cache.conversation_ttl`` after the last turn),
+so any replica continues it. Each request carries ``Authorization: Bearer <secret or token>``,
+the Brand's static headers and ``X-Request-Id``:
+
+* first turn: ``POST /v3/directline/conversations`` with the secret → ``201 {"conversationId",
+  "token", "expires_in", "streamUrl"}`` (the stream is not used: the adapter polls);
+* a turn past half the token's ``expires_in``: ``POST /v3/directline/tokens/refresh`` with the
+  token → ``{"conversationId", "token", "expires_in"}``;
+* each turn: ``POST /v3/directline/conversations/{id}/activities`` with the token and
+  ``{"type": "message", "from": {"id": "pact-<32 hex>"}, "text": <text>}`` → ``{"id": <activity
+  id>}``. ``from.id`` is a stable pseudonym of (Brand, personal agent, ``sub``)
+  (:func:`~gateway.upstream.wire.user_handle`): the bot recognizes a returning User, and never
+  sees a ``sub``;
+* then ``GET /v3/directline/conversations/{id}/activities?watermark=<w>`` every
+  ``poll_interval`` s, paging on at once while a read returns activities and advances the
+  watermark, until the bot's answer to that activity is complete: a message whose
+  ``replyToId`` is the posted id with an ``inputHint`` of ``acceptingInput`` or
+  ``expectingInput``, or an ``endOfConversation`` from the bot, or ``quiet_period`` s with no
+  new reply after at least one. All of it within ``upstream.timeout``, else ``timeout``.
+
+The reply is the answer's messages in order, a blank line between them: each message's
+``text``; hero and thumbnail cards (``application/vnd.microsoft.card.hero``/``.thumbnail``) as
+their ``title``, ``subtitle``, ``text`` and buttons; ``suggestedActions`` as buttons; image
+and file attachments as ``Image: <url>`` / ``Attachment: <url>``. A button is a line
+``- <title> (reply: <value>)``, or ``(open: <url>)`` for a link, as the ``rasa`` adapter
+writes them. An answer with nothing renderable is ``upstream.directline.no_answer``. An
+``endOfConversation`` closes the PACT conversation (§4.2): the reply is sent with ``end`` and
+the kept state is deleted.
+
+Token expiry: a ``401``/``403`` from a conversation call (``TokenExpired``: an expired token
+cannot be refreshed) is answered by asking for a fresh token with the secret, ``GET
+/v3/directline/conversations/{id}`` (Direct Line's reconnect), and the call is made once more;
+a ``404`` (Direct Line no longer knows the conversation) starts a new one. Failures: ``auth``
+(401/403 with the secret), ``bot_error`` (502: the bot failed or is down), ``status``,
+``bad_body``, ``timeout``; a ``429`` is :class:`UpstreamThrottled`. These are §3 turns.
+
+Probe: ``POST /v3/directline/tokens/generate`` with the secret: it proves the secret and, unlike
+starting a conversation, neither contacts the bot nor opens a conversation there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any, Final, NamedTuple
+from urllib.parse import quote
+
+import aiohttp
+import orjson
+
+from gateway.config import CacheConfig, UpstreamConfig
+from gateway.store import keys
+from gateway.store.adapter_state import AdapterState
+from gateway.store.base import StoreError
+from gateway.upstream.base import BotReply, Turn, UpstreamError, UpstreamThrottled, retry_after_seconds
+from gateway.upstream.json_call import JsonAnswer, error_label, request_json
+from gateway.upstream.wire import MAX_REPLY_BYTES, user_handle
+
+__all__ = ["Answer", "DirectLineAdapter", "Line", "read_answer", "render_activity"]
+
+STATE_NAME: Final = "directline"
+COMPLETE_HINTS: Final = frozenset(("acceptingInput", "expectingInput"))
+CARDS: Final = frozenset(("application/vnd.microsoft.card.hero", "application/vnd.microsoft.card.thumbnail"))
+ENDED_TEXT: Final = "The conversation has ended."
+"""The reply when the bot ended the conversation without a word."""
+DEFAULT_TOKEN_SECONDS: Final = 1800.0
+"""A token's lifetime when an answer does not say (Direct Line's documented 30 minutes)."""
+_LINKS: Final = frozenset(("openUrl", "signin", "downloadFile", "playAudio", "playVideo", "showImage"))
+
+
+@dataclass(slots=True)
+class Line:
+    """The Direct Line conversation behind one PACT conversation: what the store keeps between turns.
+
+    ``refresh_at`` is wall-clock seconds: past it, the token is refreshed before the turn.
+    """
+
+    conversation_id: str = ""
+    token: str = ""
+    refresh_at: float = 0.0
+    watermark: str | None = None
+
+    def dump(self) -> bytes:
+        return orjson.dumps([self.conversation_id, self.token, self.refresh_at, self.watermark])
+
+    @classmethod
+    def load(cls, raw: bytes) -> Line:
+        """The stored line, or a fresh one (a new Direct Line conversation) if what is stored is not one."""
+        try:
+            conversation_id, token, refresh_at, watermark = orjson.loads(raw)
+        except (orjson.JSONDecodeError, TypeError, ValueError):
+            return cls()
+        fields = (conversation_id, token, refresh_at, watermark)
+        if not isinstance(conversation_id, str) or not isinstance(token, str):
+            return cls()
+        if not isinstance(refresh_at, int | float) or not isinstance(watermark, str | None):
+            return cls()
+        return cls(*fields)
+
+
+class Answer(NamedTuple):
+    """What one read of the activities holds of the bot's answer to the posted activity."""
+
+    messages: list[str]
+    """The rendered reply messages, in order (empty strings for messages with nothing renderable)."""
+    complete: bool
+    ended: bool
+
+
+class DirectLineAdapter:
+    def __init__(
+        self,
+        upstream: UpstreamConfig,
+        session: aiohttp.ClientSession,
+        state: AdapterState,
+        *,
+        cache: CacheConfig,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        settings = upstream.directline
+        if settings is None:
+            raise ValueError("the directline adapter needs upstream.directline")
+        self._settings = settings
+        base = upstream.url.rstrip("/") + "/v3/directline"
+        self._conversations = f"{base}/conversations"
+        self._refresh_url = f"{base}/tokens/refresh"
+        self._generate_url = f"{base}/tokens/generate"
+        self._headers: Mapping[str, str] = upstream.headers
+        self._timeout = upstream.timeout
+        self._within = aiohttp.ClientTimeout(total=upstream.timeout)
+        self._session = session
+        self._state = state
+        self._ttl = cache.conversation_ttl
+        self._clock = clock
+
+    async def send(self, turn: Turn) -> BotReply:
+        key = keys.adapter_key(turn.brand_id, turn.conversation_id, STATE_NAME)
+        line = Line() if turn.new_conversation else await self._load(key)
+        kept = line.dump()
+        try:
+            async with asyncio.timeout(self._timeout):
+                reply = await self._turn(line, turn)
+        except TimeoutError:
+            failure = UpstreamError("timeout", f"no complete answer within {self._timeout} s")
+        except UpstreamError as exc:
+            failure = exc
+        else:
+            await self._save(key, line, ended=reply.end)
+            return reply
+        if not turn.new_conversation and line.conversation_id and line.dump() != kept:
+            # A new token (or conversation) obtained on the way still serves the next turn, and
+            # the token it replaced may no longer work. A failed first turn keeps nothing: its
+            # PACT conversation is forgotten (§4.3), so nothing would ever read it.
+            with contextlib.suppress(UpstreamError):  # the turn fails anyway; the next re-obtains a token
+                await self._save(key, line, ended=False)
+        raise failure
+
+    async def probe(self) -> str:
+        answer = await self._call("POST", self._generate_url, self._settings.secret, None)
+        if answer.status != 200:
+            raise self._failure(answer, "generate token")
+        doc = answer.doc
+        if not isinstance(doc, dict) or not isinstance(doc.get("token"), str):
+            raise UpstreamError("bad_body", "generate token: no token")
+        return f"Direct Line: secret accepted (token for {_lifetime(doc):.0f} s; no conversation opened)"
+
+    async def _turn(self, line: Line, turn: Turn) -> BotReply:
+        user = f"pact-{user_handle(turn)}"
+        if not line.conversation_id:
+            await self._start(line, turn.request_id)
+        elif self._clock() >= line.refresh_at:
+            await self._refresh(line, turn.request_id)
+        activity_id = await self._post(line, turn, user)
+        return await self._collect(line, turn.request_id, activity_id, user)
+
+    async def _start(self, line: Line, request_id: str) -> None:
+        answer = await self._call("POST", self._conversations, self._settings.secret, request_id)
+        if answer.status not in (200, 201):
+            raise self._failure(answer, "start conversation")
+        self._take_token(line, answer.doc, "start conversation")
+        line.watermark = None
+
+    async def _refresh(self, line: Line, request_id: str) -> None:
+        answer = await self._call("POST", self._refresh_url, line.token, request_id)
+        if answer.status in (401, 403):
+            await self._reconnect(line, request_id)  # expired: only the secret gets a new token now
+            return
+        if answer.status != 200:
+            raise self._failure(answer, "refresh token")
+        self._take_token(line, answer.doc, "refresh token")
+
+    async def _reconnect(self, line: Line, request_id: str) -> None:
+        """A fresh token for the same conversation, from the secret; a new conversation if it is gone."""
+        url = f"{self._conversations}/{quote(line.conversation_id, safe='')}"
+        answer = await self._call("GET", url, self._settings.secret, request_id)
+        if answer.status == 404:
+            await self._start(line, request_id)
+            return
+        if answer.status != 200:
+            raise self._failure(answer, "reconnect")
+        self._take_token(line, answer.doc, "reconnect")
+
+    async def _post(self, line: Line, turn: Turn, user: str) -> str:
+        """Send the User's message; once more after a new token (401, 403) or a new conversation (404)."""
+        body = orjson.dumps({"type": "message", "from": {"id": user}, "text": turn.text})
+        answer = await self._call("POST", self._activities(line), line.token, turn.request_id, body)
+        if answer.status in (401, 403, 404):
+            if answer.status == 404:
+                await self._start(line, turn.request_id)
+            else:
+                await self._reconnect(line, turn.request_id)
+            answer = await self._call("POST", self._activities(line), line.token, turn.request_id, body)
+        if not 200 <= answer.status < 300:
+            raise self._failure(answer, "send activity")
+        activity_id = answer.doc.get("id") if isinstance(answer.doc, dict) else None
+        if not isinstance(activity_id, str) or not activity_id:
+            raise UpstreamError("bad_body", "send activity: no activity id")
+        return activity_id
+
+    def _activities(self, line: Line) -> str:
+        return f"{self._conversations}/{quote(line.conversation_id, safe='')}/activities"
+
+    async def _collect(self, line: Line, request_id: str, activity_id: str, user: str) -> BotReply:
+        loop = asyncio.get_running_loop()
+        messages: list[str] = []
+        seen: set[str] = set()
+        last_reply: float | None = None
+        reconnected = False
+        while True:
+            watermark = line.watermark
+            url = self._activities(line)
+            if watermark is not None:
+                url += f"?watermark={quote(watermark, safe='')}"
+            answer = await self._call("GET", url, line.token, request_id)
+            if answer.status in (401, 403) and not reconnected:
+                reconnected = True
+                await self._reconnect(line, request_id)
+                continue
+            if answer.status != 200:
+                raise self._failure(answer, "get activities")
+            activities, line.watermark = _activity_set(answer.doc, watermark)
+            fresh = [a for a in activities if not (isinstance(a.get("id"), str) and a["id"] in seen)]
+            seen.update(a["id"] for a in fresh if isinstance(a.get("id"), str))
+            part = read_answer(fresh, activity_id, user)
+            messages.extend(part.messages)
+            if part.complete:
+                return self._reply(messages, ended=part.ended)
+            now = loop.time()
+            if part.messages:
+                last_reply = now
+            if fresh and line.watermark != watermark:
+                continue  # more may be waiting past the new watermark: page on at once
+            if last_reply is not None and now - last_reply >= self._settings.quiet_period:
+                return self._reply(messages, ended=False)
+            await asyncio.sleep(self._settings.poll_interval)
+
+    def _reply(self, messages: list[str], *, ended: bool) -> BotReply:
+        text = "\n\n".join(message for message in messages if message)
+        if len(text) > MAX_REPLY_BYTES:
+            raise UpstreamError("bad_body", "answer larger than 1 MiB of text")
+        if not text:
+            text = ENDED_TEXT if ended else self._settings.no_answer
+        return BotReply(text, end=ended)
+
+    def _take_token(self, line: Line, doc: Any, what: str) -> None:
+        if not isinstance(doc, dict):
+            raise UpstreamError("bad_body", f"{what}: not a JSON object")
+        conversation_id, token = doc.get("conversationId"), doc.get("token")
+        if (
+            not isinstance(conversation_id, str)
+            or not conversation_id
+            or not isinstance(token, str)
+            or not token
+        ):
+            raise UpstreamError("bad_body", f"{what}: no conversationId and token")
+        line.conversation_id, line.token = conversation_id, token
+        # Refreshed at half its life: a turn never starts with a token about to lapse.
+        line.refresh_at = self._clock() + _lifetime(doc) / 2
+
+    async def _load(self, key: str) -> Line:
+        try:
+            raw = await self._state.get(key)
+        except StoreError as exc:
+            raise UpstreamError("store", f"conversation not read: {exc}") from None
+        return Line() if raw is None else Line.load(raw)
+
+    async def _save(self, key: str, line: Line, *, ended: bool) -> None:
+        try:
+            if ended:
+                await self._state.delete(key)
+            else:
+                await self._state.put(key, line.dump(), self._ttl)
+        except StoreError as exc:
+            raise UpstreamError("store", f"conversation not saved: {exc}") from None
+
+    async def _call(
+        self, method: str, url: str, credential: str, request_id: str | None, body: bytes | None = None
+    ) -> JsonAnswer:
+        headers = {**self._headers, "Authorization": f"Bearer {credential}"}
+        if request_id is not None:
+            headers["X-Request-Id"] = request_id
+        if body is not None:
+            headers["Content-Type"] = "application/json"
+        return await request_json(self._session, method, url, headers=headers, within=self._within, body=body)
+
+    def _failure(self, answer: JsonAnswer, what: str) -> UpstreamError:
+        detail = f"{what}: HTTP {answer.status} {error_label(answer.doc)}".rstrip()
+        if answer.status == 429:
+            return UpstreamThrottled(retry_after_seconds(answer.retry_after, self._clock()), detail)
+        if answer.status in (401, 403):
+            return UpstreamError("auth", detail)
+        return UpstreamError("bot_error" if answer.status == 502 else "status", detail)
+
+
+def _lifetime(doc: Mapping[str, Any]) -> float:
+    seconds = doc.get("expires_in")
+    if isinstance(seconds, int | float) and not isinstance(seconds, bool) and seconds >= 0:
+        return float(seconds)
+    return DEFAULT_TOKEN_SECONDS
+
+
+def _activity_set(doc: Any, watermark: str | None) -> tuple[list[dict[str, Any]], str | None]:
+    """An ActivitySet's activities and the watermark to read from next (the old one when it has none)."""
+    activities = doc.get("activities") if isinstance(doc, dict) else None
+    if not isinstance(activities, list) or not all(isinstance(a, dict) for a in activities):
+        raise UpstreamError("bad_body", "get activities: not an ActivitySet")
+    new = doc.get("watermark")
+    return activities, new if isinstance(new, str) and new else watermark
+
+
+def read_answer(activities: list[dict[str, Any]], activity_id: str, user: str) -> Answer:
+    """The bot's answer to ``activity_id`` in ``activities``; complete at an ``inputHint`` that hands the
+    turn back to the User, or at the bot's ``endOfConversation``.
+
+    Only replies to the posted activity count: a late answer to an earlier turn (one that timed
+    out) or a proactive message must not become this turn's reply.
+    """
+    messages: list[str] = []
+    for activity in activities:
+        sender = activity.get("from")
+        if isinstance(sender, dict) and sender.get("id") == user:
+            continue  # the User's own messages come back in the activity set too
+        kind = activity.get("type")
+        if kind == "endOfConversation":
+            return Answer(messages, complete=True, ended=True)
+        if kind != "message" or activity.get("replyToId") != activity_id:
+            continue
+        messages.append(render_activity(activity))
+        if activity.get("inputHint") in COMPLETE_HINTS:
+            return Answer(messages, complete=True, ended=False)
+    return Answer(messages, complete=False, ended=False)
+
+
+def render_activity(activity: Mapping[str, Any]) -> str:
+    """One message activity as lines a User can read and act on; ``""`` if nothing in it renders."""
+    lines: list[str] = []
+    text = activity.get("text")
+    if isinstance(text, str) and text.strip():
+        lines.append(text.strip())
+    attachments = activity.get("attachments")
+    for attachment in attachments if isinstance(attachments, list) else ():
+        lines.extend(_attachment_lines(attachment))
+    suggested = activity.get("suggestedActions")
+    actions = suggested.get("actions") if isinstance(suggested, dict) else None
+    lines.extend(_action_lines(actions))
+    return "\n".join(lines)
+
+
+def _attachment_lines(attachment: Any) -> list[str]:
+    if not isinstance(attachment, dict):
+        return []
+    kind = attachment.get("contentType")
+    content = attachment.get("content")
+    if kind in CARDS and isinstance(content, dict):
+        lines = [line for name in ("title", "subtitle", "text") if (line := _clean(content.get(name)))]
+        return lines + _action_lines(content.get("buttons"))
+    url = _one_line(attachment.get("contentUrl"))
+    if not url:
+        return []  # an Adaptive Card or other widget JSON is not text a User can read
+    label = "Image" if isinstance(kind, str) and kind.startswith("image/") else "Attachment"
+    return [f"{label}: {url}"]
+
+
+def _action_lines(actions: Any) -> list[str]:
+    """CardActions as ``- title (reply: value)`` or ``(open: url)``; ones with neither are left out."""
+    if not isinstance(actions, list):
+        return []
+    lines: list[str] = []
+    for action in actions:
+        if not isinstance(action, dict):
+            continue
+        kind = action.get("type")
+        title = _one_line(action.get("title"))
+        # A messageBack's ``text`` is what the bot receives; its ``value`` is hidden JSON.
+        target = _one_line(action.get("text") if kind == "messageBack" else action.get("value"))
+        if not target:
+            line = title
+        elif not title or title == target:
+            line = target
+        else:
+            line = f"{title} ({'open' if kind in _LINKS else 'reply'}: {target})"
+        if line:
+            lines.append(f"- {line}")
+    return lines
+
+
+def _clean(value: Any) -> str:
+    return value.strip() if isinstance(value, str) else ""
+
+
+def _one_line(value: Any) -> str:
+    """A string with its whitespace runs collapsed (a title or URL must not break the line it is on)."""
+    return " ".join(value.split()) if isinstance(value, str) else ""

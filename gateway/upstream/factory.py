@@ -1,0 +1,41 @@
+"""``make_adapter``: a Brand's ``upstream.adapter`` turned into the module that speaks to its bot."""
+
+from __future__ import annotations
+
+from typing import assert_never
+
+import aiohttp
+
+from gateway.config import BrandConfig, CacheConfig
+from gateway.store.adapter_state import AdapterState
+from gateway.upstream.base import BotAdapter
+from gateway.upstream.directline import DirectLineAdapter
+from gateway.upstream.http_json import HttpJsonAdapter
+from gateway.upstream.http_mapping import HttpMappingAdapter
+from gateway.upstream.openai import OpenAIAdapter
+from gateway.upstream.rasa import RasaAdapter
+
+__all__ = ["make_adapter"]
+
+
+def make_adapter(
+    brand: BrandConfig, session: aiohttp.ClientSession, state: AdapterState, *, cache: CacheConfig
+) -> BotAdapter:
+    """The adapter for ``brand``'s bot, on the gateway's shared upstream ``session`` (it keeps no cookies).
+
+    ``state`` is where an adapter keeps what a conversation needs between turns, with
+    ``cache.conversation_ttl`` as its lifetime; the stateless adapters take neither.
+    The caller wraps the result in the guard (gateway/upstream/guard.py).
+    """
+    upstream = brand.upstream
+    if upstream.adapter == "pact":
+        return HttpJsonAdapter(upstream, session)
+    if upstream.adapter == "rasa":
+        return RasaAdapter(upstream, session)
+    if upstream.adapter == "http":
+        return HttpMappingAdapter(upstream, session)
+    if upstream.adapter == "openai":
+        return OpenAIAdapter(upstream, session, state, cache=cache)
+    if upstream.adapter == "directline":
+        return DirectLineAdapter(upstream, session, state, cache=cache)
+    assert_never(upstream.adapter)  # mypy checks every adapter the configuration allows has a branch

@@ -1,0 +1,63 @@
+"""One request to a vendor bot API that answers JSON (OpenAI-compatible, Direct Line), over
+:func:`gateway.upstream.wire.exchange`.
+
+What a status means is each API's own business, so every status comes back with the parsed
+body, or ``None`` for a body that is empty or not JSON (a proxy's error page), and the
+``Retry-After`` a ``429`` carries.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from typing import Any, Final, NamedTuple
+
+import aiohttp
+import orjson
+
+from gateway.upstream.wire import exchange
+
+__all__ = ["JsonAnswer", "error_label", "request_json"]
+
+_LABEL: Final = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
+class JsonAnswer(NamedTuple):
+    status: int
+    doc: Any
+    """The parsed JSON body; ``None`` when the body is empty or not JSON."""
+    retry_after: str | None
+    """The ``Retry-After`` header, for a ``429``."""
+
+
+async def request_json(
+    session: aiohttp.ClientSession,
+    method: str,
+    url: str,
+    *,
+    headers: Mapping[str, str],
+    within: aiohttp.ClientTimeout,
+    body: bytes | None = None,
+) -> JsonAnswer:
+    reply = await exchange(session, method, url, headers=headers, within=within, body=body)
+    try:
+        doc = orjson.loads(reply.body) if reply.body else None
+    except orjson.JSONDecodeError:
+        doc = None
+    return JsonAnswer(reply.status, doc, reply.headers.get("Retry-After"))
+
+
+def error_label(doc: Any) -> str:
+    """The ``code`` (else ``type``) of an ``{"error": {...}}`` body, for the log; never its ``message``.
+
+    OpenAI's error object and Bot Framework's ErrorResponse both have this shape. A message can
+    echo what the User wrote; a code is a short identifier, kept only if it looks like one.
+    """
+    error = doc.get("error") if isinstance(doc, dict) else None
+    if not isinstance(error, dict):
+        return ""
+    for name in ("code", "type"):
+        value = error.get(name)
+        if isinstance(value, str) and _LABEL.fullmatch(value):
+            return value
+    return ""

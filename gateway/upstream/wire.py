@@ -1,0 +1,125 @@
+"""What the HTTP adapters share: one bounded exchange with a bot, its failures as bounded labels,
+the pseudonymous user id a bot sees, and the probe's verdict on a status.
+
+The ``pact`` adapter keeps its own tuned copy of the exchange (gateway/upstream/http_json.py,
+measured by the bench per turn); the others use :func:`exchange`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from typing import Final, NamedTuple
+
+import aiohttp
+from multidict import CIMultiDictProxy
+
+from gateway.upstream.base import Turn, UpstreamError
+
+__all__ = [
+    "MAX_REPLY_BYTES",
+    "WireReply",
+    "exchange",
+    "probe_endpoint",
+    "probe_verdict",
+    "read_capped",
+    "user_handle",
+]
+
+MAX_REPLY_BYTES: Final = 1024 * 1024
+"""A bot's answer is read whole up to this many bytes; a longer one is a bad body, not a partial reply."""
+_PROBE_REFUSALS: Final = frozenset((401, 403, 404, 407))
+
+
+class WireReply(NamedTuple):
+    status: int
+    headers: CIMultiDictProxy[str]
+    body: bytes
+
+
+async def exchange(
+    session: aiohttp.ClientSession,
+    method: str,
+    url: str,
+    *,
+    headers: Mapping[str, str],
+    within: aiohttp.ClientTimeout,
+    body: bytes | None = None,
+    limit: int = MAX_REPLY_BYTES,
+) -> WireReply:
+    """One request, its answer read whole (at most ``limit`` bytes) ``within`` the client timeout.
+
+    Redirects are not followed: a bot endpoint that moved is a misconfiguration to report, and
+    following one would replay the User's text (and the Brand's headers) to wherever it points.
+    Any status comes back; the caller decides what it means for its bot's API.
+    """
+    try:
+        async with session.request(
+            method, url, data=body, headers=headers, timeout=within, allow_redirects=False
+        ) as response:
+            return WireReply(response.status, response.headers, await read_capped(response, limit))
+    except TimeoutError:
+        raise UpstreamError("timeout", f"no answer within {within.total} s") from None
+    except aiohttp.ClientConnectionError as exc:
+        raise UpstreamError("connect", type(exc).__name__) from None
+    except aiohttp.ClientError as exc:
+        raise UpstreamError("protocol", type(exc).__name__) from None
+
+
+async def read_capped(response: aiohttp.ClientResponse, limit: int = MAX_REPLY_BYTES) -> bytes:
+    """The whole body, or :class:`UpstreamError` ``bad_body`` past ``limit`` bytes.
+
+    ``StreamReader.read(n)`` returns what has arrived so far, up to ``n``: one call returns only
+    the first piece of a body the bot wrote in several, so read until the end or the limit.
+    """
+    if response.content_length is not None and response.content_length > limit:
+        raise UpstreamError("bad_body", f"reply larger than {limit} bytes")
+    chunks: list[bytes] = []
+    size = 0
+    while size <= limit:
+        chunk = await response.content.read(limit + 1 - size)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    if size > limit:
+        raise UpstreamError("bad_body", f"reply larger than {limit} bytes")
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
+
+def user_handle(turn: Turn) -> str:
+    """A stable pseudonym for the turn's User at this Brand: what a bot sees instead of ``sub`` where its API
+    names a user (Rasa's metadata, Direct Line's ``from.id``).
+
+    128 bits of SHA-256 over (Brand, personal agent, ``sub``), hex, with a label of its own so it
+    matches no key the store builds from the same triple. Stable, so the bot can tell a returning
+    User; one-way, so the bot's logs hold no ``sub``.
+    """
+    material = "\x00".join(("pact-user-handle", turn.brand_id, turn.pa_issuer, turn.sub)).encode()
+    return hashlib.sha256(material).hexdigest()[:32]
+
+
+def probe_verdict(method: str, status: int) -> str:
+    """What a probe's status says: the line to report, or :class:`UpstreamError` when it shows a fault.
+
+    The probe sends no turn, so a bot's server refusing the method (405) or the request (400)
+    still proves it is there and speaking HTTP. A 5xx, a refusal of the configured credentials
+    (401, 403, 407), no such endpoint (404) or a redirect (not followed on turns either) is a fault.
+    """
+    line = f"{method} answered HTTP {status}"
+    if status >= 500 or status in _PROBE_REFUSALS or 300 <= status < 400:
+        raise UpstreamError("status", line)
+    return line
+
+
+async def probe_endpoint(
+    session: aiohttp.ClientSession,
+    method: str,
+    url: str,
+    *,
+    headers: Mapping[str, str],
+    within: aiohttp.ClientTimeout,
+) -> str:
+    """Send ``method`` to ``url`` with the Brand's headers, no body; :func:`probe_verdict` on the status."""
+    reply = await exchange(session, method, url, headers=headers, within=within, limit=64 * 1024)
+    return probe_verdict(method, reply.status)

@@ -1,0 +1,110 @@
+"""A begin-turn whose outcome is unknown leaves no in-flight marker behind (issue 12, row 5).
+
+The store's connection goes through a :class:`RedisProxy` to the test Redis, so a test can stall
+that one connection as a bad network path would: the script reaches Redis but its answer does
+not come back, or the script itself is held and reaches Redis only later. Either way the claim
+fails with ``StoreError`` after ``cache.timeout``, and a retry of the same ``messageId`` must run
+the turn, not be told for ``pending_ttl`` that it is still being processed (§4.3).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from urllib.parse import urlsplit
+
+import pytest
+import redis.asyncio as aioredis
+
+from gateway.config import CacheConfig
+from gateway.store import Owner, StoreError, TurnStatus
+from gateway.store.redis import RedisStore
+from tests.support.pa import ManualClock
+from tests.support.redis_servers import RedisProxy
+from tests.support.waiting import until
+
+ALICE = Owner("acme", "https://pa.example", "alice")
+TIMEOUT = 0.5
+"""``cache.timeout`` here: how long a stalled claim waits before it fails."""
+
+
+@pytest.fixture
+async def proxy(redis_url: str) -> AsyncIterator[RedisProxy]:
+    """A proxy in front of the test Redis (only its own connections stall, never the server)."""
+    proxy = RedisProxy(urlsplit(redis_url).port or 6379)
+    await proxy.start()
+    yield proxy
+    await proxy.stop()
+
+
+@pytest.fixture
+async def store(proxy: RedisProxy, redis_url: str) -> AsyncIterator[RedisStore]:
+    db = int(urlsplit(redis_url).path.lstrip("/") or "0")
+    config = CacheConfig(url=proxy.url(db), timeout=TIMEOUT, pending_ttl=60)
+    backend = RedisStore(config, clock=ManualClock(start=1_800_000_000.0))
+    yield backend
+    await backend.close()
+
+
+async def opened(store: RedisStore) -> None:
+    """ctx-1 with one answered turn, so later turns continue it."""
+    await store.begin_turn(ALICE, None, "m1", "hello", "ctx-1")
+    await store.complete_turn(ALICE, "ctx-1", "m1", b"r1", close=False)
+
+
+async def test_a_claim_whose_answer_never_came_is_released(store: RedisStore, proxy: RedisProxy) -> None:
+    await opened(store)
+    proxy.stall_replies()  # the script runs on Redis; its answer stays on the stuck path
+
+    with pytest.raises(StoreError, match="TimeoutError"):
+        await store.begin_turn(ALICE, "ctx-1", "m2", "where is it?", "unused")
+
+    retry = await store.begin_turn(ALICE, "ctx-1", "m2", "where is it?", "unused")
+    assert (retry.status, retry.context_id) == (TurnStatus.NEW, "ctx-1")
+
+
+async def test_a_first_message_whose_claim_answer_never_came_is_released(
+    store: RedisStore, proxy: RedisProxy, redis_client: aioredis.Redis
+) -> None:
+    await store.ping()  # the connection that will stall is open already
+    proxy.stall_replies()
+
+    with pytest.raises(StoreError, match="TimeoutError"):
+        await store.begin_turn(ALICE, None, "m1", "hello", "ctx-1")
+
+    # The conversation it opened and its first-message record are gone with the marker.
+    assert await redis_client.exists("pact:acme:conv:ctx-1") == 0
+    retry = await store.begin_turn(ALICE, None, "m1", "hello", "ctx-2")
+    assert (retry.status, retry.context_id, retry.new_conversation) == (TurnStatus.NEW, "ctx-2", True)
+
+
+async def test_a_claim_that_reaches_redis_after_its_release_claims_nothing(
+    store: RedisStore, proxy: RedisProxy
+) -> None:
+    await opened(store)
+    proxy.stall_requests()  # the script itself is held on the stuck path
+
+    with pytest.raises(StoreError, match="TimeoutError"):
+        await store.begin_turn(ALICE, "ctx-1", "m2", "where is it?", "unused")
+    stuck = proxy.links[0]
+    answered = stuck.replies
+    proxy.release()  # the held script reaches Redis now, after the release
+    await until(lambda: stuck.replies > answered)
+
+    retry = await store.begin_turn(ALICE, "ctx-1", "m2", "where is it?", "unused")
+    assert (retry.status, retry.context_id) == (TurnStatus.NEW, "ctx-1")
+
+
+async def test_a_released_claim_leaves_a_marker_of_another_attempt_alone(
+    store: RedisStore, proxy: RedisProxy
+) -> None:
+    """The release names its own attempt: a duplicate that lost to a running turn must not free it."""
+    await opened(store)
+    running = await store.begin_turn(ALICE, "ctx-1", "m2", "where is it?", "unused")
+    assert running.status is TurnStatus.NEW
+    proxy.stall_replies()
+
+    with pytest.raises(StoreError, match="TimeoutError"):
+        await store.begin_turn(ALICE, "ctx-1", "m2", "where is it?", "unused")  # would be IN_FLIGHT
+
+    again = await store.begin_turn(ALICE, "ctx-1", "m2", "where is it?", "unused")
+    assert again.status is TurnStatus.IN_FLIGHT

@@ -1,0 +1,159 @@
+"""The wheel is all an install has: ``pip install .`` (not ``-e``) and the container image run the demo.
+
+The wheel is built the way the Dockerfile's builder stage builds it, from the files the Docker
+build context holds (``.dockerignore`` applied), installed into a fresh venv (its dependencies
+come from the package index as for any install), and ``pact-gateway demo --check`` is run there
+from a directory that has nothing of the checkout. The image cannot be built here (no container
+engine): the Dockerfile is checked to build and smoke-test that same wheel.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+import venv
+from pathlib import Path
+
+import pytest
+
+from tests.test_cli import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILD_TIMEOUT = 300
+INSTALL_TIMEOUT = 600
+RUN_TIMEOUT = 120
+"""Generous bounds, in seconds, on a busy 2-core machine: building, installing, running the demo."""
+SMOKE = "pact-gateway demo --check"
+"""What the Dockerfile runs in its runtime stage, and this test in the installed venv."""
+
+pytestmark = pytest.mark.packaging
+
+
+def _glob_regex(pattern: str) -> re.Pattern[str]:
+    """A ``.dockerignore`` pattern (Go's filepath.Match plus ``**``) as a regular expression."""
+    out = ""
+    for token in re.findall(r"\*\*/|\*\*|\*|\?|\[[^\]]*\]|[^*?\[]+", pattern):
+        wildcard = {"**/": "(?:.*/)?", "**": ".*", "*": "[^/]*", "?": "[^/]"}.get(token)
+        out += wildcard or (token if token.startswith("[") else re.escape(token))
+    return re.compile(out)
+
+
+def docker_context(root: Path) -> list[Path]:
+    """The files ``docker build .`` sends: each ``.dockerignore`` rule in turn, the last that matches
+    a file or one of its folders deciding, ``!`` taking a path back in."""
+    rules: list[tuple[bool, re.Pattern[str]]] = []
+    for line in (root / ".dockerignore").read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            rules.append((line.startswith("!"), _glob_regex(line.removeprefix("!").strip("/"))))
+
+    def sent(relative: str) -> bool:
+        parts = relative.split("/")
+        prefixes = ["/".join(parts[: length + 1]) for length in range(len(parts))]
+        keep = True
+        for include, regex in rules:
+            if any(regex.fullmatch(prefix) for prefix in prefixes):
+                keep = include
+        return keep
+
+    files: list[Path] = []
+    for top in sorted(root.iterdir()):
+        if top.name in {".git", ".venv"} or not sent(top.name):
+            continue
+        candidates = [top] if top.is_file() else sorted(path for path in top.rglob("*") if path.is_file())
+        files.extend(path for path in candidates if sent(path.relative_to(root).as_posix()))
+    return files
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The project's wheel, built as the Dockerfile builds it, from the Docker build context alone."""
+    context = tmp_path_factory.mktemp("context")
+    for path in docker_context(ROOT):
+        target = context / path.relative_to(ROOT)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(path, target)
+    wheels = tmp_path_factory.mktemp("wheels")
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--wheel-dir",
+            str(wheels),
+            str(context),
+        ],
+        check=True,
+        timeout=BUILD_TIMEOUT,
+        cwd=context,
+    )
+    (built,) = wheels.glob("pact_gateway-*.whl")
+    return built
+
+
+def test_the_build_context_holds_the_package_and_no_checkout_files() -> None:
+    sent = {path.relative_to(ROOT).as_posix() for path in docker_context(ROOT)}
+    assert {"pyproject.toml", "README.md", "gateway/cli.py", "gateway/data/demo.yaml"} <= sent
+    assert "examples/sample_bot/__init__.py" in sent
+    assert not {path for path in sent if path.startswith(("tests/", "config/", "deploy/", ".venv/"))}
+    assert not {path for path in sent if "__pycache__" in path or path.endswith((".pyc", ".pyo"))}
+
+
+def test_the_dockerfile_builds_that_wheel_and_runs_the_demo_check_in_the_image() -> None:
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert "RUN pip wheel --wheel-dir /wheels ." in dockerfile
+    assert f"&& {SMOKE} --port" in dockerfile
+    assert "--no-index --find-links=/wheels pact-gateway" in dockerfile
+
+
+def test_wheel_ships_the_demo_configuration(wheel: Path) -> None:
+    """``package-data`` matches a file inside the package (``config/`` at the top level never was)."""
+    listing = subprocess.run(
+        [sys.executable, "-m", "zipfile", "-l", str(wheel)], capture_output=True, text=True, check=True
+    ).stdout
+    assert "gateway/data/demo.yaml" in listing
+
+
+def test_a_plain_install_runs_the_demo_check_from_any_directory(wheel: Path, tmp_path: Path) -> None:
+    """The issue's failure: ``FileNotFoundError: …/site-packages/config/demo.yaml`` out of a checkout."""
+    environment = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=True).create(environment)
+    python = environment / "bin" / "python"
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "--quiet", str(wheel)], check=True, timeout=INSTALL_TIMEOUT
+    )
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    # Nothing of the checkout may leak in: no PYTHONPATH, and a cwd holding no gateway/ or config/.
+    env = {name: value for name, value in os.environ.items() if not name.startswith("PYTHON")}
+    gateway = environment / "bin" / "pact-gateway"
+    demo = subprocess.run(
+        [str(gateway), *SMOKE.split()[1:], "--port", str(free_port()), "--bot-port", str(free_port())],
+        capture_output=True,
+        text=True,
+        cwd=elsewhere,
+        env=env,
+        timeout=RUN_TIMEOUT,
+        check=False,
+    )
+    assert demo.returncode == 0, demo.stderr
+    assert "demo check passed" in demo.stderr
+    assert "Traceback" not in demo.stderr
+    version = subprocess.run(
+        [str(gateway), "--version"],
+        capture_output=True,
+        text=True,
+        cwd=elsewhere,
+        env=env,
+        timeout=RUN_TIMEOUT,
+        check=False,
+    )
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert version.stdout == f"pact-gateway {project['version']}\n", version.stderr

@@ -1,0 +1,408 @@
+"""The ``directline`` adapter against a fake Direct Line 3.0 service, through the real gateway over HTTP.
+
+The wire shapes are Direct Line's (tests/support/fake_directline.py); the Direct Line
+conversation behind each PACT conversation is kept in the store, so those tests run on both
+backends; the §4 behaviour is every adapter's (tests/support/adapters.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import aiohttp
+import pytest
+
+from gateway.app import ADAPTER_STATE
+from gateway.config import ConfigError, DirectLineSettings, load_config
+from gateway.store import keys, open_store
+from gateway.store.factory import open_adapter_state
+from gateway.upstream.base import UpstreamError
+from gateway.upstream.directline import ENDED_TEXT, Line, read_answer, render_activity
+from gateway.upstream.factory import make_adapter
+from tests.support.adapters import (
+    A2A_JSON,
+    check_failure_stores_nothing_and_the_retry_runs_once,
+    check_retries_are_served_from_the_store,
+    error_reason,
+    reply_of,
+)
+from tests.support.fake_directline import BOT, CARDS_ACTIVITY, SECRET, FakeDirectLine
+from tests.support.gateway import Harness, MakeGateway, base_config
+
+ENV = {"DIRECT_LINE_SECRET": SECRET}
+
+
+def directline_upstream(
+    fake: FakeDirectLine, timeout: float = 5.0, **settings: Any
+) -> Callable[[dict[str, Any]], None]:
+    def edit(raw: dict[str, Any]) -> None:
+        raw["brands"][0]["upstream"] = {
+            "adapter": "directline",
+            "url": fake.url,
+            "timeout": timeout,
+            "directline": {
+                "secret": "${DIRECT_LINE_SECRET}",
+                "poll_interval": 0.02,
+                "quiet_period": 0.3,
+                **settings,
+            },
+        }
+
+    return edit
+
+
+@pytest.fixture
+async def gw_dl(make_gateway: MakeGateway, cache_url: str, fake_directline: FakeDirectLine) -> Harness:
+    return await make_gateway(cache_url, edit=directline_upstream(fake_directline), environ=ENV)
+
+
+async def text_of(response: aiohttp.ClientResponse) -> tuple[str, str]:
+    """The reply's text and its contextId."""
+    _, message = await reply_of(response)
+    assert len(message["parts"]) == 1
+    return message["parts"][0]["text"], message["contextId"]
+
+
+async def kept_line(gw: Harness, context_id: str) -> Line | None:
+    app = gw.client.app
+    assert app is not None
+    raw = await app[ADAPTER_STATE].get(keys.adapter_key("acme", context_id, "directline"))
+    return None if raw is None else Line.load(raw)
+
+
+async def test_directline_one_conversation_per_pact_conversation(
+    gw_dl: Harness, fake_directline: FakeDirectLine
+) -> None:
+    """Started with the secret on the first turn, then continued with its token from the store."""
+    text, context_id = await text_of(await gw_dl.send("Hi", message_id="m-1"))
+    assert text == "You said: Hi (message 1 here)"
+    text, _ = await text_of(await gw_dl.send("Order A-1", message_id="m-2", context_id=context_id))
+    assert text == "You said: Order A-1 (message 2 here)"
+    text, _ = await text_of(await gw_dl.send("Hello", message_id="m-3"))
+    assert text == "You said: Hello (message 1 here)"
+    await text_of(await gw_dl.send("Hello", message_id="m-4", sub="bob"))
+    assert fake_directline.count("start") == 3
+    assert fake_directline.count("refresh") + fake_directline.count("reconnect") == 0
+    senders = [activity["from"]["id"] for activity in fake_directline.posted]
+    assert senders[0] == senders[1] == senders[2] != senders[3]  # one pseudonym per User, stable
+    assert all("alice" not in sender and "bob" not in sender for sender in senders)
+    assert [activity["text"] for activity in fake_directline.posted] == ["Hi", "Order A-1", "Hello", "Hello"]
+    line = await kept_line(gw_dl, context_id)
+    assert line is not None
+    assert line.conversation_id in fake_directline.conversations
+    assert line.token in fake_directline.live
+    assert line.watermark == "4"  # both messages and both replies read
+
+
+async def test_directline_retries_are_served_from_the_store(
+    gw_dl: Harness, fake_directline: FakeDirectLine
+) -> None:
+    await check_retries_are_served_from_the_store(gw_dl, lambda: fake_directline.count("send"))
+
+
+@pytest.mark.parametrize("mode", ["bot_error", "silent"])
+async def test_directline_failure_is_internal_nothing_stored_and_the_retry_runs_once(
+    make_gateway: MakeGateway, cache_url: str, fake_directline: FakeDirectLine, mode: str
+) -> None:
+    gw = await make_gateway(cache_url, edit=directline_upstream(fake_directline, timeout=1.0), environ=ENV)
+
+    def fail() -> None:
+        fake_directline.mode = mode
+
+    def heal() -> None:
+        fake_directline.mode = "answer"
+
+    await check_failure_stores_nothing_and_the_retry_runs_once(
+        gw, lambda: fake_directline.count("send"), fail, heal
+    )
+    # The same Direct Line conversation throughout: the bot saw the failed turn's message too.
+    assert fake_directline.count("start") == 1
+
+
+async def test_directline_reads_page_on_the_watermark_and_take_only_this_turns_answer(
+    make_gateway: MakeGateway, fake_directline: FakeDirectLine
+) -> None:
+    """One activity per read: the adapter pages on; a proactive message and a stale answer to an
+    earlier activity are not this turn's reply; the answer ends at ``expectingInput``."""
+    gw = await make_gateway(edit=directline_upstream(fake_directline), environ=ENV)
+    fake_directline.page_size = 1
+    fake_directline.mode = "several"
+    text, context_id = await text_of(await gw.send("Tell me"))
+    assert text == "One.\n\nTwo.\n\nThree?"
+    assert fake_directline.count("read") == 6  # the User's message, two skipped, three replies
+    fake_directline.mode = "answer"
+    text, _ = await text_of(await gw.send("Again", message_id="m-2", context_id=context_id))
+    assert text == "You said: Again (message 2 here)"
+    assert fake_directline.count("read") == 8  # from the kept watermark, not from the start
+
+
+async def test_directline_an_answer_without_input_hint_completes_after_the_quiet_period(
+    make_gateway: MakeGateway, fake_directline: FakeDirectLine
+) -> None:
+    gw = await make_gateway(edit=directline_upstream(fake_directline), environ=ENV)
+    fake_directline.mode = "quiet"
+    assert (await text_of(await gw.send("Tell me")))[0] == "First part.\n\nSecond part."
+
+
+async def test_directline_polls_until_the_answer_is_there(
+    make_gateway: MakeGateway, fake_directline: FakeDirectLine
+) -> None:
+    gw = await make_gateway(edit=directline_upstream(fake_directline), environ=ENV)
+    fake_directline.mode = "late"
+    assert (await text_of(await gw.send("Hi")))[0] == "Late: Hi"
+    assert fake_directline.count("read") == 3
+
+
+async def test_directline_cards_and_suggested_actions_are_lines_to_act_on(
+    make_gateway: MakeGateway, fake_directline: FakeDirectLine
+) -> None:
+    gw = await make_gateway(edit=directline_upstream(fake_directline), environ=ENV)
+    fake_directline.mode = "cards"
+    text, _ = await text_of(await gw.send("My orders"))
+    assert text == (
+        "Pick one:\n"
+        "Order A-1\n"
+        "Shipped Monday\n"
+        "Arrives Thursday.\n"
+        "- Track it (reply: track A-1)\n"
+        "- Open the order (open: https://acme.example/o/A-1)\n"
+        "- Cancel (reply: cancel A-1)\n"
+        "Image: https://cdn.acme.example/label.png\n"
+        "- Yes\n"
+        "- Talk to a human (reply: handoff)"
+    )
+
+
+async def test_s4_2_end_of_conversation_closes_it_and_drops_the_kept_state(
+    gw_dl: Harness, fake_directline: FakeDirectLine
+) -> None:
+    _, context_id = await text_of(await gw_dl.send("Hi", message_id="m-1"))
+    assert await kept_line(gw_dl, context_id) is not None
+    fake_directline.mode = "end"
+    bye = await gw_dl.send("Bye", message_id="m-2", context_id=context_id)
+    bye_body, message = await reply_of(bye)
+    assert message["parts"] == [{"text": "Goodbye!"}]
+    assert await kept_line(gw_dl, context_id) is None
+    after = await gw_dl.send("One more thing", message_id="m-3", context_id=context_id)
+    assert await error_reason(after) == (400, "UNSUPPORTED_OPERATION")
+    retry = await gw_dl.send("Bye", message_id="m-2", context_id=context_id)
+    assert await retry.read() == bye_body
+    assert fake_directline.count("send") == 2
+    fake_directline.mode = "hang_up"  # ended without a word
+    text, context_id = await text_of(await gw_dl.send("Hi", message_id="m-4"))
+    assert text == ENDED_TEXT
+    assert await error_reason(await gw_dl.send("Hm?", context_id=context_id)) == (
+        400,
+        "UNSUPPORTED_OPERATION",
+    )
+
+
+async def test_directline_an_answer_with_nothing_to_read_is_the_no_answer_text(
+    make_gateway: MakeGateway, fake_directline: FakeDirectLine
+) -> None:
+    gw = await make_gateway(edit=directline_upstream(fake_directline, no_answer="(no text)"), environ=ENV)
+    fake_directline.mode = "widget"
+    assert (await text_of(await gw.send("Hi")))[0] == "(no text)"
+    assert DirectLineSettings(secret="s").no_answer == "Sorry, I have no answer to that."
+
+
+async def test_directline_token_is_refreshed_before_it_expires(
+    gw_dl: Harness, fake_directline: FakeDirectLine
+) -> None:
+    """Past half its ``expires_in`` the token is refreshed first; the fake then refuses the old one."""
+    fake_directline.expires_in = 0
+    _, context_id = await text_of(await gw_dl.send("Hi", message_id="m-1"))
+    text, _ = await text_of(await gw_dl.send("Again", message_id="m-2", context_id=context_id))
+    assert text == "You said: Again (message 2 here)"
+    assert fake_directline.operations[:2] == ["start", "send"]
+    assert fake_directline.operations.index("refresh") < fake_directline.operations.index("send", 2)
+    assert fake_directline.count("reconnect") == 0
+
+
+@pytest.mark.parametrize("refreshing", [False, True], ids=["on-send", "on-refresh"])
+async def test_directline_expired_token_gets_a_new_one_from_the_secret_once(
+    make_gateway: MakeGateway, cache_url: str, fake_directline: FakeDirectLine, refreshing: bool
+) -> None:
+    """``403 TokenExpired`` (an expired token cannot be refreshed): Direct Line's reconnect with the
+    secret gives the same conversation a new token; the call is made again, and the token kept."""
+    gw = await make_gateway(cache_url, edit=directline_upstream(fake_directline), environ=ENV)
+    if refreshing:
+        fake_directline.expires_in = 0
+    _, context_id = await text_of(await gw.send("Hi", message_id="m-1"))
+    fake_directline.expire_tokens()
+    text, _ = await text_of(await gw.send("Again", message_id="m-2", context_id=context_id))
+    assert text == "You said: Again (message 2 here)"  # the same Direct Line conversation
+    assert (fake_directline.count("start"), fake_directline.count("reconnect")) == (1, 1)
+    fake_directline.expires_in = 1800
+    await text_of(await gw.send("Third", message_id="m-3", context_id=context_id))
+    # The reconnect's token was kept (its answer has no expires_in: the documented 30 min then).
+    assert fake_directline.count("reconnect") == 1
+
+
+async def test_directline_a_new_token_is_kept_even_when_the_turn_then_fails(
+    make_gateway: MakeGateway, cache_url: str, fake_directline: FakeDirectLine
+) -> None:
+    gw = await make_gateway(cache_url, edit=directline_upstream(fake_directline, timeout=1.0), environ=ENV)
+    _, context_id = await text_of(await gw.send("Hi", message_id="m-1"))
+    fake_directline.expire_tokens()
+    fake_directline.mode = "silent"
+    failed = await gw.send("Again", message_id="m-2", context_id=context_id)
+    assert await error_reason(failed) == (500, "INTERNAL")
+    fake_directline.mode = "answer"
+    await text_of(await gw.send("Again", message_id="m-2", context_id=context_id))
+    assert fake_directline.count("reconnect") == 1
+
+
+async def test_directline_conversation_unknown_to_direct_line_is_started_anew(
+    gw_dl: Harness, fake_directline: FakeDirectLine
+) -> None:
+    _, context_id = await text_of(await gw_dl.send("Hi", message_id="m-1"))
+    line = await kept_line(gw_dl, context_id)
+    assert line is not None
+    fake_directline.forget(line.conversation_id)
+    text, _ = await text_of(await gw_dl.send("Again", message_id="m-2", context_id=context_id))
+    assert text == "You said: Again (message 1 here)"
+    assert fake_directline.count("start") == 2
+
+
+async def test_s6_direct_line_429_is_a_bare_429_with_its_retry_after(
+    make_gateway: MakeGateway, fake_directline: FakeDirectLine
+) -> None:
+    gw = await make_gateway(edit=directline_upstream(fake_directline), environ=ENV)
+    fake_directline.mode = "throttle"
+    refused = await gw.send("Hi")
+    assert (refused.status, refused.headers["Retry-After"]) == (429, "5")
+    assert refused.headers.get("Content-Type", "") != A2A_JSON
+
+
+async def test_directline_probe_generates_a_token_and_opens_no_conversation(
+    fake_directline: FakeDirectLine,
+) -> None:
+    raw = base_config("https://pa.example", "https://pa.example/jwks", "http://bot.test/chat", "memory://")
+    directline_upstream(fake_directline)(raw)
+    config = load_config(raw, ENV)
+    async with aiohttp.ClientSession() as session:
+        state = open_adapter_state(open_store(config.cache))
+        adapter = make_adapter(config.brands["acme"], session, state, cache=config.cache)
+        assert (
+            await adapter.probe() == "Direct Line: secret accepted (token for 1800 s; no conversation opened)"
+        )
+        assert (fake_directline.operations, fake_directline.conversations) == (["generate"], {})
+        config = load_config(raw, {"DIRECT_LINE_SECRET": "not-the-secret"})
+        adapter = make_adapter(config.brands["acme"], session, state, cache=config.cache)
+        with pytest.raises(UpstreamError) as failure:
+            await adapter.probe()
+    assert failure.value.reason == "auth"
+
+
+# The rules without HTTP.
+
+USER = "pact-" + "a" * 32
+POSTED = "c|0000003"
+
+
+def bot_message(text: str, **more: Any) -> dict[str, Any]:
+    return {"type": "message", "from": BOT, "replyToId": POSTED, "text": text, **more}
+
+
+def test_read_answer_takes_the_replies_to_the_posted_activity_only() -> None:
+    activities = [
+        {"type": "message", "from": {"id": USER}, "text": "mine", "id": POSTED},
+        bot_message("stale", replyToId="c|0000001"),
+        {"type": "message", "from": BOT, "text": "proactive"},
+        {"type": "typing", "from": BOT, "replyToId": POSTED},
+        bot_message("one"),
+        bot_message("two", inputHint="acceptingInput"),
+        bot_message("after the hand-back"),
+    ]
+    assert read_answer(activities, POSTED, USER) == (["one", "two"], True, False)
+    assert read_answer(activities[:5], POSTED, USER) == (["one"], False, False)
+
+
+def test_read_answer_ends_at_the_bots_end_of_conversation() -> None:
+    ended = [bot_message("bye"), {"type": "endOfConversation", "from": BOT}]
+    assert read_answer(ended, POSTED, USER) == (["bye"], True, True)
+    users_end = [{"type": "endOfConversation", "from": {"id": USER}}]
+    assert read_answer(users_end, POSTED, USER) == ([], False, False)
+
+
+def test_render_activity() -> None:
+    assert render_activity({"type": "message", "text": "  Hi  "}) == "Hi"
+    assert render_activity({"type": "message", **CARDS_ACTIVITY}).startswith("Order A-1\nShipped Monday")
+    assert render_activity(
+        {"attachments": [{"contentType": "application/pdf", "contentUrl": "https://f/x"}]}
+    ) == ("Attachment: https://f/x")
+    odd = {
+        "text": 3,
+        "attachments": "x",
+        "suggestedActions": {"actions": [{"title": "Only a title"}, "x", {}]},
+    }
+    assert render_activity(odd) == "- Only a title"
+    assert render_activity({"type": "message"}) == ""
+
+
+@pytest.mark.parametrize(
+    "raw", [b"", b"{}", b'["c", "t", 1.0]', b'["c", 2, 1.0, null]', b'["c", "t", "x", null]']
+)
+def test_a_kept_line_that_is_not_one_starts_a_new_conversation(raw: bytes) -> None:
+    assert Line.load(raw) == Line()
+
+
+def test_a_kept_line_round_trips() -> None:
+    line = Line("conv", "token", 12.5, "7")
+    assert Line.load(line.dump()) == line
+
+
+# The configuration.
+
+DL_PATH = "brands[0].upstream.directline"
+
+
+def config_with(directline: dict[str, Any], **upstream: Any) -> dict[str, Any]:
+    raw = base_config("https://pa.example", "https://pa.example/jwks", "http://bot.test/chat", "memory://")
+    raw["brands"][0]["upstream"] = {
+        "adapter": "directline",
+        "url": "https://directline.botframework.com",
+        "directline": directline,
+        **upstream,
+    }
+    return raw
+
+
+@pytest.mark.parametrize(
+    ("directline", "upstream", "path", "reason"),
+    [
+        ({"secret": SECRET}, {}, f"{DL_PATH}.secret", "never the secret"),
+        ({"secret": "${DIRECT_LINE_SECRET}", "quiet_period": 10}, {}, f"{DL_PATH}.quiet_period", "shorter"),
+        (
+            {"secret": "${DIRECT_LINE_SECRET}", "quiet_period": 2},
+            {"timeout": 2},
+            f"{DL_PATH}.quiet_period",
+            "",
+        ),
+        ({"secret": "${DIRECT_LINE_SECRET}", "poll_interval": 0.001}, {}, f"{DL_PATH}.poll_interval", ""),
+        (
+            {"secret": "${DIRECT_LINE_SECRET}", "watermark": "0"},
+            {},
+            f"{DL_PATH}.watermark",
+            "unknown setting",
+        ),
+        ({}, {}, f"{DL_PATH}.secret", "is required"),
+    ],
+)
+def test_directline_settings_are_checked_with_their_yaml_path(
+    directline: dict[str, Any], upstream: dict[str, Any], path: str, reason: str
+) -> None:
+    with pytest.raises(ConfigError) as failure:
+        load_config(config_with(directline, **upstream), ENV)
+    assert failure.value.path == path
+    assert reason in failure.value.reason
+
+
+def test_directline_secret_never_in_the_configuration_repr() -> None:
+    config = load_config(config_with({"secret": "${DIRECT_LINE_SECRET}"}), ENV)
+    settings = config.brands["acme"].upstream.directline
+    assert settings is not None
+    assert settings.secret == SECRET
+    assert SECRET not in repr(config)
