@@ -20,7 +20,8 @@ ENV PIP_NO_CACHE_DIR=1 \
 WORKDIR /src
 # .dockerignore keeps the context to pyproject.toml, README/LICENSE and the packages.
 COPY . .
-RUN pip wheel --wheel-dir /wheels .
+# With the optional OpenTelemetry export, so `tracing:` in the configuration works in the image.
+RUN pip wheel --wheel-dir /wheels ".[otel]"
 
 # ---- runtime: the wheels installed into a venv, run as an unprivileged user -------------------
 FROM ${PYTHON_IMAGE} AS runtime
@@ -44,7 +45,7 @@ ENV VIRTUAL_ENV=/opt/venv \
 # does the same with a wheel built from this build context).
 RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
     python -m venv --without-pip "$VIRTUAL_ENV" \
- && python -m pip --python "$VIRTUAL_ENV/bin/python" install --no-index --find-links=/wheels pact-gateway \
+ && python -m pip --python "$VIRTUAL_ENV/bin/python" install --no-index --find-links=/wheels "pact-gateway[otel]" \
  && groupadd --system --gid 10001 pact \
  && useradd --system --uid 10001 --gid 10001 --no-create-home \
       --home-dir /nonexistent --shell /usr/sbin/nologin pact \

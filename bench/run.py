@@ -10,8 +10,9 @@ generator process drives ``message:send`` against each front in turn at a fixed 
 for a fixed time; the rounds are interleaved and repeated, so drift on a shared machine shows
 up as spread instead of as a bias against whichever front ran last. Then: latency at half the
 gateway's peak, Redis round trips per turn (Identity and delegated), instructions per turn
-under callgrind (the full run), memory per idle conversation, PA JWT and delegation-token
-verification and receipt signing costs and, with ``--profile``, where a gateway spends its time.
+under callgrind (the full run), each bot adapter's cost per turn beside the ``pact`` adapter's
+(``bench.adapters``), memory per idle conversation, PA JWT and delegation-token verification and
+receipt signing costs and, with ``--profile``, where a gateway spends its time.
 
 Results: a JSON file (``bench/results/<timestamp>.json`` or ``--out``) and a table. Targets
 are checked but never fail the run: a benchmark reports, CI does not judge timings.
@@ -36,7 +37,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
 
@@ -55,6 +56,9 @@ from bench.procs import (
 )
 from bench.redis_probe import RedisProbe
 from gateway.pa_keys import generate_private_jwk, public_jwks
+
+if TYPE_CHECKING:
+    from bench.instructions import FrontArgv  # bench.instructions imports this module
 
 SCHEMA = "pact-gateway-bench/1"
 ISSUER = "https://pa.bench.invalid"
@@ -122,7 +126,8 @@ class Front:
     """Something the load generator can drive; ``process`` is the front's own (``None`` for direct).
 
     ``delegation`` is the token file of a delegated front (``bench.delegation``): every turn
-    then carries its user's delegation token.
+    then carries its user's delegation token. ``bot`` is the bot behind the front when it is not
+    the run's sample bot (an adapter's fake, ``bench.adapters``).
     """
 
     name: str
@@ -131,6 +136,7 @@ class Front:
     process: Child | None
     uses_redis: bool = False
     delegation: Path | None = None
+    bot: Child | None = None
 
     @classmethod
     def a2a(cls, name: str, port: int, process: Child, uses_redis: bool = False) -> Front:
@@ -172,10 +178,11 @@ class Bench:
         self.bot_url = f"http://127.0.0.1:{port}/chat"
         return bot, port
 
-    def gateway_config(self, port: int, cache_url: str) -> Path:
+    def gateway_config(self, port: int, cache_url: str, upstream: dict[str, Any] | None = None) -> Path:
         """The gateway as an operator would run it: defaults everywhere but addresses, keys and cache.
 
         The Brand delegates (§5): its scopes, its login's key set inline, the Provider's key.
+        ``upstream`` is the Brand's bot (default: the sample bot, ``adapter: pact``).
         """
         raw = {
             "listen": {"host": "127.0.0.1", "port": port},
@@ -198,7 +205,7 @@ class Bench:
                     "name": "Acme Support",
                     "description": "Order status.",
                     "version": "1.0.0",
-                    "upstream": {"url": self.bot_url},
+                    "upstream": upstream or {"url": self.bot_url},
                     "delegation": delegation_config(self.login_jwks),
                 }
             ],
@@ -215,10 +222,16 @@ class Bench:
         return [*argv, "--workers", str(workers)] if workers is not None else argv
 
     def start_gateway(
-        self, name: str, cache_url: str, *, workers: int | None = None, profile_to: Path | None = None
+        self,
+        name: str,
+        cache_url: str,
+        *,
+        workers: int | None = None,
+        profile_to: Path | None = None,
+        upstream: dict[str, Any] | None = None,
     ) -> tuple[Front, int]:
         port = free_port()
-        argv = self.gateway_argv(self.gateway_config(port, cache_url), workers)
+        argv = self.gateway_argv(self.gateway_config(port, cache_url, upstream), workers)
         if profile_to is not None:
             argv = ["-m", "pyinstrument", "-r", "pyisession", "-o", str(profile_to), *argv]
         child = self.children.python(name, *argv)
@@ -344,7 +357,8 @@ class Bench:
         ]
 
     def _party_cpu(self, front: Front) -> dict[str, float]:
-        readings = {"bot": cpu_seconds(self.bot.pid) if self.bot is not None else 0.0}
+        bot = front.bot or self.bot
+        readings = {"bot": cpu_seconds(bot.pid) if bot is not None else 0.0}
         if front.process is not None:
             readings["front"] = cpu_seconds(front.process.pid)
         if self.redis_pid is not None and Path(f"/proc/{self.redis_pid}").exists():
@@ -352,7 +366,7 @@ class Bench:
         return readings
 
     def _check_alive(self, front: Front) -> None:
-        for child in (self.bot, front.process):
+        for child in (front.bot or self.bot, front.process):
             if child is not None and not child.alive():
                 raise ChildFailed(f"{child.name} exited with {child.popen.returncode}:\n{child.tail()}")
 
@@ -501,8 +515,12 @@ class Bench:
             "script_internal_commands": dict(monitor.script_commands),
         }
 
-    def instructions(self, redis_url: str) -> dict[str, Any]:
-        """Instructions per turn of the pass-through and both gateways, counted by callgrind."""
+    def gateway_front(self, cache_url: str, upstream: dict[str, Any] | None = None) -> FrontArgv:
+        """How :meth:`count_instructions` starts a gateway front on a port it picks."""
+        return lambda port: self.gateway_argv(self.gateway_config(port, cache_url, upstream))
+
+    def count_instructions(self, fronts: Sequence[tuple[str, FrontArgv, bool]]) -> dict[str, Any]:
+        """``fronts`` counted by :func:`bench.instructions.measure` in this run's mode, or why not."""
         from bench import instructions
 
         turns = self.settings.instruction_turns
@@ -510,19 +528,21 @@ class Bench:
             return {"available": False, "note": f"not counted in the {self.settings.mode} run"}
         if not instructions.available():
             return {"available": False, "note": "valgrind (callgrind) is not installed"}
+        return instructions.measure(self, fronts, turns)
 
-        def gateway(cache_url: str) -> instructions.FrontArgv:
-            return lambda port: self.gateway_argv(self.gateway_config(port, cache_url))
+    def instructions(self, redis_url: str) -> dict[str, Any]:
+        """Instructions per turn of the pass-through and both gateways, counted by callgrind."""
+        from bench import instructions
 
-        counted = instructions.measure(
-            self,
+        counted = self.count_instructions(
             [
                 (PASSTHROUGH, self.passthrough_argv, False),
-                (GW_MEMORY, gateway("memory://"), False),
-                (GW_REDIS, gateway(redis_url), True),
-            ],
-            turns,
+                (GW_MEMORY, self.gateway_front("memory://"), False),
+                (GW_REDIS, self.gateway_front(redis_url), True),
+            ]
         )
+        if not counted["available"]:
+            return counted
         per_turn = instructions.per_turn(counted)
         counted["gateway_memory_vs_passthrough"] = per_turn[GW_MEMORY] / per_turn[PASSTHROUGH]
         counted["gateway_redis_vs_passthrough"] = per_turn[GW_REDIS] / per_turn[PASSTHROUGH]
@@ -649,7 +669,7 @@ def _rps(r: dict[str, Any]) -> float:
     return float(r["throughput_rps"])
 
 
-def _front_cpu(r: dict[str, Any]) -> float:
+def front_cpu(r: dict[str, Any]) -> float:
     return float(r["cpu_s_per_1000_turns"].get("front", 0.0))
 
 
@@ -919,17 +939,23 @@ def render_table(result: dict[str, Any]) -> str:
         )
     else:
         lines.append("workers: not available (the CLI has no --workers)")
-    lines += ["", "targets"]
-    for t in result["targets"]:
-        mark = "PASS" if t["passed"] else "FAIL"
-        spread = ""
-        if len(t["per_repeat"]) > 1:
-            spread = f", repeats {min(t['per_repeat']):.2f} to {max(t['per_repeat']):.2f}"
-        lines.append(
-            f"  [{mark}] {t['name']}: {_fmt(t['measured'])} (target {t['target']}{spread}: "
-            f"{t['verdict']}) {t['note']}".rstrip()
-        )
+    from bench.adapters import render as render_adapters
+
+    lines += ["", *render_adapters(result["adapters"]), "", "targets"]
+    lines += [target_line(t) for t in result["targets"]]
     return "\n".join(lines)
+
+
+def target_line(t: dict[str, Any]) -> str:
+    """One target as the table shows it: its mark, figure, goal, repeats' spread and verdict."""
+    mark = "PASS" if t["passed"] else "FAIL"
+    spread = ""
+    if len(t["per_repeat"]) > 1:
+        spread = f", repeats {min(t['per_repeat']):.2f} to {max(t['per_repeat']):.2f}"
+    return (
+        f"  [{mark}] {t['name']}: {_fmt(t['measured'])} (target {t['target']}{spread}: "
+        f"{t['verdict']}) {t['note']}".rstrip()
+    )
 
 
 def progress(message: str) -> None:
@@ -954,7 +980,7 @@ def _python_json(argv: Sequence[str], timeout: float) -> dict[str, Any]:
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
     group = parser.add_mutually_exclusive_group()
-    group.add_argument("--quick", action="store_true", help="short rounds; finishes in under a minute")
+    group.add_argument("--quick", action="store_true", help="short rounds; finishes in under two minutes")
     group.add_argument(
         "--smoke", action="store_true", help="the shortest run that exercises every path (tests)"
     )
@@ -988,6 +1014,8 @@ def settings_from(args: argparse.Namespace) -> Settings:
 
 
 def run(settings: Settings, redis_url: str, with_profile: bool) -> dict[str, Any]:
+    from bench.adapters import measure as measure_adapters  # bench.adapters imports this module
+
     started = dt.datetime.now(dt.UTC)
     redis = RedisProbe(redis_url)
     try:
@@ -1031,6 +1059,8 @@ def run(settings: Settings, redis_url: str, with_profile: bool) -> dict[str, Any
             )
             progress("instructions per turn (callgrind)")
             counted = bench.instructions(redis_url)
+            progress("bot adapters, each against its fake")
+            adapters = measure_adapters(bench)
             profile = bench.profile() if with_profile else None
         progress("memory per idle conversation")
         memory = _python_json(
@@ -1072,14 +1102,12 @@ def run(settings: Settings, redis_url: str, with_profile: bool) -> dict[str, Any
         "throughput_gateway_memory_vs_direct": per_repeat(GW_MEMORY, DIRECT, _rps),
         "throughput_gateway_redis_vs_passthrough": per_repeat(GW_REDIS, PASSTHROUGH, _rps),
         "throughput_gateway_redis_vs_direct": per_repeat(GW_REDIS, DIRECT, _rps),
-        "cpu_per_turn_gateway_memory_vs_passthrough": per_repeat(GW_MEMORY, PASSTHROUGH, _front_cpu),
-        "cpu_per_turn_gateway_redis_vs_passthrough": per_repeat(GW_REDIS, PASSTHROUGH, _front_cpu),
+        "cpu_per_turn_gateway_memory_vs_passthrough": per_repeat(GW_MEMORY, PASSTHROUGH, front_cpu),
+        "cpu_per_turn_gateway_redis_vs_passthrough": per_repeat(GW_REDIS, PASSTHROUGH, front_cpu),
         "throughput_delegated_memory_vs_gateway_memory": per_repeat(DELEGATED_MEMORY, GW_MEMORY, _rps),
         "throughput_delegated_redis_vs_gateway_redis": per_repeat(DELEGATED_REDIS, GW_REDIS, _rps),
-        "cpu_per_turn_delegated_memory_vs_gateway_memory": per_repeat(
-            DELEGATED_MEMORY, GW_MEMORY, _front_cpu
-        ),
-        "cpu_per_turn_delegated_redis_vs_gateway_redis": per_repeat(DELEGATED_REDIS, GW_REDIS, _front_cpu),
+        "cpu_per_turn_delegated_memory_vs_gateway_memory": per_repeat(DELEGATED_MEMORY, GW_MEMORY, front_cpu),
+        "cpu_per_turn_delegated_redis_vs_gateway_redis": per_repeat(DELEGATED_REDIS, GW_REDIS, front_cpu),
     }
     added_per_repeat = {
         "p50_ms": added(GW_MEMORY, PASSTHROUGH, _p50),
@@ -1124,6 +1152,7 @@ def run(settings: Settings, redis_url: str, with_profile: bool) -> dict[str, Any
         },
         "workers": {"available": bench.workers_available},
         "instructions": counted,
+        "adapters": adapters,
         "profile": profile,
     }
     if bench.workers_available:

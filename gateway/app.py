@@ -20,6 +20,7 @@ from gateway.oauth.server import AuthorizationServer
 from gateway.ops.access import AccessLog
 from gateway.ops.limits import RateLimits
 from gateway.ops.metrics import Metrics, issuer_label
+from gateway.ops.tracing import SPANS, Spans, open_spans, trace_middleware
 from gateway.protocol.card import render_card
 from gateway.store import ConversationStore, open_store
 from gateway.store.adapter_state import AdapterState
@@ -30,6 +31,7 @@ from gateway.turns import TurnService
 from gateway.upstream.base import BotAdapter
 from gateway.upstream.factory import make_adapter
 from gateway.upstream.guard import GuardedBot
+from gateway.upstream.traced import TracedBot
 
 STORE = web.AppKey("store", ConversationStore)
 JWKS = web.AppKey("jwks", JwksCache)
@@ -70,10 +72,13 @@ def build_runtime(app: web.Application, config: GatewayConfig, *, previous: Runt
                 clock=app[BREAKER_CLOCK],
             )
     cards = {brand.id: render_card(config, brand) for brand in config.brands.values()}
-    adapters: dict[str, BotAdapter] = dict(bots)
+    spans = app[SPANS]
+    adapters: dict[str, BotAdapter] = (
+        dict(bots) if spans is None else {brand: TracedBot(bot, spans) for brand, bot in bots.items()}
+    )
     limits = RateLimits(app[RATE_LIMITER], metrics=metrics)
     oauth = _authorization_server(app, config)
-    turns = TurnService(app[STORE], adapters, limits, metrics, oauth=oauth)
+    turns = TurnService(app[STORE], adapters, limits, metrics, oauth=oauth, spans=spans)
     if previous is None:
         verifier = PAVerifier(
             config.personal_agents,
@@ -127,19 +132,28 @@ def create_app(
     store: ConversationStore | None = None,
     clock: Callable[[], float] | None = None,
     metrics: Metrics | None = None,
+    spans: Spans | None = None,
 ) -> web.Application:
     """Build the gateway for ``config``; connections are opened on start-up and closed on clean-up.
 
     ``store`` lets a test (or a second gateway instance in one process) share a backend;
     ``clock`` lets a test move the time of the store it opens (conversations and rate limits,
     which share it) and of circuit breakers; ``metrics`` lets the caller serve the registry
-    (a fresh one is made otherwise). A given ``store`` keeps its own clock, as do its limits.
+    (a fresh one is made otherwise); ``spans`` lets a test record spans where it reads them
+    (otherwise ``tracing`` decides, and the app closes what it opened). A given ``store`` keeps
+    its own clock, as do its limits.
     """
+    owned_spans = spans is None
+    if spans is None:
+        spans = open_spans(config.tracing)
+    # The request's span comes before the access line, which logs its trace id.
+    tracing = trace_middleware if spans is None else spans.middleware
     app = web.Application(
-        middlewares=[request_id_middleware, AccessLog(), error_middleware],
+        middlewares=[request_id_middleware, tracing, AccessLog(), error_middleware],
         client_max_size=config.limits.max_body_bytes,
     )
     app[METRICS] = Metrics() if metrics is None else metrics
+    app[SPANS] = spans
     # The per-process circuit breakers' clock; a test moves it instead of sleeping.
     app[BREAKER_CLOCK] = clock or time.monotonic
     app[WALL_CLOCK] = clock or time.time
@@ -184,6 +198,8 @@ def create_app(
         await fetch_session.close()
         if owned_store:
             await app[STORE].close()
+        if owned_spans and spans is not None:
+            await spans.close()
 
     app.cleanup_ctx.append(resources)
     return app

@@ -14,6 +14,7 @@ the first pass already found malformed (it would only repeat the problem, or mis
 from __future__ import annotations
 
 import difflib
+import importlib.util
 import ipaddress
 import os
 import re
@@ -63,6 +64,7 @@ __all__ = [
     "RateRule",
     "ReloadConfig",
     "SkillConfig",
+    "TracingConfig",
     "UpstreamConfig",
     "check_config_file",
     "load_config",
@@ -232,6 +234,20 @@ class LoggingConfig:
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     format: Literal["json", "text"] = "json"
     access_log: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class TracingConfig:
+    """OpenTelemetry export of the gateway's spans over OTLP/HTTP; off unless ``otlp_endpoint`` is set.
+
+    ``traceparent`` is accepted, passed on to the bots and logged either way; this only decides
+    whether spans are recorded and sent (``sample_ratio`` of new traces; a caller's sampled flag
+    is followed).
+    """
+
+    otlp_endpoint: str | None = None
+    service_name: str = "pact-gateway"
+    sample_ratio: float = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -432,6 +448,7 @@ class GatewayConfig:
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     reload: ReloadConfig = field(default_factory=ReloadConfig)
     oauth: OAuthConfig = field(default_factory=OAuthConfig)
+    tracing: TracingConfig = field(default_factory=TracingConfig)
 
     def brand_for_domain(self, host: str) -> BrandConfig | None:
         name = host.rsplit(":", 1)[0].lower() if not host.startswith("[") else host
@@ -616,6 +633,13 @@ SCHEMA: dict[str, Any] = _obj(
             }
         ),
         "reload": _obj({"watch": {"type": "boolean"}, "interval": _POS_NUM}),
+        "tracing": _obj(
+            {
+                "otlp_endpoint": {**_STR, "pattern": r"^https?://"},
+                "service_name": _STR,
+                "sample_ratio": {"type": "number", "minimum": 0, "maximum": 1},
+            }
+        ),
         "oauth": _obj({"signing_keys": {"type": "array", "minItems": 1, "items": _SIGNING_KEY}}),
         "brands": {
             "type": "array",
@@ -946,6 +970,29 @@ def _delegation(
         introspection_secret=None
         if secret is None
         else _expand_env(secret, f"{path}.introspection.secret", environ),
+    )
+
+
+def _installed(*modules: str) -> bool:
+    """Whether every one of ``modules`` can be imported, found without importing it."""
+    try:
+        return all(importlib.util.find_spec(module) is not None for module in modules)
+    except ModuleNotFoundError:  # a parent package is missing
+        return False
+
+
+def _tracing(raw: Mapping[str, Any], environ: Mapping[str, str]) -> TracingConfig:
+    """OTLP export: the endpoint may name ``${ENV}`` variables, and needs the optional ``otel`` extra."""
+    endpoint = raw.get("otlp_endpoint")
+    exporter = ("opentelemetry.sdk.trace", "opentelemetry.exporter.otlp.proto.http")
+    if endpoint is not None and not _installed(*exporter):
+        raise ConfigError(
+            "tracing.otlp_endpoint", "needs the OpenTelemetry packages: pip install 'pact-gateway[otel]'"
+        )
+    return TracingConfig(
+        otlp_endpoint=None if endpoint is None else _expand_env(endpoint, "tracing.otlp_endpoint", environ),
+        service_name=raw.get("service_name", "pact-gateway"),
+        sample_ratio=float(raw.get("sample_ratio", 1.0)),
     )
 
 
@@ -1308,7 +1355,8 @@ def _build(raw: Mapping[str, Any], environ: _Environment, problems: _Problems) -
         problems.attempt("cache.pending_ttl", _check_pending_ttl, cache, brands)
     oauth = _oauth(raw, environ, problems)
     admin = problems.attempt("admin", _admin, raw.get("admin", {}), raw.get("metrics", {}), environ)
-    if problems.found or personal_agents is None or cache is None or admin is None:
+    tracing = problems.attempt("tracing", _tracing, raw.get("tracing", {}), environ)
+    if problems.found or personal_agents is None or cache is None or admin is None or tracing is None:
         raise problems.error()
 
     listen_raw = raw.get("listen", {})
@@ -1328,6 +1376,7 @@ def _build(raw: Mapping[str, Any], environ: _Environment, problems: _Problems) -
         reload=ReloadConfig(**raw.get("reload", {})),
         brands=brands,
         oauth=oauth,
+        tracing=tracing,
     )
 
 

@@ -3,7 +3,8 @@ login in one process.
 
 The demo personal agent's key is generated at start-up; the gateway process serves its
 public JWKS itself, so nothing else has to run. The printed curl session mints tokens
-with ``pact-gateway token`` from the key file written here.
+with ``pact-gateway token`` from the key file written here. The access lines go to stderr and
+``/metrics`` is served on loopback (:mod:`gateway.demo_ops`), as a deployed gateway would show them.
 
 The ``acme`` Brand delegates (§5): the Provider's signing key is generated at start-up too and
 reaches the configuration only through the environment mapping given to
@@ -39,7 +40,10 @@ from examples.sample_login import create_login_app
 from gateway.app import create_app
 from gateway.config import BrandConfig, ConfigError, GatewayConfig, load_config, read_config_document
 from gateway.demo_check import DELEGATED_TEXT, STEP_UP_TEXT, DemoCheckFailed, run_check
+from gateway.demo_ops import DemoOps, count_requests, start_demo_ops
 from gateway.oauth.metadata import DEVICE_CODE_GRANT
+from gateway.ops.logs import configure_logging
+from gateway.ops.metrics import Metrics
 from gateway.pa_keys import generate_private_jwk, public_jwks
 from gateway.protocol.urls import OAuthUrls
 
@@ -89,7 +93,6 @@ def demo_config(
     raw["provider"]["url"] = base
     raw["personal_agents"]["registered"][0]["issuer"] = f"{base}/demo-pa"
     raw["personal_agents"]["registered"][0]["jwks_uri"] = f"{base}/demo-pa/jwks.json"
-    raw.setdefault("metrics", {})["enabled"] = False
     for brand in raw["brands"]:
         brand["upstream"]["url"] = f"http://127.0.0.1:{bot_port}/chat"
         if "delegation" in brand:
@@ -227,12 +230,15 @@ class PortUnavailable(Exception):
         self.role = role
 
 
-async def start_demo(config: GatewayConfig, private: Mapping[str, Any], bot_port: int) -> list[web.AppRunner]:
+async def start_demo(
+    config: GatewayConfig, private: Mapping[str, Any], bot_port: int, *, metrics: Metrics | None = None
+) -> list[web.AppRunner]:
     """The sample bot on ``bot_port`` and the gateway on ``config.listen.port``, both on loopback.
 
     The gateway also serves the demo personal agent's JWKS (for ``private``) and, when a Brand
     delegates, the stand-in login; the bot offers its account actions to those Brands only.
-    The caller cleans the runners up, in reverse order. When a port cannot be had
+    The caller cleans the runners up, in reverse order; the gateway's is the last. ``metrics``
+    is the gateway's registry, for the caller to serve. When a port cannot be had
     (:class:`PortUnavailable`), whatever had started is cleaned up here, the gateway's client
     sessions included.
     """
@@ -242,7 +248,7 @@ async def start_demo(config: GatewayConfig, private: Mapping[str, Any], bot_port
         return web.Response(body=jwks_body, content_type="application/json")
 
     delegating = [brand.id for brand in config.brands.values() if brand.delegation is not None]
-    app = create_app(config)
+    app = create_app(config, metrics=metrics)
     app.router.add_get("/demo-pa/jwks.json", serve_jwks)
     if delegating:
         app.add_subapp(LOGIN_PREFIX, login_app(config))
@@ -267,6 +273,13 @@ async def start_demo(config: GatewayConfig, private: Mapping[str, Any], bot_port
     return runners
 
 
+def _ops_note(ops: DemoOps | None, port: int) -> str:
+    if ops is None:
+        return "metrics off (metrics.enabled: false)"
+    taken = f" ({port} is in use)" if ops.preferred_port_taken else ""
+    return f"Prometheus metrics on {ops.metrics_url}{taken}"
+
+
 async def run_demo(config_path: str | None, *, port: int, bot_port: int, check: bool) -> int:
     """The demo until Ctrl+C (or its check, once); 2 when a port cannot be had.
 
@@ -276,8 +289,10 @@ async def run_demo(config_path: str | None, *, port: int, bot_port: int, check: 
     environ = demo_environ(new_signing_key())
     config = demo_config(config_path or DEFAULT_CONFIG, port, bot_port, environ)
     private = generate_private_jwk("ES256")
+    configure_logging(config.logging)  # the access lines, on stderr
+    metrics = Metrics()
     try:
-        runners = await start_demo(config, private, bot_port)
+        runners = await start_demo(config, private, bot_port, metrics=metrics)
     except PortUnavailable as busy:
         option = "--bot-port" if busy.role == "sample bot" else "--port"
         print(f"pact-gateway demo: {busy}; choose a free one with {option} PORT", file=sys.stderr)
@@ -285,11 +300,17 @@ async def run_demo(config_path: str | None, *, port: int, bot_port: int, check: 
     delegating = any(brand.delegation is not None for brand in config.brands.values())
     key_file: Path | None = None
     try:
+        ops = (
+            await start_demo_ops(runners[-1].app, metrics, config.metrics) if config.metrics.enabled else None
+        )
+        if ops is not None:
+            runners.append(ops.runner)
         # Written once both ports are held, so a demo that could not start leaves no private key behind.
         key_file = _write_key_file(private)
         login_note = f", stand-in Brand login on {config.public_url}{LOGIN_PREFIX}/" if delegating else ""
         bot_note = f"sample bot on 127.0.0.1:{bot_port}"
-        print(f"pact-gateway demo: gateway on {config.public_url}, {bot_note}{login_note}\n")
+        print(f"pact-gateway demo: gateway on {config.public_url}, {bot_note}{login_note}")
+        print(f"pact-gateway demo: {_ops_note(ops, config.metrics.port)}; access log on stderr\n")
         print(session_text(config, key_file), flush=True)
         if check:
             try:
@@ -297,6 +318,9 @@ async def run_demo(config_path: str | None, *, port: int, bot_port: int, check: 
             except DemoCheckFailed as failed:
                 print(failed, file=sys.stderr)
                 return 1
+            if ops is not None:
+                counted = await count_requests(ops.metrics_url)
+                print(f"demo check: {ops.metrics_url} counts {counted:g} requests", file=sys.stderr)
             return 0
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()

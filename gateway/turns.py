@@ -4,7 +4,8 @@ This is where §4.2 (context ownership, closed contexts) and §4.3 (idempotent r
 meet the bot call, and where §5.5 (a turn under a delegation token, step-up) and §5.6
 (receipts) meet it too. It knows nothing of HTTP: the handler gives it a validated message,
 an authenticated caller and the caller's verified delegation, if any, and gets back the
-exact reply bytes, an :class:`A2AError`, or :class:`InvalidToken` (the grant was revoked).
+exact reply bytes (a :class:`TurnAnswer`, which says whether they were a stored reply), an
+:class:`A2AError`, or :class:`InvalidToken` (the grant was revoked).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, NamedTuple
 
 from gateway.auth.delegation import Delegation
 from gateway.config import DelegationConfig
@@ -25,6 +26,7 @@ from gateway.oauth.device import start_device_authorization
 from gateway.oauth.server import AuthorizationServer
 from gateway.ops.limits import Charge, RateLimited, RateLimits
 from gateway.ops.metrics import Metrics
+from gateway.ops.tracing import Spans, TraceContext, traced
 from gateway.protocol import errors, receipts
 from gateway.protocol.errors import A2AError, Reason
 from gateway.protocol.messages import SendMessage, render_reply
@@ -56,6 +58,13 @@ CONTEXT_OF_ANOTHER_USER: Final = "contextId belongs to another user"
 Only the context's own (personal agent, ``sub``) ever gets this far (§4.2), so it leaks nothing."""
 
 
+class TurnAnswer(NamedTuple):
+    """What a turn answered: the exact reply bytes, and whether they are a stored reply replayed (§4.3)."""
+
+    body: bytes
+    replayed: bool = False
+
+
 @dataclass(frozen=True, slots=True)
 class _DelegatingBrand:
     """What §5.5 step-up and §5.6 receipts need of one delegating Brand, looked up once per runtime."""
@@ -75,8 +84,10 @@ class TurnService:
         *,
         owners: int = 4096,
         oauth: AuthorizationServer | None = None,
+        spans: Spans | None = None,
     ) -> None:
         self._store = store
+        self._spans = spans
         self._adapters = adapters
         self._limits = limits
         self._metrics = metrics
@@ -122,14 +133,18 @@ class TurnService:
         # (ConversationStore.begin_turn), so later turns skip minting one.
         context_id = message.context_id
         try:
-            return await self._store.begin_turn(
-                owner,
-                context_id,
-                message.message_id,
-                message.text,
-                new_context_id() if context_id is None else "",
-                limits=charge.hits,
-                grant=grant,
+            return await traced(
+                self._spans,
+                "pact.store.begin_turn",
+                self._store.begin_turn(
+                    owner,
+                    context_id,
+                    message.message_id,
+                    message.text,
+                    new_context_id() if context_id is None else "",
+                    limits=charge.hits,
+                    grant=grant,
+                ),
             )
         except StoreError as exc:
             self._store_failed("begin_turn")
@@ -143,12 +158,14 @@ class TurnService:
         charge: Charge,
         request_id: str,
         delegation: Delegation | None = None,
-    ) -> bytes:
+        trace: TraceContext | None = None,
+    ) -> TurnAnswer:
         """Run the turn, charging ``charge`` (§6) in the same store step that claims it.
 
         The store is needed for the turn anyway, so a store failure is ``INTERNAL`` whatever
         ``rate_limits.fail_open`` says, and the hot path saves the limits' own round trip.
         Under a ``delegation`` (§5.5) that same step checks the grant and the context's user.
+        The bot is called as a child of ``trace``'s span (W3C Trace Context).
         """
         claim = await self._claim(
             owner, message, charge, request_id, None if delegation is None else delegation.grant
@@ -165,7 +182,7 @@ class TurnService:
             assert claim.reply is not None
             if self._metrics is not None:
                 self._metrics.retry_served(owner.brand_id)
-            return claim.reply
+            return TurnAnswer(claim.reply, replayed=True)
         if claim.status is TurnStatus.UNKNOWN_CONTEXT:
             # §4.2: foreign and unknown contexts get the same answer.
             raise A2AError(Reason.INVALID_PARAMS, errors.UNKNOWN_CONTEXT)
@@ -174,7 +191,7 @@ class TurnService:
         if claim.status is TurnStatus.IN_FLIGHT:
             # §4.3: a repeat with no stored reply yet.
             raise A2AError(Reason.INVALID_PARAMS, errors.DUPLICATE_IN_FLIGHT)
-        return await self._run(owner, message, claim, request_id, delegation)
+        return TurnAnswer(await self._run(owner, message, claim, request_id, delegation, trace))
 
     async def _run(
         self,
@@ -183,6 +200,7 @@ class TurnService:
         claim: TurnClaim,
         request_id: str,
         delegation: Delegation | None,
+        trace: TraceContext | None,
     ) -> bytes:
         granted = None if delegation is None else delegation.claims
         turn = Turn(
@@ -197,6 +215,7 @@ class TurnService:
             delegation=None
             if granted is None
             else UserDelegation(granted.user, granted.scopes, granted.grant_id),
+            trace=trace,
         )
         started = time.perf_counter()
         try:
@@ -227,8 +246,10 @@ class TurnService:
         # release that follows drops only an in-flight marker, so either the retry replays the
         # stored reply or it runs the turn, rather than "still being processed" for pending_ttl.
         try:
-            await self._store.complete_turn(
-                owner, claim.context_id, message.message_id, body, close=reply.end
+            await traced(
+                self._spans,
+                "pact.store.complete_turn",
+                self._store.complete_turn(owner, claim.context_id, message.message_id, body, close=reply.end),
             )
         except StoreError as exc:
             self._store_failed("complete_turn")
@@ -370,7 +391,11 @@ class TurnService:
         # agent learnt its contextId from a step-up task, and must be able to continue it.
         forget = claim.new_conversation and message.context_id is None and not keep_conversation
         try:
-            await self._store.abort_turn(owner, claim.context_id, message.message_id, new_conversation=forget)
+            await traced(
+                self._spans,
+                "pact.store.abort_turn",
+                self._store.abort_turn(owner, claim.context_id, message.message_id, new_conversation=forget),
+            )
         except StoreError as exc:
             self._store_failed("abort_turn")
             log.warning("could not release an in-flight marker: %s", exc, extra={"request_id": request_id})

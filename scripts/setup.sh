@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Creates .venv (if missing) and installs pact-gateway with its test and lint tools from pyproject.toml.
+# Creates .venv (if missing) and installs pact-gateway with its test and lint tools and the optional
+# OpenTelemetry export (tested too) from pyproject.toml.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
@@ -9,7 +10,7 @@ fi
 stamp=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)
 if [ ! -f "$stamp" ]; then
   .venv/bin/python -m pip install --quiet --upgrade pip
-  .venv/bin/python -m pip install --quiet -e ".[test,lint]"
+  .venv/bin/python -m pip install --quiet -e ".[test,lint,otel]"
   rm -f .venv/.installed-* && touch "$stamp"
 fi
 # The consent-page browser test (tests/oauth/test_consent_browser.py) drives Debian's Chromium through

@@ -30,7 +30,8 @@ def test_s5_demo_brand_delegates_with_its_login_on_the_chosen_port() -> None:
     assert delegation.login.jwks_uri == "http://127.0.0.1:18080/demo-login/jwks.json"
     assert [signing.kid for signing in config.oauth.signing_keys] == [parse_signing_key(key).kid]
     assert config.oauth.signing_keys[0].alg == "ES256"
-    assert not config.metrics.enabled
+    assert (config.metrics.enabled, config.metrics.host, config.metrics.port) == (True, "127.0.0.1", 9090)
+    assert config.logging.format == "text"
 
 
 def test_s5_4_demo_signing_key_comes_only_from_the_environment() -> None:

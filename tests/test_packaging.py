@@ -108,9 +108,9 @@ def test_the_build_context_holds_the_package_and_no_checkout_files() -> None:
 
 def test_the_dockerfile_builds_that_wheel_and_runs_the_demo_check_in_the_image() -> None:
     dockerfile = (ROOT / "Dockerfile").read_text()
-    assert "RUN pip wheel --wheel-dir /wheels ." in dockerfile
+    assert 'RUN pip wheel --wheel-dir /wheels ".[otel]"' in dockerfile
     assert f"&& {SMOKE} --port" in dockerfile
-    assert "--no-index --find-links=/wheels pact-gateway" in dockerfile
+    assert '--no-index --find-links=/wheels "pact-gateway[otel]"' in dockerfile
 
 
 def test_wheel_ships_the_demo_configuration(wheel: Path) -> None:

@@ -22,8 +22,10 @@ from gateway.config import BrandConfig
 from gateway.http import responses
 from gateway.http.caller import authenticate, read_body
 from gateway.http.middlewares import REQUEST_ID
+from gateway.http.notes import RETRY_SERVED, refused
 from gateway.http.state import METRICS, RUNTIME, Runtime
 from gateway.ops.limits import RateLimited
+from gateway.ops.tracing import SPANS, TRACE, traced
 from gateway.protocol import errors
 from gateway.protocol.errors import A2AError, Reason
 from gateway.protocol.messages import parse_send_message
@@ -66,9 +68,14 @@ def _authenticated(handler: Operation, *, charge_first: bool) -> Handler:
         try:
             if charge_first:
                 # §6: per personal agent and per (personal agent, sub), before the body is read.
-                await runtime.limits.check_a2a(brand.id, brand.rate_limits, identity.issuer, identity.sub)
+                await traced(
+                    request.app[SPANS],
+                    "pact.store.rate_limits",
+                    runtime.limits.check_a2a(brand.id, brand.rate_limits, identity.issuer, identity.sub),
+                )
             return await handler(request, Caller(runtime, identity, brand))
         except RateLimited as limited:
+            refused(request, limited.limit)
             return responses.too_many_requests(limited.retry_after)
 
     wrapped.__name__ = handler.__name__
@@ -83,21 +90,26 @@ async def _read_body(request: web.Request, limit: int) -> bytes:
     return body
 
 
-def _verify_delegation(caller: Caller, header: str) -> Delegation:
+def _verify_delegation(request: web.Request, caller: Caller, header: str) -> Delegation:
     verifier = caller.runtime.delegation
     if verifier is None:
         raise InvalidToken("not_delegating")
-    return verifier.verify(header, caller.brand, caller.identity.issuer)
+    spans = request.app[SPANS]
+    if spans is None:
+        return verifier.verify(header, caller.brand, caller.identity.issuer)
+    with spans.span("pact.verify.delegation_token"):
+        return verifier.verify(header, caller.brand, caller.identity.issuer)
 
 
-def _invalid_token(request: web.Request, caller: Caller, refused: InvalidToken) -> web.Response:
+def _invalid_token(request: web.Request, caller: Caller, refused_token: InvalidToken) -> web.Response:
     # §5.5: the reason is for the log and metrics, never the client; the token is never logged.
     log.info(
         "delegation token refused: reason=%s",
-        refused.reason,
+        refused_token.reason,
         extra={"request_id": request[REQUEST_ID], "brand": caller.brand.id},
     )
     request.app[METRICS].delegation_event(caller.brand.id, "invalid_delegation_token")
+    refused(request, f"invalid_token:{refused_token.reason}")
     return responses.invalid_token()
 
 
@@ -117,9 +129,9 @@ async def send_message(request: web.Request, caller: Caller) -> web.Response:
     delegation: Delegation | None = None
     if header is not None:
         try:
-            delegation = _verify_delegation(caller, header)
-        except InvalidToken as refused:
-            return _invalid_token(request, caller, refused)
+            delegation = _verify_delegation(request, caller, header)
+        except InvalidToken as refused_token:
+            return _invalid_token(request, caller, refused_token)
     try:
         message = parse_send_message(await _read_body(request, runtime.config.limits.max_body_bytes))
     except A2AError:
@@ -128,10 +140,13 @@ async def send_message(request: web.Request, caller: Caller) -> web.Response:
     charge = runtime.limits.a2a_charge(brand.id, brand.rate_limits, identity.issuer, identity.sub)
     owner = runtime.turns.owner(brand.id, identity.issuer, identity.sub)
     try:
-        body = await runtime.turns.send(owner, message, charge, request[REQUEST_ID], delegation)
-    except InvalidToken as refused:  # §5.5: the grant was revoked
-        return _invalid_token(request, caller, refused)
-    return responses.a2a(body)
+        answer = await runtime.turns.send(
+            owner, message, charge, request[REQUEST_ID], delegation, trace=request[TRACE]
+        )
+    except InvalidToken as revoked:  # §5.5: the grant was revoked
+        return _invalid_token(request, caller, revoked)
+    request[RETRY_SERVED] = answer.replayed
+    return responses.a2a(answer.body)
 
 
 @operation

@@ -12,6 +12,7 @@ from aiohttp import web
 
 from gateway.auth.pa_jwt import AuthFailure, PAIdentity, bearer_token
 from gateway.http.state import Runtime
+from gateway.ops.tracing import SPANS, traced
 
 __all__ = ["AUTH_FAILURE", "PA_IDENTITY", "authenticate", "read_body"]
 
@@ -29,7 +30,7 @@ async def authenticate(request: web.Request, runtime: Runtime) -> PAIdentity | N
     """
     try:
         token = bearer_token(request.headers.get("Authorization"))
-        identity = await runtime.verifier.verify(token)
+        identity = await traced(request.app[SPANS], "pact.verify.pa_jwt", runtime.verifier.verify(token))
     except AuthFailure as failure:
         request[AUTH_FAILURE] = failure.reason
         return None

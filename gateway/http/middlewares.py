@@ -10,6 +10,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from gateway.http import responses
+from gateway.http.notes import refused
 from gateway.protocol import errors
 from gateway.protocol.errors import A2AError, Reason
 
@@ -46,10 +47,12 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
     """No client ever sees a traceback: A2A errors get the §6 envelope, routing misses a bare 404/405.
 
     Anything unexpected is a provider failure: ``INTERNAL`` with the request id, logged once.
+    The §6 reason is noted for the access line (:mod:`gateway.http.notes`).
     """
     try:
         return await handler(request)
     except A2AError as error:
+        refused(request, error.reason.name)
         return responses.a2a_error(error)
     except web.HTTPMethodNotAllowed as exc:
         return responses.method_not_allowed(exc.allowed_methods)
@@ -59,4 +62,5 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         raise
     except Exception:
         log.exception("unhandled error", extra={"request_id": request.get(REQUEST_ID)})
+        refused(request, Reason.INTERNAL.name)
         return responses.a2a_error(A2AError(Reason.INTERNAL, errors.INTERNAL_ERROR))

@@ -20,6 +20,7 @@ from aiohttp import web
 from gateway.auth.pa_jwt import PAIdentity
 from gateway.http import responses
 from gateway.http.caller import authenticate
+from gateway.http.notes import refused
 from gateway.http.state import RUNTIME, Runtime
 from gateway.oauth.errors import Handler, invalid_client, oauth_endpoint
 from gateway.oauth.forms import read_form
@@ -88,6 +89,7 @@ def pa_client(handler: ClientHandler) -> Handler:
                 found[1].brand.id, found[1].brand.rate_limits, identity.issuer, identity.sub
             )
         except RateLimited as limited:
+            refused(request, limited.limit)
             return responses.too_many_requests(limited.retry_after)
         form = await read_form(request, runtime.config.limits.max_body_bytes)
         check_client_id(form.get("client_id"), identity)

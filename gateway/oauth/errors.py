@@ -18,6 +18,7 @@ import orjson
 from aiohttp import web
 
 from gateway.http.middlewares import REQUEST_ID
+from gateway.http.notes import refused
 from gateway.http.state import METRICS
 from gateway.store.base import StoreError
 
@@ -110,6 +111,7 @@ def oauth_endpoint(handler: Handler) -> Handler:
         try:
             return await handler(request)
         except OAuthError as error:
+            refused(request, error.code.value)
             return error.response()
         except web.HTTPException:
             raise
@@ -118,6 +120,7 @@ def oauth_endpoint(handler: Handler) -> Handler:
             log.error("store unavailable: %s", exc, extra={"request_id": request.get(REQUEST_ID)})
         except Exception:
             log.exception("unhandled error", extra={"request_id": request.get(REQUEST_ID)})
+        refused(request, ErrorCode.SERVER_ERROR.value)
         return OAuthError(ErrorCode.SERVER_ERROR).response()
 
     wrapped.__name__ = handler.__name__

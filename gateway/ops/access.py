@@ -7,7 +7,10 @@ an answer). It logs no traceback: a provider failure is logged once, where it ha
 It runs on every request, so it takes the cheap road wherever one exists: the line goes out
 through :func:`~gateway.ops.logs.log_fields` (its fields dict is built only when the access
 logger is enabled), and the hashed ``sub`` comes from a small per-app cache, since a
-personal agent's turns come from the same few Users.
+personal agent's turns come from the same few Users. Why a request was refused (``reason``)
+and whether a turn was a replayed retry (``retry_served``) are read from what the handling
+noted on the request (:mod:`gateway.http.notes`), never from the body it answered; the trace
+id is the request's span (:mod:`gateway.ops.tracing`).
 """
 
 from __future__ import annotations
@@ -21,14 +24,18 @@ from aiohttp.typedefs import Handler
 
 from gateway.http.caller import AUTH_FAILURE, PA_IDENTITY
 from gateway.http.middlewares import REQUEST_ID
+from gateway.http.notes import REFUSAL, RETRY_SERVED
 from gateway.http.state import METRICS, RUNTIME
 from gateway.ops.logs import ACCESS_LOGGER, SubDigests, log_fields
 from gateway.ops.metrics import OTHER_OPERATION, UNMATCHED, brand_label, outcome_for_status
+from gateway.ops.tracing import current_trace
 
 __all__ = ["CLIENT_GONE", "AccessLog", "operation_name"]
 
 CLIENT_GONE = 499
 """The status recorded when the client went away before the answer (nginx's convention)."""
+_TURN = "SendMessage"
+"""The one operation that notes whether a retry was served (:data:`~gateway.http.notes.RETRY_SERVED`)."""
 
 
 def operation_name(request: web.Request) -> str:
@@ -45,6 +52,13 @@ def _brand_id(request: web.Request) -> str | None:
         found = request.app[RUNTIME].current.config.brand_for_domain(request.host)
         return None if found is None else found.id
     return brand
+
+
+def _reason(request: web.Request, status: int, auth_failure: str | None) -> str | None:
+    """Why a refused request was refused, as its handling noted it; nothing is read for a success."""
+    if status < 400:
+        return None
+    return auth_failure if auth_failure is not None else request.get(REFUSAL)
 
 
 class AccessLog:
@@ -94,6 +108,7 @@ class AccessLog:
         if not config.logging.access_log or not self._log.isEnabledFor(logging.INFO):
             return
         method = request.method
+        trace = current_trace()
         log_fields(
             self._log,
             logging.INFO,
@@ -109,5 +124,8 @@ class AccessLog:
                 "pa_issuer": None if identity is None else identity.issuer,
                 "sub_hash": None if identity is None else self._digests.get(identity.issuer, identity.sub),
                 "auth_failure": auth_failure,
+                "reason": _reason(request, status, auth_failure),
+                "retry_served": request.get(RETRY_SERVED) if status == 200 and operation == _TURN else None,
+                "trace_id": None if trace is None else trace.trace_id,
             },
         )

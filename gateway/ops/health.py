@@ -28,6 +28,7 @@ from gateway.auth.jwks import JwksCache
 from gateway.config import GatewayConfig, MetricsConfig
 from gateway.http.state import RUNTIME
 from gateway.ops.admin import create_admin_app
+from gateway.ops.exposition import WithoutCreated
 from gateway.store.base import StoreError
 
 __all__ = [
@@ -123,12 +124,14 @@ class GatewayReadiness:
 def create_ops_app(
     registry: CollectorRegistry, readiness: Readiness, *, gateway: web.Application | None = None
 ) -> web.Application:
-    """The ops app: Prometheus text from ``registry``, liveness, ``readiness`` as JSON, and with the
-    (started) ``gateway`` app the admin API over its store (answering only once ``admin.enabled``)."""
+    """The ops app: Prometheus text from ``registry`` (without ``_created`` samples, see
+    :mod:`gateway.ops.exposition`), liveness, ``readiness`` as JSON, and with the (started)
+    ``gateway`` app the admin API over its store (answering only once ``admin.enabled``)."""
+    exposed = WithoutCreated(registry)
 
     async def metrics(request: web.Request) -> web.Response:
         # Off the event loop: in multiprocess mode a scrape reads every worker's files.
-        body = await asyncio.to_thread(generate_latest, registry)
+        body = await asyncio.to_thread(generate_latest, exposed)
         return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     async def healthz(request: web.Request) -> web.Response:

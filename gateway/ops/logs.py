@@ -3,7 +3,8 @@
 Structured fields reach a record in one of two ways, and both formatters print them alike:
 
 * ``extra=`` on an ordinary logging call (errors, warnings, start-up): logging copies each
-  field into the record, and the formatter sifts them back out of ``record.__dict__``;
+  field into the record, and the formatter sifts them back out of ``record.__dict__``, adding
+  the ``trace_id`` of the request being handled, if any (:mod:`gateway.ops.tracing`);
 * :func:`log_fields`, for the per-request access line: the fields travel as one dict on
   the record, so nothing is copied, sifted or looked up on the way to the formatter; and
   when the gateway's own JSON handler is the only one listening (production), the line is
@@ -38,6 +39,7 @@ from typing import Any, TextIO, TypeAlias
 import orjson
 
 from gateway.config import LoggingConfig
+from gateway.ops.tracing import current_trace
 
 __all__ = [
     "ACCESS_LOGGER",
@@ -58,6 +60,8 @@ AIOHTTP_ACCESS = "aiohttp.access"
 
 FIELDS_ATTR = "pact_fields"
 """The record attribute :func:`log_fields` puts its fields dict under."""
+TRACE_ID = "trace_id"
+"""The field naming the W3C trace a record belongs to, on every record logged during a request."""
 
 # Three base64url segments, the first starting like a JSON object: a JWT, PA token or assertion.
 _COMPACT_JWS = re.compile(r"eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*")
@@ -184,7 +188,13 @@ def _fields(record: logging.LogRecord) -> Mapping[str, Any]:
     fields: Mapping[str, Any] | None = record.__dict__.get(FIELDS_ATTR)
     if fields is not None:
         return fields
-    return {key: value for key, value in record.__dict__.items() if key not in _STANDARD}
+    extra = {key: value for key, value in record.__dict__.items() if key not in _STANDARD}
+    # A record logged while a request is handled carries the request's trace id: it is formatted
+    # at once, in the context (the request's task) that logged it.
+    trace = current_trace()
+    if trace is not None and TRACE_ID not in extra:
+        extra[TRACE_ID] = trace.trace_id
+    return extra
 
 
 class JsonFormatter(logging.Formatter):

@@ -37,6 +37,7 @@ RESTART_ONLY = (
     "development",
     "personal_agents.jwks",
     "limits.shutdown_timeout",
+    "tracing",
 )
 """Settings a reload cannot apply: each is bound to something opened once at start-up."""
 
@@ -59,6 +60,7 @@ def keep_restart_only(running: GatewayConfig, new: GatewayConfig) -> tuple[Gatew
         development=running.development,
         personal_agents=dataclasses.replace(new.personal_agents, jwks=running.personal_agents.jwks),
         limits=dataclasses.replace(new.limits, shutdown_timeout=running.limits.shutdown_timeout),
+        tracing=running.tracing,
     )
     assert all(_setting(kept, name) == _setting(running, name) for name in RESTART_ONLY)
     return kept, changed

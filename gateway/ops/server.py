@@ -30,6 +30,7 @@ from gateway.app import JWKS, create_app
 from gateway.config import GatewayConfig
 from gateway.http.connection import GatewayRunner
 from gateway.http.state import RUNTIME
+from gateway.ops.exposition import serve_process_metrics
 from gateway.ops.health import GatewayReadiness, prefetch_keys, start_ops_listener
 from gateway.ops.logs import configure_logging
 from gateway.ops.metrics import Metrics
@@ -216,6 +217,7 @@ async def _serve_single(server: GatewayServer, signals: ProcessSignals, metrics:
     settle_heap()  # before /readyz answers: the one long collection happens before any traffic
     ops: web.AppRunner | None = None
     if config.metrics.enabled:
+        serve_process_metrics(metrics.registry)
         try:
             ops = await start_ops_listener(
                 config.metrics,

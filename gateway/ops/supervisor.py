@@ -4,8 +4,9 @@ Each worker is ``python -m gateway serve`` of the same file, binding ``listen`` 
 ``SO_REUSEPORT`` so the kernel spreads connections across them. The supervisor:
 
 * runs the one ops listener: ``/metrics`` sums every process's values from the
-  prometheus-client multiprocess directory, ``/readyz`` checks its own configuration, store
-  connection and key sets plus that every worker is serving;
+  prometheus-client multiprocess directory and adds each process's ``process_*`` series (read
+  from ``/proc``, labelled ``process`` and ``pid``), ``/readyz`` checks its own configuration,
+  store connection and key sets plus that every worker is serving;
 * forwards ``SIGHUP`` after validating the file itself (a rejected file is logged once and
   never reaches the workers), and ``SIGTERM``/``SIGINT`` (each worker drains within
   ``limits.shutdown_timeout``; one still running after that and a grace period is killed);
@@ -29,6 +30,7 @@ from pathlib import Path
 from aiohttp import web
 
 from gateway.config import GatewayConfig
+from gateway.ops.exposition import ProcessGroup
 from gateway.ops.health import GatewayReadiness, start_ops_listener
 from gateway.ops.logs import configure_logging
 from gateway.ops.metrics import Metrics, mark_worker_dead, multiprocess_registry
@@ -82,6 +84,18 @@ class Supervisor:
             failing["workers"] = f"{serving} of {len(self._workers)} serving"
         return failing
 
+    def processes(self) -> list[tuple[str, int]]:
+        """The group's live processes for ``process_*`` (:class:`ProcessGroup`): this one, then each worker.
+
+        Read from the scrape's thread: a worker replaced meanwhile is at worst missing from one scrape.
+        """
+        live = [("supervisor", os.getpid())]
+        for worker in self._workers:
+            process = worker.process
+            if process is not None and process.returncode is None:
+                live.append((f"worker-{worker.index}", process.pid))
+        return live
+
     def reload(self) -> None:
         """Validate and apply the file here first; only a file the supervisor accepted is forwarded."""
         if not self._stopping and self._gateway.reload():
@@ -101,9 +115,11 @@ class Supervisor:
         try:
             await self._gateway.start()
             if metrics.enabled:
+                registry = multiprocess_registry(self._metrics_dir)
+                registry.register(ProcessGroup(self.processes))
                 ops = await start_ops_listener(
                     metrics,
-                    multiprocess_registry(self._metrics_dir),
+                    registry,
                     GatewayReadiness(self._gateway.app, extra=self.status),
                     gateway=self._gateway.app,
                 )

@@ -6,6 +6,8 @@ from datetime import UTC
 from email.utils import parsedate_to_datetime
 from typing import Final, NamedTuple, Protocol
 
+from gateway.ops.tracing import TraceContext
+
 
 class UserDelegation(NamedTuple):
     """What a verified delegation token lets the bot do: act as Brand user ``user`` within ``scopes``."""
@@ -32,6 +34,9 @@ class Turn(NamedTuple):
     request_id: str
     delegation: UserDelegation | None = None
     """§5.5: the Brand user and scopes the turn may act with; ``None`` under §3 alone."""
+    trace: TraceContext | None = None
+    """The gateway's span the bot call belongs to: every adapter sends
+    :func:`~gateway.ops.tracing.trace_headers` of it, so the bot's spans join the caller's trace."""
 
 
 class Action(NamedTuple):

@@ -3,7 +3,8 @@
 Request body: ``brand``, ``conversation_id``, ``message_id``, ``text``, ``user``
 (``{"pa": issuer, "sub": sub}``), ``new_conversation`` and ``delegation`` (§5.5:
 ``{"user", "scopes", "grant_id"}`` under a delegation token, else ``null``); headers are the
-Brand's static ones plus ``X-Request-Id``. Answer: ``{"text": "...", "end": false}``;
+Brand's static ones plus ``X-Request-Id`` and the W3C ``traceparent`` (and ``tracestate``) of
+the gateway's span. Answer: ``{"text": "...", "end": false}``;
 ``end: true`` closes the conversation after this reply. A bot acting for a Brand user may add
 ``requires_scopes`` (the scopes this turn needs: a §5.5 step-up when some are not granted),
 ``actions`` (``[{"tool": str, "args"?: any JSON}]``) and ``scopes_used`` (both for the §5.6
@@ -26,6 +27,7 @@ import orjson
 import rfc8785
 
 from gateway.config import UpstreamConfig
+from gateway.ops.tracing import trace_headers
 from gateway.upstream.base import Action, BotReply, Turn, UpstreamError
 from gateway.upstream.wire import MAX_REPLY_BYTES as MAX_REPLY_BYTES
 from gateway.upstream.wire import probe_endpoint, read_capped
@@ -61,7 +63,7 @@ class HttpJsonAdapter:
                 else {"user": delegation.user, "scopes": delegation.scopes, "grant_id": delegation.grant_id},
             }
         )
-        headers = {**self._headers, "X-Request-Id": turn.request_id}
+        headers = {**self._headers, "X-Request-Id": turn.request_id, **trace_headers(turn.trace)}
         try:
             async with self._session.post(
                 self._url, data=body, headers=headers, timeout=self._timeout, allow_redirects=False

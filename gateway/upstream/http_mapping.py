@@ -31,8 +31,10 @@ import aiohttp
 import jmespath
 import orjson
 from jmespath.parser import ParsedResult
+from jmespath.visitor import TreeInterpreter
 
 from gateway.config import HTTP_PLACEHOLDER, HttpMappingSettings, HttpReplyPaths, UpstreamConfig
+from gateway.ops.tracing import trace_headers
 from gateway.upstream.base import BotReply, Turn, UpstreamError
 from gateway.upstream.http_json import parse_actions, parse_scopes
 from gateway.upstream.wire import exchange, probe_endpoint, user_handle
@@ -64,7 +66,7 @@ class HttpMappingAdapter:
             self._session,
             self._method,
             self._url,
-            headers={**self._headers, "X-Request-Id": turn.request_id},
+            headers={**self._headers, "X-Request-Id": turn.request_id, **trace_headers(turn.trace)},
             within=self._timeout,
             body=body,
         )
@@ -146,9 +148,16 @@ def _as_text(value: Any) -> str:
 
 
 class ReplyMapping:
-    """``upstream.http.reply``'s expressions, compiled once."""
+    """``upstream.http.reply``'s expressions, compiled once and evaluated by one interpreter.
+
+    ``ParsedResult.search`` builds a new ``TreeInterpreter`` (and its function table) on every
+    call, which was two thirds of this adapter's cost over the ``pact`` adapter's
+    (``bench.adapters``: 22.6 → 7.4 µs for five expressions in a loop). The interpreter keeps
+    no state between visits but its method cache, so one serves every reply of the Brand.
+    """
 
     def __init__(self, paths: HttpReplyPaths) -> None:
+        self._interpreter = TreeInterpreter()
         self._text = _compiled(paths.text)
         self._texts = _compiled(paths.texts)
         self._end = _compiled(paths.end)
@@ -157,10 +166,10 @@ class ReplyMapping:
         self._used = _compiled(paths.scopes_used)
 
     def read(self, doc: Any) -> BotReply:
-        text = self._joined(doc) if self._texts is not None else _search(self._text, doc)
+        text = self._joined(doc) if self._texts is not None else self._search(self._text, doc)
         if not isinstance(text, str) or not text.strip():
             raise UpstreamError("bad_body", "no non-empty text at the reply's text path")
-        end = _search(self._end, doc)
+        end = self._search(self._end, doc)
         if end is None:
             end = False
         if not isinstance(end, bool):
@@ -170,13 +179,16 @@ class ReplyMapping:
         return BotReply(
             text,
             end,
-            parse_scopes(_search(self._requires, doc), "requires_scopes"),
-            parse_actions(_search(self._actions, doc)),
-            parse_scopes(_search(self._used, doc), "scopes_used"),
+            parse_scopes(self._search(self._requires, doc), "requires_scopes"),
+            parse_actions(self._search(self._actions, doc)),
+            parse_scopes(self._search(self._used, doc), "scopes_used"),
         )
 
+    def _search(self, expression: ParsedResult | None, doc: Any) -> Any:
+        return None if expression is None else self._interpreter.visit(expression.parsed, doc)
+
     def _joined(self, doc: Any) -> str:
-        texts = _search(self._texts, doc)
+        texts = self._search(self._texts, doc)
         if not isinstance(texts, list) or not all(isinstance(text, str) for text in texts):
             raise UpstreamError("bad_body", "the reply's texts path is not a list of strings")
         return "\n\n".join(text.strip() for text in texts if text.strip())
@@ -184,7 +196,3 @@ class ReplyMapping:
 
 def _compiled(expression: str | None) -> ParsedResult | None:
     return None if expression is None else jmespath.compile(expression)
-
-
-def _search(expression: ParsedResult | None, doc: Any) -> Any:
-    return None if expression is None else expression.search(doc)

@@ -38,6 +38,7 @@ import aiohttp
 import orjson
 
 from gateway.config import CacheConfig, OpenAISettings, UpstreamConfig
+from gateway.ops.tracing import trace_headers
 from gateway.store import keys
 from gateway.store.adapter_state import AdapterState
 from gateway.store.base import StoreError
@@ -92,7 +93,12 @@ class OpenAIAdapter:
         history = await self._history(key) if keeps_history and not turn.new_conversation else []
         asked: Message = {"role": "user", "content": turn.text}
         body = orjson.dumps({**self._options, "messages": [*self._system, *history, asked]})
-        headers = {**self._headers, "Content-Type": "application/json", "X-Request-Id": turn.request_id}
+        headers = {
+            **self._headers,
+            "Content-Type": "application/json",
+            "X-Request-Id": turn.request_id,
+            **trace_headers(turn.trace),
+        }
         answer = await self._call("POST", self._completions_url, headers, body)
         text = completion_text(answer, now=self._clock())
         if keeps_history:

@@ -30,6 +30,7 @@ import aiohttp
 import orjson
 
 from gateway.config import RasaSettings, UpstreamConfig
+from gateway.ops.tracing import trace_headers
 from gateway.upstream.base import BotReply, Turn, UpstreamError
 from gateway.upstream.wire import exchange, user_handle
 
@@ -57,7 +58,7 @@ class RasaAdapter:
             self._session,
             "POST",
             self._webhook,
-            headers={**self._headers, "X-Request-Id": turn.request_id},
+            headers={**self._headers, "X-Request-Id": turn.request_id, **trace_headers(turn.trace)},
             within=self._timeout,
             body=orjson.dumps(doc),
         )

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from bench.adapters import ADAPTERS
 from bench.redis_probe import RedisProbe
 from bench.run import SCHEMA
 from tests.support.bench import BENCH_REDIS_URL, run_module
@@ -51,6 +52,7 @@ SECTIONS = {
     "delegation",
     "workers",
     "instructions",
+    "adapters",
     "profile",
     "targets",
 }
@@ -226,6 +228,26 @@ def test_instructions_per_turn_were_counted_for_the_pass_through_and_both_gatewa
     _positive(counted["gateway_memory_vs_passthrough"], "instructions gateway-memory / pass-through")
     _positive(counted["gateway_redis_vs_passthrough"], "instructions gateway-redis / pass-through")
     assert "instructions per turn (callgrind" in stdout
+
+
+def test_adapters_were_driven_and_counted_beside_pact(smoke_run: tuple[dict[str, Any], str]) -> None:
+    """Issue 13's line: each adapter against its fake, ÷ the pact adapter's (shape in test_adapters.py)."""
+    result, stdout = smoke_run
+    adapters = result["adapters"]
+    assert set(adapters["fronts"]) == set(ADAPTERS)
+    assert all(front["errors"] == 0 for front in adapters["fronts"].values())
+    counted = adapters["instructions"]
+    if shutil.which("valgrind") is None:
+        assert not counted["available"]
+        return
+    assert set(counted["fronts"]) == set(ADAPTERS)
+    assert set(counted["vs_pact"]) == set(ADAPTERS) - {"pact"}
+    for name, ratio in counted["vs_pact"].items():
+        _positive(ratio, f"instructions per turn {name} / pact")
+    measured = [t for t in adapters["targets"] if t["name"].startswith("instructions")]
+    assert measured
+    assert all(t["verdict"] in {"met", "missed"} for t in measured)
+    assert "bot adapters" in stdout
 
 
 def test_targets_are_named_with_a_boolean_verdict(smoke_run: tuple[dict[str, Any], str]) -> None:

@@ -24,6 +24,7 @@ from gateway.config import GatewayConfig, load_config
 from gateway.http.connection import GatewayRunner
 from gateway.http.state import RUNTIME
 from gateway.ops.metrics import Metrics
+from gateway.ops.tracing import Spans
 from gateway.store import ConversationStore
 from tests.support.bot import ControlledBot
 from tests.support.pa import FakeJwksServer, PAKey
@@ -131,7 +132,8 @@ async def make_gateway(
 ) -> AsyncIterator[MakeGateway]:
     """``await make_gateway(cache_url="memory://", edit=lambda raw: ..., store=None, clock=None)``.
 
-    ``metrics=Metrics()`` keeps the registry in the test's hands, to serve it on an ops listener.
+    ``metrics=Metrics()`` keeps the registry in the test's hands, to serve it on an ops listener;
+    ``spans`` records the gateway's spans where the test reads them (tests/ops/test_otel.py).
     ``self_addressed=True`` binds the socket before the configuration is built, so ``public_url``
     (and every card's interface URL) is the test server's real address, for clients that follow it.
     ``environ`` is what ``${NAME}`` references in the configuration read (none by default).
@@ -145,6 +147,7 @@ async def make_gateway(
         clock: Callable[[], float] | None = None,
         metrics: Metrics | None = None,
         self_addressed: bool = False,
+        spans: Spans | None = None,
         environ: Mapping[str, str] | None = None,
     ) -> Harness:
         raw = base_config(pa_issuer, jwks_server.jwks_uri, bot.url, cache_url)
@@ -157,7 +160,7 @@ async def make_gateway(
         if edit is not None:
             edit(raw)
         config = load_config(raw, environ or {})
-        app = create_app(config, store=store, clock=clock, metrics=metrics)
+        app = create_app(config, store=store, clock=clock, metrics=metrics, spans=spans)
         client: TestClient[Any, Any] = TestClient(EdgeTestServer(app, host="127.0.0.1", **server_options))
         await client.start_server()
         clients.append(client)

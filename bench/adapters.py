@@ -1,0 +1,366 @@
+"""``python -m bench.adapters``: what each bot adapter costs the gateway per turn, beside ``pact``'s.
+
+A Brand's ``upstream.adapter`` picks the module that speaks its bot's API (README "Adapters for
+existing bots"); the rest of a turn is the same whichever it is. Here each adapter drives the real
+gateway CLI, on the memory store and otherwise configured as in ``python -m bench``, in front of a
+fake of its bot's API on loopback: the tests' fakes, each in a process of its own
+(``python -m tests.support.fake_bots KIND``, started as a child: the bench imports nothing from
+tests/), and for ``pact`` the bench's sample bot. The fakes answer at once, so what differs from one
+front to the next is the adapter's own work: the bot's request built, its answer read and rendered,
+and what the adapter keeps in the store (the ``openai`` history, the ``directline`` conversation).
+
+Two figures per adapter, each divided by the ``pact`` adapter's: the gateway process's CPU per turn
+(``/proc``, as in ``python -m bench``; it moves by a fifth between repeats on a shared machine) in
+interleaved open-loop rounds at one rate for all, half the slowest front's peak in the closed-loop
+rounds before them, and its instructions per turn under callgrind (``bench.instructions``,
+one turn in flight; a few per cent at most between runs on a busy machine, docs/performance.md), the
+figure that can judge 10 %. The target: at most 1.10 for every adapter but ``directline``, which is
+reported and exempt. Direct Line has no request/reply call:
+each turn posts the User's activity and then reads the conversation's activities back (polling),
+and a conversation's first turn also opens a Direct Line conversation.
+
+``python -m bench.adapters [--quick | --smoke]`` (the full run, about 15 minutes, counts
+instructions; ``--quick`` does not unless ``--instruction-turns`` says so); ``python -m bench``
+includes it under ``adapters``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any, assert_never
+
+from bench.instructions import per_turn
+from bench.procs import Child, ChildFailed, Children
+from bench.redis_probe import RedisProbe
+from bench.run import (
+    DEFAULT_REDIS_URL,
+    RESULTS_DIR,
+    Bench,
+    Front,
+    at_most,
+    front_cpu,
+    paired,
+    progress,
+    ratio_of,
+    settings_from,
+    summarize_fronts,
+    target,
+    target_line,
+)
+from gateway.config import ADAPTERS, AdapterName
+
+__all__ = ["ADAPTERS", "BASELINE", "EXEMPT", "LIMIT", "main", "measure", "render", "upstream_block"]
+
+BASELINE: AdapterName = "pact"
+LIMIT = 1.10
+"""An adapter may add at most 10 % to the gateway's CPU per turn (issue 13)."""
+EXEMPT: dict[AdapterName, str] = {
+    "directline": "exempt: Direct Line's polling (each turn posts the activity, then reads the "
+    "activities back; a conversation's first turn also opens a Direct Line conversation)"
+}
+FAKES = "tests.support.fake_bots"
+_LISTEN_TIMEOUT = 20.0
+_SYSTEM_PROMPT = "You are Acme's order assistant. Answer in one or two short sentences."
+
+
+def credential_variable(adapter: AdapterName) -> str:
+    """The environment variable the gateway's YAML names for the fake's key (only ever ``${NAME}``)."""
+    return f"PACT_BENCH_{adapter.upper()}_CREDENTIAL"
+
+
+def upstream_block(adapter: AdapterName, url: str) -> dict[str, Any]:
+    """The Brand's ``upstream`` for ``adapter`` with its bot at ``url``: the README's settings, defaults
+    wherever the README leaves them out."""
+    if adapter == "pact":
+        return {"url": url}
+    if adapter == "rasa":
+        return {"adapter": "rasa", "url": url}
+    if adapter == "http":
+        # README "Home-grown HTTP bots", as written there: a nested body and every reply path.
+        return {
+            "adapter": "http",
+            "url": url,
+            "http": {
+                "method": "PUT",
+                "body": {
+                    "session": "{{conversation_id}}",
+                    "first": "{{new_conversation}}",
+                    "input": {"id": "{{message_id}}", "text": "{{text}}"},
+                    "note": "turn {{message_id}} from {{pa_issuer}}",
+                    "account": {"user": "{{delegation_user}}", "scopes": "{{delegation_scopes}}"},
+                },
+                "reply": {
+                    "texts": "result.messages[].body",
+                    "end": "result.closed",
+                    "requires_scopes": "auth.needs",
+                    "actions": "auth.calls",
+                    "scopes_used": "auth.used",
+                },
+            },
+        }
+    if adapter == "openai":
+        return {
+            "adapter": "openai",
+            "url": url,
+            "openai": {
+                "model": "bench-model",
+                "api_key": f"${{{credential_variable(adapter)}}}",
+                "system_prompt": _SYSTEM_PROMPT,
+                "max_tokens": 512,
+                "temperature": 0.2,
+            },
+        }
+    if adapter == "directline":
+        return {
+            "adapter": "directline",
+            "url": url,
+            "directline": {"secret": f"${{{credential_variable(adapter)}}}"},
+        }
+    assert_never(adapter)
+
+
+@dataclass(frozen=True)
+class Bot:
+    """One adapter's bot: its process and the Brand's ``upstream`` block that reaches it."""
+
+    process: Child
+    upstream: dict[str, Any]
+
+
+def _listening(child: Child) -> tuple[str, str | None]:
+    """The URL and credential a fake printed once it listens (``tests.support.fake_bots``)."""
+    deadline = time.monotonic() + _LISTEN_TIMEOUT
+    while time.monotonic() < deadline:
+        if not child.alive():
+            raise ChildFailed(f"{child.name} exited with {child.popen.returncode}:\n{child.tail()}")
+        # Only whole lines: the last one may still be being written.
+        for line in child.log_path.read_text(errors="replace").split("\n")[:-1]:
+            if line.startswith('{"url"'):
+                said = json.loads(line)
+                return str(said["url"]), said["credential"]
+        time.sleep(0.05)
+    raise ChildFailed(
+        f"{child.name} did not say where it listens within {_LISTEN_TIMEOUT} s:\n{child.tail()}"
+    )
+
+
+def start_bots(bench: Bench) -> dict[AdapterName, Bot]:
+    """Every adapter's bot, listening: the run's sample bot for ``pact``, a fake process for the others.
+
+    A fake's credential goes into the environment of every child started afterwards, under the
+    name its adapter's ``upstream`` block gives it.
+    """
+    if bench.bot is None:
+        sample, port = bench.start_bot()
+        sample.wait_port(port)
+    assert bench.bot is not None
+    bots = {BASELINE: Bot(bench.bot, upstream_block(BASELINE, bench.bot_url))}
+    fakes = {
+        adapter: bench.children.python(f"fake-{adapter}", "-m", FAKES, adapter)
+        for adapter in ADAPTERS
+        if adapter != BASELINE
+    }
+    for adapter, fake in fakes.items():
+        url, credential = _listening(fake)
+        if credential is not None:
+            bench.children.env[credential_variable(adapter)] = credential
+        bots[adapter] = Bot(fake, upstream_block(adapter, url))
+    return bots
+
+
+def _median(values: Sequence[float]) -> float | None:
+    return float(statistics.median(values)) if values else None
+
+
+def measure(bench: Bench) -> dict[str, Any]:
+    """Each adapter's cost per turn beside ``pact``'s, in ``bench``'s mode; stops what it started."""
+    started: list[Child] = []
+    try:
+        bots = start_bots(bench)
+        started += [bot.process for adapter, bot in bots.items() if adapter != BASELINE]
+        fronts: dict[AdapterName, tuple[Front, int]] = {}
+        for adapter, bot in bots.items():
+            front, port = bench.start_gateway(f"gateway-{adapter}", "memory://", upstream=bot.upstream)
+            assert front.process is not None
+            started.append(front.process)
+            fronts[adapter] = (replace(front, name=adapter, bot=bot.process), port)
+        for front, port in fronts.values():
+            assert front.process is not None
+            front.process.wait_port(port)
+            bench.fronts[front.name] = front
+        rounds = bench.peak_rounds(list(fronts))
+        # In closed loop each gateway runs as fast as its bot lets it, and a gateway serving fewer
+        # turns per event-loop pass pays more per turn: its CPU per turn would carry its bot's speed.
+        # At one rate every gateway serves the same load, so the ratio is the adapter's own.
+        rate = max(
+            min(float(front["throughput_rps"]) for front in summarize_fronts(rounds).values()) / 2, 1.0
+        )
+        paced = bench.half_load([(adapter, adapter, rate) for adapter in fronts])
+        counted = bench.count_instructions(
+            [
+                (adapter, bench.gateway_front("memory://", bot.upstream), False)
+                for adapter, bot in bots.items()
+            ]
+        )
+    finally:
+        for child in reversed(started):
+            bench.children.stop(child)
+        for adapter in ADAPTERS:
+            bench.fronts.pop(adapter, None)
+    others = [adapter for adapter in ADAPTERS if adapter != BASELINE]
+    cpu_per_repeat = {adapter: paired(paced, adapter, BASELINE, ratio_of(front_cpu)) for adapter in others}
+    cpu = {adapter: _median(values) for adapter, values in cpu_per_repeat.items()}
+    if counted["available"]:
+        instructions = per_turn(counted)
+        counted["vs_pact"] = {adapter: instructions[adapter] / instructions[BASELINE] for adapter in others}
+    return {
+        "baseline": BASELINE,
+        "limit": LIMIT,
+        "exempt": dict(EXEMPT),
+        "upstream": {adapter: bot.upstream for adapter, bot in bots.items()},
+        "fronts": summarize_fronts(rounds),
+        "rounds": rounds,
+        "paced": {"rate_rps": rate, "fronts": summarize_fronts(paced), "rounds": paced},
+        "cpu_per_turn_vs_pact": cpu,
+        "cpu_per_turn_vs_pact_per_repeat": cpu_per_repeat,
+        "instructions": counted,
+        "targets": _targets(others, cpu, cpu_per_repeat, counted),
+    }
+
+
+def _targets(
+    adapters: Sequence[AdapterName],
+    cpu: dict[AdapterName, float | None],
+    cpu_per_repeat: dict[AdapterName, list[float]],
+    counted: dict[str, Any],
+) -> list[dict[str, Any]]:
+    """Two per adapter not exempt: CPU per turn (per-repeat verdict) and instructions per turn ÷ pact's."""
+    goal = f"<= {LIMIT:.2f}"
+    targets = []
+    for adapter in adapters:
+        if adapter in EXEMPT:
+            continue
+        targets.append(
+            target(
+                f"CPU per turn adapter {adapter} / pact",
+                goal,
+                cpu[adapter],
+                at_most(LIMIT),
+                cpu_per_repeat[adapter],
+            )
+        )
+        targets.append(
+            target(
+                f"instructions per turn adapter {adapter} / pact",
+                goal,
+                counted["vs_pact"][adapter] if counted["available"] else None,
+                at_most(LIMIT),
+                note="" if counted["available"] else counted["note"],
+            )
+        )
+    return targets
+
+
+def render(result: dict[str, Any]) -> list[str]:
+    """The adapters' lines of the table: per adapter, its figures and their ratios to ``pact``'s."""
+    counted = result["instructions"]
+    instructions = per_turn(counted) if counted["available"] else {}
+    paced = result["paced"]
+    at_rate = f"at {paced['rate_rps']:.0f}/s"
+    lines = [
+        "bot adapters, each against its fake on loopback (gateway on the memory store)",
+        f"{'adapter':<12}{'peak/s':>8}{'errors':>7}{'CPU ms/turn: peak':>19}{at_rate:>10}{'/ pact':>8}"
+        f"{'instructions/turn':>19}{'/ pact':>8}",
+    ]
+    for adapter, front in result["fronts"].items():
+        steady = paced["fronts"][adapter]
+        baseline = adapter == BASELINE
+        cpu_ratio = 1.0 if baseline else result["cpu_per_turn_vs_pact"][adapter]
+        count = f"{instructions[adapter]:>19,.0f}" if adapter in instructions else f"{'-':>19}"
+        count_ratio = counted.get("vs_pact", {}).get(adapter, 1.0 if baseline and instructions else None)
+        exempt = result["exempt"].get(adapter, "")
+        lines.append(
+            f"{adapter:<12}{front['throughput_rps']:>8.0f}{front['errors'] + steady['errors']:>7}"
+            f"{front['cpu_s_per_1000_turns']['front']:>19.3f}{steady['cpu_s_per_1000_turns']['front']:>10.3f}"
+            f"{_ratio(cpu_ratio):>8}{count}{_ratio(count_ratio):>8}  {exempt}".rstrip()
+        )
+    if not counted["available"]:
+        lines.append(f"instructions per turn: {counted['note']}")
+    lines += [target_line(t) for t in result["targets"]]
+    return lines
+
+
+def _ratio(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.adapters", description=__doc__.split("\n\n")[0])
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--quick", action="store_true", help="short rounds, no instruction count")
+    group.add_argument("--smoke", action="store_true", help="the shortest run that exercises every path")
+    parser.add_argument(
+        "--out", type=Path, help="result file (default bench/results/adapters-<timestamp>.json)"
+    )
+    parser.add_argument("--duration", type=float, help="measured seconds per round")
+    parser.add_argument("--repeats", type=int, help="interleaved repeats of every round")
+    parser.add_argument("--concurrency", type=int, help="closed-loop concurrency of the rounds")
+    parser.add_argument("--turns", type=int, help="turns per conversation")
+    parser.add_argument(
+        "--instruction-turns", type=int, help="turns in the shorter callgrind window (0 skips the count)"
+    )
+    parser.add_argument(
+        "--redis-url",
+        default=DEFAULT_REDIS_URL,
+        help="the Redis server whose CPU is read beside (never written)",
+    )
+    parser.set_defaults(conversations=None)  # bench.run.settings_from reads it; no memory reading here
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    settings = settings_from(args)
+    if args.instruction_turns is not None:
+        settings = replace(settings, instruction_turns=args.instruction_turns)
+    started = dt.datetime.now(dt.UTC)
+    workdir = Path(tempfile.mkdtemp(prefix="pact-bench-adapters-"))
+    try:
+        with Children(workdir) as children:
+            bench = Bench(settings, children, workdir, RedisProbe(args.redis_url))
+            progress(f"bot adapters, each against its fake (logs in {workdir})")
+            adapters = measure(bench)
+    except ChildFailed as failure:
+        print(f"bench.adapters: {failure}", file=sys.stderr)
+        return 1
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    started_at = started.isoformat(timespec="seconds")
+    result = {
+        "started_at": started_at,
+        "finished_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        "settings": asdict(settings),
+        "adapters": adapters,
+    }
+    stamp = started_at.replace(":", "").replace("+0000", "Z")
+    out: Path = args.out or RESULTS_DIR / f"adapters-{stamp}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"{settings.mode} run, {started_at}")
+    print("\n".join(render(adapters)))
+    print(f"\nresult: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

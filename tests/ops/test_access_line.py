@@ -1,0 +1,151 @@
+"""The access line says why a request was refused and whether a retry was served from the store.
+
+``reason`` is the §6 A2A reason of an enveloped error, the §3.4 authentication failure, the
+§5.5 delegation-token refusal, the RFC 6749 error code of an OAuth endpoint, or the §6 limit
+that answered ``429``; ``retry_served`` is ``true`` for a §4.3 replay. Both come from what the
+handling noted on the request, so they are checked here through HTTP against the answer the
+client got.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import orjson
+
+from tests.ops.conftest import CapturedLogs
+from tests.support.delegation import oauth_path, post_form
+from tests.support.gateway import AUDIENCE, Harness, MakeGateway
+
+
+def line_for(logs: CapturedLogs, request_id: str) -> dict[str, Any]:
+    (line,) = [record for record in logs.access() if record["request_id"] == request_id]
+    return line
+
+
+def envelope_reason(body: bytes) -> str:
+    reason: str = orjson.loads(body)["error"]["details"][0]["reason"]
+    return reason
+
+
+async def test_s6_a2a_reason_is_the_envelope_reason(gw_memory: Harness, json_logs: CapturedLogs) -> None:
+    unknown = await gw_memory.send(context_id="no-such-context")
+    stream = await gw_memory.client.post("/a2a/acme/message:stream", json={}, headers=gw_memory.auth())
+    task = await gw_memory.client.get("/a2a/acme/tasks/t-1", headers=gw_memory.auth())
+    push = await gw_memory.client.get("/a2a/acme/tasks/t-1/pushNotificationConfigs", headers=gw_memory.auth())
+    for response, status in ((unknown, 400), (stream, 400), (task, 404), (push, 400)):
+        assert response.status == status
+        line = line_for(json_logs, response.headers["X-Request-Id"])
+        assert line["reason"] == envelope_reason(await response.read())
+        assert line["outcome"] in {"client_error", "not_found"}
+        assert line["retry_served"] is None
+    assert [
+        line_for(json_logs, r.headers["X-Request-Id"])["reason"] for r in (unknown, stream, task, push)
+    ] == [
+        "INVALID_PARAMS",
+        "UNSUPPORTED_OPERATION",
+        "TASK_NOT_FOUND",
+        "PUSH_NOTIFICATION_NOT_SUPPORTED",
+    ]
+
+
+async def test_s6_bad_body_and_provider_failure(gw_memory: Harness, json_logs: CapturedLogs) -> None:
+    bad = await gw_memory.client.post("/a2a/acme/message:send", data=b"{not json", headers=gw_memory.auth())
+    assert bad.status == 400
+    assert line_for(json_logs, bad.headers["X-Request-Id"])["reason"] == "INVALID_PARAMS"
+    gw_memory.bot.mode = "status500"
+    failed = await gw_memory.send()
+    assert failed.status == 500
+    line = line_for(json_logs, failed.headers["X-Request-Id"])
+    assert (line["reason"], line["outcome"]) == ("INTERNAL", "error")
+
+
+async def test_s3_4_reason_is_the_authentication_failure(gw_memory: Harness, json_logs: CapturedLogs) -> None:
+    expired = gw_memory.key.mint(
+        gw_memory.issuer, "alice", AUDIENCE, iat=time.time() - 600, exp=time.time() - 300
+    )
+    response = await gw_memory.send(headers={"Authorization": f"Bearer {expired}"})
+    assert response.status == 401
+    assert await response.read() == b""
+    line = line_for(json_logs, response.headers["X-Request-Id"])
+    assert line["reason"] == line["auth_failure"] == "expired"
+    missing = await gw_memory.client.get("/a2a/acme/tasks")
+    assert line_for(json_logs, missing.headers["X-Request-Id"])["reason"] == "missing_token"
+
+
+async def test_s6_429_reason_is_the_limit(make_gateway: MakeGateway, json_logs: CapturedLogs) -> None:
+    def one_turn_per_user(raw: dict[str, Any]) -> None:
+        raw["rate_limits"]["per_user"] = {"rate": 0.001, "burst": 1}
+
+    h = await make_gateway(edit=one_turn_per_user)
+    assert (await h.send()).status == 200
+    limited = await h.send()
+    assert limited.status == 429
+    assert line_for(json_logs, limited.headers["X-Request-Id"])["reason"] == "per_user"
+    listed = await h.client.get("/a2a/acme/tasks", headers=h.auth())
+    assert listed.status == 429
+    assert line_for(json_logs, listed.headers["X-Request-Id"])["reason"] == "per_user"
+
+
+async def test_no_reason_for_a_success_or_a_routing_miss(gw_memory: Harness, json_logs: CapturedLogs) -> None:
+    card = await gw_memory.client.get("/a2a/acme/.well-known/agent-card.json")
+    unknown_brand = await gw_memory.client.get("/a2a/nobody/tasks", headers=gw_memory.auth())
+    unmatched = await gw_memory.client.get("/nothing")
+    assert (card.status, unknown_brand.status, unmatched.status) == (200, 404, 404)
+    for response in (card, unknown_brand, unmatched):
+        line = line_for(json_logs, response.headers["X-Request-Id"])
+        assert line["reason"] is None
+        assert line["retry_served"] is None
+
+
+async def test_s4_3_retry_served_from_the_store(gw: Harness, json_logs: CapturedLogs) -> None:
+    """On both backends: the first answer ran the bot, the repeat of its messageId did not."""
+    first = await gw.send(message_id="m-retry")
+    again = await gw.send(message_id="m-retry")
+    assert (first.status, again.status) == (200, 200)
+    assert await again.read() == await first.read()
+    assert len(gw.bot.calls) == 1
+    lines = [line_for(json_logs, r.headers["X-Request-Id"]) for r in (first, again)]
+    assert [line["retry_served"] for line in lines] == [False, True]
+    assert [line["reason"] for line in lines] == [None, None]
+    context_id = orjson.loads(await first.read())["message"]["contextId"]
+    second_turn = await gw.send(message_id="m-next", context_id=context_id)
+    assert line_for(json_logs, second_turn.headers["X-Request-Id"])["retry_served"] is False
+
+
+async def test_s5_oauth_error_code_and_delegation_refusal(
+    dgw_memory: Harness, json_logs: CapturedLogs
+) -> None:
+    bad_grant = await post_form(
+        dgw_memory, "token", {"grant_type": "password", "client_id": dgw_memory.issuer}
+    )
+    assert bad_grant.status == 400
+    code = (await bad_grant.json())["error"]
+    assert (
+        line_for(json_logs, bad_grant.headers["X-Request-Id"])["reason"] == code == "unsupported_grant_type"
+    )
+    wrong_client = await post_form(
+        dgw_memory,
+        "device_authorization",
+        {"client_id": "https://someone-else.example", "scope": "orders:read"},
+    )
+    assert wrong_client.status == 401
+    assert line_for(json_logs, wrong_client.headers["X-Request-Id"])["reason"] == "invalid_client"
+    refused = await dgw_memory.send(headers={"X-A2A-User-Delegation": "Bearer not-a-token"})
+    assert refused.status == 401
+    assert refused.headers["WWW-Authenticate"] == 'Bearer realm="a2a", error="invalid_token"'
+    assert line_for(json_logs, refused.headers["X-Request-Id"])["reason"] == "invalid_token:malformed"
+    metadata = await dgw_memory.client.get(oauth_path(".well-known/oauth-authorization-server"))
+    assert line_for(json_logs, metadata.headers["X-Request-Id"])["reason"] is None
+
+
+async def test_text_format_shows_reason_and_retry(gw_memory: Harness, text_logs: CapturedLogs) -> None:
+    await gw_memory.send(message_id="m-1")
+    await gw_memory.send(message_id="m-1")
+    await gw_memory.send(context_id="no-such-context")
+    lines = [line for line in text_logs.text.splitlines() if "pact_gateway.access" in line]
+    assert "retry_served=False" in lines[0]
+    assert "retry_served=True" in lines[1]
+    assert "reason=INVALID_PARAMS" in lines[2]
+    assert "retry_served" not in lines[2]
