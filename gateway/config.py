@@ -213,8 +213,9 @@ ADMIN_TOKEN_MIN = 32
 
 @dataclass(frozen=True, slots=True)
 class AdminConfig:
-    """The operator API on the ops listener (gateway/ops/admin.py): a person's conversations, and forgetting
-    them. Off unless ``enabled``; then every request needs ``Authorization: Bearer {token}``."""
+    """The operator API on the ops listener (gateway/process/admin.py): a person's conversations,
+    and forgetting them. Off unless ``enabled``; then every request needs
+    ``Authorization: Bearer {token}``."""
 
     enabled: bool = False
     token: str = field(default="", repr=False)

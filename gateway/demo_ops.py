@@ -19,8 +19,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.config import MetricsConfig
 from gateway.ops.exposition import serve_process_metrics
-from gateway.ops.health import GatewayReadiness, start_ops_listener
 from gateway.ops.metrics import Metrics
+from gateway.process.health import GatewayReadiness, start_ops_listener
 
 __all__ = ["DemoOps", "count_requests", "start_demo_ops"]
 

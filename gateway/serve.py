@@ -46,14 +46,14 @@ def serve(config_path: str, config: GatewayConfig, *, workers: int = 1, ready_fd
     """
     path = Path(config_path)
     if ready_fd is not None:
-        from gateway.ops.server import run_worker
+        from gateway.process.server import run_worker
 
         return asyncio.run(run_worker(path, config, ready_fd))
     if workers < 1:
         print("pact-gateway: --workers must be at least 1", file=sys.stderr)
         return 2
     if workers == 1:
-        from gateway.ops.server import run_single
+        from gateway.process.server import run_single
 
         return asyncio.run(run_single(path, config))
     if config.cache.backend == "memory":
@@ -65,6 +65,6 @@ def serve(config_path: str, config: GatewayConfig, *, workers: int = 1, ready_fd
         )
         return 2
     with _multiprocess_metrics() as directory:
-        from gateway.ops.supervisor import run_supervisor
+        from gateway.process.supervisor import run_supervisor
 
         return asyncio.run(run_supervisor(path, config, workers, directory))

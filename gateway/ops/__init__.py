@@ -1,1 +1,4 @@
-"""Operations: metrics, health, logs, limits and process lifecycle."""
+"""What the app's handlers use around a request: metrics, logs, access lines, limits, tracing, probes.
+
+The process around the app (serving, workers, the ops listener, reload) is :mod:`gateway.process`.
+"""

@@ -1,6 +1,6 @@
 """A person's conversations as an operator handles them: listed, closed, or erased; each action audited.
 
-One service for the admin API (:mod:`gateway.ops.admin`) and the CLI
+One service for the admin API (:mod:`gateway.process.admin`) and the CLI
 (:mod:`gateway.conversations_cli`). A person is who a conversation belongs to (§4.2): a Brand, a
 personal agent (its issuer) and the ``sub`` it signs for, which is exactly an
 :class:`~gateway.store.base.Owner`. Erasing them removes, at that Brand:

@@ -30,8 +30,8 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.config import SCHEMA, LimitsConfig, load_config
-from gateway.ops.admin import AdminMetrics
 from gateway.ops.metrics import Metrics
+from gateway.process.admin import AdminMetrics
 from tests.support.delegation import new_provider_key_pem
 
 Manifest = dict[str, Any]

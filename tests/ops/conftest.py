@@ -25,9 +25,9 @@ from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
 from gateway.config import CacheConfig, LoggingConfig
-from gateway.ops.health import GatewayReadiness, create_ops_app
 from gateway.ops.logs import AIOHTTP_ACCESS, GatewayLogHandler, configure_logging
 from gateway.ops.metrics import Metrics
+from gateway.process.health import GatewayReadiness, create_ops_app
 from gateway.store.redis import RedisStore
 from tests.support.gateway import Harness, MakeGateway
 

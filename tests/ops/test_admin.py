@@ -28,9 +28,9 @@ from gateway.app import ADAPTER_STATE, reload_runtime
 from gateway.config import AdminConfig
 from gateway.http.state import METRICS
 from gateway.ops.erasure import ADAPTER_STATE_NAMES, AUDIT_LOGGER
-from gateway.ops.health import GatewayReadiness, create_ops_app
 from gateway.ops.logs import sub_digest
 from gateway.ops.metrics import Metrics
+from gateway.process.health import GatewayReadiness, create_ops_app
 from gateway.store import keys
 from gateway.store.redis import RedisStore
 from gateway.upstream import openai

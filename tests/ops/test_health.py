@@ -10,8 +10,8 @@ import orjson
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
-from gateway.ops.health import GatewayReadiness, create_ops_app
 from gateway.ops.metrics import Metrics
+from gateway.process.health import GatewayReadiness, create_ops_app
 from gateway.store.redis import RedisStore
 from tests.ops.conftest import Metered, free_port
 from tests.support.pa import FakeJwksServer, PAKey

@@ -25,8 +25,8 @@ from opentelemetry.trace import SpanKind, StatusCode
 
 from gateway.config import ConfigError, TracingConfig, load_config
 from gateway.ops.otel import INSTRUMENTATION, OtelSpans, tracer_provider
-from gateway.ops.reload import RESTART_ONLY, keep_restart_only
 from gateway.ops.tracing import parse_traceparent
+from gateway.process.reload import RESTART_ONLY, keep_restart_only
 from tests.ops.conftest import ROOT, CapturedLogs
 from tests.support.delegation import BrandLogin, enable_delegation
 from tests.support.gateway import Harness, MakeGateway, base_config
@@ -299,7 +299,7 @@ def test_tracing_off_needs_no_opentelemetry() -> None:
         from aiohttp.test_utils import TestClient, TestServer
         from gateway.app import create_app
         from gateway.config import load_config
-        from gateway.ops import server, supervisor
+        from gateway.process import server, supervisor
         from tests.support.gateway import base_config
 
         async def main():

@@ -17,7 +17,7 @@ import yaml
 
 from gateway.config import ReloadConfig
 from gateway.http.state import RUNTIME
-from gateway.ops.reload import ConfigWatcher, reload_app
+from gateway.process.reload import ConfigWatcher, reload_app
 from tests.ops.conftest import until
 from tests.support.gateway import AUDIENCE, Harness, base_config
 from tests.support.pa import FakeJwksServer, PAKey

@@ -1,7 +1,7 @@
 """The A2A listener's HTTP edge over raw sockets: ``limits.request_timeout`` and the parser's refusals.
 
 Review rows 3 and 12. Each test talks to the server ``pact-gateway serve`` builds
-(:class:`gateway.ops.server.GatewayServer`, in this process so its logs can be read; the last
+(:class:`gateway.process.server.GatewayServer`, in this process so its logs can be read; the last
 one to the real subprocess), never the aiohttp test server, whose runner has neither rule.
 Every exchange ends within :data:`BOUND` seconds or the test fails: before the fix a slow
 header held its connection for as long as the client liked.
@@ -22,7 +22,7 @@ import pytest
 from gateway.config import load_config
 from gateway.http.connection import MAX_FIELD_BYTES, MAX_HEADERS, MAX_TARGET_BYTES
 from gateway.ops.metrics import Metrics
-from gateway.ops.server import GatewayServer
+from gateway.process.server import GatewayServer
 from tests.ops.conftest import CapturedLogs, Processes, free_port
 from tests.support.bot import ControlledBot
 from tests.support.gateway import AUDIENCE, base_config

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from gateway.cli import main
-from gateway.ops.server import YOUNG_GC_THRESHOLD, settle_heap
+from gateway.process.server import YOUNG_GC_THRESHOLD, settle_heap
 from tests.ops.conftest import Processes, ServeProcess, sample, until
 from tests.support.bot import ControlledBot
 from tests.support.gateway import AUDIENCE, base_config

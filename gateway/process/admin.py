@@ -1,6 +1,6 @@
 """The admin API: a person's conversations listed, closed or erased over HTTP (:mod:`gateway.ops.erasure`).
 
-Served under ``/admin/`` by the ops listener only (:func:`gateway.ops.health.create_ops_app`),
+Served under ``/admin/`` by the ops listener only (:func:`gateway.process.health.create_ops_app`),
 never by the A2A listener, which the Ingress exposes. While ``admin.enabled`` is false every
 path answers ``404`` as an unknown one does; otherwise each request needs
 ``Authorization: Bearer {admin.token}``. Both are read from the configuration in force at each

@@ -31,10 +31,10 @@ from gateway.config import GatewayConfig
 from gateway.http.connection import GatewayRunner
 from gateway.http.state import RUNTIME
 from gateway.ops.exposition import serve_process_metrics
-from gateway.ops.health import GatewayReadiness, prefetch_keys, start_ops_listener
 from gateway.ops.logs import configure_logging
 from gateway.ops.metrics import Metrics
-from gateway.ops.reload import ConfigWatcher, reload_app
+from gateway.process.health import GatewayReadiness, prefetch_keys, start_ops_listener
+from gateway.process.reload import ConfigWatcher, reload_app
 
 __all__ = ["GatewayServer", "ProcessSignals", "run_single", "run_worker", "settle_heap"]
 

@@ -1,5 +1,5 @@
 """The operations listener: ``/metrics``, ``/healthz`` and ``/readyz``, on its own port, no PA token;
-and, given the gateway app, the admin API under ``/admin/`` (:mod:`gateway.ops.admin`, its own token).
+and, given the gateway app, the admin API under ``/admin/`` (:mod:`gateway.process.admin`, its own token).
 
 It is a separate aiohttp app on ``metrics.host:metrics.port`` so probes and scrapes never go
 through the A2A middlewares, never need a token, and are never exposed by the Ingress.
@@ -27,8 +27,8 @@ from gateway.app import JWKS, STORE
 from gateway.auth.jwks import JwksCache
 from gateway.config import GatewayConfig, MetricsConfig
 from gateway.http.state import RUNTIME
-from gateway.ops.admin import create_admin_app
 from gateway.ops.exposition import WithoutCreated
+from gateway.process.admin import create_admin_app
 from gateway.store.base import StoreError
 
 __all__ = [

@@ -31,11 +31,11 @@ from aiohttp import web
 
 from gateway.config import GatewayConfig
 from gateway.ops.exposition import ProcessGroup
-from gateway.ops.health import GatewayReadiness, start_ops_listener
 from gateway.ops.logs import configure_logging
 from gateway.ops.metrics import Metrics, mark_worker_dead, multiprocess_registry
-from gateway.ops.reload import ConfigWatcher
-from gateway.ops.server import GatewayServer, ProcessSignals
+from gateway.process.health import GatewayReadiness, start_ops_listener
+from gateway.process.reload import ConfigWatcher
+from gateway.process.server import GatewayServer, ProcessSignals
 
 __all__ = ["Supervisor", "run_supervisor"]
 
