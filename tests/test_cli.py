@@ -105,24 +105,7 @@ def test_rs256_keys(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_demo_runs_its_own_curl_session() -> None:
     """The README's first command: gateway + sample bot + demo PA, card, two turns and a retry."""
-    result = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "gateway",
-            "demo",
-            "--check",
-            "--port",
-            str(free_port()),
-            "--bot-port",
-            str(free_port()),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=ROOT,
-        check=False,
-    )
+    result = run_cli("demo", "--check", "--port", str(free_port()), "--bot-port", str(free_port()))
     assert result.returncode == 0, result.stderr
     assert "demo check passed" in result.stderr
     assert "message:send" in result.stdout

@@ -7,11 +7,9 @@ from __future__ import annotations
 import contextlib
 import re
 import socket
-import subprocess
-import sys
 from collections.abc import Iterator
 
-from tests.test_cli import ROOT, free_port
+from tests.test_cli import free_port, run_cli
 
 PREFERRED = 9090
 
@@ -28,24 +26,7 @@ def port_taken(port: int) -> Iterator[None]:
 
 def test_demo_shows_access_lines_and_serves_metrics_on_a_free_port_when_9090_is_taken() -> None:
     with port_taken(PREFERRED):
-        result = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "gateway",
-                "demo",
-                "--check",
-                "--port",
-                str(free_port()),
-                "--bot-port",
-                str(free_port()),
-            ],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            cwd=ROOT,
-            check=False,
-        )
+        result = run_cli("demo", "--check", "--port", str(free_port()), "--bot-port", str(free_port()))
     assert result.returncode == 0, result.stderr
     where = re.search(
         r"Prometheus metrics on (http://127\.0\.0\.1:(\d+)/metrics) \(9090 is in use\)", result.stdout

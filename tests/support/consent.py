@@ -20,7 +20,8 @@ from aiohttp import ClientResponse
 from gateway.app import OAUTH_STORE
 from gateway.protocol.urls import OAuthUrls
 from gateway.store.oauth import AuthorizationStatus, DeviceAuthorization, OAuthStore
-from tests.support.delegation import SCOPES, BrandLogin
+from tests.support import delegation
+from tests.support.delegation import SCOPES, BrandLogin, device_authorize
 from tests.support.gateway import Harness
 from tests.support.secrets_scan import remember
 
@@ -69,18 +70,8 @@ async def device_authorization(
     issuer: str | None = None,
     brand: str = "acme",
 ) -> dict[str, Any]:
-    """RFC 8628 §3.1 as the personal agent sends it (§5.3): its JWT is the client credential."""
-    client_id = issuer or gw.issuer
-    response = await gw.client.post(
-        local(oauth_urls(gw, brand).device_authorization),
-        data={"client_id": client_id, "scope": " ".join(scopes)},
-        headers=gw.auth(sub, issuer=client_id),
-    )
-    assert response.status == 200, await response.text()
-    started: dict[str, Any] = await response.json()
-    remember("a device code", started.get("device_code"))
-    remember("a user code", started.get("user_code"))
-    return started
+    """:func:`tests.support.delegation.device_authorize`, asking for every scope of the card by default."""
+    return await device_authorize(gw, scopes, sub=sub, issuer=issuer, brand=brand)
 
 
 async def post_assertion(gw: Harness, assertion: str, *, brand: str = "acme") -> ClientResponse:
@@ -117,20 +108,9 @@ def redirect_query(response: ClientResponse) -> dict[str, list[str]]:
 async def poll_token(
     gw: Harness, device_code: str, *, sub: str = "alice", brand: str = "acme"
 ) -> tuple[int, dict[str, Any]]:
-    """One RFC 8628 §3.4 token poll as the personal agent sends it: the status and the JSON answer."""
-    remember("a device code", device_code)
-    response = await gw.client.post(
-        local(oauth_urls(gw, brand).token),
-        data={
-            "grant_type": "urn:ietf:params:oauth:grant-type:device_code",
-            "device_code": device_code,
-            "client_id": gw.issuer,
-        },
-        headers=gw.auth(sub),
-    )
+    """One RFC 8628 §3.4 token poll (:func:`tests.support.delegation.poll_token`): status and JSON answer."""
+    response = await delegation.poll_token(gw, device_code, sub=sub, brand=brand)
     answer: dict[str, Any] = await response.json()
-    remember("a delegation token", answer.get("access_token"))
-    remember("a refresh token", answer.get("refresh_token"))
     return response.status, answer
 
 
