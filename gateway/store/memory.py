@@ -21,7 +21,10 @@ The entries:
   keeps it, dead conversations dropped, while one of them lives (readers never go by it).
   Its key is the owner digest (raw bytes) the conversations already hold, not a string of its
   own (no other key is bytes): with a deadline shared with a conversation's, the index of an
-  owner with one conversation costs about 150 bytes, not 320 (``python -m bench.memory``);
+  owner with one conversation costs about 150 bytes, not 320 (``python -m bench.memory``).
+  A flat tuple while the owner has a few conversations; past :data:`_INDEX_TUPLE_MAX`, a dict
+  that grows in place, so a new conversation costs the same at a person's 100,000th as at
+  their first (issue 17: rebuilding the tuple cost 4.3 ms at 100,000);
 * a §6 GCRA counter: its ``tat`` as an ``int`` in microseconds, which is also its deadline
   (a ``tat`` in the past is an idle key, see :mod:`gateway.store.gcra`);
 * the §5 flow's records (:mod:`gateway.store.oauth_memory`), each a tuple led by its deadline;
@@ -35,6 +38,11 @@ bypassed (``tests/store/test_memory_sweep.py`` pins that aiocache's own API sees
 It also makes every decision plainly atomic: :meth:`MemoryStore.begin_turn` reads, decides and
 writes with no ``await`` at all, so any number of concurrent duplicates see the in-flight
 marker the first one set, and a rate-limit charge is all or nothing.
+
+With ``cache.max_entries`` the keyspace is bounded (:meth:`MemoryKeyspace.make_room`): a new
+conversation first makes room by dropping expired entries and conversations closed for longer
+than the retry window, a few at a time off the sweep's ring; if there is none among them, it is
+refused (``STORE_FULL``), never a live conversation or a stored reply a retry may still ask for.
 
 Records are exact tuples of plain values (bytes, str, float, bool, and a tuple of those), and a
 change stores a new tuple. CPython's cyclic collector stops tracking such a tuple within the
@@ -51,8 +59,8 @@ import contextlib
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
-from typing import Any, Final, TypeAlias, TypeGuard
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Final, Protocol, TypeAlias, TypeGuard
 
 from aiocache import SimpleMemoryCache
 
@@ -65,9 +73,11 @@ from gateway.store.oauth import Grant
 __all__ = [
     "ERASED",
     "GrantRecord",
+    "KeyspaceObserver",
     "MemoryKeyspace",
     "MemoryStore",
     "OwnerIndex",
+    "index_conversations",
     "live_conversation",
     "live_grant",
 ]
@@ -83,15 +93,19 @@ GrantRecord: TypeAlias = tuple[float, Grant, str]
 in place. Kept by :class:`gateway.store.oauth_memory.MemoryOAuthStore`, read by every delegated turn."""
 OwnerIndex: TypeAlias = tuple[Any, ...]
 """At :attr:`Owner.digest_bytes`: ``(deadline, conversations kept at the last prune, conversation key,
-opened, conversation key, opened, …)``, flat (one tuple, not two). The deadline is when the sweep
-looks at it again (:func:`_renewed_index`), not when it ends."""
+opened, conversation key, opened, …)``, flat (one tuple, not two), for up to :data:`_INDEX_TUPLE_MAX`
+conversations; past them ``(deadline, conversations kept at the last prune, {conversation key:
+opened})``, the dict changed in place. The deadline is when the sweep looks at it again
+(:func:`_renewed_index`), not when it ends."""
 Key: TypeAlias = str | bytes
 """A key of the keyspace: a string, or an owner digest for an owner's index."""
 ERASED: Final = b""
 """The owner digest of an erased conversation's tombstone: no owner's matches it, so its ``contextId``
 answers as unknown, and a turn that was running when it was erased stores nothing."""
-_INDEX_PRUNE_FLOOR: Final = 8
-"""Conversations an owner's index holds before its dead ones are first looked for."""
+_INDEX_TUPLE_MAX: Final = 8
+"""Conversations an owner's index holds as a flat tuple (rebuilt, at most 16 items, for each new one).
+Past them it becomes a dict: a person with one conversation, the common case, pays 150 bytes, not a
+dict's 400, and a person with thousands pays O(1) per new one, not a copy of them all."""
 _Entry: TypeAlias = "tuple[Any, ...] | int"
 """A GCRA ``tat``, or a tuple whose first element is its deadline in seconds (what the sweep reads)."""
 _EXPIRES: Final = 0
@@ -114,14 +128,31 @@ def live_conversation(entry: object, now: float) -> _Conversation | None:
     return entry if _is_conversation(entry) and entry[_EXPIRES] > now else None
 
 
+def index_conversations(index: OwnerIndex) -> Iterator[tuple[str, float]]:
+    """``(conversation key, opened)`` of each conversation an owner's index names, live or not."""
+    if len(index) == 3 and type(index[2]) is dict:
+        return iter(index[2].items())
+    return zip(index[2::2], index[3::2], strict=True)
+
+
+def _theirs(entries: dict[Key, Any], digest: bytes, key: str, now: float) -> bool:
+    conversation = live_conversation(entries.get(key), now)
+    return conversation is not None and conversation[_OWNER] == digest
+
+
 def _live_pairs(entries: dict[Key, Any], digest: bytes, pairs: Sequence[Any], now: float) -> list[Any]:
     """The ``(conversation key, opened)`` pairs of an owner's index whose conversation is live and theirs."""
     live: list[Any] = []
     for key, opened in zip(pairs[::2], pairs[1::2], strict=True):
-        conversation = live_conversation(entries.get(key), now)
-        if conversation is not None and conversation[_OWNER] == digest:
+        if _theirs(entries, digest, key, now):
             live += (key, opened)
     return live
+
+
+def _prune(entries: dict[Key, Any], digest: bytes, conversations: dict[str, float], now: float) -> None:
+    """Drop, in place, the conversations of a large owner's index that are gone or not theirs."""
+    for key in [key for key in conversations if not _theirs(entries, digest, key, now)]:
+        del conversations[key]
 
 
 def _renewed_index(
@@ -129,6 +160,12 @@ def _renewed_index(
 ) -> OwnerIndex | None:
     """An owner's index past its deadline: its live conversations, until the last of them expires;
     ``None`` once none lives (then the sweep deletes it)."""
+    if len(index) == 3 and type(index[2]) is dict:
+        conversations: dict[str, float] = index[2]
+        _prune(entries, digest, conversations, now)
+        if not conversations:
+            return None
+        return (max(entries[key][_EXPIRES] for key in conversations), len(conversations), conversations)
     pairs = _live_pairs(entries, digest, index[2:], now)
     if not pairs:
         return None
@@ -314,23 +351,41 @@ class MemoryStore(ConversationStore):
     def _index(self, owner: Owner, key: str, now: float, expires: float) -> None:
         """Add the conversation ``key``, opened at ``now`` and kept until ``expires``, to its owner's index.
 
-        Once per conversation, not per turn. The index's dead conversations are dropped when it
-        has grown to twice what it held after the last drop (and at least
-        :data:`_INDEX_PRUNE_FLOOR`), so that work stays in proportion to the conversations
-        opened, and the index in proportion to the live ones. No conversation of the index
-        outlives this new one (none was kept past its last turn + ``record_ttl``), so its
-        deadline, the very float object, becomes the index's.
+        Once per conversation, not per turn, and O(1) amortized whatever the owner holds: a
+        small index is a tuple of at most :data:`_INDEX_TUPLE_MAX` conversations, rebuilt (its
+        dead ones dropped when it is full, a bounded look); a larger one is a dict changed in
+        place, its dead conversations dropped when it has doubled since the last drop, so that
+        work stays in proportion to the conversations opened, and the index in proportion to
+        the live ones. No conversation of the index outlives this new one (none was kept past
+        its last turn + ``record_ttl``), so its deadline, the very float object, becomes the
+        index's.
         """
-        index = self.keyspace.entries.get(owner.digest_bytes)
+        entries = self.keyspace.entries
+        digest = owner.digest_bytes
+        index = entries.get(digest)
         if type(index) is not tuple:
-            self.keyspace.put(owner.digest_bytes, (expires, 0, key, now))
+            self.keyspace.put(digest, (expires, 0, key, now))
             return
         pruned: int = index[1]
+        if len(index) == 3 and type(index[2]) is dict:
+            conversations: dict[str, float] = index[2]
+            if len(conversations) >= 2 * max(pruned, _INDEX_TUPLE_MAX):
+                _prune(entries, digest, conversations, now)
+                pruned = len(conversations)
+            conversations[key] = now
+            entries[digest] = (expires, pruned, conversations)
+            return
         pairs: Sequence[Any] = index[2:]
-        if len(pairs) >= 4 * max(pruned, _INDEX_PRUNE_FLOOR):  # two items a conversation
-            pairs = _live_pairs(self.keyspace.entries, owner.digest_bytes, pairs, now)
+        if len(pairs) >= 2 * _INDEX_TUPLE_MAX:  # two items a conversation
+            pairs = _live_pairs(entries, digest, pairs, now)
+            if len(pairs) >= 2 * _INDEX_TUPLE_MAX:
+                # Insertion order kept: a key named twice keeps its later opening, as readers expect.
+                grown = dict(zip(pairs[::2], pairs[1::2], strict=True))
+                grown[key] = now
+                entries[digest] = (expires, len(pairs) // 2, grown)
+                return
             pruned = len(pairs) // 2
-        self.keyspace.entries[owner.digest_bytes] = (expires, pruned, *pairs, key, now)
+        entries[digest] = (expires, pruned, *pairs, key, now)
 
     def _decide(
         self, key: str, owner: Owner, context_id: str, message_id: str, now: float, user: bytes | None
