@@ -106,6 +106,8 @@ _INDEX_TUPLE_MAX: Final = 8
 """Conversations an owner's index holds as a flat tuple (rebuilt, at most 16 items, for each new one).
 Past them it becomes a dict: a person with one conversation, the common case, pays 150 bytes, not a
 dict's 400, and a person with thousands pays O(1) per new one, not a copy of them all."""
+_OPEN_ENTRIES: Final = 3
+"""Entries a new conversation may add: its record, its first-message record, its owner's index."""
 _Entry: TypeAlias = "tuple[Any, ...] | int"
 """A GCRA ``tat``, or a tuple whose first element is its deadline in seconds (what the sweep reads)."""
 _EXPIRES: Final = 0
@@ -215,6 +217,16 @@ def _without_turn(turns: tuple[Any, ...], message_id: str) -> tuple[Any, ...]:
     return turns[: index - 1] + turns[index + 1 :]
 
 
+class KeyspaceObserver(Protocol):
+    """What the keyspace reports for its metrics (:class:`gateway.ops.metrics.Metrics` is one)."""
+
+    def store_size(self, entries: int, max_entries: int) -> None:
+        """Each sweep tick: the entries held, and ``cache.max_entries``."""
+
+    def store_evicted(self, reason: str) -> None:
+        """One entry dropped to make room for a new conversation: ``expired`` or ``closed``."""
+
+
 def _expired(entry: _Entry, now: float, now_micros: int) -> bool:
     if isinstance(entry, int):
         return entry <= now_micros  # a GCRA tat: idle once now has passed it
@@ -238,11 +250,23 @@ class MemoryKeyspace:
 
     SWEEP_MIN_BATCH: Final = 256
     SWEEP_PASS_TICKS: Final = 240
+    EVICT_SCAN: Final = 32
+    """Keys :meth:`make_room` looks at, at most, for one new conversation: its work is O(1)."""
 
-    def __init__(self, clock: Callable[[], float], *, sweep_interval: float = 0.25) -> None:
+    def __init__(
+        self,
+        clock: Callable[[], float],
+        *,
+        sweep_interval: float = 0.25,
+        max_entries: int | None = None,
+        observer: KeyspaceObserver | None = None,
+    ) -> None:
         self.clock = clock
         self.cache = SimpleMemoryCache(timeout=None)
         """The container; its awaitable API sees every entry (timeout=None: no asyncio.wait_for)."""
+        self.max_entries = max_entries
+        """``cache.max_entries``: what :meth:`make_room` keeps the keyspace within (``None``: unbounded)."""
+        self._observer = observer
         self._sweep_interval = sweep_interval
         self._ring: deque[Key] = deque()
         self._task: asyncio.Task[None] | None = None
@@ -301,10 +325,52 @@ class MemoryKeyspace:
             ring.append(key)
         return deleted
 
+    def make_room(self, need: int, now: float, evictable: Callable[[Any, float], bool]) -> bool:
+        """Whether ``need`` more entries fit within :attr:`max_entries`, after dropping some if not.
+
+        Looks at the sweep ring's next :attr:`EVICT_SCAN` keys at most (the oldest first), and
+        drops those expired or for which ``evictable(entry, now)`` holds, until ``need`` fit.
+        Every other key goes back to the ring's end, as the sweep would put it: a live entry
+        is never dropped here, and an owner's index is left to the sweep (keeping it is what
+        lets an erasure find every conversation). At most :attr:`EVICT_SCAN` keys per call
+        whatever the size, so a store held full of live entries costs each refused conversation
+        the same bounded look; the sweep keeps deleting what expires in the meantime.
+        """
+        entries = self.entries
+        if self.max_entries is None or len(entries) + need <= self.max_entries:
+            return True
+        ring = self._ring
+        now_micros = int(now * US)
+        for _ in range(min(len(ring), self.EVICT_SCAN)):
+            key = ring.popleft()
+            entry = entries.get(key)
+            if entry is None:
+                continue
+            if type(key) is not bytes:
+                reason = ""
+                if _expired(entry, now, now_micros):
+                    reason = "expired"
+                elif evictable(entry, now):
+                    reason = "closed"
+                if reason:
+                    del entries[key]
+                    if self._observer is not None:
+                        self._observer.store_evicted(reason)
+                    if len(entries) + need <= self.max_entries:
+                        return True
+                    continue
+            ring.append(key)
+        return len(entries) + need <= self.max_entries
+
+    def _report(self) -> None:
+        if self._observer is not None and self.max_entries is not None:
+            self._observer.store_size(len(self.entries), self.max_entries)
+
     async def _sweep_forever(self) -> None:
         while True:
             await asyncio.sleep(self._sweep_interval)
             self.sweep()
+            self._report()
 
     def start(self) -> None:
         if self._task is None:
@@ -323,12 +389,39 @@ class MemoryKeyspace:
 
 class MemoryStore(ConversationStore):
     def __init__(
-        self, config: CacheConfig, *, clock: Callable[[], float] = time.time, sweep_interval: float = 0.25
+        self,
+        config: CacheConfig,
+        *,
+        clock: Callable[[], float] = time.time,
+        sweep_interval: float = 0.25,
+        observer: KeyspaceObserver | None = None,
     ) -> None:
         self._config = config
         self._clock = clock
-        self.keyspace = MemoryKeyspace(clock, sweep_interval=sweep_interval)
+        self.keyspace = MemoryKeyspace(
+            clock, sweep_interval=sweep_interval, max_entries=config.max_entries, observer=observer
+        )
         """Where conversations live; the rate limiter beside this store keeps its counters here too."""
+
+    def _evictable(self, entry: Any, now: float) -> bool:
+        """Whether a live entry may go to make room: a conversation that now only answers ``CLOSED``.
+
+        Closed (by its flag, or idle past ``conversation_ttl``), its last turn older than
+        ``retry_window`` and none of its turns running. Dropped, it answers as unknown instead
+        (§4.2 ``INVALID_PARAMS`` rather than ``UNSUPPORTED_OPERATION``); a stored reply a retry
+        may still ask for, a running turn, an open conversation and an erased one's tombstone
+        (which keeps a running turn from storing its reply) are never dropped.
+        """
+        if not _is_conversation(entry) or entry[_OWNER] == ERASED:
+            return False
+        expires, _, _, closed, turns, _ = entry
+        closed_ttl = self._config.closed_ttl
+        last_turn = expires - (closed_ttl if closed else self._record_ttl)
+        if now < last_turn + self._config.retry_window:
+            return False
+        if not closed and now <= expires - closed_ttl:
+            return False
+        return not any(type(value) is float and value > now for value in turns[1::2])
 
     @property
     def _record_ttl(self) -> int:
@@ -426,25 +519,35 @@ class MemoryStore(ConversationStore):
         grant: GrantCheck | None = None,
     ) -> TurnClaim:
         now = self._clock()
+        entries = self.keyspace.entries
+        if context_id is not None:
+            first_key, digest, earlier = "", b"", None
+        else:
+            first_key = keys.first_message_key(owner.brand_id, owner.digest, message_id)
+            digest = text_digest(text)
+            earlier = entries.get(first_key)
+            if not _is_first_message(earlier) or earlier[_EXPIRES] <= now:
+                earlier = None
+            # Before the limits: a refused conversation is charged nothing. A retried first message
+            # is not refused: what it asks for (a reply, or its turn's fate) is already stored.
+            opens = earlier is None or earlier[2] != digest
+            if opens and not self.keyspace.make_room(_OPEN_ENTRIES, now, self._evictable):
+                return TurnClaim(TurnStatus.STORE_FULL)
         if limits:
             waits = self.keyspace.charge(limits, int(now * US))
             if any(waits):
                 return TurnClaim(TurnStatus.RATE_LIMITED, waits=tuple(wait / US for wait in waits))
         user: bytes | None = None
         if grant is not None:
-            record = live_grant(self.keyspace.entries.get(grant.grant_key), now)
+            record = live_grant(entries.get(grant.grant_key), now)
             if record is None or record[1].owner_digest != owner.digest:
                 return TurnClaim(TurnStatus.GRANT_REVOKED)
             user = bytes.fromhex(grant.user_digest)
         if context_id is not None:
             key = keys.conversation_key(owner.brand_id, context_id)
             return self._decide(key, owner, context_id, message_id, now, user)
-        entries = self.keyspace.entries
-        first_key = keys.first_message_key(owner.brand_id, owner.digest, message_id)
-        digest = text_digest(text)
-        earlier = entries.get(first_key)
         new_key = keys.conversation_key(owner.brand_id, new_context_id)
-        if not _is_first_message(earlier) or earlier[_EXPIRES] <= now:
+        if earlier is None:
             self.keyspace.put(first_key, (now + self._config.retry_window, new_key, digest))
             return self._open(new_key, new_context_id, owner, message_id, now, user)
         _, earlier_key, earlier_digest = earlier
@@ -457,6 +560,8 @@ class MemoryStore(ConversationStore):
             return claim
         # §4.3 with §4.2 (see ConversationStore.begin_turn): nothing of this message to replay, so
         # it starts the conversation it asks for, and becomes what a later retry finds.
+        if not self.keyspace.make_room(_OPEN_ENTRIES, now, self._evictable):
+            return TurnClaim(TurnStatus.STORE_FULL)
         self.keyspace.put(first_key, (now + self._config.retry_window, new_key, digest))
         return self._open(new_key, new_context_id, owner, message_id, now, user)
 
