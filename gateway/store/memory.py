@@ -5,7 +5,8 @@ Every entry carries its own deadline, so expiry costs no per-key timer (aiocache
 two timer operations per turn). A read treats an entry past its deadline as absent (a write
 reuses it in place); a sweep task (:meth:`MemoryKeyspace.start`, started and stopped with the
 app) deletes such entries a bounded batch per tick, so memory stays bounded without the read
-path doing any of it. Only the sweep deletes keys.
+path doing any of it. Only the sweep deletes keys, and the bound (:meth:`MemoryKeyspace.make_room`),
+each a key it has just taken off the sweep's ring, so every key stays in the ring once.
 
 The entries:
 
