@@ -43,7 +43,7 @@ from botbuilder.schema import (
 TYPING_DELAY: Final = 0.05
 TYPING_PERIOD: Final = 0.1
 """How often the bot says it is typing while a turn runs (the SDK's default is every 2 s)."""
-WORK_SECONDS: Final = 0.8
+WORK_SECONDS: Final = 1.2
 """How long the slow scenario's bot works, twice: several times a test's ``quiet_period``."""
 AFTER_PROMPT_SECONDS: Final = 0.1
 

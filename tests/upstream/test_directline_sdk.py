@@ -20,8 +20,8 @@ from tests.support.gateway import Harness, MakeGateway
 from tests.support.waiting import until
 from tests.upstream.test_directline import ENV, directline_upstream, kept_line, text_of
 
-QUIET_PERIOD = 0.4
-"""Four of the bot's typing periods, half its slow scenario's work, four times its pause after a prompt."""
+QUIET_PERIOD = 0.6
+"""Six of the bot's typing periods, half its slow scenario's work, six times its pause after a prompt."""
 
 
 @pytest.fixture
