@@ -43,6 +43,9 @@ async def test_a_new_conversation_runs_the_same_redis_commands_at_a_persons_100t
     await _commands_warm(store)
     monitor = MonitorCount(RedisProbe(redis_url))
     try:
+        # MONITOR's own +OK first: only then does Redis show this connection every command.
+        while monitor._expect_ok:
+            await asyncio.to_thread(monitor.poll, 0.05)
         at_100 = await _commands(store, monitor, few, "few")
         at_10000 = await _commands(store, monitor, many, "many")
     finally:
