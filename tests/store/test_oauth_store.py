@@ -27,6 +27,7 @@ from gateway.store.oauth import (
     OAuthStore,
     PollOutcome,
     RefreshOutcome,
+    RefreshToken,
 )
 from gateway.store.redis import RedisStore
 from tests.support.pa import ManualClock
@@ -35,6 +36,7 @@ BRAND = "acme"
 PA = "https://pa.example"
 ALICE = Owner(BRAND, PA, "alice")
 MALLORY = Owner(BRAND, PA, "mallory")
+BOB = Owner(BRAND, PA, "bob")
 GRANT_TTL = 3600
 
 
@@ -43,6 +45,11 @@ def sha(text: str) -> str:
 
 
 DEVICE = sha("dc_device-code")
+
+
+def rt(name: str, grant_id: str = "g-1", family: str = "") -> RefreshToken:
+    """Refresh token ``name`` of ``grant_id``'s family (or of ``family``), as the store sees it."""
+    return RefreshToken(grant_id, sha(family or f"family-{grant_id}"), sha(name))
 
 
 @pytest.fixture
@@ -85,8 +92,7 @@ async def poll(
         device_hash,
         owner.digest,
         clock(),
-        grant_id=grant_id,
-        refresh_hash=sha(refresh),
+        refresh=rt(refresh, grant_id),
         grant_ttl=GRANT_TTL,
     )
     assert (result.grant is not None) is (result.outcome is PollOutcome.ISSUED)
@@ -112,8 +118,7 @@ async def issue(
         device_hash,
         owner.digest,
         clock(),
-        grant_id=grant_id,
-        refresh_hash=sha(refresh),
+        refresh=rt(refresh, grant_id),
         grant_ttl=GRANT_TTL,
     )
     assert result.outcome is PollOutcome.ISSUED
@@ -247,7 +252,7 @@ async def test_s5_3_approved_poll_issues_once(oauth: OAuthStore, clock: ManualCl
     clock.advance(10)
     issued_at = clock()
     result = await oauth.poll(
-        BRAND, DEVICE, ALICE.digest, issued_at, grant_id="g-1", refresh_hash=sha("rt-1"), grant_ttl=GRANT_TTL
+        BRAND, DEVICE, ALICE.digest, issued_at, refresh=rt("rt-1"), grant_ttl=GRANT_TTL
     )
     expected = Grant(
         grant_id="g-1",
@@ -283,8 +288,8 @@ async def test_s5_3_concurrent_polls_issue_once(oauth: OAuthStore, clock: Manual
 async def rotation(
     oauth: OAuthStore, clock: ManualClock, old: str, new: str, *, brand_id: str = BRAND
 ) -> RefreshOutcome:
-    """Just the outcome of rotating refresh token ``old`` to ``new``."""
-    return (await oauth.rotate_refresh(brand_id, sha(old), sha(new), clock())).outcome
+    """Just the outcome of rotating refresh token ``old`` of grant ``g-1`` to ``new``."""
+    return (await oauth.rotate_refresh(brand_id, rt(old), rt(new), clock())).outcome
 
 
 # --- consent sessions and single-use markers ----------------------------------------------------
@@ -327,38 +332,45 @@ async def test_s5_3_concurrent_uses_of_one_marker_one_wins(oauth: OAuthStore) ->
 
 async def test_s5_4_refresh_rotates_and_the_old_token_is_spent(oauth: OAuthStore, clock: ManualClock) -> None:
     grant = await issue(oauth, clock)
-    rotated = await oauth.rotate_refresh(BRAND, sha("rt-1"), sha("rt-2"), clock())
+    rotated = await oauth.rotate_refresh(BRAND, rt("rt-1"), rt("rt-2"), clock())
     assert rotated.outcome is RefreshOutcome.ROTATED
     assert rotated.grant == grant
-    again = await oauth.rotate_refresh(BRAND, sha("rt-2"), sha("rt-3"), clock())
+    again = await oauth.rotate_refresh(BRAND, rt("rt-2"), rt("rt-3"), clock())
     assert (again.outcome, again.grant) == (RefreshOutcome.ROTATED, grant)
 
 
 async def test_s5_4_reused_refresh_token_revokes_the_grant(oauth: OAuthStore, clock: ManualClock) -> None:
     await issue(oauth, clock)
-    await oauth.rotate_refresh(BRAND, sha("rt-1"), sha("rt-2"), clock())
-    reused = await oauth.rotate_refresh(BRAND, sha("rt-1"), sha("rt-x"), clock())
+    await oauth.rotate_refresh(BRAND, rt("rt-1"), rt("rt-2"), clock())
+    reused = await oauth.rotate_refresh(BRAND, rt("rt-1"), rt("rt-x"), clock())
     assert (reused.outcome, reused.grant) == (RefreshOutcome.REUSED, None)
     assert await oauth.get_grant(BRAND, "g-1", clock()) is None
     # The current token stopped working too, and the spent one no longer says anything.
     assert await rotation(oauth, clock, "rt-2", "rt-3") is RefreshOutcome.INVALID
     assert await rotation(oauth, clock, "rt-1", "rt-4") is RefreshOutcome.INVALID
-    assert await oauth.grant_of_refresh(BRAND, sha("rt-2"), clock()) is None
+    assert await oauth.grant_of_refresh(BRAND, rt("rt-2"), clock()) is None
 
 
 async def test_s5_4_unknown_or_foreign_refresh_token_is_invalid(
     oauth: OAuthStore, clock: ManualClock
 ) -> None:
+    """A grant id is public (receipts carry it): naming it without its family revokes nothing."""
     await issue(oauth, clock)
-    assert await rotation(oauth, clock, "nope", "rt-2") is RefreshOutcome.INVALID
+    unknown = RefreshToken("", "", sha("nope"))
+    assert (await oauth.rotate_refresh(BRAND, unknown, rt("rt-2"), clock())).outcome is RefreshOutcome.INVALID
+    forged = rt("rt-1", family="guessed")
+    assert (await oauth.rotate_refresh(BRAND, forged, rt("rt-2"), clock())).outcome is RefreshOutcome.INVALID
+    assert await oauth.grant_of_refresh(BRAND, forged, clock()) is None
+    assert await oauth.grant_of_refresh(BRAND, rt("rt-1", "g-unknown"), clock()) is None
     assert await rotation(oauth, clock, "rt-1", "rt-2", brand_id="globex") is RefreshOutcome.INVALID
     assert await oauth.get_grant(BRAND, "g-1", clock()) is not None
+    assert await rotation(oauth, clock, "rt-1", "rt-2") is RefreshOutcome.ROTATED
 
 
 async def test_s5_4_concurrent_rotations_rotate_once(oauth: OAuthStore, clock: ManualClock) -> None:
     await issue(oauth, clock)
     results = await asyncio.gather(
-        *(oauth.rotate_refresh(BRAND, sha("rt-1"), sha(f"rt-new-{n}"), clock()) for n in range(20))
+        *(oauth.rotate_refresh(BRAND, rt("rt-1"), rt(f"rt-new-{n}"), clock()) for n in range(20))
     )
     outcomes = [result.outcome for result in results]
     assert outcomes.count(RefreshOutcome.ROTATED) == 1
@@ -369,11 +381,14 @@ async def test_s5_4_grant_of_refresh_knows_current_and_spent_tokens(
     oauth: OAuthStore, clock: ManualClock
 ) -> None:
     await issue(oauth, clock)
-    await oauth.rotate_refresh(BRAND, sha("rt-1"), sha("rt-2"), clock())
-    assert await oauth.grant_of_refresh(BRAND, sha("rt-1"), clock()) == "g-1"
-    assert await oauth.grant_of_refresh(BRAND, sha("rt-2"), clock()) == "g-1"
-    assert await oauth.grant_of_refresh(BRAND, sha("unknown"), clock()) is None
-    assert await oauth.grant_of_refresh("globex", sha("rt-2"), clock()) is None
+    await oauth.rotate_refresh(BRAND, rt("rt-1"), rt("rt-2"), clock())
+    assert await oauth.grant_of_refresh(BRAND, rt("rt-1"), clock()) == "g-1"
+    assert await oauth.grant_of_refresh(BRAND, rt("rt-2"), clock()) == "g-1"
+    # Any token of the family names it (an older one is spent, not unknown); another family does not.
+    assert await oauth.grant_of_refresh(BRAND, rt("older"), clock()) == "g-1"
+    assert await oauth.grant_of_refresh(BRAND, rt("rt-2", family="another"), clock()) is None
+    assert await oauth.grant_of_refresh(BRAND, RefreshToken("", "", sha("unknown")), clock()) is None
+    assert await oauth.grant_of_refresh("globex", rt("rt-2"), clock()) is None
 
 
 async def test_s5_5_revoke_grant_ends_it_and_its_tokens(oauth: OAuthStore, clock: ManualClock) -> None:
@@ -382,7 +397,7 @@ async def test_s5_5_revoke_grant_ends_it_and_its_tokens(oauth: OAuthStore, clock
     assert not await oauth.revoke_grant(BRAND, "g-1")
     assert not await oauth.revoke_grant(BRAND, "unknown")
     assert await oauth.get_grant(BRAND, "g-1", clock()) is None
-    assert await oauth.grant_of_refresh(BRAND, sha("rt-1"), clock()) is None
+    assert await oauth.grant_of_refresh(BRAND, rt("rt-1"), clock()) is None
     assert await rotation(oauth, clock, "rt-1", "rt-2") is RefreshOutcome.INVALID
 
 
@@ -393,7 +408,7 @@ async def test_s5_3_grants_of_user_oldest_first_without_dead_ones(
     clock.advance(10)
     second = await issue(oauth, clock, grant_id="g-a", refresh="rt-a", owner=MALLORY)
     clock.advance(10)
-    third = await issue(oauth, clock, grant_id="g-c", refresh="rt-c")
+    third = await issue(oauth, clock, grant_id="g-c", refresh="rt-c", owner=BOB)
     await issue(oauth, clock, grant_id="g-other", user="user-7", refresh="rt-o")
     assert await oauth.grants_of_user(BRAND, "user-42", clock()) == [first, second, third]
     await oauth.revoke_grant(BRAND, "g-a")
@@ -422,12 +437,12 @@ async def test_grants_of_owner_are_one_pa_and_subs_whatever_the_user(
 
 async def test_s5_4_everything_expires_with_the_clock(oauth: OAuthStore, clock: ManualClock) -> None:
     grant = await issue(oauth, clock)
-    await oauth.rotate_refresh(BRAND, sha("rt-1"), sha("rt-2"), clock())
+    await oauth.rotate_refresh(BRAND, rt("rt-1"), rt("rt-2"), clock())
     clock.advance(GRANT_TTL - 1)
     assert await oauth.get_grant(BRAND, "g-1", clock()) == grant
     clock.advance(1)
     assert await oauth.get_grant(BRAND, "g-1", clock()) is None
-    assert await oauth.grant_of_refresh(BRAND, sha("rt-2"), clock()) is None
+    assert await oauth.grant_of_refresh(BRAND, rt("rt-2"), clock()) is None
     assert await oauth.grants_of_user(BRAND, "user-42", clock()) == []
     # An expired grant is not "reused": the spent token is just invalid, like the current one.
     assert await rotation(oauth, clock, "rt-1", "rt-3") is RefreshOutcome.INVALID
@@ -446,13 +461,13 @@ async def test_s5_3_a_new_authorization_round_trips_every_field(
     assert await oauth.authorization_by_user_code(BRAND, "WDJB-MJHT", clock()) == created
     now = clock() + 0.000123
     result = await oauth.poll(
-        BRAND, DEVICE, ALICE.digest, now, grant_id="g-1", refresh_hash=sha("rt-1"), grant_ttl=GRANT_TTL
+        BRAND, DEVICE, ALICE.digest, now, refresh=rt("rt-1"), grant_ttl=GRANT_TTL
     )
     assert result.outcome is PollOutcome.AUTHORIZATION_PENDING
     await oauth.approve(BRAND, DEVICE, "user-42", ("c", "a:b"), now)
     later = now + 6
     issued = await oauth.poll(
-        BRAND, DEVICE, ALICE.digest, later, grant_id="g-1", refresh_hash=sha("rt-1"), grant_ttl=GRANT_TTL
+        BRAND, DEVICE, ALICE.digest, later, refresh=rt("rt-1"), grant_ttl=GRANT_TTL
     )
     assert issued.grant is not None
     assert (issued.grant.scopes, issued.grant.issued_at) == (("c", "a:b"), later)
@@ -491,7 +506,7 @@ async def test_s5_4_redis_two_replicas_one_rotation(
     await issue(one, clock)
     results = await asyncio.gather(
         *(
-            (one, two)[n % 2].rotate_refresh(BRAND, sha("rt-1"), sha(f"rt-new-{n}"), clock())
+            (one, two)[n % 2].rotate_refresh(BRAND, rt("rt-1"), rt(f"rt-new-{n}"), clock())
             for n in range(20)
         )
     )
@@ -507,22 +522,29 @@ async def test_redis_oauth_keys_expire_and_hold_no_secret_in_clear(
 ) -> None:
     oauth = open_oauth_store(redis_store)
     await issue(oauth, clock)
-    await oauth.rotate_refresh(BRAND, sha("rt-1"), sha("rt-2"), clock())
+    await oauth.rotate_refresh(BRAND, rt("rt-1"), rt("rt-2"), clock())
     await oauth.put_consent_session(
         BRAND, sha("session"), ConsentSession(DEVICE, "user-42", expires_at=clock() + 300)
     )
     assert await oauth.use_once(BRAND, sha("jti"), 300)
     names = sorted(k.decode() if isinstance(k, bytes) else k for k in await redis_client.keys("*"))
     kinds = {name.split(":")[3] for name in names if ":oauth:" in name}
-    assert kinds == {"device", "user_code", "consent", "once", "refresh", "user", "owner"}
+    # No key per refresh token: the family lives in the grant's hash.
+    assert kinds == {"device", "user_code", "consent", "once", "user", "owner"}
     assert store_keys.grant_key(BRAND, "g-1") in names
+    slot = store_keys.grant_slot_key(BRAND, store_keys.user_digest(BRAND, "user-42"), ALICE.digest)
+    assert await redis_client.get(slot) == b"g-1"
     assert all(name.startswith(f"pact:{BRAND}:") for name in names)
     assert "user-42" not in " ".join(names)
     for name in names:
         assert await redis_client.pttl(name) > 0, name
     grant = await redis_client.hgetall(store_keys.grant_key(BRAND, "g-1"))
     assert grant[b"o"] == ALICE.digest.encode()
-    assert grant[b"r"] == sha("rt-2").encode()
+    assert (grant[b"f"], grant[b"r"], grant[b"p"]) == (
+        sha("family-g-1").encode(),
+        sha("rt-2").encode(),
+        sha("rt-1").encode(),
+    )
 
 
 async def test_redis_grants_of_user_drops_dead_ids(
@@ -530,7 +552,7 @@ async def test_redis_grants_of_user_drops_dead_ids(
 ) -> None:
     oauth = open_oauth_store(redis_store)
     await issue(oauth, clock, grant_id="g-1", refresh="rt-1")
-    await issue(oauth, clock, grant_id="g-2", refresh="rt-2")
+    await issue(oauth, clock, grant_id="g-2", refresh="rt-2", owner=MALLORY)
     await oauth.revoke_grant(BRAND, "g-1")
     user_set = store_keys.oauth_key(BRAND, "user", store_keys.user_digest(BRAND, "user-42"))
     assert await redis_client.smembers(user_set) == {b"g-1", b"g-2"}
