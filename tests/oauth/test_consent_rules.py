@@ -8,7 +8,6 @@ from gateway.config import DelegationConfig, LoginConfig
 from gateway.oauth.consent import (
     carried_scopes,
     origin_of,
-    scopes_in_card_order,
     security_headers,
     skip_consent_scopes,
 )

@@ -126,6 +126,30 @@ async def test_s5_3_a_device_code_is_redeemed_once(cgw: Harness, clock: ManualCl
     assert await error_of(await poll_token(cgw, started["device_code"])) == "invalid_grant"
 
 
+@pytest.mark.parametrize("back", [1, 3])
+async def test_rfc9700_the_previous_or_an_older_refresh_token_revokes_the_family(
+    cgw: Harness, back: int
+) -> None:
+    """RFC 9700 §4.14.2 with one record per family: every token of it names its grant and family, so
+    the store knows any of them but the current one as spent (issue 17 row 4)."""
+    issued = [await obtain_tokens(cgw)]
+    for _ in range(3):
+        issued.append(await tokens_of(await refresh(cgw, issued[-1]["refresh_token"])))
+    grant_id, family, _ = issued[0]["refresh_token"].removeprefix("rt_").split(".")
+    assert all(tokens["refresh_token"].startswith(f"rt_{grant_id}.{family}.") for tokens in issued)
+    assert await error_of(await refresh(cgw, issued[-1 - back]["refresh_token"])) == "invalid_grant"
+    assert await error_of(await refresh(cgw, issued[-1]["refresh_token"])) == "invalid_grant"
+
+
+async def test_rfc9700_a_token_naming_the_grant_with_another_family_changes_nothing(cgw: Harness) -> None:
+    """A grant id is public (receipts carry it): guessing a family must not revoke anyone's grant."""
+    tokens = await obtain_tokens(cgw)
+    grant_id, family, secret = tokens["refresh_token"].removeprefix("rt_").split(".")
+    forged = f"rt_{grant_id}.{family[::-1]}.{secret}"
+    assert await error_of(await refresh(cgw, forged)) == "invalid_grant"
+    await tokens_of(await refresh(cgw, tokens["refresh_token"]))
+
+
 @pytest.mark.parametrize(
     ("issuer", "sub"), [(OTHER_PA, "alice"), (None, "bob")], ids=["other_pa", "other_sub"]
 )
