@@ -17,7 +17,8 @@ def test_oauth_state_front_prints_every_figure_beside_its_target() -> None:
         "bench",
         "capacity",
         "oauth_state",
-        "--prior", "20", "--reads", "5", "--repeats", "1", "--grants", "2", "--refreshes", "3",
+        "--prior", "20", "--reads", "5", "--memory-reads", "5", "--repeats", "1",
+        "--grants", "2", "--refreshes", "3",
         "--redis-url", BENCH_REDIS_URL,
         timeout=120,
     )  # fmt: skip
