@@ -226,6 +226,8 @@ class OAuthStore(ABC):
         family, in the same step, so two concurrent polls never both get a token. In that same
         step the grant takes the slot of (user, owner): the live grant the slot named before is
         revoked (superseded), so a (Brand user, personal agent, ``sub``) has one live grant at most.
+        Of the approval's carried scopes, only those that grant still holds are granted (and
+        recorded as carried): a grant revoked between approval and redemption hands nothing on.
         """
 
     @abstractmethod

@@ -157,29 +157,37 @@ class MemoryOAuthStore(OAuthStore):
             return PollResult(PollOutcome.AUTHORIZATION_PENDING)
         redeemed = dataclasses.replace(authorization, status=AuthorizationStatus.REDEEMED)
         self._keyspace.entries[device_key] = (kept, redeemed, now)
-        assert authorization.user is not None  # APPROVED always names its user
+        user = authorization.user
+        assert user is not None  # APPROVED always names its user
+        slot_key = keys.grant_slot_key(brand_id, keys.user_digest(brand_id, user), owner_digest)
+        slot = self._live(slot_key, now)
+        superseded = None if slot is None else slot[1]
+        old = None if superseded is None else self._grant(brand_id, superseded, now)
+        # Only what the superseded grant still holds now is carried: one revoked since the approval
+        # (or replaced by another) hands nothing on.
+        held = () if old is None else old[1].scopes
+        dropped = {scope for scope in authorization.carried if scope not in held}
         grant = Grant(
             grant_id=refresh.grant_id,
             brand_id=brand_id,
             client_id=authorization.client_id,
-            owner_digest=authorization.owner_digest,
-            user=authorization.user,
-            scopes=authorization.approved,
+            owner_digest=owner_digest,
+            user=user,
+            scopes=tuple(scope for scope in authorization.approved if scope not in dropped),
             issued_at=now,
             expires_at=now + grant_ttl,
-            carried=authorization.carried,
+            carried=tuple(scope for scope in authorization.carried if scope not in dropped),
         )
-        self._store_grant(grant, RefreshFamily(refresh.family_hash, refresh.token_hash), now)
-        return PollResult(PollOutcome.ISSUED, grant)
-
-    def _store_grant(self, grant: Grant, family: RefreshFamily, now: float) -> None:
-        """Store ``grant`` in its (user, owner) slot, revoking the live grant the slot held (§5.3)."""
-        brand_id, expires = grant.brand_id, grant.expires_at
-        slot_key = keys.grant_slot_key(brand_id, keys.user_digest(brand_id, grant.user), grant.owner_digest)
-        slot = self._live(slot_key, now)
-        superseded = None if slot is None else slot[1]
         if superseded is not None:
             self._end(brand_id, superseded, now)
+        self._store_grant(grant, RefreshFamily(refresh.family_hash, refresh.token_hash), slot_key, superseded)
+        return PollResult(PollOutcome.ISSUED, grant)
+
+    def _store_grant(
+        self, grant: Grant, family: RefreshFamily, slot_key: str, superseded: str | None
+    ) -> None:
+        """Store ``grant`` in its (user, owner) slot, in place of the ``superseded`` one (§5.3)."""
+        brand_id, expires, now = grant.brand_id, grant.expires_at, grant.issued_at
         record: GrantRecord = (expires, grant, family)
         self._keyspace.put(keys.grant_key(brand_id, grant.grant_id), record)
         self._keyspace.put(slot_key, (expires, grant.grant_id))

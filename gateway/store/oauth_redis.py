@@ -106,25 +106,39 @@ if d[3] ~= 'approved' then
 end
 redis.call('HSET', KEYS[1], 'p', ARGV[2], 't', 'redeemed')
 local a = redis.call('HMGET', KEYS[1], 'c', 'u', 'a', 'd', 'x')
-local carried = a[5] or ''
-redis.call('HSET', KEYS[2], 'o', ARGV[1], 'c', a[1], 'u', a[2], 's', a[3], 'i', ARGV[2], 'e', ARGV[4],
-  'f', ARGV[8], 'r', ARGV[3])
-if carried ~= '' then redis.call('HSET', KEYS[2], 'k', carried) end
-redis.call('PEXPIRE', KEYS[2], ARGV[5])
 local user_set = ARGV[7] .. a[4]
 local slot = ARGV[9] .. a[4] .. ARGV[1]
 local superseded = redis.call('GET', slot)
+local held = {}
 if superseded then
+  local old = redis.call('HMGET', ARGV[10] .. superseded, 's', 'e')
+  if old[2] and tonumber(old[2]) > now then
+    for scope in string.gmatch(old[1], '%S+') do held[scope] = true end
+  end
   redis.call('DEL', ARGV[10] .. superseded)
   redis.call('SREM', user_set, superseded)
   redis.call('SREM', KEYS[3], superseded)
 end
+-- Only what the superseded grant still holds now is carried: one revoked since the approval
+-- (or replaced by another) hands nothing on.
+local dropped, carried, scopes = {}, {}, {}
+for scope in string.gmatch(a[5] or '', '%S+') do
+  if held[scope] then table.insert(carried, scope) else dropped[scope] = true end
+end
+for scope in string.gmatch(a[3], '%S+') do
+  if not dropped[scope] then table.insert(scopes, scope) end
+end
+scopes, carried = table.concat(scopes, ' '), table.concat(carried, ' ')
+redis.call('HSET', KEYS[2], 'o', ARGV[1], 'c', a[1], 'u', a[2], 's', scopes, 'i', ARGV[2], 'e', ARGV[4],
+  'f', ARGV[8], 'r', ARGV[3])
+if carried ~= '' then redis.call('HSET', KEYS[2], 'k', carried) end
+redis.call('PEXPIRE', KEYS[2], ARGV[5])
 redis.call('SET', slot, ARGV[6], 'PX', ARGV[5])
 for _, set in ipairs({user_set, KEYS[3]}) do
   redis.call('SADD', set, ARGV[6])
   if redis.call('PTTL', set) < tonumber(ARGV[5]) then redis.call('PEXPIRE', set, ARGV[5]) end
 end
-return {'issued', a[1], a[2], a[3], carried}
+return {'issued', a[1], a[2], scopes, carried}
 """)
 
 # KEYS[1] a hash. ARGV: ttl ms, then its fields and values.

@@ -505,6 +505,24 @@ async def test_s5_3_a_new_grant_supersedes_the_live_one_of_its_user_agent_and_su
     assert await oauth.live_grant_of(BRAND, "user-42", ALICE.digest, clock()) is None
 
 
+async def test_s5_3_a_grant_revoked_before_the_redemption_hands_no_scope_on(
+    oauth: OAuthStore, clock: ManualClock
+) -> None:
+    """Carried scopes are what the superseded grant holds when the new one is issued, not at approval."""
+    await issue(oauth, clock, grant_id="g-1")
+    device_hash = sha("dc-step-up")
+    assert await oauth.create_authorization(authorization(clock, device_hash=device_hash, user_code="UC-UP"))
+    scopes = ("orders:read", "orders:cancel")
+    assert await oauth.approve(BRAND, device_hash, "user-42", scopes, clock(), carried=("orders:read",))
+    assert await oauth.revoke_grant(BRAND, "g-1")
+    result = await oauth.poll(
+        BRAND, device_hash, ALICE.digest, clock(), refresh=rt("rt-up", "g-2"), grant_ttl=GRANT_TTL
+    )
+    assert result.grant is not None
+    assert (result.grant.scopes, result.grant.carried) == (("orders:cancel",), ())
+    assert await oauth.get_grant(BRAND, "g-2", clock()) == result.grant
+
+
 class _CountingEntries(dict[Any, Any]):
     """The memory keyspace's dictionary, counting every lookup."""
 
