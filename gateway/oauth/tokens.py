@@ -140,6 +140,9 @@ async def _redeem_device_code(request: web.Request, client: Client) -> web.Respo
             metrics.delegation_event(brand_id, "authorization_expired")
         raise OAuthError(_POLL_ERRORS.get(result.outcome, ErrorCode.INVALID_GRANT))
     metrics.delegation_event(brand_id, "token_issued")
+    if result.superseded:
+        # §5.3: one live grant per (user, agent, sub); the earlier one's tokens stop from now on.
+        metrics.delegation_event(brand_id, "grant_superseded")
     return _issued(client, result.grant, result.grant.scopes, refresh_token)
 
 

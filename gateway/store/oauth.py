@@ -148,6 +148,8 @@ class PollResult(NamedTuple):
     outcome: PollOutcome
     grant: Grant | None = None
     """``ISSUED``: the grant this redemption created."""
+    superseded: bool = False
+    """``ISSUED``: a live grant of the same (user, personal agent, ``sub``) was revoked for it."""
 
 
 class RefreshOutcome(Enum):

@@ -178,10 +178,9 @@ class MemoryOAuthStore(OAuthStore):
             expires_at=now + grant_ttl,
             carried=tuple(scope for scope in authorization.carried if scope not in dropped),
         )
-        if superseded is not None:
-            self._end(brand_id, superseded, now)
+        ended = superseded is not None and self._end(brand_id, superseded, now)
         self._store_grant(grant, RefreshFamily(refresh.family_hash, refresh.token_hash), slot_key, superseded)
-        return PollResult(PollOutcome.ISSUED, grant)
+        return PollResult(PollOutcome.ISSUED, grant, ended)
 
     def _store_grant(
         self, grant: Grant, family: RefreshFamily, slot_key: str, superseded: str | None

@@ -109,11 +109,12 @@ local a = redis.call('HMGET', KEYS[1], 'c', 'u', 'a', 'd', 'x')
 local user_set = ARGV[7] .. a[4]
 local slot = ARGV[9] .. a[4] .. ARGV[1]
 local superseded = redis.call('GET', slot)
-local held = {}
+local held, ended = {}, '0'
 if superseded then
   local old = redis.call('HMGET', ARGV[10] .. superseded, 's', 'e')
   if old[2] and tonumber(old[2]) > now then
     for scope in string.gmatch(old[1], '%S+') do held[scope] = true end
+    ended = '1'
   end
   redis.call('DEL', ARGV[10] .. superseded)
   redis.call('SREM', user_set, superseded)
@@ -138,7 +139,7 @@ for _, set in ipairs({user_set, KEYS[3]}) do
   redis.call('SADD', set, ARGV[6])
   if redis.call('PTTL', set) < tonumber(ARGV[5]) then redis.call('PEXPIRE', set, ARGV[5]) end
 end
-return {'issued', a[1], a[2], scopes, carried}
+return {'issued', a[1], a[2], scopes, carried, ended}
 """)
 
 # KEYS[1] a hash. ARGV: ttl ms, then its fields and values.
@@ -369,7 +370,7 @@ class RedisOAuthStore(OAuthStore):
         outcome = PollOutcome(result[0].decode())
         if outcome is not PollOutcome.ISSUED:
             return PollResult(outcome)
-        _, client_id, user, scopes, carried = result
+        _, client_id, user, scopes, carried, ended = result
         grant = Grant(
             grant_id=grant_id,
             brand_id=brand_id,
@@ -381,7 +382,7 @@ class RedisOAuthStore(OAuthStore):
             expires_at=expires,
             carried=_scopes(carried),
         )
-        return PollResult(outcome, grant)
+        return PollResult(outcome, grant, ended == b"1")
 
     async def put_consent_session(self, brand_id: str, session_hash: str, session: ConsentSession) -> None:
         await self._redis.run(

@@ -14,6 +14,7 @@ from urllib.parse import urlsplit
 import pytest
 from aiohttp import ClientResponse
 
+from gateway.http.state import METRICS
 from gateway.store.base import Owner
 from gateway.store.oauth import AuthorizationStatus
 from tests.http.test_delegated_turns import assert_invalid_token
@@ -328,6 +329,10 @@ async def test_s5_3_step_up_supersedes_the_earlier_grant_and_records_what_it_car
     assert refused.status == 400
     assert (await refused.json())["error"] == "invalid_grant"
     assert (await dgw.send("list my orders", headers=delegated(second["access_token"]))).status == 200
+    superseded = dgw.client.app[METRICS].registry.get_sample_value(
+        "pact_delegation_events_total", {"brand": "acme", "event": "grant_superseded"}
+    )
+    assert superseded == 1
     owner = Owner("acme", dgw.issuer, "alice").digest
     grant = await oauth_store(dgw).live_grant_of("acme", CONSENT_USER, owner, time.time())
     assert grant is not None

@@ -489,6 +489,7 @@ async def test_s5_3_a_new_grant_supersedes_the_live_one_of_its_user_agent_and_su
         BRAND, device_hash, ALICE.digest, clock(), refresh=rt("rt-up", "g-2"), grant_ttl=GRANT_TTL
     )
     assert result.grant is not None
+    assert result.superseded
     assert (result.grant.scopes, result.grant.carried) == (scopes, ("orders:read",))
     assert await oauth.get_grant(BRAND, "g-2", clock()) == result.grant
     # The superseded grant is revoked: its refresh family with it.
@@ -519,6 +520,7 @@ async def test_s5_3_a_grant_revoked_before_the_redemption_hands_no_scope_on(
         BRAND, device_hash, ALICE.digest, clock(), refresh=rt("rt-up", "g-2"), grant_ttl=GRANT_TTL
     )
     assert result.grant is not None
+    assert not result.superseded  # it was revoked already
     assert (result.grant.scopes, result.grant.carried) == (("orders:cancel",), ())
     assert await oauth.get_grant(BRAND, "g-2", clock()) == result.grant
 
