@@ -14,13 +14,13 @@ from collections.abc import Awaitable, Callable, Mapping
 from enum import Enum
 from typing import Any, Final
 
-import orjson
 from aiohttp import web
 
 from gateway.http.middlewares import REQUEST_ID
 from gateway.http.notes import refused
 from gateway.http.state import METRICS
 from gateway.store.base import StoreError
+from gateway.wire import json_bytes
 
 __all__ = [
     "NO_STORE",
@@ -94,7 +94,7 @@ def json_answer(
 ) -> web.Response:
     """An OAuth JSON answer: ``application/json`` (never the A2A media type), uncacheable."""
     return web.Response(
-        body=orjson.dumps(body), status=status, headers={**NO_STORE, **(headers or {}), "Content-Type": JSON}
+        body=json_bytes(body), status=status, headers={**NO_STORE, **(headers or {}), "Content-Type": JSON}
     )
 
 

@@ -63,6 +63,7 @@ from gateway.store.base import StoreError
 from gateway.upstream.base import BotReply, Turn, UpstreamError, UpstreamThrottled, retry_after_seconds
 from gateway.upstream.json_call import JsonAnswer, error_label, request_json
 from gateway.upstream.wire import MAX_REPLY_BYTES, user_handle
+from gateway.wire import json_bytes
 
 __all__ = ["Answer", "DirectLineAdapter", "Line", "read_answer", "render_activity"]
 
@@ -89,7 +90,7 @@ class Line:
     watermark: str | None = None
 
     def dump(self) -> bytes:
-        return orjson.dumps([self.conversation_id, self.token, self.refresh_at, self.watermark])
+        return json_bytes([self.conversation_id, self.token, self.refresh_at, self.watermark])
 
     @classmethod
     def load(cls, raw: bytes) -> Line:
@@ -210,7 +211,7 @@ class DirectLineAdapter:
 
     async def _post(self, line: Line, turn: Turn, user: str) -> str:
         """Send the User's message; once more after a new token (401, 403) or a new conversation (404)."""
-        body = orjson.dumps({"type": "message", "from": {"id": user}, "text": turn.text})
+        body = json_bytes({"type": "message", "from": {"id": user}, "text": turn.text})
         answer = await self._call("POST", self._activities(line), line.token, turn.request_id, body)
         if answer.status in (401, 403, 404):
             if answer.status == 404:
