@@ -119,6 +119,17 @@ class Setup:
     bot_url: str
 
 
+@dataclass
+class Front:
+    """What the load generator drives: the bot itself, or a gateway process in front of it."""
+
+    name: str
+    url: str
+    mode: str
+    gateway: Child | None
+    port: int
+
+
 def gateway_config(setup: Setup, port: int, cache_url: str) -> Path:
     """An operator's file: defaults but for addresses, keys, the store, and §6 limits that never bind."""
     raw = {
@@ -267,28 +278,28 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "bot", "-m", "bench.slow_bot", "bot", "--port", str(bot_port), "--latency", str(args.latency)
         )
         setup = Setup(workdir, key_file, public_jwks(private), f"http://127.0.0.1:{bot_port}/chat")
-        fronts: dict[str, tuple[str, str, Child | None]] = {"bot direct": (setup.bot_url, "bot", None)}
+        fronts = [Front("bot direct", setup.bot_url, "bot", None, bot_port)]
         for name, cache_url in (("gateway memory", "memory://"), ("gateway redis", args.redis_url)):
             if name.split()[1] not in args.stores:
                 continue
             port = free_port()
-            config = gateway_config(setup, port, cache_url)
-            child = children.python(name.replace(" ", "-"), "-m", "gateway", "serve", "--config", str(config))
-            fronts[name] = (f"http://127.0.0.1:{port}/a2a/acme/message:send", "a2a", child)
-        bot.wait_port(bot_port)
-        for _, (url, _, child) in fronts.items():
-            if child is not None:
-                child.wait_port(int(url.split(":")[2].split("/")[0]))
+            config = str(gateway_config(setup, port, cache_url))
+            gateway = children.python(name.replace(" ", "-"), "-m", "gateway", "serve", "--config", config)
+            fronts.append(Front(name, f"http://127.0.0.1:{port}/a2a/acme/message:send", "a2a", gateway, port))
+        for front in fronts:
+            (front.gateway or bot).wait_port(front.port)
         rounds: list[dict[str, Any]] = []
         for concurrency in args.where:
             row: dict[str, Any] = {"concurrency": concurrency, "fronts": {}}
-            for name, (url, mode, child) in fronts.items():
-                parties = {"bot": bot} if child is None else {"bot": bot, "gateway": child}
-                print(f"# {concurrency} concurrent: {name}", file=sys.stderr, flush=True)
-                row["fronts"][name] = measure(setup, url, mode, concurrency, args, parties, child)
+            for front in fronts:
+                parties = {"bot": bot} if front.gateway is None else {"bot": bot, "gateway": front.gateway}
+                print(f"# {concurrency} concurrent: {front.name}", file=sys.stderr, flush=True)
+                row["fronts"][front.name] = measure(
+                    setup, front.url, front.mode, concurrency, args, parties, front.gateway
+                )
             direct = row["fronts"]["bot direct"]["turns_per_s"]
-            for front in row["fronts"].values():
-                front["ratio"] = front["turns_per_s"] / direct if direct > 0 else 0.0
+            for figures in row["fronts"].values():
+                figures["ratio"] = figures["turns_per_s"] / direct if direct > 0 else 0.0
             rounds.append(row)
     return {
         "settings": {
