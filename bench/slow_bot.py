@@ -261,6 +261,10 @@ def measure(
         "p99_ms": result["latency_ms"]["p99"],
         "cpu_s": cpu,
         "machine_busy": machine_busy(ticks_before, ticks_after),
+        # Every completed turn of the round (warm-up too) against the CPU of the whole round.
+        "gateway_cpu_ms_per_turn": None
+        if gateway is None
+        else cpu["gateway"] * 1000 / max(result["turns_total"], 1),
         "rss_idle_mib": None if baseline is None else baseline / 2**20,
         "rss_loaded_mib": None if loaded is None else loaded / 2**20,
         "rss_kib_per_turn_in_flight": per_turn,
@@ -347,16 +351,18 @@ def render(result: dict[str, Any]) -> str:
     lines = [
         f"slow bot: {s['latency_s']:g} s a turn; {s['duration_s']:g} s measured after {s['warmup_s']:g} s",
         f"{'concurrent':>10} {'front':<15} {'turns/s':>8} {'ratio':>6} {'errors':>6} {'p50 ms':>7} "
-        f"{'CPU gw/bot/load s':>18} {'busy':>5} {'KiB/turn':>8}",
+        f"{'CPU gw/bot/load s':>18} {'gw ms/turn':>10} {'busy':>5} {'KiB/turn':>8}",
     ]
     for row in result["rounds"]:
         for name, f in row["fronts"].items():
             cpu = f["cpu_s"]
             cpus = f"{cpu.get('gateway', 0):.1f}/{cpu['bot']:.1f}/{cpu['loadgen']:.1f}"
             kib = f["rss_kib_per_turn_in_flight"]
+            ms = f["gateway_cpu_ms_per_turn"]
             lines.append(
                 f"{row['concurrency']:>10} {name:<15} {f['turns_per_s']:>8.1f} {f['ratio']:>6.3f} "
-                f"{f['errors']:>6} {f['p50_ms']:>7.0f} {cpus:>18} {f['machine_busy']:>5.0%} "
+                f"{f['errors']:>6} {f['p50_ms']:>7.0f} {cpus:>18} {'-' if ms is None else f'{ms:.2f}':>10} "
+                f"{f['machine_busy']:>5.0%} "
                 f"{'-' if kib is None else f'{kib:.1f}':>8}"
             )
     lines.append("targets:")
