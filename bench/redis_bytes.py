@@ -52,7 +52,9 @@ async def _turn(store: RedisStore, owner: Owner, context_id: str | None, message
     """One turn as the gateway runs it: begin (with the §6 charge), then complete with the reply."""
     charge = RateLimits.charge("acme", a2a_limits(LIMITS, ISSUER, owner.sub))
     new_context = str(uuid.uuid4())
-    claim = await store.begin_turn(owner, context_id, message_id, FIRST_MESSAGE, new_context, limits=charge.hits)
+    claim = await store.begin_turn(
+        owner, context_id, message_id, FIRST_MESSAGE, new_context, limits=charge.hits
+    )
     if claim.status is not TurnStatus.NEW:
         raise RuntimeError(f"turn {message_id} was not claimed: {claim.status}")
     reply = render_reply(f"r-{uuid.uuid4().hex}", claim.context_id, REPLY_TEXT)
@@ -93,7 +95,9 @@ def key_memory(probe: RedisProbe) -> Counter[str]:
             return total
 
 
-async def round_trips(store: RedisStore, probe: RedisProbe, turns: int, first_person: int) -> tuple[float, float]:
+async def round_trips(
+    store: RedisStore, probe: RedisProbe, turns: int, first_person: int
+) -> tuple[float, float]:
     """Client commands per turn on the probe's database: turns that open, turns that continue.
 
     Each turn is a person of its own (from ``first_person`` on), so no §6 limit refuses one.
