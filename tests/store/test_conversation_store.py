@@ -144,7 +144,7 @@ async def test_redis_keys_are_prefixed_per_brand_and_expire(
     try:
         await store.begin_turn(ALICE, None, "m1", "hi", "ctx-1")
         await store.complete_turn(ALICE, "ctx-1", "m1", b"r1", close=False)
-        keys = sorted(await redis_client.keys("*"))
+        keys = [k if isinstance(k, bytes) else k.encode() for k in await redis_client.keys("*")]
         assert all(k.startswith(b"pact:acme:") for k in keys)
         ttl = await redis_client.ttl("pact:acme:c:ctx-1")
         assert 1000 < ttl <= 1100
