@@ -121,8 +121,10 @@ local function old_first(value)
   local context, digest = string.match(value, '^(.*)|(%x+)$')
   return raw(digest) .. context
 end
--- Moves the previous release's conversation OLD (if it is OWNER's, hex) to NEW, and into INDEX.
-local function upgrade(old, new, index, context, owner, now_ms)
+-- Moves the previous release's conversation OLD (if it is OWNER's, hex) to NEW, and into INDEX; and
+-- the first-message records of its turns, from the prefix OLD_FIRST to NEW_FIRST (so an erasure,
+-- which finds them by the conversation's turns, still finds them).
+local function upgrade(old, new, index, context, owner, now_ms, old_first_prefix, new_first_prefix)
   local ttl = redis.call('PTTL', old)
   if ttl < 0 or redis.call('HGET', old, 'o') ~= owner then return end
   local f = redis.call('HGETALL', old)
@@ -130,8 +132,15 @@ local function upgrade(old, new, index, context, owner, now_ms)
   for i = 1, #f, 2 do
     local name, value = f[i], f[i + 1]
     if string.sub(name, 1, 2) == 'm:' then
-      out[#out + 1] = raw(string.sub(redis.sha1hex(string.sub(name, 3)), 1, 24))
+      local message = raw(string.sub(redis.sha1hex(string.sub(name, 3)), 1, 24))
+      out[#out + 1] = message
       out[#out + 1] = value
+      local record = old_first_prefix .. string.sub(name, 3)
+      local first = redis.call('GET', record)
+      if first and string.sub(first, 1, #context + 1) == context .. '|' then
+        redis.call('SET', new_first_prefix .. message, old_first(first), 'PX', redis.call('PTTL', record))
+        redis.call('DEL', record)
+      end
     else
       v[name] = value
     end
@@ -193,7 +202,8 @@ return {'new'}
 
 # K[1] conversation, K[2] grant ("" if none), K[3] the previous release's conversation key, K[4]
 # owner index, K[5] released claim. A: owner (raw), owner (hex), field, now_ms, pending_deadline_ms,
-# idle_ttl_ms, user (raw, "" if none), context id, token.
+# idle_ttl_ms, user (raw, "" if none), context id, the owner's first-message key prefix in the
+# previous release's layout and in this one, token.
 _CONTINUE = Script(
     _CHARGE_FIRST
     + _GRANT_CHECK
@@ -201,7 +211,7 @@ _CONTINUE = Script(
     + _UPGRADE_LUA
     + """
 if grant_revoked(K[2], A[2], A[4]) then return {'revoked'} end
-if redis.call('EXISTS', K[1]) == 0 then upgrade(K[3], K[1], K[4], A[8], A[2], A[4]) end
+if redis.call('EXISTS', K[1]) == 0 then upgrade(K[3], K[1], K[4], A[8], A[2], A[4], A[9], A[10]) end
 local v = redis.call('HMGET', K[1], 'o', 'c', 't', 'l', A[3], 'a', 'u')
 if not v[1] or v[1] ~= A[1] then return {'unknown'} end
 -- Before the replay: a stored reply is the context's user's, served to no one else.
@@ -397,6 +407,8 @@ class RedisStore(ConversationStore):
                 self._config.conversation_ttl * 1000,
                 b"" if grant is None else bytes.fromhex(grant.user_digest),
                 context_id,
+                keys.first_message_key(owner.brand_id, owner.digest, ""),
+                keys.first_key(owner.brand_id, owner.digest_bytes, b""),
                 token,
             ],
             (owner, context_id, field, token, False),
