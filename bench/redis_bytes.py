@@ -48,7 +48,7 @@ def _owner(person: int) -> Owner:
     return Owner("acme", ISSUER, f"person-{person:05d}")
 
 
-async def _turn(store: RedisStore, owner: Owner, context_id: str | None, message_id: str) -> str:
+async def turn(store: RedisStore, owner: Owner, context_id: str | None, message_id: str) -> str:
     """One turn as the gateway runs it: begin (with the §6 charge), then complete with the reply."""
     charge = RateLimits.charge("acme", a2a_limits(LIMITS, ISSUER, owner.sub))
     new_context = str(uuid.uuid4())
@@ -62,9 +62,9 @@ async def _turn(store: RedisStore, owner: Owner, context_id: str | None, message
     return claim.context_id
 
 
-async def _fill(store: RedisStore, conversations: int, people: int) -> None:
+async def fill(store: RedisStore, conversations: int, people: int) -> None:
     for index in range(conversations):
-        await _turn(store, _owner(index % people), None, f"m-{uuid.uuid4()}")
+        await turn(store, _owner(index % people), None, f"m-{uuid.uuid4()}")
 
 
 def _used_memory(probe: RedisProbe, reads: int = 3) -> int:
@@ -103,16 +103,16 @@ async def round_trips(
     Each turn is a person of its own (from ``first_person`` on), so no §6 limit refuses one.
     """
     # Warm-up: the scripts get cached (a first EVALSHA after a flush falls back to EVAL).
-    await _turn(store, _owner(first_person), None, "warm")
+    await turn(store, _owner(first_person), None, "warm")
     people = range(first_person + 1, first_person + 1 + turns)
-    contexts = {person: await _turn(store, _owner(person), None, "first") for person in people}
+    contexts = {person: await turn(store, _owner(person), None, "first") for person in people}
     figures = []
     for opens in (True, False):
         monitor = probe.monitor()
         try:
             monitor.poll(0.05)
             for person in people:
-                await _turn(store, _owner(person), None if opens else contexts[person], f"rt-{opens}")
+                await turn(store, _owner(person), None if opens else contexts[person], f"rt-{opens}")
             monitor.poll(0.3)
         finally:
             monitor.close()
@@ -131,7 +131,7 @@ async def measure(url: str, conversations: int, people: int, rounds: int) -> dic
             probe.flush()
             await store.ping()
             before = _used_memory(probe)
-            await _fill(store, conversations, people)
+            await fill(store, conversations, people)
             per_round.append((_used_memory(probe) - before) / conversations)
             kinds = key_memory(probe)
         opening, continuing = await round_trips(store, probe, 5, people)
