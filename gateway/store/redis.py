@@ -1,21 +1,33 @@
 """The Redis backend: each turn decision in one Lua script, over one pipelined connection.
 
-A conversation is one hash: ``o`` owner digest, ``c`` closed flag, ``a`` answered flag,
-``l`` last-turn time (ms), ``t`` the time it opened (ms), ``u`` the Brand user's digest once a
-delegated turn ran in it (§5.5), and one ``m:{messageId}`` field per turn holding
-``P{deadline}|{claim token}`` while in flight or ``R{reply bytes}`` once answered. Scripts make
-the in-flight marker atomic across replicas and keep the hot path to two round trips per turn:
-one script begins it, charging the request's §6 rate limits first (the same GCRA code as the
-separate limit check, :data:`gateway.store.gcra.GCRA_LUA`) and, for a delegated turn, checking
-its grant (the hash :mod:`gateway.store.oauth_redis` keeps) in the same script; one completes
-it. Keys are standalone-Redis keys (a Redis Cluster would need hash tags). The connection is
+A conversation is one hash at :func:`keys.conv_key`, laid out to stay small (issue 17: about
+260 bytes, listpack-encoded, where the previous layout took about 780 in a hash table): ``o``
+the owner's digest (16 raw bytes), ``t`` the time it opened (s) and ``l`` the last turn's time
+as ms after ``t`` (a small integer), ``c`` and ``a`` only once closed or answered, ``u`` the
+Brand user's digest (raw) once a delegated turn ran in it (§5.5), and one field per turn named
+by :func:`keys.message_digest` (12 bytes) holding ``P{deadline ms}|{claim token}`` while in
+flight or the stored reply once answered (:mod:`gateway.store.replies`, in pieces no longer than
+a listpack value, see :data:`REPLY_LUA`). Scripts make the in-flight marker atomic across
+replicas and keep the hot path to two round trips per turn: one script begins it, charging the
+request's §6 rate limits first (the same GCRA code as the separate limit check,
+:data:`gateway.store.gcra.GCRA_LUA`) and, for a delegated turn, checking its grant (the hash
+:mod:`gateway.store.oauth_redis` keeps) in the same script; one completes it. Keys are
+standalone-Redis keys (a Redis Cluster would need hash tags). The connection is
 :class:`RedisPipe`'s (see ``redis_pipe.py`` for why not a pooled client).
 
-Each owner's conversations are also members of a sorted set (:func:`keys.owner_index_key`),
-scored by their deadline in ms, which the scripts that open and complete them keep up to date
+Each owner's conversations are also members of a sorted set (:func:`keys.conv_index_key`),
+scored by their deadline in s, which the scripts that open and complete them keep up to date
 in the same step and keep as long-lived as the longest of them, for listing and erasing them
 (``admin_redis.py``). An erased conversation leaves a tombstone for ``pending_ttl``, a hash of
-``e`` alone, over which a turn still running stores nothing.
+``e`` alone, over which a turn still running stores nothing. A first message's §4.3 record is a
+string at :func:`keys.first_key`: its text's digest (16 raw bytes) then its ``contextId``.
+
+The previous release's layout (``conv:``, ``owner:`` and ``first:`` keys, hex digests, ms,
+``m:{messageId}`` fields) is still read: a conversation it wrote is moved into this layout by
+its owner's next turn, inside the begin-turn script (with the first-message records of its
+turns), and a first message it recorded is found by a retry. The upgrade is one-way: the
+previous release does not read this layout, so replicas of both must not serve at once (issue
+20); roll out by replacing every replica together (docs/capacity.md).
 
 A claim whose outcome is unknown (the connection timed out or broke after the script was
 sent, or the caller was cancelled) is released at once, not left to ``pending_ttl``: otherwise
