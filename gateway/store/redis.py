@@ -20,7 +20,8 @@ scored by their deadline in s, which the scripts that open and complete them kee
 in the same step and keep as long-lived as the longest of them, for listing and erasing them
 (``admin_redis.py``). An erased conversation leaves a tombstone for ``pending_ttl``, a hash of
 ``e`` alone, over which a turn still running stores nothing. A first message's §4.3 record is a
-string at :func:`keys.first_key`: its text's digest (16 raw bytes) then its ``contextId``.
+string at :func:`keys.first_key`: its text's digest (:data:`FIRST_DIGEST` raw bytes) then its
+``contextId``, 44 bytes for a UUID, which Redis keeps in the same allocation as the key's object.
 
 The previous release's layout (``conv:``, ``owner:`` and ``first:`` keys, hex digests, ms,
 ``m:{messageId}`` fields) is still read: a conversation it wrote is moved into this layout by
@@ -127,11 +128,12 @@ _UPGRADE_LUA = """
 local function raw(hex)
   return (string.gsub(hex, '%x%x', function(c) return string.char(tonumber(c, 16)) end))
 end
--- A first-message record as the previous release kept it ('context|digest hex'), in this layout.
+-- A first-message record as the previous release kept it ("context|digest hex"), in this layout
+-- (FIRST_DIGEST bytes of the digest).
 local function old_first(value)
   if not value then return nil end
   local context, digest = string.match(value, '^(.*)|(%x+)$')
-  return raw(digest) .. context
+  return raw(string.sub(digest, 1, 16)) .. context
 end
 -- Moves the previous release's conversation OLD (if it is OWNER's, hex) to NEW, and into INDEX; and
 -- the first-message records of its turns, from the prefix OLD_FIRST to NEW_FIRST (so an erasure,
@@ -263,7 +265,7 @@ return 1
 # KEYS[1] conversation, KEYS[2] first-message key, KEYS[3] released claim.
 # ARGV: owner (raw), field, new flag, context id, token ("" for the marker, whoever set it),
 # pending_ttl_s. Only an in-flight marker is released: a stored reply (a completion that did reach
-# Redis) stays.
+# Redis) stays. A first-message record is its text digest (FIRST_DIGEST bytes) and context id.
 _ABORT = Script("""
 if ARGV[5] ~= '' then redis.call('SET', KEYS[3], '1', 'EX', ARGV[6]) end
 local v = redis.call('HMGET', KEYS[1], 'o', ARGV[2])
@@ -272,7 +274,7 @@ if ARGV[5] ~= '' and string.match(v[2], '|(.*)$') ~= ARGV[5] then return 0 end
 if ARGV[3] == '1' then
   redis.call('DEL', KEYS[1])
   local earlier = redis.call('GET', KEYS[2])
-  if earlier and string.sub(earlier, 17) == ARGV[4] then redis.call('DEL', KEYS[2]) end
+  if earlier and string.sub(earlier, 9) == ARGV[4] then redis.call('DEL', KEYS[2]) end
 else
   redis.call('HDEL', KEYS[1], ARGV[2])
 end
@@ -285,6 +287,11 @@ changes nothing, so it reaches neither the replicas nor the append-only file."""
 INDEX_SLACK_MS: Final = 60_000
 """How long past its deadline a conversation stays in its owner's index: the deadline is taken on the
 gateway's clock, the expiry on Redis's, and a conversation must never leave the index before it expires."""
+FIRST_DIGEST: Final = 8
+"""Bytes of a first message's text digest in its record (:data:`_UPGRADE_LUA` takes as many hex digits
+of the previous release's): it only tells one text sent under the same owner and ``messageId`` within
+the retry window from another, and 64 bits do that; with them a record fits Redis's one-allocation
+string (44 bytes)."""
 _TAKEOVERS: Final = 3
 """Rounds a retried first message may go through when concurrent copies of it keep taking its
 first-message record over; past them it is one of those duplicates, answered as still in flight."""
@@ -468,7 +475,7 @@ class RedisStore(ConversationStore):
         field = keys.message_digest(message_id)
         if context_id is not None:
             return await self._continue(owner, context_id, field, now, token, limits, grant)
-        digest = text_digest(text)
+        digest = text_digest(text)[:FIRST_DIGEST]
         first = (
             keys.first_key(owner.brand_id, owner.digest_bytes, field),
             keys.first_message_key(owner.brand_id, owner.digest, message_id),
