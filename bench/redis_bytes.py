@@ -1,13 +1,16 @@
 """Redis bytes per conversation and round trips per turn (issue 17 row 5), the issue's way.
 
 ``python -m bench capacity redis_bytes`` opens ``--conversations`` conversations (3,000 by
-default) among ``--people`` people (1,000), each with a 31-character first message and a rendered
-reply, through :class:`gateway.store.redis.RedisStore`'s turn protocol with the §6 charges the
-gateway adds to each turn (so the per-person rate-limit counters are in the figure, as they are
-through HTTP). It reads ``INFO used_memory`` before and after, on its own database, which it flushes
-(never another). ``used_memory`` is instance-wide: on a shared Redis other clients' activity is
-noise, so each round is measured ``--rounds`` times and the median is printed, beside the sum of
-``MEMORY USAGE`` over the database's keys (per key, so nobody else's writes count), split by kind.
+default) among ``--people`` people (1,000), each with a 31-character first message and a
+rendered reply (a 58-character text), through :class:`gateway.store.redis.RedisStore`'s turn
+protocol with the §6 charges the gateway adds to each turn (so the per-person rate-limit counters are in the figure, as they are
+through HTTP). It reads ``INFO used_memory`` before and after. ``used_memory`` is instance-wide,
+so by default the bench starts a ``redis-server`` of its own on a loopback port (the installed
+one, its default settings, no persistence) where nothing else runs; ``--redis-url`` measures on
+a database of an existing server instead (which it flushes: never give it another's), where other
+clients' activity is noise. Each of ``--rounds`` rounds is measured and the median printed, beside
+the sum of ``MEMORY USAGE`` over the database's keys (per key, so nobody else's writes count), split
+by kind of key.
 Round trips per turn are client commands counted by ``MONITOR`` on that database over a few
 turns that open a conversation and a few that continue one.
 """
@@ -17,12 +20,15 @@ from __future__ import annotations
 import argparse
 import asyncio
 import statistics
+import tempfile
 import time
 import uuid
 from collections import Counter
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
+from bench.procs import Children, free_port
 from bench.redis_probe import RedisProbe
 from gateway.config import CacheConfig, RateLimitsConfig, RateRule
 from gateway.ops.limits import RateLimits, a2a_limits
@@ -30,7 +36,6 @@ from gateway.protocol.messages import render_reply
 from gateway.store.base import Owner, TurnStatus
 from gateway.store.redis import RedisStore
 
-DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/14"
 ISSUER = "https://pa.bench.invalid"
 FIRST_MESSAGE = "Hi, where is my order A-100017?"
 REPLY_TEXT = "Order A-10001 is shipped. It left our warehouse on Monday."
@@ -90,9 +95,18 @@ def key_memory(probe: RedisProbe) -> Counter[str]:
     while True:
         cursor, found = probe.command_array("SCAN", cursor, "COUNT", "1000")
         for key in found:
-            total[_kind(key)] += int(probe.command("MEMORY", "USAGE", key, "SAMPLES", "0"))
+            usage = probe.command("MEMORY", "USAGE", key, "SAMPLES", "0")
+            if usage:  # empty: the key expired since the scan (a rate-limit counter lives seconds)
+                total[_kind(key)] += int(usage)
         if cursor == b"0":
             return total
+
+
+async def warm_up(store: RedisStore, person: int) -> None:
+    """Each script's first call on a server is EVALSHA then EVAL (which caches it); and the connection
+    opens. Neither is per conversation nor per turn."""
+    context = await turn(store, _owner(person), None, "warm-1")
+    await turn(store, _owner(person), context, "warm-2")
 
 
 async def round_trips(
@@ -102,8 +116,7 @@ async def round_trips(
 
     Each turn is a person of its own (from ``first_person`` on), so no §6 limit refuses one.
     """
-    # Warm-up: the scripts get cached (a first EVALSHA after a flush falls back to EVAL).
-    await turn(store, _owner(first_person), None, "warm")
+    await warm_up(store, first_person)
     people = range(first_person + 1, first_person + 1 + turns)
     contexts = {person: await turn(store, _owner(person), None, "first") for person in people}
     figures = []
@@ -127,6 +140,7 @@ async def measure(url: str, conversations: int, people: int, rounds: int) -> dic
     try:
         per_round: list[float] = []
         kinds: Counter[str] = Counter()
+        await warm_up(store, people)
         for _ in range(rounds):
             probe.flush()
             await store.ping()
@@ -150,14 +164,29 @@ async def measure(url: str, conversations: int, people: int, rounds: int) -> dic
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench capacity redis_bytes", description=__doc__)
-    parser.add_argument("--redis-url", default=DEFAULT_REDIS_URL, help="a database this bench may flush")
+    parser.add_argument(
+        "--redis-url", help="a database this bench may flush (default: a redis-server of its own)"
+    )
     parser.add_argument("--conversations", type=int, default=3000)
     parser.add_argument("--people", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args(argv)
     started = time.perf_counter()
-    result = asyncio.run(measure(args.redis_url, args.conversations, args.people, args.rounds))
-    print(f"# {args.conversations} conversations of {args.people} people on {args.redis_url}, shared machine")
+    if args.redis_url is None:
+        with tempfile.TemporaryDirectory() as logs, Children(Path(logs)) as children:
+            port = free_port()
+            server = children.start(
+                "redis", ["redis-server", "--port", str(port), "--save", "", "--appendonly", "no"]
+            )
+            server.wait_port(port)
+            where = f"a redis-server of its own (127.0.0.1:{port})"
+            result = asyncio.run(
+                measure(f"redis://127.0.0.1:{port}/0", args.conversations, args.people, args.rounds)
+            )
+    else:
+        where = f"{args.redis_url} (instance-wide figure: other clients are noise)"
+        result = asyncio.run(measure(args.redis_url, args.conversations, args.people, args.rounds))
+    print(f"# {args.conversations} conversations of {args.people} people on {where}; shared 2-core machine")
     used = result["used_memory_bytes_per_conversation"]
     print(
         f"used_memory per conversation: {used:.0f} B (rounds: "
