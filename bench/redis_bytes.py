@@ -3,16 +3,16 @@
 ``python -m bench capacity redis_bytes`` opens ``--conversations`` conversations (3,000 by
 default) among ``--people`` people (1,000), each with a 31-character first message and a
 rendered reply (a 58-character text), through :class:`gateway.store.redis.RedisStore`'s turn
-protocol with the §6 charges the gateway adds to each turn (so the per-person rate-limit counters are in the figure, as they are
-through HTTP). It reads ``INFO used_memory`` before and after. ``used_memory`` is instance-wide,
-so by default the bench starts a ``redis-server`` of its own on a loopback port (the installed
-one, its default settings, no persistence) where nothing else runs; ``--redis-url`` measures on
-a database of an existing server instead (which it flushes: never give it another's), where other
-clients' activity is noise. Each of ``--rounds`` rounds is measured and the median printed, beside
-the sum of ``MEMORY USAGE`` over the database's keys (per key, so nobody else's writes count), split
-by kind of key.
-Round trips per turn are client commands counted by ``MONITOR`` on that database over a few
-turns that open a conversation and a few that continue one.
+protocol with the §6 charges the gateway adds to each turn (so the per-person rate-limit
+counters are in the figure, as they are through HTTP). It reads ``INFO used_memory`` before
+and after. ``used_memory`` is instance-wide, so by default the bench starts a ``redis-server``
+of its own on a loopback port (the installed one, its default settings, no persistence) where
+nothing else runs; ``--redis-url`` measures on a database of an existing server instead (which
+it flushes: never give it another's), where other clients' activity is noise. Each of
+``--rounds`` rounds is measured and the median printed, beside the sum of ``MEMORY USAGE`` over
+the database's keys (per key, so nobody else's writes count), split by kind of key. Round trips
+per turn are client commands counted by ``MONITOR`` on that database over a few turns that open
+a conversation and a few that continue one.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ import re
 
 import redis.asyncio as aioredis
 
-from bench.redis_bytes import FIRST_MESSAGE, fill, key_memory, turn
+from bench.redis_bytes import FIRST_MESSAGE, fill, key_memory, turn, warm_up
 from bench.redis_probe import RedisProbe
 from gateway.config import CacheConfig
 from gateway.store.base import Owner
@@ -45,7 +45,7 @@ async def test_a_turn_is_still_two_round_trips_on_the_smaller_layout(redis_url: 
     store = RedisStore(CacheConfig(url=redis_url))
     owner = Owner("acme", "https://pa.bench.invalid", "person-1")
     try:
-        await turn(store, owner, None, "warm")  # a script's first call on the server is EVALSHA then EVAL
+        await warm_up(store, 0)  # each script's first call on the server is EVALSHA then EVAL
         with recorded_commands(store.redis) as opening:
             context = await turn(store, owner, None, "m-1")
         with recorded_commands(store.redis) as continuing:
