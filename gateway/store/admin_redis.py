@@ -23,7 +23,7 @@ from gateway.store.redis_pipe import RedisPipe, Script
 
 __all__ = ["RedisConversationAdmin"]
 
-# Both layouts are read (see gateway/store/redis.py): this release's, whose turn fields are 12-byte
+# Both layouts are read (see gateway/store/redis.py): this release's, whose turn fields are 8-byte
 # message digests, and the previous release's, whose turn fields are 'm:' and the message id, for the
 # conversations it wrote that no turn has moved since. Counts a conversation's turns into `replies`
 # and `running` (live in-flight markers) as it walks its fields; calls each_turn(what the message's
@@ -35,7 +35,7 @@ local function count_turns(key, now, each_turn)
   for i = 1, #fields, 2 do
     local name = fields[i]
     local old = string.sub(name, 1, 2) == 'm:'
-    if old or #name == 12 then
+    if old or #name == 8 then
       local value = fields[i + 1]
       if string.sub(value, 1, 1) ~= 'P' then
         replies = replies + 1
@@ -64,7 +64,7 @@ local function add(context)
   local v = redis.call('HMGET', key, 'o', 'c', 't', 'l')
   local opened, last
   if v[1] == ARGV[1] then
-    opened = tonumber(v[3]) * 1000
+    opened = tonumber(v[3])
     last = opened + tonumber(v[4])
   else
     key = ARGV[4] .. context

@@ -84,10 +84,11 @@ def first_key(brand_id: str, owner: bytes, message: bytes) -> bytes:
 
 
 def message_digest(message_id: str) -> bytes:
-    """A ``messageId`` as a turn's field name: 96 bits, whatever its length (up to 256 characters).
+    """A ``messageId`` as a turn's field name: 64 bits, whatever its length (up to 256 characters).
 
     SHA-1 because a Redis script can compute it too (``redis.sha1hex``), which is how it converts the
     ``m:{messageId}`` fields of a conversation the previous release wrote. The ids are the caller's
-    own and the field lives in the caller's own conversation: a collision would only mix its own turns.
+    own and the field lives in the caller's own conversation: a collision (one in 2**64 for two ids)
+    would only mix its own turns.
     """
-    return hashlib.sha1(message_id.encode(), usedforsecurity=False).digest()[:12]
+    return hashlib.sha1(message_id.encode(), usedforsecurity=False).digest()[:8]

@@ -2,12 +2,13 @@
 
 A conversation is one hash at :func:`keys.conv_key`, laid out to stay small (issue 17: about
 260 bytes, listpack-encoded, where the previous layout took about 780 in a hash table): ``o``
-the owner's digest (16 raw bytes), ``t`` the time it opened (s) and ``l`` the last turn's time
-as ms after ``t`` (a small integer), ``c`` and ``a`` only once closed or answered, ``u`` the
-Brand user's digest (raw) once a delegated turn ran in it (§5.5), and one field per turn named
-by :func:`keys.message_digest` (12 bytes) holding ``P{deadline ms}|{claim token}`` while in
-flight or the stored reply once answered (:mod:`gateway.store.replies`, in pieces no longer than
-a listpack value, see :data:`REPLY_LUA`). Scripts make the in-flight marker atomic across
+the owner's digest (16 raw bytes), ``t`` the time it opened (ms: the operator's listing is in
+opening order) and ``l`` the last turn's time as ms after ``t`` (a small integer), ``c`` and
+``a`` only once closed or answered, ``u`` the Brand user's digest (raw) once a delegated turn
+ran in it (§5.5), and one field per turn named by :func:`keys.message_digest` (8 bytes) holding
+``P{deadline ms}|{claim token}`` while in flight or the stored reply once answered
+(:mod:`gateway.store.replies`, in pieces no longer than a listpack value, see
+:data:`REPLY_LUA`). Scripts make the in-flight marker atomic across
 replicas and keep the hot path to two round trips per turn: one script begins it, charging the
 request's §6 rate limits first (the same GCRA code as the separate limit check,
 :data:`gateway.store.gcra.GCRA_LUA`) and, for a delegated turn, checking its grant (the hash
@@ -146,7 +147,7 @@ local function upgrade(old, new, index, context, owner, now_ms, old_first_prefix
   for i = 1, #f, 2 do
     local name, value = f[i], f[i + 1]
     if string.sub(name, 1, 2) == 'm:' then
-      local message = raw(string.sub(redis.sha1hex(string.sub(name, 3)), 1, 24))
+      local message = raw(string.sub(redis.sha1hex(string.sub(name, 3)), 1, 16))
       out[#out + 1] = message
       out[#out + 1] = value
       local record = old_first_prefix .. string.sub(name, 3)
@@ -160,13 +161,13 @@ local function upgrade(old, new, index, context, owner, now_ms, old_first_prefix
     end
   end
   local last = tonumber(v.l)
-  local opened = math.floor(tonumber(v.t or v.l) / 1000)
+  local opened = tonumber(v.t or v.l)
   out[#out + 1] = 'o'
   out[#out + 1] = raw(v.o)
   out[#out + 1] = 't'
   out[#out + 1] = opened
   out[#out + 1] = 'l'
-  out[#out + 1] = last - opened * 1000
+  out[#out + 1] = last - opened
   for _, flag in ipairs({'c', 'a'}) do
     if v[flag] == '1' then
       out[#out + 1] = flag
@@ -203,12 +204,11 @@ if K[2] ~= '' then
   if earlier and earlier ~= A[10] then return {'first', earlier} end
   redis.call('SET', K[2], A[8], 'EX', A[7])
 end
-local now_s = math.floor(tonumber(A[4]) / 1000)
-redis.call('HSET', K[1], 'o', A[1], 't', now_s, 'l', tonumber(A[4]) - now_s * 1000, A[3], marker(A[5]))
+redis.call('HSET', K[1], 'o', A[1], 't', A[4], 'l', 0, A[3], marker(A[5]))
 if A[9] ~= '' then redis.call('HSET', K[1], 'u', A[9]) end
 redis.call('EXPIRE', K[1], A[6])
 redis.call('ZREMRANGEBYSCORE', K[4], '-inf', A[12])
-redis.call('ZADD', K[4], now_s + tonumber(A[6]), A[11])
+redis.call('ZADD', K[4], math.floor(tonumber(A[4]) / 1000) + tonumber(A[6]), A[11])
 redis.call('EXPIRE', K[4], A[6])
 return {'new'}
 """
@@ -234,7 +234,7 @@ local turn = v[5]
 if turn and string.sub(turn, 1, 1) ~= 'P' then return {'replay', get_reply(K[1], A[3], turn)} end
 -- §4.3 before §4.2: a messageId still running is a repeat with no reply yet, even once closed.
 if turn and tonumber(string.match(turn, '^P(%d+)')) > tonumber(A[4]) then return {'in_flight'} end
-local last = tonumber(v[3]) * 1000 + tonumber(v[4])
+local last = tonumber(v[3]) + tonumber(v[4])
 if v[2] == '1' or tonumber(A[4]) - last > tonumber(A[6]) then return {'closed'} end
 redis.call('HSET', K[1], A[3], marker(A[5]))
 if A[7] ~= '' and not v[7] then redis.call('HSET', K[1], 'u', A[7]) end
@@ -251,9 +251,9 @@ _COMPLETE = Script(
     + """
 if redis.call('HEXISTS', KEYS[1], 'e') == 1 then return 0 end
 local now_ms = tonumber(ARGV[4])
-local opened = tonumber(redis.call('HGET', KEYS[1], 't')) or math.floor(now_ms / 1000)
+local opened = tonumber(redis.call('HGET', KEYS[1], 't')) or now_ms
 put_reply(KEYS[1], ARGV[2], ARGV[3])
-redis.call('HSET', KEYS[1], 'o', ARGV[1], 't', opened, 'l', now_ms - opened * 1000, 'a', '1')
+redis.call('HSET', KEYS[1], 'o', ARGV[1], 't', opened, 'l', now_ms - opened, 'a', '1')
 if ARGV[5] == '1' then redis.call('HSET', KEYS[1], 'c', '1') end
 redis.call('EXPIRE', KEYS[1], ARGV[6])
 redis.call('ZADD', KEYS[2], math.floor(now_ms / 1000) + tonumber(ARGV[6]), ARGV[7])

@@ -225,7 +225,7 @@ async def test_redis_conversation_from_before_the_index_is_indexed_by_its_next_t
     """A conversation an older gateway stored (no index, no opening time) is listed once it takes a turn.
 
     That turn moves it into the current layout, which keeps times from the opening one: the last
-    turn's time (in whole seconds) stands in for the opening time it never had."""
+    turn's time stands in for the opening time it never had."""
     conversation = store_keys.conversation_key("acme", "ctx-old")
     last = str(int(clock() * 1000))
     await redis_client.hset(conversation, mapping={"o": ALICE.digest, "c": "0", "a": "1", "l": last})
@@ -237,5 +237,5 @@ async def test_redis_conversation_from_before_the_index_is_indexed_by_its_next_t
     assert claim.status is TurnStatus.NEW
     await redis_store.complete_turn(ALICE, "ctx-old", "m2", b"reply", close=False)
     assert await admin.conversations(ALICE) == [
-        ConversationInfo("ctx-old", opened_at=float(int(last) // 1000), turns=2, in_flight=0, closed=False)
+        ConversationInfo("ctx-old", opened_at=int(last) / 1000, turns=2, in_flight=0, closed=False)
     ]
