@@ -63,6 +63,13 @@ def user_digest(brand_id: str, user: str) -> str:
     return hashlib.sha256(f"{brand_id}\x00{user}".encode()).hexdigest()[:32]
 
 
+def grant_slot_key(brand_id: str, user_digest: str, owner_digest: str) -> str:
+    """§5.3 the one live grant of a (Brand user, personal agent, ``sub``): its grant id. By
+    :func:`user_digest` and :attr:`gateway.store.base.Owner.digest`, simply joined, as the Redis
+    poll script builds it from ``grant_slot_key(brand_id, "", "")`` and the two digests."""
+    return f"{PREFIX}:{brand_id}:slot:{user_digest}{owner_digest}"
+
+
 # The conversation layout since issue 17 (Redis bytes per conversation): short kinds, raw digests.
 # The functions above name the previous release's keys, which gateway/store/redis.py still reads
 # (and moves into these) so that conversations it wrote survive the upgrade.
