@@ -1,7 +1,8 @@
 """The smaller Redis layout keeps every reply byte for byte (§4.3), however it stores it (issue 17).
 
-A reply is stored compact only when it renders back identical (gateway/store/replies.py), and in
-listpack-sized pieces when it is longer than a listpack value; each form is replayed exactly.
+A reply is stored compact only when it has the plain rendered shape, which joins back identical
+(gateway/store/replies.py), and in listpack-sized pieces when it is longer than a listpack value;
+each form is replayed exactly.
 """
 
 from __future__ import annotations
@@ -20,11 +21,14 @@ ALICE = Owner("acme", "https://pa.example", "alice")
 REPLY_ID = "r-" + "0123456789abcdef" * 2
 
 
-def test_s4_3_a_plain_reply_is_kept_as_its_id_and_text_and_renders_back_identical() -> None:
+def test_s4_3_a_plain_reply_is_kept_as_its_id_and_text_and_joins_back_identical() -> None:
     reply = render_reply(REPLY_ID, "ctx-1", "Order A-10001 is shipped. ✓")
     packed = replies.pack(reply, "ctx-1")
     assert packed == b"C" + bytes.fromhex(REPLY_ID[2:]) + "Order A-10001 is shipped. ✓".encode()
     assert replies.unpack(packed, "ctx-1") == reply
+    escaped = render_reply(REPLY_ID, "ctx-1", 'two lines\nand "quotes" \\ and }]}}')
+    assert replies.pack(escaped, "ctx-1")[:1] == b"C"
+    assert replies.unpack(replies.pack(escaped, "ctx-1"), "ctx-1") == escaped
 
 
 @pytest.mark.parametrize(
@@ -36,6 +40,8 @@ def test_s4_3_a_plain_reply_is_kept_as_its_id_and_text_and_renders_back_identica
         render_reply(REPLY_ID, "ctx-2", "another conversation's"),
         b'{"message": {"messageId": "r-0123456789abcdef0123456789abcdef"}}',
         b"not json",
+        render_reply(REPLY_ID, 'ctx-1"', "a contextId the JSON escapes"),
+        b'{"message":{"messageId":"r-0123456789abcdef0123456789abcdeg","contextId":"ctx-1"}}',
     ],
 )
 def test_s4_3_any_other_reply_is_kept_exactly_as_sent(reply: bytes) -> None:
