@@ -22,7 +22,7 @@ from tests.support.commands import recorded_commands
 
 KEY_BYTES_PER_CONVERSATION = 550
 """MEMORY USAGE of every key per conversation (the issue's 700 B of ``used_memory`` less Redis's own
-overhead per key outside it); main ``2f825bd`` held 1,091 B the same way."""
+overhead per key outside it); ``b17dd54`` held about 1,085 B the same way."""
 
 
 async def test_redis_holds_a_conversation_in_at_most_550_bytes_of_keys(
