@@ -3,7 +3,12 @@
 What is kept, each with its own lifetime and never a secret in clear:
 
 * **device authorizations** (RFC 8628), by the SHA-256 of their ``device_code``, with an
-  index from their ``user_code``; they live ``expires_in`` seconds;
+  index from their ``user_code``; they live ``expires_in`` seconds. The live ones are also
+  indexed by the (personal agent, ``sub``) they are for and, once approved, by the Brand user
+  who approved them, so erasing that person or revoking that user's grants denies them too
+  (an approved authorization is a grant in waiting: the next poll would mint it). Each entry
+  leaves its index once its authorization expires, so an index holds at most the
+  authorizations of the last ``expires_in`` seconds;
 * **consent sessions**: the consent page's hidden ``session``, by its hash, single use;
 * **used assertion ``jti``s** (the Brand login's hand-off), single use, kept until the
   assertion could no longer be valid;
@@ -201,6 +206,17 @@ class OAuthStore(ABC):
     @abstractmethod
     async def deny(self, brand_id: str, device_hash: str, now: float) -> bool:
         """PENDING and live → DENIED; ``False`` (nothing changed) otherwise."""
+
+    @abstractmethod
+    async def deny_authorizations_of_owner(self, brand_id: str, owner_digest: str, now: float) -> int:
+        """Deny every live PENDING or APPROVED authorization for one (personal agent, ``sub``), forgetting
+        the Brand user and scopes an approval recorded; how many were denied. Their next poll hears
+        ``access_denied`` (RFC 8628 §3.5): what erasing that person does (gateway/ops/erasure.py)."""
+
+    @abstractmethod
+    async def deny_authorizations_of_user(self, brand_id: str, user: str, now: float) -> int:
+        """The same for every live authorization ``user`` approved and no poll has redeemed yet: what
+        revoking all of a Brand user's grants does (``grants revoke``)."""
 
     @abstractmethod
     async def poll(

@@ -29,7 +29,11 @@ The layout, by :func:`gateway.store.keys.oauth_key` kind unless said otherwise:
   that (user, owner);
 * ``user`` (set): the grant ids of a Brand user, dead ones dropped when next read and a
   superseded one when it is superseded;
-* ``owner`` (set): the same, for the (personal agent, ``sub``) they were issued to, by owner digest.
+* ``owner`` (set): the same, for the (personal agent, ``sub``) they were issued to, by owner digest;
+* ``owner_authz`` (sorted set): the device hashes of the authorizations for one (personal agent,
+  ``sub``), scored by their expiry; ``user_authz``: the same, by the Brand user's digest, those
+  they approved. Each addition first drops the lapsed members (so a set holds only those of the
+  last ``expires_in`` seconds) and the set lives as long as its latest member.
 
 The previous release kept a ``refresh`` string (the grant id) per refresh token ever issued,
 and grants with no ``f``; both are still read until they expire: such a token, if current,
@@ -67,23 +71,61 @@ from gateway.store.redis_pipe import Arg, RedisPipe, Script
 
 __all__ = ["RedisOAuthStore"]
 
-# KEYS[1] user-code index, KEYS[2] device. ARGV: now, index value, index ttl ms, device ttl ms,
-# then the device's fields and values.
-_CREATE = Script("""
+# Adds member M, expiring at E (seconds), to the authorization index I at NOW; TTL ms lives E.
+_INDEX_AUTHORIZATION = """
+local function index_authorization(i, m, e, now, ttl)
+  redis.call('ZREMRANGEBYSCORE', i, '-inf', now)
+  redis.call('ZADD', i, e, m)
+  if redis.call('PTTL', i) < tonumber(ttl) then redis.call('PEXPIRE', i, ttl) end
+end
+"""
+
+# KEYS[1] user-code index, KEYS[2] device, KEYS[3] the owner's authorization index. ARGV: now, index
+# value, index ttl ms, device ttl ms, device hash, expires, then the device's fields and values.
+_CREATE = Script(
+    _INDEX_AUTHORIZATION
+    + """
 local held = redis.call('GET', KEYS[1])
 if held and tonumber(string.match(held, '|(.*)$')) > tonumber(ARGV[1]) then return 0 end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-redis.call('HSET', KEYS[2], unpack(ARGV, 5))
+redis.call('HSET', KEYS[2], unpack(ARGV, 7))
 redis.call('PEXPIRE', KEYS[2], ARGV[4])
+index_authorization(KEYS[3], ARGV[5], ARGV[6], ARGV[1], ARGV[3])
 return 1
-""")
+"""
+)
 
-# KEYS[1] device. ARGV: now, then the fields and values a live PENDING authorization takes.
-_SETTLE = Script("""
+# KEYS[1] device and, for an approval, KEYS[2] the user's authorization index. ARGV: now, the device
+# hash to index ('' for none), then the fields and values a live PENDING authorization takes.
+_SETTLE = Script(
+    _INDEX_AUTHORIZATION
+    + """
 local v = redis.call('HMGET', KEYS[1], 't', 'e')
-if v[1] ~= 'pending' or tonumber(v[2]) <= tonumber(ARGV[1]) then return 0 end
-redis.call('HSET', KEYS[1], unpack(ARGV, 2))
+local now = tonumber(ARGV[1])
+if v[1] ~= 'pending' or tonumber(v[2]) <= now then return 0 end
+redis.call('HSET', KEYS[1], unpack(ARGV, 3))
+if ARGV[2] ~= '' then
+  index_authorization(KEYS[2], ARGV[2], v[2], ARGV[1], math.ceil((tonumber(v[2]) - now) * 1000))
+end
 return 1
+"""
+)
+
+# KEYS[1] an authorization index. ARGV: now, device key prefix. Denies its live PENDING or APPROVED
+# authorizations, forgetting who approved what; the index goes with them.
+_DENY_INDEXED = Script("""
+local denied = 0
+for _, hash in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. ARGV[1], '+inf')) do
+  local key = ARGV[2] .. hash
+  local v = redis.call('HMGET', key, 't', 'e')
+  if (v[1] == 'pending' or v[1] == 'approved') and tonumber(v[2]) > tonumber(ARGV[1]) then
+    redis.call('HSET', key, 't', 'denied')
+    redis.call('HDEL', key, 'u', 'a', 'x', 'd')
+    denied = denied + 1
+  end
+end
+redis.call('DEL', KEYS[1])
+return denied
 """)
 
 # KEYS[1] device, KEYS[2] grant, KEYS[3] the owner's grant set. ARGV: owner, now, refresh hash, grant
@@ -265,12 +307,15 @@ class RedisOAuthStore(OAuthStore):
             [
                 keys.oauth_key(brand_id, "user_code", authorization.user_code),
                 keys.oauth_key(brand_id, "device", authorization.device_hash),
+                keys.oauth_key(brand_id, "owner_authz", authorization.owner_digest),
             ],
             [
                 _time(now),
                 f"{authorization.device_hash}|{_time(expires)}",
                 _ttl_ms(expires, now),
                 _ttl_ms(expires + EXPIRED_KEPT, now),
+                authorization.device_hash,
+                _time(expires),
                 *fields,
             ],
         )
@@ -306,11 +351,29 @@ class RedisOAuthStore(OAuthStore):
             carried=_scopes(fields.get(b"x", b"")),
         )
 
-    async def _settle(self, brand_id: str, device_hash: str, now: float, changes: Sequence[Arg]) -> bool:
+    async def _settle(
+        self, brand_id: str, device_hash: str, now: float, changes: Sequence[Arg], *, user_index: str = ""
+    ) -> bool:
+        """Settle a live PENDING authorization; ``user_index``: the approving user's index to add it to."""
         settled = await self._redis.run(
-            _SETTLE, [keys.oauth_key(brand_id, "device", device_hash)], [_time(now), *changes]
+            _SETTLE,
+            [keys.oauth_key(brand_id, "device", device_hash), *([user_index] if user_index else [])],
+            [_time(now), device_hash if user_index else "", *changes],
         )
         return bool(settled)
+
+    async def _deny_indexed(self, brand_id: str, index_key: str, now: float) -> int:
+        denied = await self._redis.run(
+            _DENY_INDEXED, [index_key], [_time(now), keys.oauth_key(brand_id, "device", "")]
+        )
+        return int(denied)
+
+    async def deny_authorizations_of_owner(self, brand_id: str, owner_digest: str, now: float) -> int:
+        return await self._deny_indexed(brand_id, keys.oauth_key(brand_id, "owner_authz", owner_digest), now)
+
+    async def deny_authorizations_of_user(self, brand_id: str, user: str, now: float) -> int:
+        user_key = keys.oauth_key(brand_id, "user_authz", keys.user_digest(brand_id, user))
+        return await self._deny_indexed(brand_id, user_key, now)
 
     async def approve(
         self,
@@ -322,15 +385,17 @@ class RedisOAuthStore(OAuthStore):
         *,
         carried: tuple[str, ...] = (),
     ) -> bool:
+        digest = keys.user_digest(brand_id, user)
         changes: list[Arg] = [
             "t", AuthorizationStatus.APPROVED.value,
             "u", user,
             "a", " ".join(scopes),
-            "d", keys.user_digest(brand_id, user),
+            "d", digest,
         ]  # fmt: skip
         if carried:
             changes += ["x", " ".join(carried)]
-        return await self._settle(brand_id, device_hash, now, changes)
+        user_index = keys.oauth_key(brand_id, "user_authz", digest)
+        return await self._settle(brand_id, device_hash, now, changes, user_index=user_index)
 
     async def deny(self, brand_id: str, device_hash: str, now: float) -> bool:
         return await self._settle(brand_id, device_hash, now, ["t", AuthorizationStatus.DENIED.value])
