@@ -19,6 +19,8 @@ The records, by :func:`gateway.store.keys.oauth_key` kind unless said otherwise:
 * a grant, at :func:`gateway.store.keys.grant_key`: :data:`~gateway.store.memory.GrantRecord`,
   its refresh family inside (the current and previous token hashes: nothing per rotation);
 * its slot, at :func:`gateway.store.keys.grant_slot_key`: ``(grant expires, grant id)``;
+* ``grace``, by grant id: ``(deadline, previous token hash, sealed answer)``, the last rotation's
+  answer for its grace only (the sweep takes it after);
 * ``user``: ``(latest grant expiry, {grant id: None})``, the Brand user's grants in issue order,
   a dict so that adding a grant and dropping the one it supersedes cost O(1);
 * ``owner``: the same, for the (personal agent, ``sub``) they were issued to, by its owner digest;
@@ -329,19 +331,37 @@ class MemoryOAuthStore(OAuthStore):
         return sorted(live, key=lambda grant: (grant.issued_at, grant.grant_id))
 
     async def rotate_refresh(
-        self, brand_id: str, presented: RefreshToken, new: RefreshToken, now: float
+        self,
+        brand_id: str,
+        presented: RefreshToken,
+        new: RefreshToken,
+        now: float,
+        *,
+        grace: float = 0,
+        answer: bytes = b"",
     ) -> RefreshResult:
         record = self._family_record(brand_id, presented, now)
         if record is None:
             return RefreshResult(RefreshOutcome.INVALID)
         expires, grant, family = record
+        grace_key = keys.oauth_key(brand_id, "grace", grant.grant_id)
         if presented.token_hash != family.current:
+            kept = self._live(grace_key, now) if presented.token_hash == family.previous else None
+            if kept is not None and kept[1] == presented.token_hash:
+                # The answer to this very token was lost: the same answer again (issue 18 I2).
+                sealed: bytes = kept[2]
+                return RefreshResult(RefreshOutcome.RETRIED, answer=sealed)
             # A spent token of the family came back: someone holds a copy, so neither copy may go on
             # (RFC 9700 §4.14.2). The previous token or an older one: the family knows no more.
             self._end(brand_id, grant.grant_id, now)
             return RefreshResult(RefreshOutcome.REUSED)
         rotated = RefreshFamily(family.family_hash, new.token_hash, presented.token_hash)
         self._keyspace.entries[keys.grant_key(brand_id, grant.grant_id)] = (expires, grant, rotated)
+        # The previous rotation's answer goes either way: its token is older than the previous now.
+        if grace > 0:
+            self._keyspace.put(grace_key, (now + grace, presented.token_hash, answer))
+        elif grace_key in self._keyspace.entries:
+            self._keyspace.entries[grace_key] = (-math.inf,)
         return RefreshResult(RefreshOutcome.ROTATED, grant)
 
     def _family_record(self, brand_id: str, presented: RefreshToken, now: float) -> GrantRecord | None:

@@ -25,6 +25,8 @@ The layout, by :func:`gateway.store.keys.oauth_key` kind unless said otherwise:
   ones (if any), ``i`` issued, ``e`` expires, and its refresh family: ``f`` the family's hash,
   ``r`` the current token's hash, ``p`` the previous one's (after a first rotation). Revoking,
   superseding or a reused refresh token deletes it, family and all;
+* ``grace`` (hash), by grant id: ``p`` the previous token's hash, ``e`` deadline, ``b`` the last
+  rotation's sealed answer; written by a rotation with a grace, living just that long;
 * its slot, at :func:`gateway.store.keys.grant_slot_key` (string): the id of the live grant of
   that (user, owner);
 * ``user`` (set): the grant ids of a Brand user, dead ones dropped when next read and a
@@ -211,7 +213,9 @@ return 1
 
 # KEYS[1] the grant the presented token names or, for a previous release's token (ARGV[3] ''), its
 # ``refresh`` key. ARGV: now, grant key prefix, presented family hash, presented hash, new family hash,
-# new hash. RFC 9700 §4.14.2: the current token rotates; any other of the family revokes the grant.
+# new hash, grace key prefix, sealed answer ('' for no grace), its deadline, its ttl ms. RFC 9700
+# §4.14.2: the current token rotates; the previous one within its rotation's grace gets that rotation's
+# answer; any other of the family revokes the grant.
 _ROTATE = Script("""
 local key = KEYS[1]
 if ARGV[3] == '' then
@@ -219,14 +223,24 @@ if ARGV[3] == '' then
   if not id then return {'invalid'} end
   key = ARGV[2] .. id
 end
-local g = redis.call('HMGET', key, 'r', 'e', 'f', 'o', 'c', 'u', 's', 'i', 'k')
+local g = redis.call('HMGET', key, 'r', 'e', 'f', 'o', 'c', 'u', 's', 'i', 'k', 'p')
 if not g[2] or tonumber(g[2]) <= tonumber(ARGV[1]) then return {'invalid'} end
 if ARGV[3] ~= '' and g[3] ~= ARGV[3] then return {'invalid'} end
+local grace = ARGV[7] .. string.sub(key, #ARGV[2] + 1)
 if g[1] ~= ARGV[4] then
-  redis.call('DEL', key)
+  if g[10] == ARGV[4] then
+    local kept = redis.call('HMGET', grace, 'p', 'e', 'b')
+    if kept[1] == ARGV[4] and tonumber(kept[2]) > tonumber(ARGV[1]) then return {'retried', kept[3]} end
+  end
+  redis.call('DEL', key, grace)
   return {'reused'}
 end
 redis.call('HSET', key, 'f', ARGV[5], 'r', ARGV[6], 'p', ARGV[4])
+redis.call('DEL', grace)
+if ARGV[8] ~= '' then
+  redis.call('HSET', grace, 'p', ARGV[4], 'e', ARGV[9], 'b', ARGV[8])
+  redis.call('PEXPIRE', grace, ARGV[10])
+end
 return {'rotated', string.sub(key, #ARGV[2] + 1), g[4], g[5], g[6], g[7], g[8], g[2], g[9] or ''}
 """)
 
@@ -514,7 +528,14 @@ class RedisOAuthStore(OAuthStore):
         return sorted(live, key=lambda grant: (grant.issued_at, grant.grant_id))
 
     async def rotate_refresh(
-        self, brand_id: str, presented: RefreshToken, new: RefreshToken, now: float
+        self,
+        brand_id: str,
+        presented: RefreshToken,
+        new: RefreshToken,
+        now: float,
+        *,
+        grace: float = 0,
+        answer: bytes = b"",
     ) -> RefreshResult:
         result: list[Any] = await self._redis.run(
             _ROTATE,
@@ -526,9 +547,15 @@ class RedisOAuthStore(OAuthStore):
                 presented.token_hash,
                 new.family_hash,
                 new.token_hash,
+                keys.oauth_key(brand_id, "grace", ""),
+                answer if grace > 0 else b"",
+                _time(now + grace),
+                _ttl_ms(now + grace, now),
             ],
         )
         outcome = RefreshOutcome(result[0].decode())
+        if outcome is RefreshOutcome.RETRIED:
+            return RefreshResult(outcome, answer=bytes(result[1]))
         if outcome is not RefreshOutcome.ROTATED:
             return RefreshResult(outcome)
         grant_id = result[1].decode()

@@ -30,6 +30,7 @@ from gateway.store.oauth import (
     OAuthStore,
     PollOutcome,
     RefreshOutcome,
+    RefreshResult,
     RefreshToken,
 )
 from gateway.store.redis import RedisStore
@@ -552,6 +553,57 @@ async def test_rfc9700_the_previous_or_an_older_token_of_the_family_revokes_it(
     assert await oauth.get_grant(BRAND, "g-1", clock()) is None
     assert await rotation(oauth, clock, "rt-51", "rt-y") is RefreshOutcome.INVALID
     assert await oauth.grant_of_refresh(BRAND, rt("rt-51"), clock()) is None
+
+
+# --- the refresh grace (issue 18 I2) -----------------------------------------------------------
+
+
+async def test_rfc9700_the_previous_token_within_the_grace_gets_the_kept_answer_and_changes_nothing(
+    oauth: OAuthStore, clock: ManualClock
+) -> None:
+    await issue(oauth, clock)
+    rotated = await oauth.rotate_refresh(BRAND, rt("rt-1"), rt("rt-2"), clock(), grace=30, answer=b"sealed-2")
+    assert rotated.outcome is RefreshOutcome.ROTATED
+    clock.advance(29.999)  # just inside
+    for attempt in ("rt-x", "rt-y"):
+        retried = await oauth.rotate_refresh(
+            BRAND, rt("rt-1"), rt(attempt), clock(), grace=30, answer=b"other"
+        )
+        assert retried == RefreshResult(RefreshOutcome.RETRIED, answer=b"sealed-2")
+    # The family did not move: the token that answer carries is still the current one.
+    assert await rotation(oauth, clock, "rt-2", "rt-3") is RefreshOutcome.ROTATED
+
+
+async def test_rfc9700_the_previous_token_just_after_the_grace_is_reuse(
+    oauth: OAuthStore, clock: ManualClock
+) -> None:
+    await issue(oauth, clock)
+    await oauth.rotate_refresh(BRAND, rt("rt-1"), rt("rt-2"), clock(), grace=30, answer=b"sealed-2")
+    clock.advance(30)  # the deadline itself is past the grace
+    assert await rotation(oauth, clock, "rt-1", "rt-x") is RefreshOutcome.REUSED
+    assert await oauth.get_grant(BRAND, "g-1", clock()) is None
+    assert await rotation(oauth, clock, "rt-2", "rt-3") is RefreshOutcome.INVALID
+
+
+async def test_rfc9700_each_rotation_replaces_the_kept_answer_and_no_grace_keeps_none(
+    oauth: OAuthStore, store: ConversationStore, clock: ManualClock
+) -> None:
+    await issue(oauth, clock)
+    held = await records(store)
+    await oauth.rotate_refresh(BRAND, rt("rt-1"), rt("rt-2"), clock(), grace=30, answer=b"sealed-2")
+    await oauth.rotate_refresh(BRAND, rt("rt-2"), rt("rt-3"), clock(), grace=30, answer=b"sealed-3")
+    assert await records(store) == held + 1  # one kept answer per grant, whatever the rotations
+    retried = await oauth.rotate_refresh(BRAND, rt("rt-2"), rt("rt-x"), clock(), grace=30, answer=b"")
+    assert retried.answer == b"sealed-3"
+    # The first token is two back: no answer is kept for it.
+    assert await rotation(oauth, clock, "rt-1", "rt-x") is RefreshOutcome.REUSED
+    await issue(oauth, clock, grant_id="g-2", refresh="rt-a", owner=BOB)
+    await oauth.rotate_refresh(
+        BRAND, rt("rt-a", "g-2"), rt("rt-b", "g-2"), clock(), grace=0, answer=b"sealed"
+    )
+    assert await oauth.rotate_refresh(BRAND, rt("rt-a", "g-2"), rt("rt-c", "g-2"), clock()) == RefreshResult(
+        RefreshOutcome.REUSED
+    )
 
 
 async def test_s5_3_a_new_grant_supersedes_the_live_one_of_its_user_agent_and_sub(
