@@ -10,6 +10,7 @@ one a token signed with it is ever checked with.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import hashlib
@@ -25,7 +26,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 from jwt.algorithms import ECAlgorithm, RSAAlgorithm
 
-__all__ = ["ProviderKeys", "SigningKey", "parse_signing_key"]
+__all__ = ["ProviderKeys", "SigningBatch", "SigningKey", "parse_signing_key"]
 
 PrivateKey = ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
 PublicKey = ec.EllipticCurvePublicKey | rsa.RSAPublicKey
@@ -164,6 +165,8 @@ class ProviderKeys:
         # its "." already appended: the signing input's first part.
         self._headers: dict[str, bytes] = {}
         self._signature = _raw_signer(self._keys[0].private_key)
+        self.batch = SigningBatch(self)
+        """Where the event loop's hot path asks for its signatures (§5.6 receipts)."""
 
     @property
     def current(self) -> SigningKey:
@@ -197,3 +200,45 @@ class ProviderKeys:
     def jwks(self) -> dict[str, Any]:
         doc: dict[str, Any] = orjson.loads(self._jwks)
         return doc
+
+
+class SigningBatch:
+    """Signatures asked for in one pass of the event loop, made together in one callback just after.
+
+    Every delegated reply signs a receipt (§5.6). Signed one at a time between the other work of
+    a turn, an ES256 signature costs several times what it costs in a loop, because OpenSSL's
+    P-256 tables have left the CPU's caches since the previous one; turns whose bot replies
+    arrive together have their receipts signed back to back, so all but the first find the tables
+    warm. No thread: ``cryptography`` releases the GIL while it signs, but on a machine whose
+    cores are all busy (a worker per core, the bot, the load) a worker thread only adds the
+    hand-off (``bench.jwt_cost``'s ``receipt_sign_offloaded_loop_us``). The batch holds only the
+    signatures of turns already in flight, so it is bounded by ``upstream.max_concurrency``.
+    """
+
+    def __init__(self, keys: ProviderKeys) -> None:
+        self._keys = keys
+        self._pending: list[tuple[bytes, str, asyncio.Future[str]]] = []
+
+    def __len__(self) -> int:
+        """Signatures asked for and not made yet."""
+        return len(self._pending)
+
+    def sign(self, payload: bytes, typ: str) -> asyncio.Future[str]:
+        """The compact JWS :meth:`ProviderKeys.sign` makes, once this pass's batch has been signed."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[str] = loop.create_future()
+        if not self._pending:
+            loop.call_soon(self._sign_pending)
+        self._pending.append((payload, typ, future))
+        return future
+
+    def _sign_pending(self) -> None:
+        pending, self._pending = self._pending, []
+        for payload, typ, future in pending:
+            if future.cancelled():
+                continue  # its turn was cancelled while waiting: nobody will read this signature
+            # A failure belongs to the turn that asked (raised where it awaits), not to this callback.
+            try:
+                future.set_result(self._keys.sign(payload, typ))
+            except Exception as exc:
+                future.set_exception(exc)

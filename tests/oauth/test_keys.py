@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import jwt
@@ -103,3 +104,20 @@ def test_s5_6_hand_built_jws_verifies_with_pyjwt_and_the_published_jwks_for_ever
         )
         assert jwt.get_unverified_header(token) == jwt.get_unverified_header(expected)
         assert token.split(".")[1] == expected.split(".")[1]
+
+
+async def test_s5_6_signatures_asked_in_one_loop_pass_are_made_together_after_it() -> None:
+    keys = ProviderKeys([parse_signing_key(new_provider_key_pem())])
+    public = jwt.PyJWK.from_dict(json.loads(keys.jwks_bytes())["keys"][0]).key
+    payloads = [f'{{"n":{n}}}'.encode() for n in range(5)]
+    futures = [keys.batch.sign(payload, "pact-receipt+jws") for payload in payloads]
+    futures[2].cancel()  # its turn was cancelled meanwhile: skipped, the others still signed
+    assert len(keys.batch) == 5
+    assert not any(future.done() and not future.cancelled() for future in futures)
+    await asyncio.sleep(0)  # the next pass of the loop signs the whole batch in one callback
+    assert len(keys.batch) == 0
+    for n, (payload, future) in enumerate(zip(payloads, futures, strict=True)):
+        if n == 2:
+            assert future.cancelled()
+            continue
+        assert jwt.api_jws.decode(future.result(), public, algorithms=["ES256"]) == payload
