@@ -13,7 +13,9 @@ before the clock starts; minting is the personal agent's (or the token endpoint'
 Then where the microseconds a delegated turn adds to an Identity turn go (issue 17 row 7), each
 step as the gateway takes it: the cached token check, the receipt's claims and payload, its
 signature, the reply's bigger body, the two delegation events in the metrics. ``bench.run``
-prints them beside the delegated fronts' CPU per turn and the 0.85 target. And whether the
+prints them beside the delegated fronts' CPU per turn and the 0.85 target. What the signature
+costs with the CPU's caches flushed first, alone and eight back to back (as
+:class:`gateway.oauth.keys.SigningBatch` signs one loop pass's receipts). And whether the
 signature could leave the event loop: ``cryptography`` releases the GIL while OpenSSL signs, so
 two threads sign faster than one (their speed-up), but a signature handed to a worker thread
 still costs the loop the hand-off (its CPU per receipt, with 32 turns signing at once).
@@ -65,6 +67,10 @@ RS256_ISSUER = "https://rs256.pa.bench.invalid"
 AUDIENCE = "pact-gateway-bench"
 SIGNING_AT_ONCE = 32
 """Turns whose receipts are handed to the worker thread together (the bench's peak concurrency)."""
+EVICTING_BYTES = 8 << 20
+"""Written between signatures to push OpenSSL's tables out of the caches, as a turn's other work does."""
+SIGNED_TOGETHER = 8
+"""Receipts signed back to back after an eviction: what :class:`SigningBatch` does with one loop pass's."""
 
 
 async def _time_per_op(verifier: PAVerifier, tokens: Sequence[str], rounds: int = 1) -> float:
@@ -265,6 +271,8 @@ async def measure_delegation(session: aiohttp.ClientSession, fresh: int, repeate
 
         metrics_us = _best_us(count_events, repeated)
         speedup = _two_threads_speedup(keys, payload, fresh)
+        cold_us = _cold_sign_us(keys, payload, fresh, 1)
+        together_us = _cold_sign_us(keys, payload, fresh, SIGNED_TOGETHER)
         offloaded_us = await _offloaded_loop_us(keys, payload, fresh)
     finally:
         await store.close()
@@ -279,9 +287,31 @@ async def measure_delegation(session: aiohttp.ClientSession, fresh: int, repeate
         "delegation_metrics_us": metrics_us,
         # Each step a delegated turn takes that an Identity turn does not, summed.
         "delegated_added_us": repeated_us + claims_us + sign_us + reply_us + metrics_us,
+        "receipt_sign_cold_us": cold_us,
+        "receipt_sign_cold_together_us": together_us,
         "receipt_sign_two_threads_speedup": speedup,
         "receipt_sign_offloaded_loop_us": offloaded_us,
     }
+
+
+def _cold_sign_us(keys: ProviderKeys, payload: bytes, count: int, together: int) -> float:
+    """CPU per signature when ``together`` are made back to back after the caches were flushed.
+
+    In a gateway a receipt is signed between the other work of many turns, which pushes
+    OpenSSL's P-256 tables out of the CPU's caches; a tight loop keeps them in and flatters the
+    signature. Only the signing is timed (this thread's CPU), not the eviction.
+    """
+    evicting = bytearray(EVICTING_BYTES)
+    line = b"\x01" * len(evicting[::64])
+    spent = 0.0
+    rounds = max(1, count // together)
+    for _ in range(rounds):
+        evicting[::64] = line  # a write to every cache line of a buffer larger than the caches
+        started = time.thread_time()
+        for _ in range(together):
+            keys.sign(payload, RECEIPT_TYP)
+        spent += time.thread_time() - started
+    return spent / (rounds * together) * 1e6
 
 
 def _two_threads_speedup(keys: ProviderKeys, payload: bytes, count: int) -> float:

@@ -876,6 +876,10 @@ def delegated_breakdown(result: dict[str, Any]) -> list[str]:
             + f", the rest {rest:.0f}"
         )
     lines.append(
+        f"  the signature with cold caches: {jwt['receipt_sign_cold_us']:.1f} us alone, "
+        f"{jwt['receipt_sign_cold_together_us']:.1f} us each when signed back to back (SigningBatch)"
+    )
+    lines.append(
         f"  signing off the loop: two threads sign x{jwt['receipt_sign_two_threads_speedup']:.2f} as fast "
         f"as one (cryptography releases the GIL; 2 needs a free core); on a worker thread the loop "
         f"still pays {jwt['receipt_sign_offloaded_loop_us']:.1f} us per receipt of "
