@@ -353,9 +353,10 @@ class OpenAISettings:
 class DirectLineSettings:
     """``upstream.directline``: a Bot Framework Direct Line 3.0 bot (gateway/upstream/directline.py).
 
-    The bot's answer to a turn is complete at an activity with an ``inputHint`` of
-    ``acceptingInput`` or ``expectingInput``, at ``endOfConversation``, or after ``quiet_period``
-    seconds with no new reply; ``poll_interval`` is the wait between two reads of the activities.
+    The bot's answer to a turn is complete at a message with ``inputHint: expectingInput``, at
+    ``endOfConversation``, or after ``quiet_period`` seconds with no new message or ``typing`` from
+    the bot (``acceptingInput`` is on every SDK message: no end); ``poll_interval`` is the wait
+    between two reads of the activities.
     ``no_answer`` is the reply when the answer held nothing that renders as text.
     """
 
