@@ -67,6 +67,7 @@ RS256_ISSUER = "https://rs256.pa.bench.invalid"
 AUDIENCE = "pact-gateway-bench"
 SIGNING_AT_ONCE = 32
 """Turns whose receipts are handed to the worker thread together (the bench's peak concurrency)."""
+MIN_THREADED_SIGNATURES = 1000
 EVICTING_BYTES = 8 << 20
 """Written between signatures to push OpenSSL's tables out of the caches, as a turn's other work does."""
 SIGNED_TOGETHER = 8
@@ -317,8 +318,10 @@ def _cold_sign_us(keys: ProviderKeys, payload: bytes, count: int, together: int)
 def _two_threads_speedup(keys: ProviderKeys, payload: bytes, count: int) -> float:
     """Signatures per wall second with two threads ÷ with one: 2 if signing never held the GIL.
 
-    Best of three each; on a busy machine the second core may not be free, which lowers it.
+    Best of three each, of at least :data:`MIN_THREADED_SIGNATURES` (thread start-up must not
+    weigh); on a busy machine the second core may not be free, which lowers it.
     """
+    count = max(count, MIN_THREADED_SIGNATURES)
 
     def sign(times: int) -> None:
         for _ in range(times):
