@@ -165,10 +165,14 @@ async def _answer(
 
     A refusal is the one error page, its reason logged with the Brand id only (never the
     assertion, the session or the user id). A store failure, or anything unexpected, is the
-    Provider's: a "try again" page, logged once, so a browser never gets a JSON envelope.
+    Provider's: a "try again" page, logged once, so a browser never gets a JSON envelope. An
+    HTTP answer raised on the way (the bare ``408`` of a body that came too slowly,
+    :class:`~gateway.http.connection.RequestTimedOut`) is the edge's, and passes through as it is.
     """
     try:
         return await work
+    except web.HTTPException:
+        raise
     except _Refused as refused:
         _log.info("%s refused for brand %s: %s", step, ctx.brand.id, refused.reason)
         return _page(ctx, pages.error_page(), 400)
