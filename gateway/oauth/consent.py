@@ -19,9 +19,10 @@ import logging
 import secrets
 from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from typing import Final, NamedTuple
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl
 
 from aiohttp import web
+from yarl import URL
 
 from gateway.config import BrandConfig, DelegationConfig
 from gateway.http import responses
@@ -77,13 +78,19 @@ class _Delegating(NamedTuple):
 
 
 def origin_of(url: str) -> str:
-    """``scheme://host[:port]`` of an absolute URL, the default port left out (RFC 6454 serialization)."""
-    parts = urlsplit(url)
+    """``scheme://host[:port]`` of an absolute URL, the default port left out (RFC 6454 serialization).
+
+    The host is in its ASCII form (IDNA, RFC 5891: ``xn--`` labels), as CSP source expressions
+    need it and as a person must see it on the consent page: under ``policy: open`` any issuer
+    may ask, and ``https://gооgle.com`` with Cyrillic ``о`` shown as written would pass for Google
+    (issue 18 F8). yarl encodes it as aiohttp does when it connects there.
+    """
+    parts = URL(url)
     scheme = parts.scheme.lower()
-    host = (parts.hostname or "").lower()
+    host = (parts.raw_host or "").lower()
     if ":" in host:
         host = f"[{host}]"
-    port = parts.port
+    port = parts.explicit_port
     default = {"http": 80, "https": 443}.get(scheme)
     return f"{scheme}://{host}" if port is None or port == default else f"{scheme}://{host}:{port}"
 
