@@ -34,17 +34,19 @@ from aiohttp.test_utils import TestServer
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from gateway.config import CacheConfig
+from gateway.config import CacheConfig, CircuitBreakerConfig, UpstreamConfig
 from gateway.ops.limits import Charge, RateLimits
 from gateway.protocol.errors import A2AError, Reason
 from gateway.protocol.messages import SendMessage
 from gateway.store.limits import MemoryRateLimiter
 from gateway.store.memory import MemoryStore
 from gateway.turns import TurnService
-from gateway.upstream.base import BotReply, Turn
+from gateway.upstream.base import BotReply, Turn, UpstreamError
+from gateway.upstream.guard import GuardedBot
 from gateway.upstream.wire import MAX_REPLY_BYTES, MAX_REPLY_DEPTH
 from tests.support.adapters import A2A_JSON
 from tests.support.gateway import Harness, MakeGateway
+from tests.support.pa import ManualClock
 
 _EXPLORE = os.environ.get("HYPOTHESIS_PROFILE") == "explore"
 
@@ -324,7 +326,7 @@ class BuggyAdapter:
 
     async def send(self, turn: Turn) -> BotReply:
         self.calls += 1
-        if self.calls == 1:
+        if self.calls <= 1:
             raise KeyError("a reply field the adapter assumed")
         return BotReply(f"Answer to {turn.text}")
 
@@ -353,3 +355,20 @@ async def test_s4_3_any_adapter_failure_is_internal_logged_once_and_released(
     answer = await turns.send(owner, message, charge, "req-2")
     assert bot.calls == 2
     assert b"Answer to Hi" in answer.body
+
+
+async def test_an_adapter_failure_of_any_kind_counts_toward_the_circuit_breaker() -> None:
+    """Issue 18 F6: only an UpstreamError used to count, so a bot whose every reply broke its adapter
+    was called for ever; now it opens the circuit like any failing bot."""
+    upstream = UpstreamConfig(url="http://127.0.0.1:9/chat", circuit_breaker=CircuitBreakerConfig(failures=2))
+    bot = BuggyAdapter()
+    bot.calls = -10  # fails every call here
+    guarded = GuardedBot(bot, "acme", upstream, clock=ManualClock())
+    turn = Turn("acme", "c-1", "m-1", "Hi", "https://pa.example", "alice", True, "req-1")
+    for _ in range(2):
+        with pytest.raises(KeyError):
+            await guarded.send(turn)
+    with pytest.raises(UpstreamError) as refused:
+        await guarded.send(turn)
+    assert refused.value.reason == "circuit_open"
+    assert bot.calls == -8
