@@ -178,6 +178,10 @@ class CacheConfig:
     wait_replicas: int | None = None
     """Redis ``WAIT``: replicas that must hold a claim or a reply before the turn goes on; ``None`` is
     1 under Sentinel (a failover must not lose a reply a client was given) and 0 otherwise."""
+    max_entries: int | None = 300_000
+    """``memory://`` only: the entries the process keeps at most (gateway/store/memory.py); ``None``
+    on Redis, which bounds itself (``maxmemory``). The default fits the Helm chart's 512 MiB limit
+    (docs/capacity.md, Memory store bound)."""
 
     @property
     def backend(self) -> Literal["memory", "redis"]:
@@ -622,6 +626,7 @@ SCHEMA: dict[str, Any] = _obj(
                 "pending_ttl": _POS_INT,
                 "timeout": _POS_NUM,
                 "wait_replicas": {"type": "integer", "minimum": 0},
+                "max_entries": _POS_INT,
             }
         ),
         "limits": _obj(
@@ -1241,6 +1246,10 @@ def _cache(raw: Mapping[str, Any], environ: _Environment) -> CacheConfig:
     cache = replace(cache, url=_expand_env(cache.url, "cache.url", environ))
     if cache.closed_ttl < cache.conversation_ttl:
         raise ConfigError("cache.closed_ttl", "must be at least conversation_ttl")
+    if cache.backend == "redis":
+        if "max_entries" in raw:
+            raise ConfigError("cache.max_entries", "memory:// only: bound Redis with its own maxmemory")
+        cache = replace(cache, max_entries=None)
     if cache.backend == "redis" and not environ.deferred(raw.get("url", "")):
         try:
             parse_redis_url(cache.url)
