@@ -1016,6 +1016,23 @@ def _tracing(raw: Mapping[str, Any], environ: Mapping[str, str]) -> TracingConfi
     )
 
 
+# RFC 9110 §5.1 field names are tokens; §5.5 field values are visible characters, spaces and tabs. A CR or LF
+# would let a header value start another header (or be refused by aiohttp on every call), so both are
+# refused at load, where the YAML path can be named, rather than failing each turn of the Brand.
+_FIELD_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_FIELD_VALUE_FORBIDDEN = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+
+
+def _header(name: str, value: str, path: str) -> str:
+    """A static bot header's value, checked after ``${NAME}`` expansion (a secret may carry the newline);
+    the message never quotes the value, which is typically a credential."""
+    if not _FIELD_NAME.fullmatch(name):
+        raise ConfigError(path, "is not a valid header name (RFC 9110 §5.1: a token, no spaces)")
+    if _FIELD_VALUE_FORBIDDEN.search(value):
+        raise ConfigError(path, "contains a control character (CR, LF, NUL...); a header value is one line")
+    return value
+
+
 def _upstream(raw: Mapping[str, Any], path: str, environ: Mapping[str, str]) -> UpstreamConfig:
     """The Brand's bot: the common settings, and the chosen adapter's own block (no other's)."""
     adapter: AdapterName = raw.get("adapter", "pact")
@@ -1025,7 +1042,7 @@ def _upstream(raw: Mapping[str, Any], path: str, environ: Mapping[str, str]) -> 
                 f"{path}.{name}", f"is the {name} adapter's settings, but upstream.adapter is {adapter}"
             )
     headers = {
-        name: _expand_env(value, f"{path}.headers.{name}", environ)
+        name: _header(name, _expand_env(value, f"{path}.headers.{name}", environ), f"{path}.headers.{name}")
         for name, value in raw.get("headers", {}).items()
     }
     timeout = float(raw.get("timeout", 10.0))

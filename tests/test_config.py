@@ -613,3 +613,36 @@ def test_admin_api_settings_are_checked(admin: dict[str, Any], metrics: bool, pr
     with pytest.raises(ConfigError) as caught:
         load_config(raw, {**ENV, "PACT_ADMIN_TOKEN": "t" * 64, "SHORT_TOKEN": "t" * 31})
     assert str(caught.value).startswith(problem)
+
+
+NOT_A_TOKEN = "is not a valid header name (RFC 9110 §5.1: a token, no spaces)"
+NOT_ONE_LINE = "contains a control character (CR, LF, NUL...); a header value is one line"
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "why"),
+    [
+        ("Authorization", "Bearer a\r\nX-Injected: 1", NOT_ONE_LINE),
+        ("Authorization", "${ACME_BOT_TOKEN}", NOT_ONE_LINE),
+        ("X Api Key", "k", NOT_A_TOKEN),
+        ("X-Key:", "k", NOT_A_TOKEN),
+    ],
+)
+def test_upstream_headers_are_one_line_fields_refused_at_load(name: str, value: str, why: str) -> None:
+    """Issue 18 I7: a header name with a space or a value with CR/LF (literal, or from the environment) is
+    refused at load with its YAML path (RFC 9110 §5.1, §5.5), not on every turn; the message never quotes
+    the value, which is a credential."""
+    raw = example()
+    raw["brands"][0]["upstream"]["headers"] = {name: value}
+    with pytest.raises(ConfigError) as refused:
+        load_config(raw, {**ENV, "ACME_BOT_TOKEN": "secret\nX-Injected: 1"})
+    assert [str(problem) for problem in refused.value.problems] == [
+        f"brands[0].upstream.headers.{name}: {why}"
+    ]
+    assert "Injected" not in str(refused.value)
+
+
+def test_upstream_header_with_a_tab_and_dots_in_its_name_loads() -> None:
+    raw = example()
+    raw["brands"][0]["upstream"]["headers"] = {"X.Key_1": "a\tb c"}
+    assert load_config(raw, ENV).brands["acme"].upstream.headers == {"X.Key_1": "a\tb c"}
