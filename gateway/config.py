@@ -416,6 +416,9 @@ class DelegationConfig:
     login: LoginConfig
     token_ttl: int = 3600
     grant_ttl: int = 30 * 86400
+    refresh_grace: int = 5
+    """Seconds after a refresh in which its refresh token, presented again, gets the same answer
+    (a client whose answer was lost) rather than revoking the grant as reuse; 0 turns it off."""
     landing_url: str | None = None
     skip_consent: bool = True
     introspection_secret: str | None = field(default=None, repr=False)
@@ -522,6 +525,7 @@ _DELEGATION = _obj(
         ),
         "token_ttl": {"type": "integer", "minimum": 60, "maximum": 3600},
         "grant_ttl": {"type": "integer", "minimum": 60},
+        "refresh_grace": {"type": "integer", "minimum": 0, "maximum": 60},
         "landing_url": {**_STR, "pattern": _HTTP_URL},
         "skip_consent": {"type": "boolean"},
         "introspection": _obj({"secret": _STR, "failures": _RATE_RULE}, ["secret"]),
@@ -983,6 +987,7 @@ def _delegation(
         ),
         token_ttl=int(raw.get("token_ttl", 3600)),
         grant_ttl=int(raw.get("grant_ttl", 30 * 86400)),
+        refresh_grace=int(raw.get("refresh_grace", 5)),
         landing_url=raw.get("landing_url"),
         skip_consent=bool(raw.get("skip_consent", True)),
         # The admin token's rules: a guessable secret here would describe any User's tokens.

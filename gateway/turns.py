@@ -214,6 +214,7 @@ class TurnService:
             raise A2AError(Reason.INVALID_PARAMS, CONTEXT_OF_ANOTHER_USER)
         if claim.status is TurnStatus.REPLAY:
             assert claim.reply is not None
+            self._check_replayed_grant(claim.reply, delegation)
             if self._metrics is not None:
                 self._metrics.retry_served(owner.brand_id)
             return TurnAnswer(claim.reply, replayed=True)
@@ -226,6 +227,21 @@ class TurnService:
             # §4.3: a repeat with no stored reply yet.
             raise A2AError(Reason.INVALID_PARAMS, errors.DUPLICATE_IN_FLIGHT)
         return TurnAnswer(await self._run(owner, message, claim, request_id, delegation, trace))
+
+    @staticmethod
+    def _check_replayed_grant(reply: bytes, delegation: Delegation | None) -> None:
+        """§4.3 with §5.5: a reply served under a grant is replayed only under that grant, still live.
+
+        The begin-turn step has already checked the request's own grant is live (a revoked one
+        never reaches here), so the request must carry it: a retry without the delegation header,
+        or under another grant (one that superseded a since-revoked grant), would otherwise read
+        a reply, and its receipt, that only that grant's holder may see. It is answered as a
+        revoked delegation is (``401 invalid_token``): the grant the reply was served under is
+        not what the request presents.
+        """
+        grant_id = receipts.receipt_grant(reply)
+        if grant_id is not None and (delegation is None or delegation.claims.grant_id != grant_id):
+            raise InvalidToken("replay_needs_its_grant")
 
     async def _run(
         self,

@@ -52,6 +52,7 @@ def test_s5_delegation_block_and_its_defaults() -> None:
     assert list(delegation.scopes) == ["orders:read", "orders:cancel"]
     assert delegation.login.issuer == "https://login.acme.example"
     assert (delegation.token_ttl, delegation.grant_ttl, delegation.skip_consent) == (3600, 2592000, True)
+    assert delegation.refresh_grace == 5
     assert delegation.landing_url is None
     assert delegation.introspection_secret is None
     assert [key.alg for key in config.oauth.signing_keys] == ["ES256"]
@@ -202,6 +203,24 @@ def _mutate(path: list[str | int], value: Any) -> dict[str, Any]:
             "is not of type 'integer'",
         ),
         ([*DELEGATION, "token_ttl"], 7200, "brands[0].delegation.token_ttl", "is greater than the maximum"),
+        (
+            [*DELEGATION, "refresh_grace"],
+            -1,
+            "brands[0].delegation.refresh_grace",
+            "is less than the minimum",
+        ),
+        (
+            [*DELEGATION, "refresh_grace"],
+            61,
+            "brands[0].delegation.refresh_grace",
+            "is greater than the maximum",
+        ),
+        (
+            [*DELEGATION, "refresh_grace"],
+            "5s",
+            "brands[0].delegation.refresh_grace",
+            "is not of type 'integer'",
+        ),
         ([*DELEGATION, "scopes"], {}, "brands[0].delegation.scopes", "should be non-empty"),
         ([*DELEGATION, "scopes", "bad scope"], "x", "brands[0].delegation.scopes", "key 'bad scope' must be"),
         ([*DELEGATION, "login", "url"], KeyError, "brands[0].delegation.login.url", "is required"),

@@ -59,6 +59,7 @@ DelegationEvent = Literal[
     "token_issued",
     "token_refreshed",
     "refresh_reuse_detected",
+    "refresh_retried",
     "grant_revoked",
     "grant_superseded",
     "step_up",
@@ -195,8 +196,8 @@ class Metrics:
         self.delegation_events = Counter(
             "pact_delegation_events",
             "Delegation flow events by Brand: authorizations started, approved, denied, expired; "
-            "tokens issued, refreshed; refresh reuse detected; grants revoked; step-ups; "
-            "delegated turns; receipts signed; invalid delegation tokens.",
+            "tokens issued, refreshed; refreshes retried within the grace; refresh reuse detected; "
+            "grants revoked; step-ups; delegated turns; receipts signed; invalid delegation tokens.",
             ["brand", "event"],
             registry=r,
         )
