@@ -283,6 +283,18 @@ class TurnService:
             self._observe_bot(owner.brand_id, "cancelled", started)
             await asyncio.shield(self._release(owner, claim, message, request_id))
             raise
+        except Exception as exc:
+            # Anything else the adapter raised (a reply it could not handle, a bug) is the bot's
+            # turn failing all the same: INTERNAL, never a 500 with a traceback, and released so the
+            # retry runs it (§4.3). Only the type is logged: a message could quote the bot's reply.
+            self._observe_bot(owner.brand_id, "adapter_error", started)
+            log.error(
+                "bot call failed: adapter_error: %s",
+                type(exc).__name__,
+                extra={"request_id": request_id, "brand": owner.brand_id},
+            )
+            await self._release(owner, claim, message, request_id)
+            raise A2AError(Reason.INTERNAL, errors.INTERNAL_ERROR) from None
         self._observe_bot(owner.brand_id, "ok", started)
         if reply.requires_scopes or reply.actions or reply.scopes_used:
             missing = await self._check_authority(owner, message, claim, request_id, reply, delegation)
