@@ -218,7 +218,8 @@ class MetricsConfig:
 
 
 ADMIN_TOKEN_MIN = 32
-"""Characters the admin API's bearer token must have at least (``openssl rand -hex 32`` makes 64)."""
+"""Characters the admin API's bearer token, and every bearer secret the gateway checks (a Brand's
+introspection secret), must have at least (``openssl rand -hex 32`` makes 64)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -413,6 +414,11 @@ class LoginConfig:
     jwks: Mapping[str, Any] | None = None
 
 
+INTROSPECTION_FAILURES = RateRule(rate=0.1, burst=10)
+"""The default ``delegation.introspection.failures``: the Brand's back-end holds the secret, so it
+fails only when misconfigured, and anyone else gets ten guesses and then one per 10 s."""
+
+
 @dataclass(frozen=True, slots=True)
 class DelegationConfig:
     """§5 for one Brand: its scopes (id → description, in card order), its login, and lifetimes."""
@@ -428,6 +434,9 @@ class DelegationConfig:
     skip_consent: bool = True
     introspection_secret: str | None = field(default=None, repr=False)
     """RFC 7662: the Brand back-end's bearer credential for introspection; ``None`` turns it off."""
+    introspection_failures: RateRule = INTROSPECTION_FAILURES
+    """Wrong introspection credentials per client address: ``burst`` at once, then one per
+    ``1/rate`` s; past that the address is answered ``429`` before its credential is compared."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -530,7 +539,7 @@ _DELEGATION = _obj(
         "refresh_grace": {"type": "integer", "minimum": 0, "maximum": 60},
         "landing_url": {**_STR, "pattern": _HTTP_URL},
         "skip_consent": {"type": "boolean"},
-        "introspection": _obj({"secret": _STR}, ["secret"]),
+        "introspection": _obj({"secret": _STR, "failures": _RATE_RULE}, ["secret"]),
     },
     ["scopes", "login"],
 )
@@ -990,7 +999,9 @@ def _delegation(
         _check_fetch_url(login["jwks_uri"], f"{path}.login.jwks_uri", development)
     if "landing_url" in raw:
         _check_browser_url(raw["landing_url"], f"{path}.landing_url", development)
-    secret = raw.get("introspection", {}).get("secret")
+    introspection = raw.get("introspection", {})
+    secret = introspection.get("secret")
+    secret_path = f"{path}.introspection.secret"
     return DelegationConfig(
         scopes=dict(raw["scopes"]),
         login=LoginConfig(
@@ -1001,9 +1012,11 @@ def _delegation(
         refresh_grace=int(raw.get("refresh_grace", 5)),
         landing_url=raw.get("landing_url"),
         skip_consent=bool(raw.get("skip_consent", True)),
+        # The admin token's rules: a guessable secret here would describe any User's tokens.
         introspection_secret=None
         if secret is None
-        else _expand_env(secret, f"{path}.introspection.secret", environ),
+        else _bearer_secret(_env_reference(secret, secret_path), secret_path, environ),
+        introspection_failures=_rate_rule(introspection.get("failures", {}), INTROSPECTION_FAILURES),
     )
 
 
@@ -1134,9 +1147,7 @@ def _http_mapping(
 
 def _secret(value: str, path: str, environ: Mapping[str, str]) -> str:
     """A bot's credential: only ever ``${NAME}``, so the key itself never sits in the file."""
-    if not _ENV_REF.fullmatch(value):
-        raise ConfigError(path, "must be an environment variable reference ${NAME}, never the secret itself")
-    return _expand_env(value, path, environ)
+    return _expand_env(_env_reference(value, path), path, environ)
 
 
 _OPENAI_READ = frozenset(("system_prompt", "system_prompt_file", "api_key"))
@@ -1181,17 +1192,21 @@ def _directline(
     return settings
 
 
+def _rate_rule(raw: Mapping[str, Any], default: RateRule) -> RateRule:
+    """A rate rule's settings over ``default``, setting by setting."""
+    return RateRule(
+        rate=float(raw.get("rate", default.rate)),
+        burst=int(raw.get("burst", default.burst)),
+        enabled=bool(raw.get("enabled", default.enabled)),
+    )
+
+
 def _rate_limits(top: Mapping[str, Any], brand: Mapping[str, Any]) -> RateLimitsConfig:
     """§6 limits: the defaults, then the top-level ``rate_limits``, then a Brand's, setting by setting."""
     defaults = RateLimitsConfig()
 
     def rule(name: str, default: RateRule) -> RateRule:
-        merged = {**top.get(name, {}), **brand.get(name, {})}
-        return RateRule(
-            rate=float(merged.get("rate", default.rate)),
-            burst=int(merged.get("burst", default.burst)),
-            enabled=bool(merged.get("enabled", default.enabled)),
-        )
+        return _rate_rule({**top.get(name, {}), **brand.get(name, {})}, default)
 
     return RateLimitsConfig(
         per_agent=rule("per_agent", defaults.per_agent),
@@ -1287,24 +1302,37 @@ def _cache(raw: Mapping[str, Any], environ: _Environment) -> CacheConfig:
     return cache
 
 
+def _env_reference(value: str, path: str) -> str:
+    """``value``, which must be exactly one ``${NAME}``: a bearer secret is never written in the file."""
+    if not _ENV_REF.fullmatch(value):
+        raise ConfigError(path, "must be an environment variable reference ${NAME}, never the secret itself")
+    return value
+
+
+def _bearer_secret(reference: str, path: str, environ: Mapping[str, str]) -> str:
+    """The value of the ``${NAME}`` ``reference`` to a secret a client presents as ``Authorization:
+    Bearer`` (the admin token, a Brand's introspection secret): too long to guess, once it is known
+    (``check-config`` without the variable set leaves it unchecked)."""
+    value = _expand_env(reference, path, environ)
+    deferred = isinstance(environ, _Environment) and environ.deferred(reference)
+    if not deferred and len(value) < ADMIN_TOKEN_MIN:
+        raise ConfigError(path, f"must be at least {ADMIN_TOKEN_MIN} characters (e.g. openssl rand -hex 32)")
+    return value
+
+
 def _admin(raw: Mapping[str, Any], metrics: Mapping[str, Any], environ: _Environment) -> AdminConfig:
     """The operator API: its token only ever ``${NAME}``, needed once enabled (and only then read, so a
     file may name it while the API stays off), too long to guess, and a listener to be served on."""
     token = raw.get("token")
-    if token is not None and not _ENV_REF.fullmatch(token):
-        raise ConfigError("admin.token", "must be an environment variable reference ${NAME}, never the token")
+    if token is not None:
+        _env_reference(token, "admin.token")
     if not raw.get("enabled", False):
         return AdminConfig()
     if token is None:
         raise ConfigError("admin.token", "is required when admin.enabled is true: write ${NAME}")
     if metrics.get("enabled", True) is False:
         raise ConfigError("admin.enabled", "needs metrics.enabled: the ops listener serves the admin API")
-    value = _expand_env(token, "admin.token", environ)
-    if not environ.deferred(token) and len(value) < ADMIN_TOKEN_MIN:
-        raise ConfigError(
-            "admin.token", f"must be at least {ADMIN_TOKEN_MIN} characters (e.g. openssl rand -hex 32)"
-        )
-    return AdminConfig(enabled=True, token=value)
+    return AdminConfig(enabled=True, token=_bearer_secret(token, "admin.token", environ))
 
 
 def _skills(raw: Sequence[Mapping[str, Any]], path: str) -> tuple[SkillConfig, ...]:

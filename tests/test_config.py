@@ -13,6 +13,7 @@ from gateway.config import (
     _PATTERN_RULES,
     SCHEMA,
     ConfigError,
+    RateRule,
     check_config_file,
     load_config,
     load_config_file,
@@ -59,10 +60,44 @@ def test_s5_delegation_block_and_its_defaults() -> None:
     raw["brands"][0]["delegation"]["introspection"] = {"secret": "${ACME_INTROSPECTION_SECRET}"}
     with pytest.raises(ConfigError, match="ACME_INTROSPECTION_SECRET is not set"):
         load_config(raw, ENV)
-    secret = load_config(raw, {**ENV, "ACME_INTROSPECTION_SECRET": "s3"}).brands["acme"].delegation
+    value = "s3" * 16
+    secret = load_config(raw, {**ENV, "ACME_INTROSPECTION_SECRET": value}).brands["acme"].delegation
     assert secret is not None
-    assert secret.introspection_secret == "s3"
-    assert "s3" not in repr(secret)
+    assert secret.introspection_secret == value
+    assert value not in repr(secret)
+
+
+@pytest.mark.parametrize(
+    ("introspection", "problem"),
+    [
+        ({"secret": "s3"}, "introspection.secret: must be an environment variable reference ${NAME}"),
+        ({"secret": "x" * 40}, "introspection.secret: must be an environment variable reference ${NAME}"),
+        ({"secret": "${SHORT}"}, "introspection.secret: must be at least 32 characters"),
+        ({"secret": "${LONG}", "failures": {"rate": 0}}, "introspection.failures.rate: 0 is less than"),
+        ({"secret": "${LONG}", "failures": {"burst": 0}}, "introspection.failures.burst: 0 is less than"),
+    ],
+)
+def test_s5_introspection_secret_follows_the_admin_tokens_rules(
+    introspection: dict[str, Any], problem: str
+) -> None:
+    """Issue 18 F7: a 2-character literal used to pass; now only ``${NAME}``, at least 32 characters."""
+    raw = example()
+    raw["brands"][0]["delegation"]["introspection"] = introspection
+    with pytest.raises(ConfigError) as caught:
+        load_config(raw, {**ENV, "SHORT": "s" * 31, "LONG": "s" * 32})
+    assert problem in str(caught.value)
+
+
+def test_s5_introspection_failures_default_and_setting() -> None:
+    raw = example()
+    raw["brands"][0]["delegation"]["introspection"] = {"secret": "${LONG}"}
+    delegation = load_config(raw, {**ENV, "LONG": "s" * 32}).brands["acme"].delegation
+    assert delegation is not None
+    assert delegation.introspection_failures == RateRule(rate=0.1, burst=10)
+    raw["brands"][0]["delegation"]["introspection"]["failures"] = {"burst": 3, "enabled": False}
+    delegation = load_config(raw, {**ENV, "LONG": "s" * 32}).brands["acme"].delegation
+    assert delegation is not None
+    assert delegation.introspection_failures == RateRule(rate=0.1, burst=3, enabled=False)
 
 
 def test_s5_signing_keys_from_files_and_duplicate_kids(tmp_path: Path) -> None:

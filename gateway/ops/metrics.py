@@ -210,6 +210,8 @@ class Metrics:
         self._request_children: dict[tuple[str, str, str], tuple[Counter, Histogram]] = {}
         self._bot_children: dict[tuple[str, str], Histogram] = {}
         self._auth_children: dict[str, Counter] = {}
+        # Every delegated turn counts two events (``delegated_turn``, ``receipt_signed``).
+        self._delegation_children: dict[tuple[str, str], Counter] = {}
 
     def observe_request(self, brand: str, operation: str, outcome: str, seconds: float) -> None:
         """One finished request; the caller has already bounded every label."""
@@ -262,7 +264,11 @@ class Metrics:
 
     def delegation_event(self, brand: str, event: DelegationEvent) -> None:
         """One §5 flow event for a configured Brand."""
-        self.delegation_events.labels(brand, event).inc()
+        key = (brand, event)
+        child = self._delegation_children.get(key)
+        if child is None:
+            child = self._delegation_children[key] = self.delegation_events.labels(brand, event)
+        child.inc()
 
     def discovery_fetched(self, ok: bool) -> None:
         """One OIDC discovery fetch (``open`` policy): ``ok`` when it yielded a usable ``jwks_uri``."""

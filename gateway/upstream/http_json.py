@@ -30,7 +30,7 @@ from gateway.config import UpstreamConfig
 from gateway.ops.tracing import trace_headers
 from gateway.upstream.base import Action, BotReply, Turn, UpstreamError
 from gateway.upstream.wire import MAX_REPLY_BYTES as MAX_REPLY_BYTES
-from gateway.upstream.wire import connection_failure, probe_endpoint, read_capped
+from gateway.upstream.wire import connection_failure, loads_reply, probe_endpoint, read_capped
 from gateway.wire import json_bytes
 
 MAX_LIST_ITEMS: Final = 64
@@ -89,7 +89,7 @@ class HttpJsonAdapter:
 
 def parse_bot_reply(raw: bytes) -> BotReply:
     try:
-        doc = orjson.loads(raw)
+        doc = loads_reply(raw)
     except orjson.JSONDecodeError:
         raise UpstreamError("bad_body", "not JSON") from None
     if not isinstance(doc, dict):

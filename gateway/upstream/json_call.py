@@ -15,7 +15,7 @@ from typing import Any, Final, NamedTuple
 import aiohttp
 import orjson
 
-from gateway.upstream.wire import exchange
+from gateway.upstream.wire import exchange, loads_reply
 
 __all__ = ["JsonAnswer", "error_label", "request_json", "status_detail"]
 
@@ -41,7 +41,7 @@ async def request_json(
 ) -> JsonAnswer:
     reply = await exchange(session, method, url, headers=headers, within=within, body=body)
     try:
-        doc = orjson.loads(reply.body) if reply.body else None
+        doc = loads_reply(reply.body) if reply.body else None
     except orjson.JSONDecodeError:
         doc = None
     return JsonAnswer(reply.status, doc, reply.headers.get("Retry-After"))

@@ -10,10 +10,11 @@ from __future__ import annotations
 import hashlib
 import os
 import socket
-from collections.abc import Mapping
-from typing import Final, NamedTuple
+from collections.abc import Iterable, Mapping
+from typing import Any, Final, NamedTuple
 
 import aiohttp
+import orjson
 from multidict import CIMultiDictProxy
 from yarl import URL
 
@@ -21,9 +22,12 @@ from gateway.upstream.base import Turn, UpstreamError
 
 __all__ = [
     "MAX_REPLY_BYTES",
+    "MAX_REPLY_DEPTH",
     "WireReply",
     "connection_failure",
     "exchange",
+    "loads_reply",
+    "nested_deeper_than",
     "probe_endpoint",
     "probe_verdict",
     "read_capped",
@@ -32,6 +36,14 @@ __all__ = [
 
 MAX_REPLY_BYTES: Final = 1024 * 1024
 """A bot's answer is read whole up to this many bytes; a longer one is a bad body, not a partial reply."""
+MAX_REPLY_DEPTH: Final = 64
+"""A bot's JSON answer nests objects and arrays at most this deep; a deeper one is a bad body.
+
+Parsing alone is bounded (orjson stops at 1,024 levels), but what the gateway then does with a
+reply may recurse over it, as the §5.6 canonical form of an action's ``args`` does, and 1,000
+levels there ran out of Python's stack (issue 18 F6). Real answers nest a handful of levels (a
+Bot Framework card a dozen or so); this is not a setting because no bot needs more, and Python's
+recursion limit is what it would have to stay well under."""
 _PROBE_REFUSALS: Final = frozenset((401, 403, 404, 407))
 
 
@@ -98,6 +110,34 @@ def _os_cause(error: OSError) -> str:
     if error.errno and error.errno > 0 and not isinstance(error, socket.gaierror):
         return os.strerror(error.errno)
     return error.strerror or type(error).__name__
+
+
+def nested_deeper_than(value: Any, limit: int) -> bool:
+    """Whether ``value`` (parsed JSON) nests objects and arrays more than ``limit`` deep (a scalar
+    is depth 0, ``[]`` depth 1), found without recursion: it is what recursion must be kept from."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Iterable[Any] = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth == limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+def loads_reply(raw: bytes) -> Any:
+    """A bot's JSON answer, parsed: :class:`orjson.JSONDecodeError` when it is not JSON (each adapter
+    says what that means for its API), :class:`UpstreamError` ``bad_body`` when it nests deeper
+    than :data:`MAX_REPLY_DEPTH`."""
+    doc = orjson.loads(raw)
+    if nested_deeper_than(doc, MAX_REPLY_DEPTH):
+        raise UpstreamError("bad_body", f"reply nested deeper than {MAX_REPLY_DEPTH} levels")
+    return doc
 
 
 async def read_capped(response: aiohttp.ClientResponse, limit: int = MAX_REPLY_BYTES) -> bytes:
