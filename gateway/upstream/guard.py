@@ -43,7 +43,7 @@ from collections.abc import Callable
 from enum import Enum, IntEnum
 
 from gateway.config import CircuitBreakerConfig, UpstreamConfig
-from gateway.ops.limits import BotCalls
+from gateway.ops.limits import BOT_CALLS, BotCalls
 from gateway.ops.metrics import Metrics
 from gateway.upstream.base import BotAdapter, BotBusy, BotReply, Turn, UpstreamError, UpstreamThrottled
 
@@ -176,7 +176,7 @@ class GuardedBot:
             self._slots.release()
             self._breaker.abandoned(permit)
             self._publish()
-            raise BotBusy(BUSY_RETRY_AFTER)
+            raise BotBusy(BUSY_RETRY_AFTER, BOT_CALLS)
         try:
             reply = await self._inner.send(turn)
         except UpstreamThrottled as throttled:
