@@ -45,6 +45,7 @@ from gateway.oauth.metadata import DEVICE_CODE_GRANT
 from gateway.ops.logs import configure_logging
 from gateway.ops.metrics import Metrics
 from gateway.pa_keys import generate_private_jwk, public_jwks
+from gateway.process.ports import Listener, unavailable
 from gateway.protocol.urls import OAuthUrls
 
 DEFAULT_CONFIG: Final[Traversable] = resources.files("gateway") / "data" / "demo.yaml"
@@ -302,6 +303,14 @@ async def run_demo(config_path: str | None, *, port: int, bot_port: int, check: 
     private = generate_private_jwk("ES256")
     configure_logging(config.logging)  # the access lines, on stderr
     metrics = Metrics()
+    wanted = [Listener("--bot-port", "127.0.0.1", bot_port), Listener("--port", "127.0.0.1", port)]
+    taken = unavailable(wanted)
+    if taken:
+        choose = "a free one with" if len(taken) == 1 else "free ones with"
+        options = " and ".join(f"{each.listener.setting} PORT" for each in taken)
+        said = "; ".join(map(str, taken))
+        print(f"pact-gateway demo: {said}; choose {choose} {options}", file=sys.stderr)
+        return 2
     try:
         runners = await start_demo(config, private, bot_port, metrics=metrics)
     except PortUnavailable as busy:
