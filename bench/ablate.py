@@ -121,9 +121,9 @@ def _serve(name: str, argv: Sequence[str]) -> int:
 
 def _count(names: Sequence[str], turns: int) -> dict[str, Any]:
     from bench import instructions
+    from bench.fronts import DEFAULT_REDIS_URL, MODES, PASSTHROUGH, Bench
     from bench.procs import Children
     from bench.redis_probe import RedisProbe
-    from bench.run import DEFAULT_REDIS_URL, MODES, PASSTHROUGH, Bench
 
     if not instructions.available():
         raise SystemExit("bench.ablate needs valgrind (callgrind)")
