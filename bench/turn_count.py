@@ -39,7 +39,6 @@ from typing import Any
 
 import yaml
 
-from bench.delegation import delegation_config
 from bench.procs import REPO_ROOT, free_port, python_env
 from bench.tokens import Minter, user_sub
 from gateway.pa_keys import generate_private_jwk, public_jwks
@@ -147,9 +146,11 @@ class _Client:
 
 
 def _gateway_config(workdir: Path, port: int, bot_port: int, jwks: dict[str, Any]) -> Path:
-    """The bench's gateway configuration (``bench.fronts``), on the memory store, metrics not served."""
-    signing = workdir / "provider-key.json"
-    signing.write_text(json.dumps(generate_private_jwk("ES256")))
+    """The bench's gateway configuration (``bench.fronts``) on the memory store, with no §5 delegation.
+
+    Identity turns only, in a configuration every build since ``dc5df84`` (before §5) reads, so
+    docs/performance.md's counts of older builds come from this same module.
+    """
     raw = {
         "listen": {"host": "127.0.0.1", "port": port},
         "public_url": f"http://127.0.0.1:{port}",
@@ -160,7 +161,6 @@ def _gateway_config(workdir: Path, port: int, bot_port: int, jwks: dict[str, Any
             "per_agent": {"rate": 1_000_000, "burst": 1_000_000},
             "per_user": {"rate": 1_000_000, "burst": 1_000_000},
         },
-        "oauth": {"signing_keys": [{"file": str(signing)}]},
         "brands": [
             {
                 "id": "acme",
@@ -168,7 +168,6 @@ def _gateway_config(workdir: Path, port: int, bot_port: int, jwks: dict[str, Any
                 "description": "Order status.",
                 "version": "1.0.0",
                 "upstream": {"url": f"http://127.0.0.1:{bot_port}/chat"},
-                "delegation": delegation_config(public_jwks(generate_private_jwk("ES256"))),
             }
         ],
     }

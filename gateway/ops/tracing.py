@@ -14,9 +14,10 @@ access line and every other record logged while the request runs carry the trace
 
 Without OpenTelemetry (the default) that span is only an id: nothing is recorded or exported,
 and this module imports nothing of OpenTelemetry. With ``tracing.otlp_endpoint`` set,
-:mod:`gateway.ops.otel` records real spans instead (:class:`Spans`): the server span replaces
-:func:`trace_middleware`, and the verification, store and bot steps get spans of their own
-through :func:`traced`, which costs nothing when tracing is off.
+:mod:`gateway.ops.otel` records real spans instead (:class:`Spans`): its server-span middleware
+starts the request's span (otherwise the access middleware does, :func:`start_trace`), and the
+verification, store and bot steps get spans of their own through :func:`traced`, which costs
+nothing when tracing is off.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     from gateway.config import TracingConfig
 
 __all__ = [
+    "CURRENT_TRACE",
     "SPANS",
     "TRACE",
     "TRACEPARENT",
@@ -51,7 +53,6 @@ __all__ = [
     "parse_tracestate",
     "start_trace",
     "trace_headers",
-    "trace_middleware",
     "traced",
     "using_trace",
 ]
@@ -197,30 +198,26 @@ def trace_headers(trace: TraceContext | None) -> dict[str, str]:
     return {TRACEPARENT: trace.traceparent, TRACESTATE: trace.state}
 
 
-_CURRENT: ContextVar[TraceContext | None] = ContextVar("pact_gateway_trace", default=None)
+CURRENT_TRACE: ContextVar[TraceContext | None] = ContextVar("pact_gateway_trace", default=None)
+"""The span of the request being handled in this context; set by whichever middleware starts the
+request's span (:class:`gateway.ops.access.AccessLog`, or OpenTelemetry's through :func:`using_trace`)."""
 TRACE = web.RequestKey("trace", TraceContext)
-"""The gateway's span of the request, set by the tracing middleware before anything else runs."""
+"""The gateway's span of the request, set by the middleware that starts it, before any handler runs."""
 
 
 def current_trace() -> TraceContext | None:
     """The span of the request being handled in this context (a task of the request), if any."""
-    return _CURRENT.get()
+    return CURRENT_TRACE.get()
 
 
 async def using_trace(request: web.Request, trace: TraceContext, handler: Handler) -> web.StreamResponse:
     """Run ``handler`` with ``trace`` as the request's span: on the request, and for its log records."""
     request[TRACE] = trace
-    token = _CURRENT.set(trace)
+    token = CURRENT_TRACE.set(trace)
     try:
         return await handler(request)
     finally:
-        _CURRENT.reset(token)
-
-
-@web.middleware
-async def trace_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Give the request its span (a child of the caller's ``traceparent``, or a new trace)."""
-    return await using_trace(request, start_trace(request.headers), handler)
+        CURRENT_TRACE.reset(token)
 
 
 AttributeValue: TypeAlias = str | bool | int | float
@@ -232,7 +229,7 @@ class Spans(Protocol):
 
     @property
     def middleware(self) -> Middleware:
-        """The server-span middleware, in place of :func:`trace_middleware`."""
+        """The server-span middleware, before the access middleware, which then starts no span itself."""
         ...
 
     def span(
