@@ -114,11 +114,24 @@ class GatewayConnection(RequestHandler):
     a deadline passes, what is late decides the answer (see the module's docstring).
     """
 
-    __slots__ = ("_answering", "_arrived", "_body", "_deadline", "_due", "_late", "_request_timeout")
+    __slots__ = (
+        "_answering",
+        "_arrived",
+        "_body",
+        "_deadline",
+        "_due",
+        "_late",
+        "_make",
+        "_request_timeout",
+    )
 
     def __init__(self, manager: web.Server, *, request_timeout: RequestTimeout, **kwargs: Any) -> None:
         super().__init__(manager, **kwargs)
         self._request_timeout = request_timeout
+        # aiohttp makes each request through this factory: ours notes the request as it starts.
+        assert manager.request_factory is not None
+        self._make: RequestFactory = manager.request_factory
+        self._request_factory = self._request_started
         self._deadline: asyncio.TimerHandle | None = None
         """The connection's timer, when armed."""
         self._due: float | None = None
@@ -151,11 +164,24 @@ class GatewayConnection(RequestHandler):
                 self._arrived = True
         super().data_received(data)
 
-    def request_started(self, request: web.BaseRequest) -> None:
+    def _request_started(
+        self,
+        message: RawRequestMessage,
+        payload: StreamReader,
+        protocol: RequestHandler,
+        writer: AbstractStreamWriter,
+        task: asyncio.Task[None],
+    ) -> web.BaseRequest:
         """The request's line and headers are in and the app takes it; its body may still be coming."""
+        request = self._make(message, payload, protocol, writer, task)
         self._answering = request
-        self._body = request.content
-        request.content.on_eof(self._body_complete)  # at once when there is no body, or it is all in
+        content = request.content
+        if content.is_eof():
+            self._due = None  # no body, or all of it came with the headers (most requests)
+        else:
+            self._body = content
+            content.on_eof(self._body_complete)
+        return request
 
     def log_access(self, request: web.BaseRequest, response: web.StreamResponse, time: float | None) -> None:
         # aiohttp calls this once the answer is written, whatever it was: the handler is done.
@@ -238,7 +264,7 @@ class ConnectionServer(web.Server):
     ) -> None:
         super().__init__(
             handler,
-            request_factory=_started(request_factory),
+            request_factory=request_factory,
             handler_cancellation=handler_cancellation,
             **kwargs,
         )
@@ -252,22 +278,6 @@ class ConnectionServer(web.Server):
             request_timeout=self._request_timeout,
             **self._connection_args,
         )
-
-
-def _started(factory: RequestFactory) -> RequestFactory:
-    def make(
-        message: RawRequestMessage,
-        payload: StreamReader,
-        protocol: RequestHandler,
-        writer: AbstractStreamWriter,
-        task: asyncio.Task[None],
-    ) -> web.BaseRequest:
-        request = factory(message, payload, protocol, writer, task)
-        if isinstance(protocol, GatewayConnection):
-            protocol.request_started(request)
-        return request
-
-    return make
 
 
 class GatewayRunner(web.AppRunner):

@@ -181,7 +181,13 @@ def incoming_trace(headers: CIMultiDictProxy[str]) -> TraceContext | None:
 
 
 def start_trace(headers: CIMultiDictProxy[str]) -> TraceContext:
-    """The gateway's span for a request: a child of the caller's valid context, or a new trace."""
+    """The gateway's span for a request: a child of the caller's valid context, or a new trace.
+
+    Called on every request: a request without ``traceparent`` (most) gets its new trace here,
+    with no call through :func:`incoming_trace` and :func:`new_trace`.
+    """
+    if TRACEPARENT not in headers:
+        return TraceContext(f"{random.getrandbits(128) or 1:032x}", f"{random.getrandbits(64) or 1:016x}")
     parent = incoming_trace(headers)
     return new_trace() if parent is None else parent.child()
 
