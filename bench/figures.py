@@ -2,7 +2,7 @@
 
 Pure functions over the result dictionaries the fronts' rounds produce (:mod:`bench.fronts`): medians
 of repeats, same-repeat ratios, a target with its verdict, the line that prints it. Shared by
-:mod:`bench.run`, :mod:`bench.adapters` and :mod:`bench.turn_count`; it imports no bench module.
+:mod:`bench.run` and :mod:`bench.adapters`; it imports no bench module.
 """
 
 from __future__ import annotations
