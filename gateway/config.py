@@ -178,6 +178,10 @@ class CacheConfig:
     wait_replicas: int | None = None
     """Redis ``WAIT``: replicas that must hold a claim or a reply before the turn goes on; ``None`` is
     1 under Sentinel (a failover must not lose a reply a client was given) and 0 otherwise."""
+    max_entries: int | None = 300_000
+    """``memory://`` only: the entries the process keeps at most (gateway/store/memory.py); ``None``
+    on Redis, which bounds itself (``maxmemory``). The default fits the Helm chart's 512 MiB limit
+    (docs/capacity.md, Memory store bound)."""
 
     @property
     def backend(self) -> Literal["memory", "redis"]:
@@ -353,9 +357,10 @@ class OpenAISettings:
 class DirectLineSettings:
     """``upstream.directline``: a Bot Framework Direct Line 3.0 bot (gateway/upstream/directline.py).
 
-    The bot's answer to a turn is complete at an activity with an ``inputHint`` of
-    ``acceptingInput`` or ``expectingInput``, at ``endOfConversation``, or after ``quiet_period``
-    seconds with no new reply; ``poll_interval`` is the wait between two reads of the activities.
+    The bot's answer to a turn is complete at a message with ``inputHint: expectingInput``, at
+    ``endOfConversation``, or after ``quiet_period`` seconds with no new message or ``typing`` from
+    the bot (``acceptingInput`` is on every SDK message: no end); ``poll_interval`` is the wait
+    between two reads of the activities.
     ``no_answer`` is the reply when the answer held nothing that renders as text.
     """
 
@@ -405,6 +410,9 @@ class DelegationConfig:
     login: LoginConfig
     token_ttl: int = 3600
     grant_ttl: int = 30 * 86400
+    refresh_grace: int = 5
+    """Seconds after a refresh in which its refresh token, presented again, gets the same answer
+    (a client whose answer was lost) rather than revoking the grant as reuse; 0 turns it off."""
     landing_url: str | None = None
     skip_consent: bool = True
     introspection_secret: str | None = field(default=None, repr=False)
@@ -508,6 +516,7 @@ _DELEGATION = _obj(
         ),
         "token_ttl": {"type": "integer", "minimum": 60, "maximum": 3600},
         "grant_ttl": {"type": "integer", "minimum": 60},
+        "refresh_grace": {"type": "integer", "minimum": 0, "maximum": 60},
         "landing_url": {**_STR, "pattern": _HTTP_URL},
         "skip_consent": {"type": "boolean"},
         "introspection": _obj({"secret": _STR}, ["secret"]),
@@ -612,6 +621,7 @@ SCHEMA: dict[str, Any] = _obj(
                 "pending_ttl": _POS_INT,
                 "timeout": _POS_NUM,
                 "wait_replicas": {"type": "integer", "minimum": 0},
+                "max_entries": _POS_INT,
             }
         ),
         "limits": _obj(
@@ -966,6 +976,7 @@ def _delegation(
         ),
         token_ttl=int(raw.get("token_ttl", 3600)),
         grant_ttl=int(raw.get("grant_ttl", 30 * 86400)),
+        refresh_grace=int(raw.get("refresh_grace", 5)),
         landing_url=raw.get("landing_url"),
         skip_consent=bool(raw.get("skip_consent", True)),
         introspection_secret=None
@@ -997,6 +1008,23 @@ def _tracing(raw: Mapping[str, Any], environ: Mapping[str, str]) -> TracingConfi
     )
 
 
+# RFC 9110 §5.1 field names are tokens; §5.5 field values are visible characters, spaces and tabs. A CR or LF
+# would let a header value start another header (or be refused by aiohttp on every call), so both are
+# refused at load, where the YAML path can be named, rather than failing each turn of the Brand.
+_FIELD_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_FIELD_VALUE_FORBIDDEN = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+
+
+def _header(name: str, value: str, path: str) -> str:
+    """A static bot header's value, checked after ``${NAME}`` expansion (a secret may carry the newline);
+    the message never quotes the value, which is typically a credential."""
+    if not _FIELD_NAME.fullmatch(name):
+        raise ConfigError(path, "is not a valid header name (RFC 9110 §5.1: a token, no spaces)")
+    if _FIELD_VALUE_FORBIDDEN.search(value):
+        raise ConfigError(path, "contains a control character (CR, LF, NUL...); a header value is one line")
+    return value
+
+
 def _upstream(raw: Mapping[str, Any], path: str, environ: Mapping[str, str]) -> UpstreamConfig:
     """The Brand's bot: the common settings, and the chosen adapter's own block (no other's)."""
     adapter: AdapterName = raw.get("adapter", "pact")
@@ -1006,7 +1034,7 @@ def _upstream(raw: Mapping[str, Any], path: str, environ: Mapping[str, str]) -> 
                 f"{path}.{name}", f"is the {name} adapter's settings, but upstream.adapter is {adapter}"
             )
     headers = {
-        name: _expand_env(value, f"{path}.headers.{name}", environ)
+        name: _header(name, _expand_env(value, f"{path}.headers.{name}", environ), f"{path}.headers.{name}")
         for name, value in raw.get("headers", {}).items()
     }
     timeout = float(raw.get("timeout", 10.0))
@@ -1225,6 +1253,10 @@ def _cache(raw: Mapping[str, Any], environ: _Environment) -> CacheConfig:
     cache = replace(cache, url=_expand_env(cache.url, "cache.url", environ))
     if cache.closed_ttl < cache.conversation_ttl:
         raise ConfigError("cache.closed_ttl", "must be at least conversation_ttl")
+    if cache.backend == "redis":
+        if "max_entries" in raw:
+            raise ConfigError("cache.max_entries", "memory:// only: bound Redis with its own maxmemory")
+        cache = replace(cache, max_entries=None)
     if cache.backend == "redis" and not environ.deferred(raw.get("url", "")):
         try:
             parse_redis_url(cache.url)

@@ -16,10 +16,21 @@ The records, by :func:`gateway.store.keys.oauth_key` kind unless said otherwise:
   poll still hears ``expired_token``;
 * ``user_code``: ``(expires, device hash)``;
 * ``consent``: ``(expires, ConsentSession)``; ``once``: ``(expires,)``;
-* a grant, at :func:`gateway.store.keys.grant_key`: :data:`~gateway.store.memory.GrantRecord`;
-* ``refresh``: ``(grant expires, grant id)``, one per refresh token the grant ever had;
-* ``user``: ``(latest grant expiry, grant ids)``, the Brand user's grants in issue order;
-* ``owner``: the same, for the (personal agent, ``sub``) they were issued to, by its owner digest.
+* a grant, at :func:`gateway.store.keys.grant_key`: :data:`~gateway.store.memory.GrantRecord`,
+  its refresh family inside (the current and previous token hashes: nothing per rotation);
+* its slot, at :func:`gateway.store.keys.grant_slot_key`: ``(grant expires, grant id)``;
+* ``grace``, by grant id: ``(deadline, previous token hash, sealed answer)``, the last rotation's
+  answer for its grace only (the sweep takes it after);
+* ``user``: ``(latest grant expiry, {grant id: None})``, the Brand user's grants in issue order,
+  a dict so that adding a grant and dropping the one it supersedes cost O(1);
+* ``owner``: the same, for the (personal agent, ``sub``) they were issued to, by its owner digest;
+* ``owner_authz``: ``(latest expiry, {device hash: expires})``, the live authorizations for one
+  (personal agent, ``sub``) in creation order; ``user_authz``: the same, by the Brand user's
+  digest, the authorizations they approved in approval order. Each addition first drops the
+  lapsed ones from the front: every authorization lives ``expires_in`` seconds, so that costs
+  O(1) amortised and the index holds only those of the last ``expires_in`` seconds or so.
+
+Tokens of the previous release do not exist here: memory state does not outlive the process.
 """
 
 from __future__ import annotations
@@ -39,8 +50,10 @@ from gateway.store.oauth import (
     OAuthStore,
     PollOutcome,
     PollResult,
+    RefreshFamily,
     RefreshOutcome,
     RefreshResult,
+    RefreshToken,
 )
 
 __all__ = ["MemoryOAuthStore"]
@@ -84,7 +97,59 @@ class MemoryOAuthStore(OAuthStore):
         self._keyspace.put(index_key, (expires, authorization.device_hash))
         device_key = keys.oauth_key(brand_id, "device", authorization.device_hash)
         self._keyspace.put(device_key, (expires + EXPIRED_KEPT, authorization, None))
+        owner_key = keys.oauth_key(brand_id, "owner_authz", authorization.owner_digest)
+        self._index_authorization(owner_key, authorization.device_hash, expires, self._keyspace.clock())
         return True
+
+    def _index_authorization(self, index_key: str, device_hash: str, expires: float, now: float) -> None:
+        """Add a live authorization to an index, after dropping the lapsed ones at its front."""
+        index = self._live(index_key, now)
+        if index is None:
+            self._keyspace.put(index_key, (expires, {device_hash: expires}))
+            return
+        members: dict[str, float] = index[1]
+        while members:
+            first = next(iter(members))
+            if members[first] > now:
+                break
+            del members[first]
+        members[device_hash] = expires
+        self._keyspace.entries[index_key] = (max(index[0], expires), members)
+
+    def _deny_indexed(self, brand_id: str, index_key: str, now: float) -> int:
+        """Deny the live PENDING or APPROVED authorizations an index names; the index goes with them."""
+        index = self._live(index_key, now)
+        if index is None:
+            return 0
+        denied = 0
+        for device_hash in index[1]:
+            device = self._device(brand_id, device_hash, now)
+            if device is None:
+                continue
+            kept, authorization, polled = device
+            if authorization.status not in (AuthorizationStatus.PENDING, AuthorizationStatus.APPROVED):
+                continue
+            if authorization.expires_at <= now:
+                continue
+            # Who approved it and what, forgotten with the approval: an erased person's record keeps none.
+            withdrawn = dataclasses.replace(
+                authorization, status=AuthorizationStatus.DENIED, user=None, approved=(), carried=()
+            )
+            self._keyspace.entries[keys.oauth_key(brand_id, "device", device_hash)] = (
+                kept,
+                withdrawn,
+                polled,
+            )
+            denied += 1
+        self._keyspace.entries[index_key] = (-math.inf, index[1])
+        return denied
+
+    async def deny_authorizations_of_owner(self, brand_id: str, owner_digest: str, now: float) -> int:
+        return self._deny_indexed(brand_id, keys.oauth_key(brand_id, "owner_authz", owner_digest), now)
+
+    async def deny_authorizations_of_user(self, brand_id: str, user: str, now: float) -> int:
+        user_key = keys.oauth_key(brand_id, "user_authz", keys.user_digest(brand_id, user))
+        return self._deny_indexed(brand_id, user_key, now)
 
     async def authorization_by_user_code(
         self, brand_id: str, user_code: str, now: float
@@ -98,11 +163,29 @@ class MemoryOAuthStore(OAuthStore):
         return device[1]
 
     async def approve(
-        self, brand_id: str, device_hash: str, user: str, scopes: tuple[str, ...], now: float
+        self,
+        brand_id: str,
+        device_hash: str,
+        user: str,
+        scopes: tuple[str, ...],
+        now: float,
+        *,
+        carried: tuple[str, ...] = (),
     ) -> bool:
-        return self._settle(
-            brand_id, device_hash, now, status=AuthorizationStatus.APPROVED, user=user, approved=scopes
+        approved = self._settle(
+            brand_id,
+            device_hash,
+            now,
+            status=AuthorizationStatus.APPROVED,
+            user=user,
+            approved=scopes,
+            carried=carried,
         )
+        device = self._device(brand_id, device_hash, now) if approved else None
+        if device is not None:
+            user_key = keys.oauth_key(brand_id, "user_authz", keys.user_digest(brand_id, user))
+            self._index_authorization(user_key, device_hash, device[1].expires_at, now)
+        return approved
 
     async def deny(self, brand_id: str, device_hash: str, now: float) -> bool:
         return self._settle(brand_id, device_hash, now, status=AuthorizationStatus.DENIED)
@@ -114,8 +197,7 @@ class MemoryOAuthStore(OAuthStore):
         owner_digest: str,
         now: float,
         *,
-        grant_id: str,
-        refresh_hash: str,
+        refresh: RefreshToken,
         grant_ttl: int,
     ) -> PollResult:
         device = self._device(brand_id, device_hash, now)
@@ -139,32 +221,61 @@ class MemoryOAuthStore(OAuthStore):
             return PollResult(PollOutcome.AUTHORIZATION_PENDING)
         redeemed = dataclasses.replace(authorization, status=AuthorizationStatus.REDEEMED)
         self._keyspace.entries[device_key] = (kept, redeemed, now)
-        assert authorization.user is not None  # APPROVED always names its user
+        user = authorization.user
+        assert user is not None  # APPROVED always names its user
+        slot_key = keys.grant_slot_key(brand_id, keys.user_digest(brand_id, user), owner_digest)
+        slot = self._live(slot_key, now)
+        superseded = None if slot is None else slot[1]
+        old = None if superseded is None else self._grant(brand_id, superseded, now)
+        # Only what the superseded grant still holds now is carried: one revoked since the approval
+        # (or replaced by another) hands nothing on.
+        held = () if old is None else old[1].scopes
+        dropped = {scope for scope in authorization.carried if scope not in held}
         grant = Grant(
-            grant_id=grant_id,
+            grant_id=refresh.grant_id,
             brand_id=brand_id,
             client_id=authorization.client_id,
-            owner_digest=authorization.owner_digest,
-            user=authorization.user,
-            scopes=authorization.approved,
+            owner_digest=owner_digest,
+            user=user,
+            scopes=tuple(scope for scope in authorization.approved if scope not in dropped),
             issued_at=now,
             expires_at=now + grant_ttl,
+            carried=tuple(scope for scope in authorization.carried if scope not in dropped),
         )
-        self._store_grant(grant, refresh_hash, now)
-        return PollResult(PollOutcome.ISSUED, grant)
+        ended = superseded is not None and self._end(brand_id, superseded, now)
+        self._store_grant(grant, RefreshFamily(refresh.family_hash, refresh.token_hash), slot_key, superseded)
+        return PollResult(PollOutcome.ISSUED, grant, ended)
 
-    def _store_grant(self, grant: Grant, refresh_hash: str, now: float) -> None:
-        brand_id, expires = grant.brand_id, grant.expires_at
-        record: GrantRecord = (expires, grant, refresh_hash)
+    def _store_grant(
+        self, grant: Grant, family: RefreshFamily, slot_key: str, superseded: str | None
+    ) -> None:
+        """Store ``grant`` in its (user, owner) slot, in place of the ``superseded`` one (§5.3)."""
+        brand_id, expires, now = grant.brand_id, grant.expires_at, grant.issued_at
+        record: GrantRecord = (expires, grant, family)
         self._keyspace.put(keys.grant_key(brand_id, grant.grant_id), record)
-        self._keyspace.put(keys.oauth_key(brand_id, "refresh", refresh_hash), (expires, grant.grant_id))
+        self._keyspace.put(slot_key, (expires, grant.grant_id))
         for index_key in (
             keys.oauth_key(brand_id, "user", keys.user_digest(brand_id, grant.user)),
             keys.oauth_key(brand_id, "owner", grant.owner_digest),
         ):
             index = self._live(index_key, now)
-            kept, ids = (expires, ()) if index is None else (max(index[0], expires), index[1])
-            self._keyspace.put(index_key, (kept, (*ids, grant.grant_id)))
+            if index is None:
+                self._keyspace.put(index_key, (expires, {grant.grant_id: None}))
+                continue
+            ids: dict[str, None] = index[1]
+            ids.pop(superseded or "", None)
+            ids[grant.grant_id] = None
+            if expires > index[0]:
+                self._keyspace.put(index_key, (expires, ids))
+
+    def _end(self, brand_id: str, grant_id: str, now: float) -> bool:
+        """Revoke a live grant in place (expired, ``-inf``): its refresh family and tokens die with it."""
+        key = keys.grant_key(brand_id, grant_id)
+        record = live_grant(self._keyspace.entries.get(key), now)
+        if record is None:
+            return False
+        self._keyspace.entries[key] = (-math.inf, record[1], record[2])
+        return True
 
     async def put_consent_session(self, brand_id: str, session_hash: str, session: ConsentSession) -> None:
         self._keyspace.put(keys.oauth_key(brand_id, "consent", session_hash), (session.expires_at, session))
@@ -195,6 +306,10 @@ class MemoryOAuthStore(OAuthStore):
         record = self._grant(brand_id, grant_id, now)
         return None if record is None else record[1]
 
+    async def live_grant_of(self, brand_id: str, user: str, owner_digest: str, now: float) -> Grant | None:
+        slot = self._live(keys.grant_slot_key(brand_id, keys.user_digest(brand_id, user), owner_digest), now)
+        return None if slot is None else await self.get_grant(brand_id, slot[1], now)
+
     async def grants_of_user(self, brand_id: str, user: str, now: float) -> list[Grant]:
         user_key = keys.oauth_key(brand_id, "user", keys.user_digest(brand_id, user))
         return self._indexed(brand_id, user_key, now)
@@ -207,42 +322,60 @@ class MemoryOAuthStore(OAuthStore):
         index = self._live(index_key, now)
         if index is None:
             return []
-        records = [(grant_id, self._grant(brand_id, grant_id, now)) for grant_id in index[1]]
-        live = [(grant_id, record[1]) for grant_id, record in records if record is not None]
-        if len(live) < len(records):
-            self._keyspace.entries[index_key] = (index[0], tuple(grant_id for grant_id, _ in live))
-        return sorted((grant for _, grant in live), key=lambda grant: (grant.issued_at, grant.grant_id))
+        ids: dict[str, None] = index[1]
+        records = [(grant_id, self._grant(brand_id, grant_id, now)) for grant_id in ids]
+        live = [record[1] for _, record in records if record is not None]
+        for grant_id, record in records:
+            if record is None:
+                del ids[grant_id]
+        return sorted(live, key=lambda grant: (grant.issued_at, grant.grant_id))
 
     async def rotate_refresh(
-        self, brand_id: str, refresh_hash: str, new_refresh_hash: str, now: float
+        self,
+        brand_id: str,
+        presented: RefreshToken,
+        new: RefreshToken,
+        now: float,
+        *,
+        grace: float = 0,
+        answer: bytes = b"",
     ) -> RefreshResult:
-        family = self._live(keys.oauth_key(brand_id, "refresh", refresh_hash), now)
-        if family is None:
-            return RefreshResult(RefreshOutcome.INVALID)
-        grant_key = keys.grant_key(brand_id, family[1])
-        record = live_grant(self._keyspace.entries.get(grant_key), now)
+        record = self._family_record(brand_id, presented, now)
         if record is None:
             return RefreshResult(RefreshOutcome.INVALID)
-        expires, grant, current = record
-        if current != refresh_hash:
-            # A spent token came back: someone holds a copy, so neither copy may go on (RFC 9700 §4.14.2).
-            self._keyspace.entries[grant_key] = (-math.inf, grant, current)
+        expires, grant, family = record
+        grace_key = keys.oauth_key(brand_id, "grace", grant.grant_id)
+        if presented.token_hash != family.current:
+            kept = self._live(grace_key, now) if presented.token_hash == family.previous else None
+            if kept is not None and kept[1] == presented.token_hash:
+                # The answer to this very token was lost: the same answer again (issue 18 I2).
+                sealed: bytes = kept[2]
+                return RefreshResult(RefreshOutcome.RETRIED, answer=sealed)
+            # A spent token of the family came back: someone holds a copy, so neither copy may go on
+            # (RFC 9700 §4.14.2). The previous token or an older one: the family knows no more.
+            self._end(brand_id, grant.grant_id, now)
             return RefreshResult(RefreshOutcome.REUSED)
-        self._keyspace.entries[grant_key] = (expires, grant, new_refresh_hash)
-        self._keyspace.put(keys.oauth_key(brand_id, "refresh", new_refresh_hash), (expires, grant.grant_id))
+        rotated = RefreshFamily(family.family_hash, new.token_hash, presented.token_hash)
+        self._keyspace.entries[keys.grant_key(brand_id, grant.grant_id)] = (expires, grant, rotated)
+        # The previous rotation's answer goes either way: its token is older than the previous now.
+        if grace > 0:
+            self._keyspace.put(grace_key, (now + grace, presented.token_hash, answer))
+        elif grace_key in self._keyspace.entries:
+            self._keyspace.entries[grace_key] = (-math.inf,)
         return RefreshResult(RefreshOutcome.ROTATED, grant)
 
-    async def grant_of_refresh(self, brand_id: str, refresh_hash: str, now: float) -> str | None:
-        family = self._live(keys.oauth_key(brand_id, "refresh", refresh_hash), now)
-        if family is None or self._grant(brand_id, family[1], now) is None:
+    def _family_record(self, brand_id: str, presented: RefreshToken, now: float) -> GrantRecord | None:
+        """The live grant ``presented`` names, if ``presented`` is of its family."""
+        if not presented.grant_id:
             return None
-        grant_id: str = family[1]
-        return grant_id
+        record = self._grant(brand_id, presented.grant_id, now)
+        if record is None or record[2].family_hash != presented.family_hash:
+            return None
+        return record
+
+    async def grant_of_refresh(self, brand_id: str, presented: RefreshToken, now: float) -> str | None:
+        record = self._family_record(brand_id, presented, now)
+        return None if record is None else record[1].grant_id
 
     async def revoke_grant(self, brand_id: str, grant_id: str) -> bool:
-        key = keys.grant_key(brand_id, grant_id)
-        record = live_grant(self._keyspace.entries.get(key), self._keyspace.clock())
-        if record is None:
-            return False
-        self._keyspace.entries[key] = (-math.inf, record[1], record[2])
-        return True
+        return self._end(brand_id, grant_id, self._keyspace.clock())

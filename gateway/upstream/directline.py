@@ -12,16 +12,27 @@ the Brand's static headers and ``X-Request-Id``:
 * a turn past half the token's ``expires_in``: ``POST /v3/directline/tokens/refresh`` with the
   token → ``{"conversationId", "token", "expires_in"}``;
 * each turn: ``POST /v3/directline/conversations/{id}/activities`` with the token and
-  ``{"type": "message", "from": {"id": "pact-<32 hex>"}, "text": <text>}`` → ``{"id": <activity
-  id>}``. ``from.id`` is a stable pseudonym of (Brand, personal agent, ``sub``)
-  (:func:`~gateway.upstream.wire.user_handle`): the bot recognizes a returning User, and never
-  sees a ``sub``;
+  ``{"type": "message", "from": {"id": "pact-<32 hex>"}, "text": <text>, "channelData":
+  {"traceparent": …}}`` → ``{"id": <activity id>}``. ``from.id`` is a stable pseudonym of (Brand,
+  personal agent, ``sub``) (:func:`~gateway.upstream.wire.user_handle`): the bot recognizes a
+  returning User, and never sees a ``sub``;
 * then ``GET /v3/directline/conversations/{id}/activities?watermark=<w>`` every
   ``poll_interval`` s, paging on at once while a read returns activities and advances the
-  watermark, until the bot's answer to that activity is complete: a message whose
-  ``replyToId`` is the posted id with an ``inputHint`` of ``acceptingInput`` or
-  ``expectingInput``, or an ``endOfConversation`` from the bot, or ``quiet_period`` s with no
-  new reply after at least one. All of it within ``upstream.timeout``, else ``timeout``.
+  watermark (a JSON string or number; kept as a string), until the bot's answer is complete.
+
+The answer is every activity from the bot after the posted one (Direct Line returns the User's own
+messages too, in order, so the posted id marks where this turn's answer starts): what came before it
+answered an earlier turn after that turn had ended, and a message whose ``replyToId`` names another
+activity answers another turn; both are skipped, so nothing is ever delivered twice. ``replyToId``
+cannot be required: botbuilder-python never sets it on Direct Line (its conversation reference
+leaves the activity id out for the ``directline`` and ``webchat`` channels). The answer is complete
+at the bot's first message with ``inputHint: expectingInput`` (a prompt: the bot waits for the
+User), at its ``endOfConversation``, or once at least one message came and ``quiet_period`` s passed
+with no new message or ``typing`` from the bot. ``acceptingInput`` is not an end: the Bot Framework
+SDKs' ``MessageFactory`` (Python and JavaScript) put it on every message by default, so a bot that
+says "Let me look that up…" and then the answer sends two of them. All within ``upstream.timeout``,
+else ``timeout``. Each posted activity carries the turn's W3C ``traceparent`` (and ``tracestate``)
+in its ``channelData``: Direct Line passes ``channelData`` to the bot, but no HTTP header.
 
 The reply is the answer's messages in order, a blank line between them: each message's
 ``text``; hero and thumbnail cards (``application/vnd.microsoft.card.hero``/``.thumbnail``) as
@@ -29,8 +40,8 @@ their ``title``, ``subtitle``, ``text`` and buttons; ``suggestedActions`` as but
 and file attachments as ``Image: <url>`` / ``Attachment: <url>``. A button is a line
 ``- <title> (reply: <value>)``, or ``(open: <url>)`` for a link, as the ``rasa`` adapter
 writes them. An answer with nothing renderable is ``upstream.directline.no_answer``. An
-``endOfConversation`` closes the PACT conversation (§4.2): the reply is sent with ``end`` and
-the kept state is deleted.
+``endOfConversation`` closes the PACT conversation (§4.2): the reply (the messages before it, a
+goodbye) is sent with ``end`` and the kept state is deleted.
 
 Token expiry: a ``401``/``403`` from a conversation call (``TokenExpired``: an expired token
 cannot be refreshed) is answered by asking for a fresh token with the secret, ``GET
@@ -50,24 +61,25 @@ import contextlib
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Final, NamedTuple
+from typing import Any, Final
 from urllib.parse import quote
 
 import aiohttp
 import orjson
 
 from gateway.config import CacheConfig, UpstreamConfig
+from gateway.ops.tracing import trace_headers
 from gateway.store import keys
 from gateway.store.adapter_state import AdapterState
 from gateway.store.base import StoreError
 from gateway.upstream.base import BotReply, Turn, UpstreamError, UpstreamThrottled, retry_after_seconds
-from gateway.upstream.json_call import JsonAnswer, error_label, request_json
+from gateway.upstream.json_call import JsonAnswer, request_json, status_detail
 from gateway.upstream.wire import MAX_REPLY_BYTES, user_handle
 
-__all__ = ["Answer", "DirectLineAdapter", "Line", "read_answer", "render_activity"]
+__all__ = ["AnswerReader", "DirectLineAdapter", "Line", "render_activity"]
 
 STATE_NAME: Final = "directline"
-COMPLETE_HINTS: Final = frozenset(("acceptingInput", "expectingInput"))
+EXPECTING_INPUT: Final = "expectingInput"
 CARDS: Final = frozenset(("application/vnd.microsoft.card.hero", "application/vnd.microsoft.card.thumbnail"))
 ENDED_TEXT: Final = "The conversation has ended."
 """The reply when the bot ended the conversation without a word."""
@@ -104,15 +116,6 @@ class Line:
         if not isinstance(refresh_at, int | float) or not isinstance(watermark, str | None):
             return cls()
         return cls(*fields)
-
-
-class Answer(NamedTuple):
-    """What one read of the activities holds of the bot's answer to the posted activity."""
-
-    messages: list[str]
-    """The rendered reply messages, in order (empty strings for messages with nothing renderable)."""
-    complete: bool
-    ended: bool
 
 
 class DirectLineAdapter:
@@ -210,7 +213,11 @@ class DirectLineAdapter:
 
     async def _post(self, line: Line, turn: Turn, user: str) -> str:
         """Send the User's message; once more after a new token (401, 403) or a new conversation (404)."""
-        body = orjson.dumps({"type": "message", "from": {"id": user}, "text": turn.text})
+        activity: dict[str, Any] = {"type": "message", "from": {"id": user}, "text": turn.text}
+        if turn.trace is not None:
+            # Direct Line forwards no HTTP header to the bot, but the activity's channelData reaches it.
+            activity["channelData"] = trace_headers(turn.trace)
+        body = orjson.dumps(activity)
         answer = await self._call("POST", self._activities(line), line.token, turn.request_id, body)
         if answer.status in (401, 403, 404):
             if answer.status == 404:
@@ -230,36 +237,36 @@ class DirectLineAdapter:
 
     async def _collect(self, line: Line, request_id: str, activity_id: str, user: str) -> BotReply:
         loop = asyncio.get_running_loop()
-        messages: list[str] = []
+        answer = AnswerReader(activity_id, user)
+        # A service that ignored the watermark would send activities again: each is taken once.
         seen: set[str] = set()
-        last_reply: float | None = None
+        last_heard: float | None = None
         reconnected = False
         while True:
             watermark = line.watermark
             url = self._activities(line)
             if watermark is not None:
                 url += f"?watermark={quote(watermark, safe='')}"
-            answer = await self._call("GET", url, line.token, request_id)
-            if answer.status in (401, 403) and not reconnected:
+            response = await self._call("GET", url, line.token, request_id)
+            if response.status in (401, 403) and not reconnected:
                 reconnected = True
                 await self._reconnect(line, request_id)
                 continue
-            if answer.status != 200:
-                raise self._failure(answer, "get activities")
-            activities, line.watermark = _activity_set(answer.doc, watermark)
+            if response.status != 200:
+                raise self._failure(response, "get activities")
+            activities, line.watermark = _activity_set(response.doc, watermark)
             fresh = [a for a in activities if not (isinstance(a.get("id"), str) and a["id"] in seen)]
             seen.update(a["id"] for a in fresh if isinstance(a.get("id"), str))
-            part = read_answer(fresh, activity_id, user)
-            messages.extend(part.messages)
-            if part.complete:
-                return self._reply(messages, ended=part.ended)
+            heard = answer.take(fresh)
+            if answer.complete:
+                return self._reply(answer.messages, ended=answer.ended)
             now = loop.time()
-            if part.messages:
-                last_reply = now
+            if heard:
+                last_heard = now
             if fresh and line.watermark != watermark:
                 continue  # more may be waiting past the new watermark: page on at once
-            if last_reply is not None and now - last_reply >= self._settings.quiet_period:
-                return self._reply(messages, ended=False)
+            if answer.messages and last_heard is not None and now - last_heard >= self._settings.quiet_period:
+                return self._reply(answer.messages, ended=False)
             await asyncio.sleep(self._settings.poll_interval)
 
     def _reply(self, messages: list[str], *, ended: bool) -> BotReply:
@@ -312,7 +319,7 @@ class DirectLineAdapter:
         return await request_json(self._session, method, url, headers=headers, within=self._within, body=body)
 
     def _failure(self, answer: JsonAnswer, what: str) -> UpstreamError:
-        detail = f"{what}: HTTP {answer.status} {error_label(answer.doc)}".rstrip()
+        detail = f"{what}: {status_detail(answer.status, answer.doc)}"
         if answer.status == 429:
             return UpstreamThrottled(retry_after_seconds(answer.retry_after, self._clock()), detail)
         if answer.status in (401, 403):
@@ -328,35 +335,71 @@ def _lifetime(doc: Mapping[str, Any]) -> float:
 
 
 def _activity_set(doc: Any, watermark: str | None) -> tuple[list[dict[str, Any]], str | None]:
-    """An ActivitySet's activities and the watermark to read from next (the old one when it has none)."""
+    """An ActivitySet's activities and the watermark to read from next (the old one when it has none).
+
+    The reference types the watermark as a string; some Direct Line implementations send a JSON
+    number, which is read the same way (ignoring it would read the whole history on every poll).
+    """
     activities = doc.get("activities") if isinstance(doc, dict) else None
     if not isinstance(activities, list) or not all(isinstance(a, dict) for a in activities):
         raise UpstreamError("bad_body", "get activities: not an ActivitySet")
     new = doc.get("watermark")
+    if isinstance(new, int) and not isinstance(new, bool) and new >= 0:
+        return activities, str(new)
     return activities, new if isinstance(new, str) and new else watermark
 
 
-def read_answer(activities: list[dict[str, Any]], activity_id: str, user: str) -> Answer:
-    """The bot's answer to ``activity_id`` in ``activities``; complete at an ``inputHint`` that hands the
-    turn back to the User, or at the bot's ``endOfConversation``.
+class AnswerReader:
+    """The bot's answer to the posted activity ``activity_id``, taken from the pages of activities as
+    they are read (in order, each activity once).
 
-    Only replies to the posted activity count: a late answer to an earlier turn (one that timed
-    out) or a proactive message must not become this turn's reply.
+    Only what follows the posted activity is this turn's: an activity before it answered an earlier
+    turn after that one had ended (it was never delivered, and is not now: the agent has moved on,
+    and a timed-out turn's retry gets its own answer). A ``replyToId`` is not required (botbuilder-python
+    sends none on Direct Line), but one that names another activity marks an answer to another turn.
     """
-    messages: list[str] = []
-    for activity in activities:
-        sender = activity.get("from")
-        if isinstance(sender, dict) and sender.get("id") == user:
-            continue  # the User's own messages come back in the activity set too
-        kind = activity.get("type")
-        if kind == "endOfConversation":
-            return Answer(messages, complete=True, ended=True)
-        if kind != "message" or activity.get("replyToId") != activity_id:
-            continue
-        messages.append(render_activity(activity))
-        if activity.get("inputHint") in COMPLETE_HINTS:
-            return Answer(messages, complete=True, ended=False)
-    return Answer(messages, complete=False, ended=False)
+
+    __slots__ = ("_activity_id", "_after", "_user", "complete", "ended", "messages")
+
+    def __init__(self, activity_id: str, user: str) -> None:
+        self._activity_id = activity_id
+        self._user = user
+        self._after = False
+        self.messages: list[str] = []
+        """The rendered messages, in order (empty strings for messages with nothing renderable)."""
+        self.complete = False
+        self.ended = False
+
+    def take(self, activities: list[dict[str, Any]]) -> bool:
+        """Read one page; whether the bot was heard in it (a message or ``typing`` of this turn), which
+        restarts the quiet period. Stops at the end of the answer: what follows it is not this turn's.
+        """
+        heard = False
+        for activity in activities:
+            if self.complete:
+                break
+            if activity.get("id") == self._activity_id:
+                self._after = True
+                continue
+            sender = activity.get("from")
+            if isinstance(sender, dict) and sender.get("id") == self._user:
+                continue  # the User's own messages come back in the activity set too
+            reply_to = activity.get("replyToId")
+            if reply_to is not None and reply_to != self._activity_id:
+                continue
+            if reply_to is None and not self._after:
+                continue
+            kind = activity.get("type")
+            if kind == "endOfConversation":
+                self.complete = self.ended = True
+            elif kind == "typing":
+                heard = True
+            elif kind == "message":
+                heard = True
+                self.messages.append(render_activity(activity))
+                # A prompt: the bot now waits for the User (``acceptingInput`` does not say that).
+                self.complete = activity.get("inputHint") == EXPECTING_INPUT
+        return heard
 
 
 def render_activity(activity: Mapping[str, Any]) -> str:

@@ -17,7 +17,7 @@ import orjson
 
 from gateway.upstream.wire import exchange
 
-__all__ = ["JsonAnswer", "error_label", "request_json"]
+__all__ = ["JsonAnswer", "error_label", "request_json", "status_detail"]
 
 _LABEL: Final = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
@@ -61,3 +61,10 @@ def error_label(doc: Any) -> str:
         if isinstance(value, str) and _LABEL.fullmatch(value):
             return value
     return ""
+
+
+def status_detail(status: int, doc: Any) -> str:
+    """A failed status for the log: ``HTTP 400``, and the server's own error code named as such when it
+    sent one (``HTTP 429, error code insufficient_quota``): two bare numbers side by side read as one."""
+    code = error_label(doc)
+    return f"HTTP {status}, error code {code}" if code else f"HTTP {status}"

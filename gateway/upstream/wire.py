@@ -8,17 +8,21 @@ measured by the bench per turn); the others use :func:`exchange`.
 from __future__ import annotations
 
 import hashlib
+import os
+import socket
 from collections.abc import Mapping
 from typing import Final, NamedTuple
 
 import aiohttp
 from multidict import CIMultiDictProxy
+from yarl import URL
 
 from gateway.upstream.base import Turn, UpstreamError
 
 __all__ = [
     "MAX_REPLY_BYTES",
     "WireReply",
+    "connection_failure",
     "exchange",
     "probe_endpoint",
     "probe_verdict",
@@ -61,9 +65,39 @@ async def exchange(
     except TimeoutError:
         raise UpstreamError("timeout", f"no answer within {within.total} s") from None
     except aiohttp.ClientConnectionError as exc:
-        raise UpstreamError("connect", type(exc).__name__) from None
+        raise UpstreamError("connect", connection_failure(url, exc)) from None
     except aiohttp.ClientError as exc:
-        raise UpstreamError("protocol", type(exc).__name__) from None
+        raise UpstreamError("protocol", connection_failure(url, exc)) from None
+
+
+def connection_failure(url: str | URL, exc: aiohttp.ClientError) -> str:
+    """A call that got no usable answer, as the log and the probe say it: the target as ``host:port``
+    (never the URL's credentials, path or query) and the cause in words, e.g.
+    ``127.0.0.1:9100: connection refused``, instead of an exception's class name."""
+    target = URL(url)
+    host = f"[{target.host}]" if target.host and ":" in target.host else target.host
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        cause = _os_cause(exc.os_error)
+    elif isinstance(exc, aiohttp.ServerDisconnectedError):
+        cause = "the server closed the connection without answering"
+    elif isinstance(exc, aiohttp.ClientOSError):
+        cause = _os_cause(exc)
+    elif isinstance(exc, aiohttp.ClientPayloadError):
+        cause = "the answer's body broke off"
+    elif isinstance(exc, aiohttp.ClientResponseError):
+        cause = f"not a valid HTTP answer ({type(exc).__name__})"
+    else:
+        cause = type(exc).__name__
+    return f"{host}:{target.port}: {cause[:1].lower()}{cause[1:]}"
+
+
+def _os_cause(error: OSError) -> str:
+    """The operating system's words for ``error``: asyncio words a refused connect as "Connect call failed
+    (address)", so the errno's own text ("Connection refused") is preferred; a name-resolution failure
+    keeps its resolver's text ("Name or service not known"), whose code is no errno."""
+    if error.errno and error.errno > 0 and not isinstance(error, socket.gaierror):
+        return os.strerror(error.errno)
+    return error.strerror or type(error).__name__
 
 
 async def read_capped(response: aiohttp.ClientResponse, limit: int = MAX_REPLY_BYTES) -> bytes:
@@ -105,11 +139,15 @@ def user_handle(turn: Turn) -> str:
 def probe_verdict(method: str, status: int) -> str:
     """What a probe's status says: the line to report, or :class:`UpstreamError` when it shows a fault.
 
-    The probe sends no turn, so a bot's server refusing the method (405) or the request (400)
-    still proves it is there and speaking HTTP. A 5xx, a refusal of the configured credentials
-    (401, 403, 407), no such endpoint (404) or a redirect (not followed on turns either) is a fault.
+    The probe sends no turn, so a bot's server refusing the method (405), not implementing it (501,
+    what Python's ``http.server`` answers to an ``OPTIONS`` it has no handler for) or refusing the
+    request (400) still proves it is there and speaking HTTP: the bot contract promises ``POST`` only.
+    Any other 5xx, a refusal of the configured credentials (401, 403, 407), no such endpoint (404) or
+    a redirect (not followed on turns either) is a fault.
     """
     line = f"{method} answered HTTP {status}"
+    if status == 501:
+        return f"{line} (not implemented: the server is there)"
     if status >= 500 or status in _PROBE_REFUSALS or 300 <= status < 400:
         raise UpstreamError("status", line)
     return line

@@ -10,7 +10,19 @@ Line 3.0 reference (MicrosoftDocs/bot-docs, articles/rest-api/bot-framework-rest
   token, streamUrl}`` (no ``expires_in``, as the reference's example);
 * ``POST /v3/directline/conversations/{id}/activities`` → ``{"id": "<conversationId>|<seq>"}``;
 * ``GET /v3/directline/conversations/{id}/activities?watermark=<w>`` → an ActivitySet of at most
-  ``page_size`` activities after ``w`` (the User's own messages included) and the next watermark.
+  ``page_size`` activities after ``w`` (the User's own messages included) and the next watermark
+  (a string, as the reference types it; a JSON number with ``numeric_watermark``, as some
+  implementations send it).
+
+With ``bot_url``, the bot behind it is a real Bot Framework bot (tests/support/botframework_bot.py)
+rather than the scripted one: each message is posted to the bot's endpoint as the Direct Line channel
+posts it (``channelId: directline``, ``serviceUrl`` this service), and the bot sends its activities
+back through this service's Bot Connector endpoints, ``POST /v3/conversations/{id}/activities`` and
+``POST /v3/conversations/{id}/activities/{activityId}`` (the bot runs without an app id, as under the
+Emulator, so neither side checks a Bot Framework token). Direct Line answers the client's post once
+the bot took the activity, and an SDK bot takes it only at the end of its turn; here the post is
+answered at once and the bot's activities arrive while the adapter reads, as an asynchronous bot's
+do (Copilot Studio, a bot answering from a queue): the harder case for when an answer is complete.
 
 Errors are Bot Framework ErrorResponses (``{"error": {"code", "message"}}``): ``401`` without a
 credential, ``403`` ``TokenExpired`` for a token :meth:`FakeDirectLine.expire_tokens` expired, ``403``
@@ -18,27 +30,32 @@ for a token of another conversation, ``404`` for a conversation :meth:`FakeDirec
 
 Every request is checked against what the adapter promises (README "Microsoft Direct Line"): the
 secret only where a conversation is started, reconnected or a token generated, ``X-Request-Id``
-on a turn's calls, a ``message`` activity of exactly ``type``, ``from: {id: "pact-<32 hex>"}`` and
-``text``, watermarks this service issued. A request that does not fit is answered ``400`` and
-recorded in ``violations``, which the fixture asserts empty.
+on a turn's calls, a ``message`` activity of exactly ``type``, ``from: {id: "pact-<32 hex>"}``,
+``text`` and ``channelData: {traceparent[, tracestate]}``, watermarks this service issued. A request
+that does not fit is answered ``400`` and recorded in ``violations``, which the fixture asserts empty.
 
-``mode`` is what the bot does with a message: ``answer`` (one reply, ``inputHint: acceptingInput``,
-counting the messages of its conversation, so a test sees which conversation it is),
-``several`` (a proactive message, a stale answer to an older activity, then three replies, the
-last ``expectingInput``), ``quiet`` (two replies without ``inputHint``), ``cards`` (a hero card,
-an image and suggested actions), ``end`` (a reply, then ``endOfConversation``), ``hang_up``
-(``endOfConversation`` alone), ``widget`` (an Adaptive Card and no text), ``late`` (one reply,
-written only at the client's third read, after one that found nothing new), ``silent`` (never
-answers), ``bot_error`` (``502 BotError``), ``throttle`` (``429`` with ``Retry-After: 5``).
+``mode`` is what the scripted bot does with a message: ``answer`` (one prompt, ``inputHint:
+expectingInput``, counting the messages of its conversation, so a test sees which conversation it
+is), ``several`` (a message that arrives just before the User's, then after it a stale answer to an
+older activity, ``typing``, three replies, the last ``expectingInput``, and one more message),
+``quiet`` (two replies without ``inputHint``), ``cards`` (a hero card, an image and suggested
+actions), ``end`` (a goodbye with ``acceptingInput``, as the SDKs send it, then
+``endOfConversation``), ``hang_up`` (``endOfConversation`` alone), ``widget`` (an Adaptive Card and
+no text), ``late`` (one prompt, written only at the client's third read, after one that found
+nothing new), ``silent`` (never answers), ``bot_error`` (``502 BotError``), ``throttle`` (``429``
+with ``Retry-After: 5``). No scripted reply carries a ``replyToId`` but the stale answer:
+botbuilder-python sends none on Direct Line.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import aiohttp
 import orjson
 import pytest
 from aiohttp import web
@@ -62,8 +79,9 @@ class Conversation:
 
     def add(self, activity: dict[str, Any]) -> str:
         activity_id = f"{self.id}|{len(self.activities):07d}"
+        # The service names the activity and its conversation, whatever the sender wrote there.
         self.activities.append(
-            {"id": activity_id, "channelId": "directline", "conversation": {"id": self.id}, **activity}
+            {**activity, "id": activity_id, "channelId": "directline", "conversation": {"id": self.id}}
         )
         return activity_id
 
@@ -71,8 +89,11 @@ class Conversation:
 @dataclass
 class FakeDirectLine:
     mode: str = "answer"
+    bot_url: str | None = None
+    """A real bot's messaging endpoint (``…/api/messages``): it answers instead of ``mode``."""
     page_size: int = 100
     expires_in: int = 1800
+    numeric_watermark: bool = False
     conversations: dict[str, Conversation] = field(default_factory=dict)
     live: dict[str, str] = field(default_factory=dict)
     """Live token → its conversation id."""
@@ -81,8 +102,11 @@ class FakeDirectLine:
     """Every call the service accepted, by name: start, generate, refresh, reconnect, send (each message
     that reached the bot, whatever the bot then did), read."""
     posted: list[dict[str, Any]] = field(default_factory=list)
+    watermarks: list[str | None] = field(default_factory=list)
+    """The watermark of every read, as the client sent it (``None`` for none)."""
     violations: list[str] = field(default_factory=list)
     server: TestServer | None = None
+    _deliveries: set[asyncio.Task[None]] = field(default_factory=set)
     _tokens: Iterator[str] = field(default_factory=lambda: iter(()))
     _started: int = 0
 
@@ -100,10 +124,16 @@ class FakeDirectLine:
         app.router.add_get(f"{base}/conversations/{{conversation}}", self.reconnect)
         app.router.add_post(f"{base}/conversations/{{conversation}}/activities", self.send)
         app.router.add_get(f"{base}/conversations/{{conversation}}/activities", self.read)
+        # The Bot Connector API, where a real bot sends its activities (``serviceUrl`` is this service).
+        app.router.add_post("/v3/conversations/{conversation}/activities", self.from_bot)
+        app.router.add_post("/v3/conversations/{conversation}/activities/{activity}", self.from_bot)
         self.server = TestServer(app, host="127.0.0.1")
         await self.server.start_server()
 
     async def close(self) -> None:
+        for delivery in self._deliveries:
+            delivery.cancel()
+        await asyncio.gather(*self._deliveries, return_exceptions=True)
         if self.server is not None:
             await self.server.close()
 
@@ -215,44 +245,69 @@ class FakeDirectLine:
             return error(429, "Throttled", "Too many requests", {"Retry-After": "5"})
         activity = orjson.loads(body)
         self.posted.append(activity)
+        if self.mode == "several":  # an answer to an earlier turn, come after that turn had ended
+            conversation.add({"type": "message", "from": BOT, "text": "Late answer to an older turn."})
         activity_id = conversation.add(activity)
         conversation.user_messages += 1
-        self._bot_answers(conversation, activity_id, activity["text"])
+        if self.bot_url is None:
+            self._bot_answers(conversation, activity_id, activity["text"])
+        else:
+            delivery = asyncio.create_task(self._deliver(self.bot_url, conversation.activities[-1]))
+            self._deliveries.add(delivery)
+            delivery.add_done_callback(self._deliveries.discard)
         return web.json_response({"id": activity_id})
+
+    async def _deliver(self, bot_url: str, activity: dict[str, Any]) -> None:
+        """Post the User's activity to the bot as the Direct Line channel does."""
+        incoming = {
+            **activity,
+            "serviceUrl": self.url,
+            "recipient": BOT,
+            "from": {**activity["from"], "role": "user"},
+            "timestamp": "2026-12-04T05:00:00.000Z",
+        }
+        async with aiohttp.ClientSession() as session, session.post(bot_url, json=incoming) as answer:
+            if not 200 <= answer.status < 300:
+                self.violations.append(f"the bot answered {answer.status}: {await answer.text()}")
+
+    async def from_bot(self, request: web.Request) -> web.StreamResponse:
+        """A bot's activity sent through the Bot Connector API: added to its conversation."""
+        conversation = self.conversations.get(request.match_info["conversation"])
+        if conversation is None:
+            return error(404, "BadArgument", "Conversation not found")
+        activity = await request.json()
+        if not isinstance(activity, dict) or not isinstance(activity.get("type"), str):
+            return self._violation(f"the bot sent no activity: {activity!r}")
+        self.operations.append("bot")
+        return web.json_response({"id": conversation.add(activity)})
 
     def _bot_answers(self, conversation: Conversation, activity_id: str, text: str) -> None:
         def reply(words: str, hint: str | None = None, **more: Any) -> dict[str, Any]:
-            activity = {"type": "message", "from": BOT, "replyToId": activity_id, "text": words, **more}
+            activity = {"type": "message", "from": BOT, "text": words, **more}
             if hint is not None:
                 activity["inputHint"] = hint
             return activity
 
         count = conversation.user_messages
         if self.mode == "answer":
-            conversation.add(reply(f"You said: {text} (message {count} here)", "acceptingInput"))
+            conversation.add(reply(f"You said: {text} (message {count} here)", "expectingInput"))
         elif self.mode == "several":
-            conversation.add({"type": "message", "from": BOT, "text": "Proactive: our hours changed."})
             conversation.add(reply("Stale answer to an older turn.", replyToId=f"{conversation.id}|old"))
-            conversation.add(reply("One.", "ignoringInput"))
+            conversation.add({"type": "typing", "from": BOT})
+            conversation.add(reply("One.", "acceptingInput"))
             conversation.add(reply("Two.", "ignoringInput"))
             conversation.add(reply("Three?", "expectingInput"))
+            conversation.add(reply("After the prompt: not this turn's.", "acceptingInput"))
         elif self.mode == "quiet":
             conversation.add(reply("First part."))
             conversation.add(reply("Second part."))
         elif self.mode == "cards":
             conversation.add(reply("Pick one:", "acceptingInput", **CARDS_ACTIVITY))
         elif self.mode == "end":
-            conversation.add(reply("Goodbye!"))
-            conversation.add(
-                {
-                    "type": "endOfConversation",
-                    "from": BOT,
-                    "replyToId": activity_id,
-                    "code": "completedSuccessfully",
-                }
-            )
+            conversation.add(reply("Goodbye!", "acceptingInput"))
+            conversation.add({"type": "endOfConversation", "from": BOT, "code": "completedSuccessfully"})
         elif self.mode == "hang_up":
-            conversation.add({"type": "endOfConversation", "from": BOT, "replyToId": activity_id})
+            conversation.add({"type": "endOfConversation", "from": BOT})
         elif self.mode == "widget":
             card = {
                 "contentType": "application/vnd.microsoft.card.adaptive",
@@ -260,7 +315,7 @@ class FakeDirectLine:
             }
             conversation.add(reply("", "acceptingInput", attachments=[card]))
         elif self.mode == "late":
-            conversation.pending.append(reply(f"Late: {text}", "acceptingInput"))
+            conversation.pending.append(reply(f"Late: {text}", "expectingInput"))
             conversation.reads_before_pending = 3
 
     async def read(self, request: web.Request) -> web.StreamResponse:
@@ -271,6 +326,7 @@ class FakeDirectLine:
         conversation = self.conversations.get(conversation_id)
         if conversation is None:
             return error(404, "BadArgument", "Conversation not found")
+        self.watermarks.append(request.query.get("watermark"))
         watermark = request.query.get("watermark", "0")
         if not watermark.isdigit() or int(watermark) > len(conversation.activities):
             return self._violation(f"a watermark this service never issued: {watermark!r}")
@@ -285,7 +341,13 @@ class FakeDirectLine:
                 conversation.pending.clear()
         start = int(watermark)
         page = conversation.activities[start : start + self.page_size]
-        return web.json_response({"activities": page, "watermark": str(start + len(page))})
+        next_watermark = start + len(page)
+        return web.json_response(
+            {
+                "activities": page,
+                "watermark": next_watermark if self.numeric_watermark else str(next_watermark),
+            }
+        )
 
 
 CARDS_ACTIVITY: dict[str, Any] = {
@@ -334,8 +396,15 @@ def activity_problem(content_type: str, raw: bytes) -> str:
         activity = orjson.loads(raw)
     except orjson.JSONDecodeError:
         return "activity is not JSON"
-    if not isinstance(activity, dict) or activity.keys() != {"type", "from", "text"}:
+    if not isinstance(activity, dict) or activity.keys() - {"channelData"} != {"type", "from", "text"}:
         return f"activity members {sorted(activity) if isinstance(activity, dict) else activity}"
+    trace = activity.get("channelData", {"traceparent": "a turn without a trace"})
+    if (
+        not isinstance(trace, dict)
+        or "traceparent" not in trace
+        or trace.keys() - {"traceparent", "tracestate"}
+    ):
+        return f"channelData is not {{traceparent[, tracestate]}}: {trace}"
     if activity["type"] != "message":
         return "not a message activity"
     sender = activity["from"]

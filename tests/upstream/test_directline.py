@@ -15,10 +15,11 @@ import pytest
 
 from gateway.app import ADAPTER_STATE
 from gateway.config import ConfigError, DirectLineSettings, load_config
+from gateway.ops.tracing import parse_traceparent
 from gateway.store import keys, open_store
 from gateway.store.factory import open_adapter_state
 from gateway.upstream.base import UpstreamError
-from gateway.upstream.directline import ENDED_TEXT, Line, read_answer, render_activity
+from gateway.upstream.directline import ENDED_TEXT, AnswerReader, Line, render_activity
 from gateway.upstream.factory import make_adapter
 from tests.support.adapters import (
     A2A_JSON,
@@ -123,18 +124,56 @@ async def test_directline_failure_is_internal_nothing_stored_and_the_retry_runs_
 async def test_directline_reads_page_on_the_watermark_and_take_only_this_turns_answer(
     make_gateway: MakeGateway, fake_directline: FakeDirectLine
 ) -> None:
-    """One activity per read: the adapter pages on; a proactive message and a stale answer to an
-    earlier activity are not this turn's reply; the answer ends at ``expectingInput``."""
+    """One activity per read: the adapter pages on; a message that came before the posted one and a
+    stale answer to an earlier activity are not this turn's reply; ``acceptingInput`` does not end
+    the answer, ``expectingInput`` does, and what follows that is not this turn's either."""
     gw = await make_gateway(edit=directline_upstream(fake_directline), environ=ENV)
     fake_directline.page_size = 1
     fake_directline.mode = "several"
     text, context_id = await text_of(await gw.send("Tell me"))
     assert text == "One.\n\nTwo.\n\nThree?"
-    assert fake_directline.count("read") == 6  # the User's message, two skipped, three replies
+    assert fake_directline.count("read") == 7  # the earlier message, the User's, stale, typing, 3 replies
     fake_directline.mode = "answer"
     text, _ = await text_of(await gw.send("Again", message_id="m-2", context_id=context_id))
     assert text == "You said: Again (message 2 here)"
-    assert fake_directline.count("read") == 8  # from the kept watermark, not from the start
+    assert fake_directline.count("read") == 10  # from the kept watermark, not from the start
+    assert fake_directline.watermarks[-3:] == ["7", "8", "9"]
+
+
+async def test_directline_a_numeric_watermark_is_followed_and_nothing_is_delivered_twice(
+    make_gateway: MakeGateway, fake_directline: FakeDirectLine
+) -> None:
+    """Some Direct Line implementations send the watermark as a JSON number: it is followed as the
+    string one is, so each read starts where the last stopped and no message reaches the agent twice."""
+    gw = await make_gateway(edit=directline_upstream(fake_directline), environ=ENV)
+    fake_directline.numeric_watermark = True
+    fake_directline.mode = "quiet"
+    text, context_id = await text_of(await gw.send("Tell me", message_id="m-1"))
+    assert text == "First part.\n\nSecond part."
+    reads = fake_directline.count("read")
+    assert fake_directline.watermarks[1:reads] == ["3"] * (reads - 1)  # all three read at once
+    fake_directline.mode = "answer"
+    text, _ = await text_of(await gw.send("Again", message_id="m-2", context_id=context_id))
+    assert text == "You said: Again (message 2 here)"
+    assert fake_directline.watermarks[reads:] == ["3"]
+    line = await kept_line(gw, context_id)
+    assert line is not None
+    assert line.watermark == "5"
+
+
+async def test_directline_sends_the_trace_context_in_the_activitys_channel_data(
+    gw_dl: Harness, fake_directline: FakeDirectLine
+) -> None:
+    """Direct Line forwards no HTTP header to the bot; the activity's ``channelData`` reaches it."""
+    trace_id = "4bf92f3577b34da6a3ce929d0e0e4736"
+    headers = {"traceparent": f"00-{trace_id}-00f067aa0ba902b7-01", "tracestate": "congo=t61rcWkgMzE"}
+    await text_of(await gw_dl.send("Hi", headers=headers))
+    channel_data = fake_directline.posted[-1]["channelData"]
+    sent = parse_traceparent(channel_data["traceparent"])
+    assert sent is not None
+    assert (sent.trace_id, sent.span_id, sent.flags) != (trace_id, "00f067aa0ba902b7", "01")
+    assert (sent.trace_id, sent.flags) == (trace_id, "01")  # the gateway's span, in the caller's trace
+    assert channel_data["tracestate"] == "congo=t61rcWkgMzE"
 
 
 async def test_directline_an_answer_without_input_hint_completes_after_the_quiet_period(
@@ -177,6 +216,8 @@ async def test_directline_cards_and_suggested_actions_are_lines_to_act_on(
 async def test_s4_2_end_of_conversation_closes_it_and_drops_the_kept_state(
     gw_dl: Harness, fake_directline: FakeDirectLine
 ) -> None:
+    """A goodbye (``acceptingInput``, as the SDKs send every message) then ``endOfConversation``: the
+    goodbye is the reply and the conversation is closed; the next turn is refused, never sent."""
     _, context_id = await text_of(await gw_dl.send("Hi", message_id="m-1"))
     assert await kept_line(gw_dl, context_id) is not None
     fake_directline.mode = "end"
@@ -303,28 +344,49 @@ POSTED = "c|0000003"
 
 
 def bot_message(text: str, **more: Any) -> dict[str, Any]:
-    return {"type": "message", "from": BOT, "replyToId": POSTED, "text": text, **more}
+    return {"type": "message", "from": BOT, "text": text, **more}
 
 
-def test_read_answer_takes_the_replies_to_the_posted_activity_only() -> None:
+def answer_of(*pages: list[dict[str, Any]]) -> tuple[list[str], bool, bool]:
+    reader = AnswerReader(POSTED, USER)
+    for page in pages:
+        reader.take(page)
+    return reader.messages, reader.complete, reader.ended
+
+
+def test_the_answer_is_what_follows_the_posted_activity_up_to_a_prompt() -> None:
     activities = [
+        bot_message("late, to an earlier turn"),
         {"type": "message", "from": {"id": USER}, "text": "mine", "id": POSTED},
         bot_message("stale", replyToId="c|0000001"),
-        {"type": "message", "from": BOT, "text": "proactive"},
-        {"type": "typing", "from": BOT, "replyToId": POSTED},
-        bot_message("one"),
-        bot_message("two", inputHint="acceptingInput"),
-        bot_message("after the hand-back"),
+        {"type": "typing", "from": BOT},
+        bot_message("one", inputHint="acceptingInput"),
+        bot_message("two", replyToId=POSTED, inputHint="acceptingInput"),
+        bot_message("three?", inputHint="expectingInput"),
+        bot_message("after the prompt"),
     ]
-    assert read_answer(activities, POSTED, USER) == (["one", "two"], True, False)
-    assert read_answer(activities[:5], POSTED, USER) == (["one"], False, False)
+    assert answer_of(activities) == (["one", "two", "three?"], True, False)
+    assert answer_of(activities[:2], activities[2:6]) == (["one", "two"], False, False)
 
 
-def test_read_answer_ends_at_the_bots_end_of_conversation() -> None:
-    ended = [bot_message("bye"), {"type": "endOfConversation", "from": BOT}]
-    assert read_answer(ended, POSTED, USER) == (["bye"], True, True)
-    users_end = [{"type": "endOfConversation", "from": {"id": USER}}]
-    assert read_answer(users_end, POSTED, USER) == ([], False, False)
+def test_typing_and_messages_are_heard_and_only_this_turns() -> None:
+    reader = AnswerReader(POSTED, USER)
+    assert not reader.take([bot_message("late"), {"type": "typing", "from": BOT}])
+    assert reader.take(
+        [{"type": "message", "from": {"id": USER}, "id": POSTED}, {"type": "typing", "from": BOT}]
+    )
+    assert not reader.take([{"type": "event", "from": BOT, "name": "x"}])
+    assert reader.messages == []
+
+
+def test_the_answer_ends_at_the_bots_end_of_conversation() -> None:
+    mine = {"type": "message", "from": {"id": USER}, "text": "bye", "id": POSTED}
+    ended = [mine, bot_message("bye", inputHint="acceptingInput"), {"type": "endOfConversation", "from": BOT}]
+    assert answer_of(ended) == (["bye"], True, True)
+    users_end = [mine, {"type": "endOfConversation", "from": {"id": USER}}]
+    assert answer_of(users_end) == ([], False, False)
+    earlier_end = [{"type": "endOfConversation", "from": BOT}, mine]
+    assert answer_of(earlier_end) == ([], False, False)
 
 
 def test_render_activity() -> None:
