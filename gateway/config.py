@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from importlib.resources.abc import Traversable
 from pathlib import Path
-from typing import Any, Literal, ParamSpec, TypeVar
+from typing import Any, Final, Literal, ParamSpec, TypeVar
 from urllib.parse import urlsplit
 
 import jmespath
@@ -116,6 +116,9 @@ class ConfigError(ValueError):
 class ListenConfig:
     host: str = "0.0.0.0"  # noqa: S104 - a gateway in a container listens on every interface
     port: int = 8080
+    backlog: int = 4096
+    """Connections the kernel holds for the gateway before it accepts them (``listen(2)``), capped by
+    ``net.core.somaxconn``. aiohttp's own 128 refused a burst of thousands of slow turns at the door."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,6 +203,9 @@ class LimitsConfig:
     max_body_bytes: int = 65536
     request_timeout: float = 30.0
     shutdown_timeout: float = 20.0  # seconds in-flight requests get to finish after SIGTERM
+    max_bot_calls: int = 4000
+    """Bot calls in flight in this process, every Brand together: what bounds the memory turns in
+    flight hold (each Brand's ``upstream.max_concurrency`` bounds only its own bot's share)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -377,13 +383,18 @@ ADAPTERS: tuple[AdapterName, ...] = ("pact", "rasa", "openai", "directline", "ht
 block of its own name under ``upstream`` (gateway/upstream/factory.py picks the module)."""
 
 
+MAX_CONCURRENCY: Final = 2000
+"""``upstream.max_concurrency``'s default: bot calls in flight per Brand and process. In flight is
+turns/s × the bot's latency, so 2000 serves 400 to 2000 turns/s of a bot taking 1 to 5 s."""
+
+
 @dataclass(frozen=True, slots=True)
 class UpstreamConfig:
     url: str
     timeout: float = 10.0
     headers: Mapping[str, str] = field(default_factory=dict, repr=False)
     """Static headers on every bot call, typically the bot's credential: kept out of ``repr``."""
-    max_concurrency: int = 64
+    max_concurrency: int = MAX_CONCURRENCY
     queue_timeout: float = 1.0
     circuit_breaker: CircuitBreakerConfig = field(default_factory=CircuitBreakerConfig)
     adapter: AdapterName = "pact"
@@ -583,7 +594,13 @@ _SIGNING_KEY = {
 
 SCHEMA: dict[str, Any] = _obj(
     {
-        "listen": _obj({"host": _STR, "port": {"type": "integer", "minimum": 0, "maximum": 65535}}),
+        "listen": _obj(
+            {
+                "host": _STR,
+                "port": {"type": "integer", "minimum": 0, "maximum": 65535},
+                "backlog": {"type": "integer", "minimum": 1, "maximum": 65535},
+            }
+        ),
         "public_url": {**_STR, "pattern": _HTTP_URL},
         "development": {"type": "boolean"},
         "security_scheme_name": {**_STR, "pattern": _SCHEME_NAME},
@@ -634,7 +651,12 @@ SCHEMA: dict[str, Any] = _obj(
             }
         ),
         "limits": _obj(
-            {"max_body_bytes": _POS_INT, "request_timeout": _POS_NUM, "shutdown_timeout": _POS_NUM}
+            {
+                "max_body_bytes": _POS_INT,
+                "request_timeout": _POS_NUM,
+                "shutdown_timeout": _POS_NUM,
+                "max_bot_calls": _POS_INT,
+            }
         ),
         "rate_limits": _RATE_LIMITS,
         "metrics": _obj(
@@ -1055,7 +1077,7 @@ def _upstream(raw: Mapping[str, Any], path: str, environ: Mapping[str, str]) -> 
         url=raw["url"],
         timeout=timeout,
         headers=headers,
-        max_concurrency=raw.get("max_concurrency", 64),
+        max_concurrency=raw.get("max_concurrency", MAX_CONCURRENCY),
         queue_timeout=float(raw.get("queue_timeout", 1.0)),
         circuit_breaker=CircuitBreakerConfig(**raw.get("circuit_breaker", {})),
         adapter=adapter,
@@ -1420,9 +1442,8 @@ def _build(raw: Mapping[str, Any], environ: _Environment, problems: _Problems) -
     if problems.found or personal_agents is None or cache is None or admin is None or tracing is None:
         raise problems.error()
 
-    listen_raw = raw.get("listen", {})
     return GatewayConfig(
-        listen=ListenConfig(host=listen_raw.get("host", "0.0.0.0"), port=listen_raw.get("port", 8080)),  # noqa: S104
+        listen=ListenConfig(**raw.get("listen", {})),
         public_url=raw["public_url"].rstrip("/"),
         development=development,
         security_scheme_name=raw.get("security_scheme_name", "paJwt"),

@@ -13,6 +13,9 @@ charge or from a ``message:send`` turn that charged them inside the store's begi
 same :meth:`RateLimits.enforce` takes any named :class:`Limit`, so endpoints without a PA
 identity (the Delegated profile's OAuth endpoints, keyed by device code or client address)
 reuse it unchanged.
+
+:class:`BotCalls` is the one limit that is not §6's: the process's ceiling on bot calls in
+flight, every Brand together (``limits.max_bot_calls``). It refuses the same way, a bare ``429``.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ from gateway.store.gcra import US
 from gateway.store.limits import Hit, RateLimiter, Rule
 
 __all__ = [
+    "BOT_CALLS",
+    "BotCalls",
     "Charge",
     "Limit",
     "RateLimited",
@@ -49,6 +54,8 @@ log = logging.getLogger("pact_gateway.limits")
 
 PER_AGENT = "per_agent"
 PER_USER = "per_user"
+BOT_CALLS = "bot_calls"
+"""The ``limit`` label of a turn refused at the process's ceiling on bot calls in flight."""
 
 
 class RateLimited(Exception):
@@ -228,3 +235,32 @@ class RateLimits:
 
     async def close(self) -> None:
         await self._limiter.close()
+
+
+class BotCalls:
+    """``limits.max_bot_calls``: bot calls in flight in this process, every Brand together.
+
+    Each Brand's ``upstream.max_concurrency`` protects its own bot; this bounds what the process
+    holds for all of them at once (a turn in flight keeps two connections, its request and its
+    bot call: docs/capacity.md, "Slow bots"), so a process fronting many Brands cannot be driven
+    out of memory by their caps added up. One object lives as long as the app: a reload sets the
+    new :attr:`limit`, and calls already in flight stay counted. A call over the ceiling is
+    refused at once rather than queued: queueing would hold the very memory the ceiling bounds.
+    """
+
+    def __init__(self, limit: int, *, metrics: Metrics | None = None) -> None:
+        self.limit = limit
+        self.in_flight = 0
+        self._metrics = metrics
+
+    def enter(self, brand_id: str) -> bool:
+        """Count one more call for ``brand_id``; ``False`` (counted as refused) at the ceiling."""
+        if self.in_flight >= self.limit:
+            if self._metrics is not None:
+                self._metrics.rate_limited.labels(brand=brand_id, limit=BOT_CALLS).inc()
+            return False
+        self.in_flight += 1
+        return True
+
+    def leave(self) -> None:
+        self.in_flight -= 1
