@@ -14,6 +14,8 @@ from bench import run, soak
 CAPACITY: dict[str, str] = {
     "oauth_state": "bench.oauth_state",
     "owner_scale": "bench.owner_scale",
+    "redis_bytes": "bench.redis_bytes",
+    "slow_bot": "bench.slow_bot",
 }
 
 

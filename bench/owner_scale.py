@@ -50,8 +50,8 @@ async def _conversation(store: ConversationStore, owner: Owner, tag: str) -> Non
 async def _fill(store: ConversationStore, owner: Owner, count: int) -> None:
     """Give ``owner`` ``count`` live conversations (on Redis: their index entries, see above)."""
     if isinstance(store, RedisStore):
-        index = keys.owner_index_key(owner.brand_id, owner.digest)
-        score = int((time.time() + 7 * 86400) * 1000)
+        index = keys.conv_index_key(owner.brand_id, owner.digest_bytes)
+        score = int(time.time() + 7 * 86400)  # the index's scores are deadlines in seconds
         for start in range(0, count, _INDEX_BATCH):
             members: list[str | int] = []
             for number in range(start, min(count, start + _INDEX_BATCH)):

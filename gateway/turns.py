@@ -214,6 +214,7 @@ class TurnService:
             raise A2AError(Reason.INVALID_PARAMS, CONTEXT_OF_ANOTHER_USER)
         if claim.status is TurnStatus.REPLAY:
             assert claim.reply is not None
+            self._check_replayed_grant(claim.reply, delegation)
             if self._metrics is not None:
                 self._metrics.retry_served(owner.brand_id)
             return TurnAnswer(claim.reply, replayed=True)
@@ -226,6 +227,21 @@ class TurnService:
             # §4.3: a repeat with no stored reply yet.
             raise A2AError(Reason.INVALID_PARAMS, errors.DUPLICATE_IN_FLIGHT)
         return TurnAnswer(await self._run(owner, message, claim, request_id, delegation, trace))
+
+    @staticmethod
+    def _check_replayed_grant(reply: bytes, delegation: Delegation | None) -> None:
+        """§4.3 with §5.5: a reply served under a grant is replayed only under that grant, still live.
+
+        The begin-turn step has already checked the request's own grant is live (a revoked one
+        never reaches here), so the request must carry it: a retry without the delegation header,
+        or under another grant (one that superseded a since-revoked grant), would otherwise read
+        a reply, and its receipt, that only that grant's holder may see. It is answered as a
+        revoked delegation is (``401 invalid_token``): the grant the reply was served under is
+        not what the request presents.
+        """
+        grant_id = receipts.receipt_grant(reply)
+        if grant_id is not None and (delegation is None or delegation.claims.grant_id != grant_id):
+            raise InvalidToken("replay_needs_its_grant")
 
     async def _run(
         self,
@@ -262,11 +278,23 @@ class TurnService:
         except BotBusy as busy:
             # §6: the bot is at its concurrency cap; it never saw the turn, so the retry must run it.
             await self._release(owner, claim, message, request_id)
-            raise RateLimited(busy.retry_after, "concurrency") from None
+            raise RateLimited(busy.retry_after, busy.limit) from None
         except asyncio.CancelledError:
             self._observe_bot(owner.brand_id, "cancelled", started)
             await asyncio.shield(self._release(owner, claim, message, request_id))
             raise
+        except Exception as exc:
+            # Anything else the adapter raised (a reply it could not handle, a bug) is the bot's
+            # turn failing all the same: INTERNAL, never a 500 with a traceback, and released so the
+            # retry runs it (§4.3). Only the type is logged: a message could quote the bot's reply.
+            self._observe_bot(owner.brand_id, "adapter_error", started)
+            log.error(
+                "bot call failed: adapter_error: %s",
+                type(exc).__name__,
+                extra={"request_id": request_id, "brand": owner.brand_id},
+            )
+            await self._release(owner, claim, message, request_id)
+            raise A2AError(Reason.INTERNAL, errors.INTERNAL_ERROR) from None
         self._observe_bot(owner.brand_id, "ok", started)
         if reply.requires_scopes or reply.actions or reply.scopes_used:
             missing = await self._check_authority(owner, message, claim, request_id, reply, delegation)
@@ -275,7 +303,13 @@ class TurnService:
         if delegation is None:
             body = render_reply(new_reply_id(), claim.context_id, reply.text)
         else:
-            body = self._delegated_reply(owner, message, claim, reply, delegation)
+            try:
+                body = await self._delegated_reply(owner, message, claim, reply, delegation)
+            except asyncio.CancelledError:
+                # Cancelled while its receipt waited for the batch: the turn is not stored, so
+                # its in-flight marker goes, and the retry runs it (§4.3).
+                await asyncio.shield(self._release(owner, claim, message, request_id))
+                raise
         # A completion that fails may still have been stored (a timeout after Redis ran it): the
         # release that follows drops only an in-flight marker, so either the retry replays the
         # stored reply or it runs the turn, rather than "still being processed" for pending_ttl.
@@ -385,10 +419,14 @@ class TurnService:
             expires_in=started.expires_in,
         )
 
-    def _delegated_reply(
+    async def _delegated_reply(
         self, owner: Owner, message: SendMessage, claim: TurnClaim, reply: BotReply, delegation: Delegation
     ) -> bytes:
-        """The reply with its signed §5.6 receipt; stored whole, so a retry returns the same receipt."""
+        """The reply with its signed §5.6 receipt; stored whole, so a retry returns the same receipt.
+
+        The signature comes from the keys' :class:`~gateway.oauth.keys.SigningBatch`, signed
+        back to back with the other receipts asked for in the same event-loop pass.
+        """
         # Verified against this runtime's server, so the Brand delegates in this runtime.
         brand = self._delegating[owner.brand_id]
         granted = delegation.claims
@@ -403,7 +441,7 @@ class TurnService:
             context_id=claim.context_id,
             message_id=message.message_id,
         )
-        jws = brand.server.keys.sign(receipts.receipt_payload(claims), receipts.RECEIPT_TYP)
+        jws = await brand.server.keys.batch.sign(receipts.receipt_payload(claims), receipts.RECEIPT_TYP)
         if self._metrics is not None:
             self._metrics.delegation_event(owner.brand_id, "delegated_turn")
             self._metrics.delegation_event(owner.brand_id, "receipt_signed")

@@ -108,7 +108,8 @@ def test_demo_runs_its_own_curl_session() -> None:
     result = run_cli("demo", "--check", "--port", str(free_port()), "--bot-port", str(free_port()))
     assert result.returncode == 0, result.stderr
     assert "demo check passed" in result.stderr
-    assert "message:send" in result.stdout
+    # Issue 19 row 12: only the verdict; the paste-this session would name a key file deleted on exit.
+    assert result.stdout == ""
 
 
 def run_cli(
@@ -170,6 +171,21 @@ def test_demo_on_a_busy_port_says_which_and_leaves_no_key_behind(
     )
     assert "Unclosed" not in result.stderr
     assert list(temp.iterdir()) == []
+
+
+def test_demo_names_both_busy_ports_in_one_run(listening: int) -> None:
+    """Issue 19 row 10: the demo reported two busy ports one run at a time."""
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        bot_port = other.getsockname()[1]
+        result = run_cli("demo", "--check", "--port", str(listening), "--bot-port", str(bot_port))
+    assert_one_line_refusal(
+        result,
+        f"127.0.0.1:{bot_port} (--bot-port) is already in use;",
+        f"127.0.0.1:{listening} (--port) is already in use;",
+        "choose free ones with --bot-port PORT and --port PORT",
+    )
 
 
 def test_demo_with_a_missing_or_foreign_config_names_the_file(tmp_path: Path) -> None:
@@ -256,6 +272,10 @@ def test_a_verb_without_its_own_verb_says_which_to_give(verb: str, usage: str) -
         (["token", "--key", "k.json"], ["the following arguments are required: --iss"]),
         (["keys", "make"], ["invalid choice: 'make'"]),
         (["chek-config", "x.yaml"], ["invalid choice: 'chek-config'"]),
+        # Issue 19 row 11: a file where a verb goes, and both spellings of check-config's file at once.
+        (["gw.yaml"], ["is a file, not a verb", "pact-gateway --config gw.yaml"]),
+        (["check-config", "a.yaml", "--config", "b.yaml"], ["name the file once"]),
+        (["check-config"], ["name the file once"]),
     ],
 )
 def test_a_usage_mistake_is_one_line_pointing_at_help(args: list[str], words: list[str]) -> None:
@@ -291,6 +311,22 @@ def test_readme_check_config_instruction_succeeds_with_no_environment() -> None:
     assert "2 problems" in refused.stderr
     assert "oauth.signing_keys[0].value: environment variable PACT_SIGNING_KEY is not set" in refused.stderr
     assert "Authorization: environment variable ACME_BOT_TOKEN is not set" in refused.stderr
+
+
+def test_check_config_takes_the_file_as_serve_does() -> None:
+    """Issue 19 row 11: ``check-config --config gw.yaml`` is what an operator who runs ``serve`` types."""
+    result = run_cli("check-config", "--config", "config/example.yaml")
+    assert result.returncode == 0, result.stderr
+    assert "configuration OK" in result.stdout
+
+
+def test_token_help_documents_every_option() -> None:
+    """Issue 19 row 13: ``token --help`` says what each option is, and ``--ttl``'s default."""
+    result = run_cli("token", "--help")
+    for option in ("--key", "--iss", "--sub", "--aud"):
+        line = next(line for line in result.stdout.splitlines() if line.strip().startswith(option))
+        assert len(line.split()) > 2 or option == "--key", line
+    assert "default 120" in result.stdout
 
 
 def test_check_config_lists_every_problem_with_its_yaml_path(tmp_path: Path) -> None:

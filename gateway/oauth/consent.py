@@ -22,9 +22,10 @@ import logging
 import secrets
 from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from typing import Final, NamedTuple
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl
 
 from aiohttp import web
+from yarl import URL
 
 from gateway.config import BrandConfig, DelegationConfig, PersonalAgentsConfig
 from gateway.http import responses
@@ -92,13 +93,19 @@ class _Delegating(NamedTuple):
 
 
 def origin_of(url: str) -> str:
-    """``scheme://host[:port]`` of an absolute URL, the default port left out (RFC 6454 serialization)."""
-    parts = urlsplit(url)
+    """``scheme://host[:port]`` of an absolute URL, the default port left out (RFC 6454 serialization).
+
+    The host is in its ASCII form (IDNA, RFC 5891: ``xn--`` labels), as CSP source expressions
+    need it and as a person must see it on the consent page: under ``policy: open`` any issuer
+    may ask, and ``https://gооgle.com`` with Cyrillic ``о`` shown as written would pass for Google
+    (issue 18 F8). yarl encodes it as aiohttp does when it connects there.
+    """
+    parts = URL(url)
     scheme = parts.scheme.lower()
-    host = (parts.hostname or "").lower()
+    host = (parts.raw_host or "").lower()
     if ":" in host:
         host = f"[{host}]"
-    port = parts.port
+    port = parts.explicit_port
     default = {"http": 80, "https": 443}.get(scheme)
     return f"{scheme}://{host}" if port is None or port == default else f"{scheme}://{host}:{port}"
 
@@ -197,10 +204,14 @@ async def _answer(
 
     A refusal is the one error page, its reason logged with the Brand id only (never the
     assertion, the session or the user id). A store failure, or anything unexpected, is the
-    Provider's: a "try again" page, logged once, so a browser never gets a JSON envelope.
+    Provider's: a "try again" page, logged once, so a browser never gets a JSON envelope. An
+    HTTP answer raised on the way (the bare ``408`` of a body that came too slowly,
+    :class:`~gateway.http.connection.RequestTimedOut`) is the edge's, and passes through as it is.
     """
     try:
         return await work
+    except web.HTTPException:
+        raise
     except _Refused as refused:
         _log.info("%s refused for brand %s: %s", step, ctx.brand.id, refused.reason)
         return _page(ctx, pages.error_page(ctx.brand.name), 400)
@@ -276,7 +287,7 @@ def _new_session(user_code: str) -> str:
 async def _accept_assertion(
     ctx: _Delegating, fields: Sequence[tuple[str, str]], now: float
 ) -> tuple[LoginAssertion, DeviceAuthorization]:
-    """The verified, first-time-used assertion and the pending authorization it names."""
+    """The verified, first-time-used assertion and the authorization it names (pending or already decided)."""
     server, brand, login = ctx.server, ctx.brand, ctx.delegation.login
     try:
         assertion = await verify_assertion(

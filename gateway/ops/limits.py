@@ -13,10 +13,14 @@ charge or from a ``message:send`` turn that charged them inside the store's begi
 same :meth:`RateLimits.enforce` takes any named :class:`Limit`, so endpoints without a PA
 identity (the Delegated profile's OAuth endpoints, keyed by device code or client address)
 reuse it unchanged.
+
+:class:`BotCalls` is the one limit that is not §6's: the process's ceiling on bot calls in
+flight, every Brand together (``limits.max_bot_calls``). It refuses the same way, a bare ``429``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
 import math
@@ -30,14 +34,28 @@ from gateway.protocol import errors
 from gateway.protocol.errors import A2AError, Reason
 from gateway.store import keys
 from gateway.store.base import StoreError
+from gateway.store.gcra import US
 from gateway.store.limits import Hit, RateLimiter, Rule
 
-__all__ = ["Charge", "Limit", "RateLimited", "RateLimits", "a2a_limits", "retry_after", "subject_digest"]
+__all__ = [
+    "BOT_CALLS",
+    "BotCalls",
+    "Charge",
+    "Limit",
+    "RateLimited",
+    "RateLimits",
+    "a2a_limits",
+    "failure_probe",
+    "retry_after",
+    "subject_digest",
+]
 
 log = logging.getLogger("pact_gateway.limits")
 
 PER_AGENT = "per_agent"
 PER_USER = "per_user"
+BOT_CALLS = "bot_calls"
+"""The ``limit`` label of a turn refused at the process's ceiling on bot calls in flight."""
 
 
 class RateLimited(Exception):
@@ -73,6 +91,16 @@ def retry_after(wait: float) -> int:
 
 def _rule(rule: RateRule) -> Rule | None:
     return Rule(rule.rate, rule.burst) if rule.enabled else None
+
+
+def failure_probe(rule: Rule) -> Rule:
+    """The rule under which one hit is refused exactly when one more hit under ``rule`` would be.
+
+    A hit under ``rule`` is refused once ``tat > now + tolerance - interval``; one under a rule of
+    one microsecond per request and a tolerance of ``tolerance - interval + 1`` µs, at the same key,
+    is refused at that very point (GCRA arithmetic, :func:`gateway.store.gcra.gcra`).
+    """
+    return Rule(US, rule.tolerance_us - rule.interval_us + 1)
 
 
 def a2a_limits(settings: RateLimitsConfig, issuer: str, sub: str) -> list[Limit]:
@@ -177,6 +205,23 @@ class RateLimits:
         log.debug("rate limited by %s for %.3f s", binding, wait, extra={"brand": charge.brand_id})
         return RateLimited(retry_after(wait), binding)
 
+    async def refuse_if_spent(self, brand_id: str, failures: Limit, *, fail_open: bool) -> None:
+        """Raise :class:`RateLimited` if ``failures`` (a budget of failed attempts) has none left.
+
+        Checked *before* the attempt is judged, so a subject out of budget learns nothing of
+        whether its next guess was right. GCRA has no read-only look, so this charges the same
+        counter under :func:`failure_probe`'s rule, which is refused exactly when one more failure
+        would be and otherwise moves the counter by a microsecond (a second every million checks).
+        """
+        probe = Limit(failures.name, failures.subject, failure_probe(failures.rule))
+        await self.enforce(brand_id, [probe], fail_open=fail_open)
+
+    async def count_failure(self, brand_id: str, failures: Limit, *, fail_open: bool) -> None:
+        """Charge one failed attempt to ``failures``. The attempt is already refused for what it was,
+        so a charge refused here (the last failure of the budget) changes nothing but the count."""
+        with contextlib.suppress(RateLimited):
+            await self.enforce(brand_id, [failures], fail_open=fail_open)
+
     async def check_a2a(self, brand_id: str, settings: RateLimitsConfig, issuer: str, sub: str) -> None:
         """§6 for an A2A operation, after authentication and the Brand lookup, before the body.
 
@@ -190,3 +235,32 @@ class RateLimits:
 
     async def close(self) -> None:
         await self._limiter.close()
+
+
+class BotCalls:
+    """``limits.max_bot_calls``: bot calls in flight in this process, every Brand together.
+
+    Each Brand's ``upstream.max_concurrency`` protects its own bot; this bounds what the process
+    holds for all of them at once (a turn in flight keeps two connections, its request and its
+    bot call: docs/capacity.md, "Slow bots"), so a process fronting many Brands cannot be driven
+    out of memory by their caps added up. One object lives as long as the app: a reload sets the
+    new :attr:`limit`, and calls already in flight stay counted. A call over the ceiling is
+    refused at once rather than queued: queueing would hold the very memory the ceiling bounds.
+    """
+
+    def __init__(self, limit: int, *, metrics: Metrics | None = None) -> None:
+        self.limit = limit
+        self.in_flight = 0
+        self._metrics = metrics
+
+    def enter(self, brand_id: str) -> bool:
+        """Count one more call for ``brand_id``; ``False`` (counted as refused) at the ceiling."""
+        if self.in_flight >= self.limit:
+            if self._metrics is not None:
+                self._metrics.rate_limited.labels(brand=brand_id, limit=BOT_CALLS).inc()
+            return False
+        self.in_flight += 1
+        return True
+
+    def leave(self) -> None:
+        self.in_flight -= 1

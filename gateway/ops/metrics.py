@@ -59,6 +59,7 @@ DelegationEvent = Literal[
     "token_issued",
     "token_refreshed",
     "refresh_reuse_detected",
+    "refresh_retried",
     "grant_revoked",
     "grant_superseded",
     "step_up",
@@ -195,8 +196,8 @@ class Metrics:
         self.delegation_events = Counter(
             "pact_delegation_events",
             "Delegation flow events by Brand: authorizations started, approved, denied, expired; "
-            "tokens issued, refreshed; refresh reuse detected; grants revoked; step-ups; "
-            "delegated turns; receipts signed; invalid delegation tokens.",
+            "tokens issued, refreshed; refreshes retried within the grace; refresh reuse detected; "
+            "grants revoked; step-ups; delegated turns; receipts signed; invalid delegation tokens.",
             ["brand", "event"],
             registry=r,
         )
@@ -209,6 +210,8 @@ class Metrics:
         self._request_children: dict[tuple[str, str, str], tuple[Counter, Histogram]] = {}
         self._bot_children: dict[tuple[str, str], Histogram] = {}
         self._auth_children: dict[str, Counter] = {}
+        # Every delegated turn counts two events (``delegated_turn``, ``receipt_signed``).
+        self._delegation_children: dict[tuple[str, str], Counter] = {}
 
     def observe_request(self, brand: str, operation: str, outcome: str, seconds: float) -> None:
         """One finished request; the caller has already bounded every label."""
@@ -261,7 +264,11 @@ class Metrics:
 
     def delegation_event(self, brand: str, event: DelegationEvent) -> None:
         """One §5 flow event for a configured Brand."""
-        self.delegation_events.labels(brand, event).inc()
+        key = (brand, event)
+        child = self._delegation_children.get(key)
+        if child is None:
+            child = self._delegation_children[key] = self.delegation_events.labels(brand, event)
+        child.inc()
 
     def discovery_fetched(self, ok: bool) -> None:
         """One OIDC discovery fetch (``open`` policy): ``ok`` when it yielded a usable ``jwks_uri``."""

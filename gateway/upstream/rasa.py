@@ -32,7 +32,8 @@ import orjson
 from gateway.config import RasaSettings, UpstreamConfig
 from gateway.ops.tracing import trace_headers
 from gateway.upstream.base import BotReply, Turn, UpstreamError
-from gateway.upstream.wire import exchange, user_handle
+from gateway.upstream.wire import exchange, loads_reply, user_handle
+from gateway.wire import json_bytes
 
 __all__ = ["RasaAdapter", "render_messages"]
 
@@ -60,12 +61,12 @@ class RasaAdapter:
             self._webhook,
             headers={**self._headers, "X-Request-Id": turn.request_id, **trace_headers(turn.trace)},
             within=self._timeout,
-            body=orjson.dumps(doc),
+            body=json_bytes(doc),
         )
         if not 200 <= reply.status < 300:
             raise UpstreamError("status", f"HTTP {reply.status}")
         try:
-            messages = orjson.loads(reply.body)
+            messages = loads_reply(reply.body)
         except orjson.JSONDecodeError:
             raise UpstreamError("bad_body", "not JSON") from None
         text = render_messages(messages)

@@ -13,12 +13,23 @@ from typing import Any
 import orjson
 import pytest
 from aiohttp import ClientResponse
+from hypothesis import given
+from hypothesis import strategies as st
 
 from gateway.config import CircuitBreakerConfig, ConfigError, RateLimitsConfig, RateRule, load_config
 from gateway.http.state import METRICS
-from gateway.ops.limits import Limit, RateLimited, RateLimits, a2a_limits, retry_after, subject_digest
+from gateway.ops.limits import (
+    Limit,
+    RateLimited,
+    RateLimits,
+    a2a_limits,
+    failure_probe,
+    retry_after,
+    subject_digest,
+)
 from gateway.ops.metrics import Metrics
 from gateway.store.base import StoreError
+from gateway.store.gcra import gcra
 from gateway.store.limits import Hit, MemoryRateLimiter, RateLimiter, Rule
 from gateway.store.memory import MemoryKeyspace
 from tests.support.gateway import OTHER_PA, MakeGateway
@@ -334,7 +345,9 @@ def test_config_defaults_documented_in_the_readme() -> None:
     )
     assert config.brands["acme"].rate_limits == config.rate_limits
     upstream = config.brands["acme"].upstream
-    assert (upstream.max_concurrency, upstream.queue_timeout) == (64, 1.0)
+    # Sized for a bot of 1 to 5 s a turn: 2000 in flight is 400 to 2000 turns/s (README, "sizing").
+    assert (upstream.max_concurrency, upstream.queue_timeout) == (2000, 1.0)
+    assert (config.limits.max_bot_calls, config.listen.backlog) == (4000, 4096)
     assert upstream.circuit_breaker == CircuitBreakerConfig(
         enabled=True, failures=5, window=30.0, cooldown=15.0
     )
@@ -369,9 +382,29 @@ def test_config_brand_overrides_setting_by_setting() -> None:
             minimal(brand={"upstream": {"url": "http://b/", "circuit_breaker": {"failures": 0}}}),
             "brands[0].upstream.circuit_breaker.failures",
         ),
+        (minimal(limits={"max_bot_calls": 0}), "limits.max_bot_calls"),
+        (minimal(limits={"max_bot_calls": "many"}), "limits.max_bot_calls"),
+        (minimal(listen={"backlog": 0}), "listen.backlog"),
+        (minimal(listen={"backlog": 70000}), "listen.backlog"),
     ],
 )
 def test_config_rejects_bad_limits_with_their_path(raw: dict[str, Any], path: str) -> None:
     with pytest.raises(ConfigError) as error:
         load_config(raw, {})
     assert error.value.path == path
+
+
+@given(
+    rate=st.floats(min_value=0.001, max_value=1000),
+    burst=st.integers(min_value=1, max_value=1000),
+    ahead=st.integers(min_value=-(10**9), max_value=10**10),
+)
+def test_failure_probe_is_refused_exactly_when_one_more_failure_would_be(
+    rate: float, burst: int, ahead: int
+) -> None:
+    """Issue 18 F7: a budget of failures is checked before the attempt is judged, by a hit that
+    GCRA refuses at the very point a failure would be (``ahead``: the counter's lead on now, µs)."""
+    rule = Rule(rate, burst)
+    now = 10**12
+    tat = now + ahead
+    assert (gcra(tat, now, failure_probe(rule))[1] > 0) == (gcra(tat, now, rule)[1] > 0)

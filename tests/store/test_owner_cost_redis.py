@@ -34,12 +34,12 @@ async def test_a_new_conversation_runs_the_same_redis_commands_at_a_persons_100t
 ) -> None:
     store = RedisStore(CacheConfig(url=redis_url))
     few, many = (Owner("acme", "https://pa.example", sub) for sub in ("few", "many"))
-    deadline = int((time.time() + 86400) * 1000)
+    deadline = int(time.time() + 86400)  # the index's scores are deadlines in seconds
     for owner, count in ((few, 100), (many, 10_000)):
         members: list[str | int] = []
         for number in range(count):
             members += (deadline, f"held-{number}")
-        await store.redis.execute("ZADD", store_keys.owner_index_key("acme", owner.digest), *members)
+        await store.redis.execute("ZADD", store_keys.conv_index_key("acme", owner.digest_bytes), *members)
     await _commands_warm(store)
     monitor = MonitorCount(RedisProbe(redis_url))
     try:
