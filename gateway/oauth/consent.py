@@ -23,15 +23,28 @@ from urllib.parse import parse_qsl, urlsplit
 
 from aiohttp import web
 
-from gateway.config import BrandConfig, DelegationConfig
+from gateway.config import BrandConfig, DelegationConfig, RateLimitsConfig
 from gateway.http import responses
 from gateway.http.caller import read_body
+from gateway.http.client_address import client_address
+from gateway.http.notes import refused
 from gateway.http.state import METRICS, RUNTIME
 from gateway.oauth import pages
 from gateway.oauth.device import code_hash, normalize_user_code
 from gateway.oauth.forms import FORM_TYPE
 from gateway.oauth.login import InvalidAssertion, LoginAssertion, verify_assertion
 from gateway.oauth.server import AuthorizationServer
+from gateway.ops.limits import (
+    CONSENT_DECISION,
+    LOGIN_ASSERTION,
+    Limit,
+    RateLimited,
+    RateLimits,
+    named_limit,
+    subject_digest,
+    wrong_user_code_limits,
+)
+from gateway.ops.metrics import Metrics
 from gateway.protocol.urls import OAuthUrls, with_query
 from gateway.store.base import StoreError
 from gateway.store.oauth import AuthorizationStatus, ConsentSession, DeviceAuthorization, Grant
@@ -74,6 +87,17 @@ class _Delegating(NamedTuple):
     delegation: DelegationConfig
     urls: OAuthUrls
     headers: Mapping[str, str]
+    limits: RateLimits
+    address: str
+    """The client's address (:func:`~gateway.http.client_address.client_address`), for per-address limits."""
+
+    @property
+    def rate_limits(self) -> RateLimitsConfig:
+        return self.brand.rate_limits
+
+    async def enforce(self, limits: Sequence[Limit]) -> None:
+        """Charge ``limits`` at this Brand or raise :class:`RateLimited` (the "too many" page)."""
+        await self.limits.enforce(self.brand.id, limits, fail_open=self.rate_limits.fail_open)
 
 
 def origin_of(url: str) -> str:
@@ -151,7 +175,15 @@ def _delegating(request: web.Request) -> _Delegating | None:
     if brand is None or brand.delegation is None or runtime.oauth is None:
         return None
     headers = security_headers(runtime.config.public_url, brand.delegation.landing_url)
-    return _Delegating(runtime.oauth, brand, brand.delegation, runtime.oauth.urls(brand), headers)
+    return _Delegating(
+        runtime.oauth,
+        brand,
+        brand.delegation,
+        runtime.oauth.urls(brand),
+        headers,
+        runtime.limits,
+        client_address(request, runtime.config.listen),
+    )
 
 
 def _page(ctx: _Delegating, html: str, status: int = 200) -> web.Response:
@@ -169,9 +201,15 @@ async def _answer(
     """
     try:
         return await work
-    except _Refused as refused:
-        _log.info("%s refused for brand %s: %s", step, ctx.brand.id, refused.reason)
+    except _Refused as refusal:
+        _log.info("%s refused for brand %s: %s", step, ctx.brand.id, refusal.reason)
         return _page(ctx, pages.error_page(), 400)
+    except RateLimited as limited:
+        _log.info("%s refused for brand %s: rate limited by %s", step, ctx.brand.id, limited.limit)
+        refused(request, limited.limit)
+        response = _page(ctx, pages.too_many_attempts_page(limited.retry_after), 429)
+        response.headers["Retry-After"] = str(limited.retry_after)
+        return response
     except StoreError as exc:
         request.app[METRICS].store_error("oauth")
         _log.error("%s for brand %s failed, store unavailable: %s", step, ctx.brand.id, exc)
@@ -223,7 +261,7 @@ def _new_session(user_code: str) -> str:
 
 
 async def _accept_assertion(
-    ctx: _Delegating, fields: Sequence[tuple[str, str]], now: float
+    ctx: _Delegating, fields: Sequence[tuple[str, str]], now: float, metrics: Metrics
 ) -> tuple[LoginAssertion, DeviceAuthorization]:
     """The verified, first-time-used assertion and the pending authorization it names."""
     server, brand, login = ctx.server, ctx.brand, ctx.delegation.login
@@ -235,6 +273,7 @@ async def _accept_assertion(
             keys=server.login_keys,
             audience=ctx.urls.consent,
             now=now,
+            refused=server.refused_assertions,
         )
     except InvalidAssertion as invalid:
         raise _Refused(invalid.reason) from None
@@ -242,8 +281,24 @@ async def _accept_assertion(
     marker = code_hash(f"{login.issuer}\0{assertion.jti}")
     if not await server.store.use_once(brand.id, marker, assertion.expires_at - now):
         raise _Refused("replayed_jti")
+    # RFC 8628 §5.1: past its budget of wrong codes, the Brand user, the address or the whole
+    # Brand is paused *before* the code is looked up, so the pause is the same answer whether
+    # the code exists or not: no oracle, and no guess is tried.
+    wrong = wrong_user_code_limits(ctx.rate_limits, assertion.user, ctx.address)
+    await ctx.limits.check_budget(brand.id, wrong, fail_open=ctx.rate_limits.fail_open)
     authorization = await server.store.authorization_by_user_code(brand.id, assertion.user_code, now)
     if authorization is None:
+        metrics.delegation_event(brand.id, "wrong_user_code")
+        spent = await ctx.limits.spend(brand.id, wrong, fail_open=ctx.rate_limits.fail_open)
+        if spent:
+            # Once per budget spent; never the code, and the Brand user only as a digest.
+            _log.warning(
+                "wrong user_code budget spent at brand %s (%s): user %s, address %s paused",
+                brand.id,
+                ", ".join(spent),
+                subject_digest(brand.id, assertion.user)[:16],
+                ctx.address,
+            )
         raise _Refused("unknown_user_code")
     if authorization.status is not AuthorizationStatus.PENDING:
         raise _Refused("not_pending")
@@ -260,7 +315,10 @@ async def _approve(
 
 async def _hand_off(request: web.Request, ctx: _Delegating) -> web.Response:
     store, now = ctx.server.store, ctx.server.clock()
-    assertion, authorization = await _accept_assertion(ctx, await _read_form(request), now)
+    # Before the body and the signature check: an assertion costs an ES256 verification.
+    await ctx.enforce(named_limit(LOGIN_ASSERTION, ctx.rate_limits.login_assertion, ctx.address))
+    metrics = request.app[METRICS]
+    assertion, authorization = await _accept_assertion(ctx, await _read_form(request), now, metrics)
     grants = await store.grants_of_user(ctx.brand.id, assertion.user, now)
     skipped = skip_consent_scopes(ctx.delegation, authorization, grants)
     if skipped:
@@ -295,6 +353,7 @@ async def consent(request: web.Request) -> web.Response:
 async def _settle(request: web.Request, ctx: _Delegating) -> web.Response:
     """The User's answer on the consent form, settled once; the redirect to the landing page."""
     store, now = ctx.server.store, ctx.server.clock()
+    await ctx.enforce(named_limit(CONSENT_DECISION, ctx.rate_limits.consent_decision, ctx.address))
     fields = await _read_form(request)
     session = _one(fields, "session")
     choice = _one(fields, "decision")

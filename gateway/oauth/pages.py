@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from html import escape
 from typing import Final
 
-__all__ = ["consent_page", "error_page", "landing_page", "unavailable_page"]
+__all__ = ["consent_page", "error_page", "landing_page", "too_many_attempts_page", "unavailable_page"]
 
 _STYLE: Final = """
 *{box-sizing:border-box}
@@ -98,6 +98,20 @@ def unavailable_page() -> str:
         "<p>Nothing was shared. Please try again from your assistant in a moment.</p>\n"
     )
     return _document("Temporarily unavailable", body)
+
+
+def too_many_attempts_page(retry_after: int) -> str:
+    """Sign-in links paused (RFC 8628 §5.1): the one answer whatever the link named, so a
+    paused guesser learns nothing about which codes exist; ``retry_after`` is the ``Retry-After``."""
+    minutes = max(1, -(-retry_after // 60))
+    wait = "a minute" if minutes == 1 else f"{minutes} minutes"
+    body = (
+        "<h1>Too many attempts</h1>\n"
+        "<p>Nothing was shared. To keep accounts safe, sign-in links are paused here for a while "
+        "after too many that did not work.</p>\n"
+        f"<p>Please wait about {wait}, then start again from your assistant.</p>\n"
+    )
+    return _document("Too many attempts", body)
 
 
 def landing_page(*, brand_name: str, status: str, scopes: Sequence[str]) -> str:

@@ -64,6 +64,7 @@ DelegationEvent = Literal[
     "delegated_turn",
     "receipt_signed",
     "invalid_delegation_token",
+    "wrong_user_code",
 ]
 """The ``event`` label of ``pact_delegation_events``: a fixed set."""
 
@@ -175,7 +176,8 @@ class Metrics:
             "pact_delegation_events",
             "Delegation flow events by Brand: authorizations started, approved, denied, expired; "
             "tokens issued, refreshed; refresh reuse detected; grants revoked; step-ups; "
-            "delegated turns; receipts signed; invalid delegation tokens.",
+            "delegated turns; receipts signed; invalid delegation tokens; wrong user codes at the "
+            "consent hand-off.",
             ["brand", "event"],
             registry=r,
         )

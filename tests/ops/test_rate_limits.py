@@ -251,6 +251,9 @@ class BrokenLimiter(RateLimiter):
     async def hit_all(self, hits: Any) -> list[float]:
         raise StoreError("redis: ConnectionError")
 
+    async def waits(self, hits: Any) -> list[float]:
+        raise StoreError("redis: ConnectionError")
+
     async def close(self) -> None:
         return None
 
