@@ -18,7 +18,11 @@ INGRESS = ListenConfig(trusted_proxies=(ip_network("10.0.0.0/8"), ip_network("fd
 
 
 def address(
-    peer: str, header: str | None = None, *, listen: ListenConfig = INGRESS, name: ForwardedHeader | None = None
+    peer: str,
+    header: str | None = None,
+    *,
+    listen: ListenConfig = INGRESS,
+    name: ForwardedHeader | None = None,
 ) -> str:
     chosen = name or listen.forwarded_header
     if name is not None:

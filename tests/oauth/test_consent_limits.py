@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from aiohttp import ClientResponse
 
+from gateway.auth import signature
 from gateway.http.state import METRICS
-from gateway.oauth import login as login_module
 from gateway.store.oauth import AuthorizationStatus
 from tests.oauth.test_consent import assert_browser_headers, assert_error_page
 from tests.support.consent import (
@@ -174,7 +174,9 @@ async def test_rfc8628_5_1_the_brand_budget_pauses_every_hand_off_at_that_brand(
     gw = await make_gateway(cache_url, edit=edit)
     started = await device_authorization(gw)
     for n in range(3):  # a search spread over accounts and addresses
-        response = await hand_off(gw, brand_login, wrong_code(started, n), user=f"u-{n}", address=f"192.0.2.{n}")
+        response = await hand_off(
+            gw, brand_login, wrong_code(started, n), user=f"u-{n}", address=f"192.0.2.{n}"
+        )
         await assert_error_page(response)
     paused = await hand_off(gw, brand_login, started["user_code"], address="198.51.100.20")
     await assert_paused(paused)
@@ -267,8 +269,8 @@ class CountingSignatures:
 async def test_readme_a_refused_assertion_is_remembered_like_a_refused_agent_jwt(
     dgw: Harness, brand_login: BrandLogin, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    counting = CountingSignatures(login_module.SIGNATURE_ONLY)
-    monkeypatch.setattr(login_module, "SIGNATURE_ONLY", counting)
+    counting = CountingSignatures(signature.SIGNATURE_ONLY)
+    monkeypatch.setattr("gateway.oauth.login.SIGNATURE_ONLY", counting)
     started = await device_authorization(dgw)
     # Signed by another key under the login's own kid: it costs a signature check to refuse.
     forged = brand_login.assertion(
@@ -283,4 +285,3 @@ async def test_readme_a_refused_assertion_is_remembered_like_a_refused_agent_jwt
     # A good assertion is still checked (and only refusals are remembered).
     assert (await hand_off(dgw, brand_login, started["user_code"])).status == 200
     assert counting.calls == 2
-
