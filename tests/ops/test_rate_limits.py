@@ -16,7 +16,15 @@ from aiohttp import ClientResponse
 
 from gateway.config import CircuitBreakerConfig, ConfigError, RateLimitsConfig, RateRule, load_config
 from gateway.http.state import METRICS
-from gateway.ops.limits import Limit, RateLimited, RateLimits, a2a_limits, retry_after, subject_digest
+from gateway.ops.limits import (
+    Limit,
+    RateLimited,
+    RateLimits,
+    a2a_limits,
+    retry_after,
+    subject_digest,
+    wrong_user_code_limits,
+)
 from gateway.ops.metrics import Metrics
 from gateway.store.base import StoreError
 from gateway.store.limits import Hit, MemoryRateLimiter, RateLimiter, Rule
@@ -378,3 +386,31 @@ def test_config_rejects_bad_limits_with_their_path(raw: dict[str, Any], path: st
     with pytest.raises(ConfigError) as error:
         load_config(raw, {})
     assert error.value.path == path
+
+
+async def test_rfc8628_5_1_a_failure_budget_is_looked_at_then_spent_and_says_when_it_ran_out(
+    clock: ManualClock,
+) -> None:
+    metrics = Metrics()
+    service = RateLimits(MemoryRateLimiter(MemoryKeyspace(clock)), metrics=metrics)
+    settings = RateLimitsConfig(wrong_user_code_per_user=RateRule(0.01, 2))
+    budgets = wrong_user_code_limits(settings, "jane", "192.0.2.1")
+    assert [limit.name for limit in budgets] == [
+        "wrong_user_code_per_user",
+        "wrong_user_code_per_address",
+        "wrong_user_code_per_brand",
+    ]
+    await service.check_budget("acme", budgets, fail_open=True)
+    assert await service.spend("acme", budgets, fail_open=True) == ()
+    assert await service.spend("acme", budgets, fail_open=True) == ("wrong_user_code_per_user",)
+    with pytest.raises(RateLimited) as paused:
+        await service.check_budget("acme", budgets, fail_open=True)
+    assert paused.value.limit == "wrong_user_code_per_user"
+    assert paused.value.retry_after == 100
+    sample = metrics.registry.get_sample_value
+    assert sample("pact_rate_limited_total", {"brand": "acme", "limit": "wrong_user_code_per_user"}) == 1.0
+    broken = RateLimits(BrokenLimiter(), metrics=metrics)
+    await broken.check_budget("acme", budgets, fail_open=True)  # cannot count: served, as A2A limits are
+    assert await broken.spend("acme", budgets, fail_open=True) == ()
+    with pytest.raises(StoreError):
+        await broken.check_budget("acme", budgets, fail_open=False)
