@@ -35,7 +35,8 @@ def parse_address(text: str) -> _Address | None:
     """An address as a proxy writes one: ``192.0.2.1``, ``192.0.2.1:4711``, ``2001:db8::1`` or
     ``[2001:db8::1]:4711``, optionally quoted (RFC 7239 quotes IPv6); ``None`` for anything else
     (``unknown``, an obfuscated RFC 7239 §6.3 identifier, garbage). An IPv4-mapped IPv6 address is
-    its IPv4 address, so a dual-stack socket and a proxy name one client alike."""
+    its IPv4 address, so a dual-stack socket and a proxy name one client alike. Only read with
+    trusted proxies configured: without, the peer's address is taken as the socket gives it."""
     text = text.strip().strip('"')
     if text.startswith("["):
         host, bracket, _ = text[1:].partition("]")
@@ -74,11 +75,13 @@ def client_address(request: web.Request, listen: ListenConfig) -> str:
     trusted proxies only gives the leftmost of them.
     """
     peer = request.remote
+    networks = listen.trusted_proxies
+    if not networks:  # the default, on every request's access line: nothing to parse
+        return peer or UNKNOWN
     address = parse_address(peer) if peer else None
     if address is None:
         return peer or UNKNOWN
-    networks = listen.trusted_proxies
-    if not networks or not _trusted(address, networks):
+    if not _trusted(address, networks):
         return str(address)
     for hop in reversed(list(_hops(request, listen))):
         claimed = parse_address(hop)

@@ -88,5 +88,6 @@ def test_addresses_as_proxies_write_them(text: str, parsed: str | None) -> None:
     assert (None if found is None else str(found)) == parsed
 
 
-def test_an_ipv4_mapped_peer_is_its_ipv4_address() -> None:
-    assert address("::ffff:192.0.2.1", listen=ListenConfig()) == "192.0.2.1"
+def test_an_ipv4_mapped_peer_is_its_ipv4_address_when_proxies_are_weighed() -> None:
+    assert address("::ffff:192.0.2.1") == "192.0.2.1"
+    assert address("::ffff:10.0.0.5", "203.0.113.9") == "203.0.113.9"
