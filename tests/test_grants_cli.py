@@ -15,7 +15,7 @@ from gateway.config import GatewayConfig, load_config
 from gateway.oauth.device import code_hash
 from gateway.store import open_store
 from gateway.store.factory import open_oauth_store
-from gateway.store.oauth import DeviceAuthorization, PollOutcome
+from gateway.store.oauth import DeviceAuthorization, PollOutcome, RefreshToken
 from tests.support.delegation import BrandLogin, enable_delegation, new_provider_key_pem
 from tests.support.gateway import base_config
 
@@ -37,13 +37,14 @@ async def _grant(config: GatewayConfig, user: str, grant_id: str) -> None:
         oauth = open_oauth_store(store)
         now = time.time()
         device = code_hash(grant_id)
+        owner = code_hash(f"another agent for {grant_id}")[:32]  # one live grant per (user, agent, sub)
         await oauth.create_authorization(
             DeviceAuthorization(
                 device,
                 f"BCDF-{grant_id[-4:]}",
                 "acme",
                 "https://pa.example",
-                "o" * 32,
+                owner,
                 ("orders:read",),
                 now + 600,
                 5,
@@ -53,10 +54,9 @@ async def _grant(config: GatewayConfig, user: str, grant_id: str) -> None:
         result = await oauth.poll(
             "acme",
             device,
-            "o" * 32,
+            owner,
             now,
-            grant_id=grant_id,
-            refresh_hash=code_hash("rt" + grant_id),
+            refresh=RefreshToken(grant_id, code_hash("family"), code_hash("rt" + grant_id)),
             grant_ttl=600,
         )
         assert result.outcome is PollOutcome.ISSUED

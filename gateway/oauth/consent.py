@@ -146,27 +146,37 @@ def _same_owner(grant: Grant, authorization: DeviceAuthorization) -> bool:
     return grant.client_id == authorization.client_id and grant.owner_digest == authorization.owner_digest
 
 
-def carried_scopes(authorization: DeviceAuthorization, grants: Sequence[Grant]) -> set[str]:
-    """What the User already granted this personal agent and ``sub`` (incremental authorization:
-    a step-up token carries the earlier scopes as well as the new ones)."""
-    return {scope for grant in grants if _same_owner(grant, authorization) for scope in grant.scopes}
+def carried_scopes(
+    delegation: DelegationConfig,
+    authorization: DeviceAuthorization,
+    grant: Grant | None,
+    chosen: Iterable[str],
+) -> tuple[str, ...]:
+    """What the new grant keeps of the live one it will supersede though not ``chosen`` now, in card
+    order (incremental authorization: a step-up token carries the earlier scopes as well as the new
+    ones). Only the grant of the same personal agent and ``sub``; a scope that left the card is not
+    granted again."""
+    if grant is None or not _same_owner(grant, authorization):
+        return ()
+    return scopes_in_card_order(delegation, set(grant.scopes) - set(chosen))
 
 
 def skip_consent_scopes(
-    delegation: DelegationConfig, authorization: DeviceAuthorization, grants: Sequence[Grant]
+    delegation: DelegationConfig, authorization: DeviceAuthorization, grant: Grant | None
 ) -> tuple[str, ...] | None:
     """§5.3 "consent MAY be skipped when an unexpired grant for (User, personal agent) already covers
     the request": the scopes to approve at once, or ``None`` when the User must be asked.
 
-    Only when the Brand allows it, and only a grant for the same personal agent and the same
-    PA ``sub`` counts: another ``sub`` of that agent may be another person.
+    Only when the Brand allows it, and only the live grant of the same personal agent and the
+    same PA ``sub`` counts (:meth:`OAuthStore.live_grant_of`): another ``sub`` of that agent may
+    be another person.
     """
-    if not delegation.skip_consent:
+    if not delegation.skip_consent or grant is None or not _same_owner(grant, authorization):
         return None
     requested = set(authorization.scopes)
-    if not any(_same_owner(grant, authorization) and requested <= set(grant.scopes) for grant in grants):
+    if not requested <= set(grant.scopes):
         return None
-    return scopes_in_card_order(delegation, requested | carried_scopes(authorization, grants))
+    return scopes_in_card_order(delegation, requested | set(grant.scopes))
 
 
 def _delegating(request: web.Request) -> _Delegating | None:
@@ -306,9 +316,15 @@ async def _accept_assertion(
 
 
 async def _approve(
-    ctx: _Delegating, authorization: DeviceAuthorization, user: str, scopes: tuple[str, ...], now: float
+    ctx: _Delegating,
+    authorization: DeviceAuthorization,
+    user: str,
+    scopes: tuple[str, ...],
+    carried: tuple[str, ...],
+    now: float,
 ) -> web.Response:
-    if not await ctx.server.store.approve(ctx.brand.id, authorization.device_hash, user, scopes, now):
+    store = ctx.server.store
+    if not await store.approve(ctx.brand.id, authorization.device_hash, user, scopes, now, carried=carried):
         raise _Refused("not_pending")
     return _redirect(ctx, status="approved", scope=" ".join(scopes))
 
@@ -319,10 +335,12 @@ async def _hand_off(request: web.Request, ctx: _Delegating) -> web.Response:
     await ctx.enforce(named_limit(LOGIN_ASSERTION, ctx.rate_limits.login_assertion, ctx.address))
     metrics = request.app[METRICS]
     assertion, authorization = await _accept_assertion(ctx, await _read_form(request), now, metrics)
-    grants = await store.grants_of_user(ctx.brand.id, assertion.user, now)
-    skipped = skip_consent_scopes(ctx.delegation, authorization, grants)
+    # The slot's grant only: the hand-off costs the same whatever else this user has approved.
+    grant = await store.live_grant_of(ctx.brand.id, assertion.user, authorization.owner_digest, now)
+    skipped = skip_consent_scopes(ctx.delegation, authorization, grant)
     if skipped:
-        response = await _approve(ctx, authorization, assertion.user, skipped, now)
+        carried = carried_scopes(ctx.delegation, authorization, grant, authorization.scopes)
+        response = await _approve(ctx, authorization, assertion.user, skipped, carried, now)
         request.app[METRICS].delegation_event(ctx.brand.id, "authorization_approved")
         return response
     session = _new_session(authorization.user_code)
@@ -379,11 +397,12 @@ async def _settle(request: web.Request, ctx: _Delegating) -> web.Response:
         return _redirect(ctx, status="denied")
     if not set(ticked) <= set(authorization.scopes):
         raise _Refused("unrequested_scope")
-    grants = await store.grants_of_user(ctx.brand.id, taken.user, now)
-    scopes = scopes_in_card_order(ctx.delegation, {*ticked, *carried_scopes(authorization, grants)})
+    grant = await store.live_grant_of(ctx.brand.id, taken.user, authorization.owner_digest, now)
+    carried = carried_scopes(ctx.delegation, authorization, grant, ticked)
+    scopes = scopes_in_card_order(ctx.delegation, {*ticked, *carried})
     if not scopes:  # everything ticked left the card with a reload since the page was shown
         raise _Refused("unrequested_scope")
-    response = await _approve(ctx, authorization, taken.user, scopes, now)
+    response = await _approve(ctx, authorization, taken.user, scopes, carried, now)
     request.app[METRICS].delegation_event(ctx.brand.id, "authorization_approved")
     return response
 

@@ -14,10 +14,9 @@ from aiohttp import web
 from gateway.http.state import METRICS
 from gateway.oauth.access_token import InvalidToken, verify_access_token
 from gateway.oauth.client_auth import Client, pa_client
-from gateway.oauth.device import code_hash
 from gateway.oauth.errors import NO_STORE
 from gateway.oauth.forms import required
-from gateway.oauth.tokens import owns
+from gateway.oauth.tokens import owns, refresh_token_of
 from gateway.store.oauth import Grant
 
 __all__ = ["revoke"]
@@ -25,7 +24,8 @@ __all__ = ["revoke"]
 
 async def _refresh_grant(client: Client, token: str, now: float) -> Grant | None:
     store, brand_id = client.server.store, client.brand.brand.id
-    grant_id = await store.grant_of_refresh(brand_id, code_hash(token), now)
+    presented, _ = refresh_token_of(token)
+    grant_id = await store.grant_of_refresh(brand_id, presented, now)
     return None if grant_id is None else await store.get_grant(brand_id, grant_id, now)
 
 

@@ -3,14 +3,19 @@
 Every decision that must hold across replicas is one atomic step of the store: a device code
 is redeemed once however many polls race for it, and a refresh token rotates once however
 many refreshes race for it (the losers present a spent token, which revokes the grant: RFC
-9700 §4.14.2 reuse detection). Refresh tokens are random, handed out once and stored only as
-their hash. A grant and its refresh tokens belong to one (personal agent, ``sub``): another
-personal agent, or another ``sub`` of the same one, gets ``invalid_grant`` and changes nothing.
+9700 §4.14.2 reuse detection). A refresh token is ``rt_{grant id}.{family}.{secret}``: the
+family (128 random bits, drawn when the grant is issued) stays with every rotation and the
+secret (256 bits) changes, so the store keeps one record per family, the hashes of the current
+and previous token, however often a client refreshes, and still knows any older token of the
+family as spent. Tokens are handed out once and stored only as hashes. A grant and its refresh
+tokens belong to one (personal agent, ``sub``): another personal agent, or another ``sub`` of
+the same one, gets ``invalid_grant`` and changes nothing.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 import secrets
 from typing import Final
 
@@ -23,9 +28,18 @@ from gateway.oauth.device import code_hash
 from gateway.oauth.errors import ErrorCode, OAuthError, json_answer
 from gateway.oauth.forms import parse_scope, required
 from gateway.oauth.metadata import DEVICE_CODE_GRANT, REFRESH_TOKEN_GRANT
-from gateway.store.oauth import Grant, PollOutcome, RefreshOutcome
+from gateway.store.oauth import Grant, PollOutcome, RefreshOutcome, RefreshToken
 
-__all__ = ["GRANT_ID_PREFIX", "REFRESH_TOKEN_PREFIX", "new_grant_id", "new_refresh_token", "owns", "token"]
+__all__ = [
+    "GRANT_ID_PREFIX",
+    "REFRESH_TOKEN_PREFIX",
+    "new_family",
+    "new_grant_id",
+    "new_refresh_token",
+    "owns",
+    "refresh_token_of",
+    "token",
+]
 
 log = logging.getLogger("pact_gateway.oauth")
 
@@ -47,9 +61,36 @@ def new_grant_id() -> str:
     return GRANT_ID_PREFIX + secrets.token_urlsafe(16)
 
 
-def new_refresh_token() -> str:
-    """256 random bits; only its :func:`code_hash` is ever stored."""
-    return REFRESH_TOKEN_PREFIX + secrets.token_urlsafe(32)
+_FAMILY_TOKEN: Final = re.compile(
+    rf"{REFRESH_TOKEN_PREFIX}(?P<grant>{GRANT_ID_PREFIX}[A-Za-z0-9_-]{{22}})\.(?P<family>[A-Za-z0-9_-]{{22}})"
+    r"\.[A-Za-z0-9_-]{43}"
+)
+"""What :func:`new_refresh_token` draws; anything else is looked up as a previous release's token."""
+
+
+def new_family() -> str:
+    """A refresh family: 128 random bits, in every token of one grant; only its hash is stored."""
+    return secrets.token_urlsafe(16)
+
+
+def new_refresh_token(grant_id: str, family: str) -> tuple[str, RefreshToken]:
+    """A token of ``family`` (256 fresh random bits), and what the store keeps of it (hashes only)."""
+    token = f"{REFRESH_TOKEN_PREFIX}{grant_id}.{family}.{secrets.token_urlsafe(32)}"
+    return token, RefreshToken(grant_id, code_hash(family), code_hash(token))
+
+
+def refresh_token_of(token: str) -> tuple[RefreshToken, str]:
+    """A presented refresh token as the store sees it, and its family (``""`` when it names none).
+
+    A token that is not of :func:`new_refresh_token`'s shape names no grant: the store looks it up
+    by hash only, which finds the previous release's tokens (``rt_`` and 256 random bits) and
+    nothing else, so a made-up grant id never reaches a key.
+    """
+    shaped = _FAMILY_TOKEN.fullmatch(token)
+    if shaped is None:
+        return RefreshToken("", "", code_hash(token)), ""
+    family = shaped["family"]
+    return RefreshToken(shaped["grant"], code_hash(family), code_hash(token)), family
 
 
 def owns(grant: Grant, client: Client) -> bool:
@@ -84,14 +125,13 @@ async def _redeem_device_code(request: web.Request, client: Client) -> web.Respo
     """RFC 8628 §3.4–3.5: one poll, decided by the store in the documented order."""
     brand = client.brand
     brand_id = brand.brand.id
-    refresh_token = new_refresh_token()
+    refresh_token, refresh = new_refresh_token(new_grant_id(), new_family())
     result = await client.server.store.poll(
         brand_id,
         code_hash(required(client.form, "device_code")),
         client.owner_digest,
         client.server.clock(),
-        grant_id=new_grant_id(),
-        refresh_hash=code_hash(refresh_token),
+        refresh=refresh,
         grant_ttl=brand.delegation.grant_ttl,
     )
     metrics = request.app[METRICS]
@@ -100,6 +140,9 @@ async def _redeem_device_code(request: web.Request, client: Client) -> web.Respo
             metrics.delegation_event(brand_id, "authorization_expired")
         raise OAuthError(_POLL_ERRORS.get(result.outcome, ErrorCode.INVALID_GRANT))
     metrics.delegation_event(brand_id, "token_issued")
+    if result.superseded:
+        # §5.3: one live grant per (user, agent, sub); the earlier one's tokens stop from now on.
+        metrics.delegation_event(brand_id, "grant_superseded")
     return _issued(client, result.grant, result.grant.scopes, refresh_token)
 
 
@@ -108,20 +151,21 @@ async def _refresh(request: web.Request, client: Client) -> web.Response:
 
     Ownership and the narrowing are checked before the store rotates anything, so a foreign or
     malformed request spends nothing; a narrower ``scope`` limits only this access token (the
-    grant keeps what the User approved, RFC 6749 §6).
+    grant keeps what the User approved, RFC 6749 §6). The new token is of the presented one's
+    family; a previous release's token, which has none, starts its grant's family.
     """
     brand = client.brand
     brand_id = brand.brand.id
     store, now = client.server.store, client.server.clock()
-    refresh_hash = code_hash(required(client.form, "refresh_token"))
-    grant_id = await store.grant_of_refresh(brand_id, refresh_hash, now)
+    presented, family = refresh_token_of(required(client.form, "refresh_token"))
+    grant_id = await store.grant_of_refresh(brand_id, presented, now)
     grant = None if grant_id is None else await store.get_grant(brand_id, grant_id, now)
     if grant is None or not owns(grant, client):
         raise OAuthError(ErrorCode.INVALID_GRANT)
     scope = client.form.get("scope")
     scopes = grant.scopes if scope is None else parse_scope(scope, grant.scopes)
-    refresh_token = new_refresh_token()
-    result = await store.rotate_refresh(brand_id, refresh_hash, code_hash(refresh_token), now)
+    refresh_token, refresh = new_refresh_token(grant.grant_id, family or new_family())
+    result = await store.rotate_refresh(brand_id, presented, refresh, now)
     metrics = request.app[METRICS]
     if result.outcome is RefreshOutcome.REUSED:
         # The store revoked the grant in the same step: whoever holds the newest token loses it too.

@@ -60,6 +60,7 @@ DelegationEvent = Literal[
     "token_refreshed",
     "refresh_reuse_detected",
     "grant_revoked",
+    "grant_superseded",
     "step_up",
     "delegated_turn",
     "receipt_signed",

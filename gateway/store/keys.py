@@ -61,3 +61,10 @@ def adapter_key(brand_id: str, context_id: str, name: str) -> str:
 def user_digest(brand_id: str, user: str) -> str:
     """A Brand user id as 128 bits of SHA-256, hex: for keys, so no user id is a key name in clear."""
     return hashlib.sha256(f"{brand_id}\x00{user}".encode()).hexdigest()[:32]
+
+
+def grant_slot_key(brand_id: str, user_digest: str, owner_digest: str) -> str:
+    """§5.3 the one live grant of a (Brand user, personal agent, ``sub``): its grant id. By
+    :func:`user_digest` and :attr:`gateway.store.base.Owner.digest`, simply joined, as the Redis
+    poll script builds it from ``grant_slot_key(brand_id, "", "")`` and the two digests."""
+    return f"{PREFIX}:{brand_id}:slot:{user_digest}{owner_digest}"

@@ -60,7 +60,7 @@ from gateway.config import CacheConfig
 from gateway.store import keys
 from gateway.store.base import ConversationStore, GrantCheck, Owner, TurnClaim, TurnStatus, text_digest
 from gateway.store.gcra import US, Hit, gcra
-from gateway.store.oauth import Grant
+from gateway.store.oauth import Grant, RefreshFamily
 
 __all__ = [
     "ERASED",
@@ -78,8 +78,8 @@ _Conversation: TypeAlias = tuple[float, bytes, bool, bool, tuple[Any, ...], byte
 CLOSED and absence."""
 _FirstMessage: TypeAlias = tuple[float, str, bytes]
 """§4.3 ``(expires, conversation key, text digest)``: a first message recently opened that conversation."""
-GrantRecord: TypeAlias = tuple[float, Grant, str]
-"""§5.4 ``(expires, grant, current refresh-token hash)`` at :func:`keys.grant_key`; revoked is expired
+GrantRecord: TypeAlias = tuple[float, Grant, RefreshFamily]
+"""§5.4 ``(expires, grant, its refresh family)`` at :func:`keys.grant_key`; revoked is expired
 in place. Kept by :class:`gateway.store.oauth_memory.MemoryOAuthStore`, read by every delegated turn."""
 OwnerIndex: TypeAlias = tuple[Any, ...]
 """At :attr:`Owner.digest_bytes`: ``(deadline, conversations kept at the last prune, conversation key,

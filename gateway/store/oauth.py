@@ -7,10 +7,14 @@ What is kept, each with its own lifetime and never a secret in clear:
 * **consent sessions**: the consent page's hidden ``session``, by its hash, single use;
 * **used assertion ``jti``s** (the Brand login's hand-off), single use, kept until the
   assertion could no longer be valid;
-* **grants**: what a User approved for one personal agent (and one of its ``sub``s), with
-  the hash of the refresh token now current; they live ``grant_ttl`` seconds;
-* **refresh-token families**: every refresh token a grant ever had, by hash, so a spent one
-  is recognised (and revokes the grant: reuse detection, RFC 9700 §4.14.2).
+* **grants**: what a User approved for one personal agent (and one of its ``sub``s); they live
+  ``grant_ttl`` seconds. At most one is live per (Brand user, personal agent, ``sub``): a *slot*
+  names it, and the grant a new approval creates supersedes (revokes) the one the slot named,
+  in the same step, recording which scopes it carried over;
+* **a grant's refresh family**, in the grant's own record: the family's hash and the hashes of
+  the current and the previous refresh token. Every token of the family names its grant and
+  family, so any token of it but the current one is recognised as spent (and revokes the
+  grant: reuse detection, RFC 9700 §4.14.2) without keeping a record per token ever issued.
 
 Every decision that must hold across replicas is one atomic step of the backend: redeeming
 a device code, rotating a refresh token, taking a consent session, using a ``jti``.
@@ -32,8 +36,10 @@ __all__ = [
     "OAuthStore",
     "PollOutcome",
     "PollResult",
+    "RefreshFamily",
     "RefreshOutcome",
     "RefreshResult",
+    "RefreshToken",
 ]
 
 EXPIRED_KEPT = 600
@@ -70,6 +76,9 @@ class DeviceAuthorization:
     """The Brand user id, once approved."""
     approved: tuple[str, ...] = ()
     """The scopes the grant will carry, once approved."""
+    carried: tuple[str, ...] = ()
+    """Those of :attr:`approved` that come from the User's live grant this one will supersede, not
+    from this request (§5.3 step-up): kept with the grant so the User can be shown them."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +103,34 @@ class Grant:
     scopes: tuple[str, ...]
     issued_at: float
     expires_at: float
+    carried: tuple[str, ...] = ()
+    """Which of :attr:`scopes` were carried over from the grant this one superseded (§5.3 step-up)."""
+
+
+class RefreshToken(NamedTuple):
+    """A refresh token as the store sees it: hashes, and the grant it names (never the token itself).
+
+    A token is ``rt_{grant id}.{family}.{secret}`` (:mod:`gateway.oauth.tokens`): the grant id
+    finds the record, the family proves the holder once held a token of that grant (a grant id
+    is not a secret: it is in every receipt), the whole token's hash says which one.
+    """
+
+    grant_id: str
+    """``""`` for a token of the previous release (``rt_`` and 256 random bits), found by its hash."""
+    family_hash: str
+    """Hash of the family part; ``""`` with ``grant_id``."""
+    token_hash: str
+    """Hash of the whole token."""
+
+
+class RefreshFamily(NamedTuple):
+    """A grant's refresh family: all the store keeps of its tokens, however often they rotate."""
+
+    family_hash: str
+    current: str
+    """Hash of the token that rotates next."""
+    previous: str = ""
+    """Hash of the token it replaced (``""`` before the first rotation)."""
 
 
 class PollOutcome(Enum):
@@ -111,6 +148,8 @@ class PollResult(NamedTuple):
     outcome: PollOutcome
     grant: Grant | None = None
     """``ISSUED``: the grant this redemption created."""
+    superseded: bool = False
+    """``ISSUED``: a live grant of the same (user, personal agent, ``sub``) was revoked for it."""
 
 
 class RefreshOutcome(Enum):
@@ -147,9 +186,17 @@ class OAuthStore(ABC):
 
     @abstractmethod
     async def approve(
-        self, brand_id: str, device_hash: str, user: str, scopes: tuple[str, ...], now: float
+        self,
+        brand_id: str,
+        device_hash: str,
+        user: str,
+        scopes: tuple[str, ...],
+        now: float,
+        *,
+        carried: tuple[str, ...] = (),
     ) -> bool:
-        """PENDING and live → APPROVED for ``user`` with ``scopes``; ``False`` (nothing changed) otherwise."""
+        """PENDING and live → APPROVED for ``user`` with ``scopes`` (``carried`` of them from the grant
+        the new one will supersede); ``False`` (nothing changed) otherwise."""
 
     @abstractmethod
     async def deny(self, brand_id: str, device_hash: str, now: float) -> bool:
@@ -163,8 +210,7 @@ class OAuthStore(ABC):
         owner_digest: str,
         now: float,
         *,
-        grant_id: str,
-        refresh_hash: str,
+        refresh: RefreshToken,
         grant_ttl: int,
     ) -> PollResult:
         """One token poll (RFC 8628 §3.4–3.5), decided in one atomic step, in this order:
@@ -176,10 +222,14 @@ class OAuthStore(ABC):
         The first poll is never too early. Every poll that gets past the redeemed check is
         recorded as the previous poll.
 
-        Approved → ``ISSUED``: the authorization becomes REDEEMED and the grant ``grant_id``
-        (its user, approved scopes, client and owner; ``issued_at`` = ``now``, ``expires_at`` =
-        ``now + grant_ttl``) is stored with ``refresh_hash`` as its current refresh token, in the
-        same step, so two concurrent polls never both get a token.
+        Approved → ``ISSUED``: the authorization becomes REDEEMED and the grant ``refresh.grant_id``
+        (its user, approved and carried scopes, client and owner; ``issued_at`` = ``now``,
+        ``expires_at`` = ``now + grant_ttl``) is stored with ``refresh`` as the first token of its
+        family, in the same step, so two concurrent polls never both get a token. In that same
+        step the grant takes the slot of (user, owner): the live grant the slot named before is
+        revoked (superseded), so a (Brand user, personal agent, ``sub``) has one live grant at most.
+        Of the approval's carried scopes, only those that grant still holds are granted (and
+        recorded as carried): a grant revoked between approval and redemption hands nothing on.
         """
 
     @abstractmethod
@@ -201,8 +251,13 @@ class OAuthStore(ABC):
         """The live grant, or ``None`` (unknown, expired or revoked)."""
 
     @abstractmethod
+    async def live_grant_of(self, brand_id: str, user: str, owner_digest: str, now: float) -> Grant | None:
+        """The live grant of ``user`` for one (personal agent, ``sub``), read from its slot: what consent
+        needs (skipping, carried scopes), at a cost that does not grow with the user's other grants."""
+
+    @abstractmethod
     async def grants_of_user(self, brand_id: str, user: str, now: float) -> list[Grant]:
-        """Every live grant of a Brand user, oldest first (consent skipping, ``grants list``)."""
+        """Every live grant of a Brand user, oldest first (``grants list`` / ``revoke``)."""
 
     @abstractmethod
     async def grants_of_owner(self, brand_id: str, owner_digest: str, now: float) -> list[Grant]:
@@ -211,15 +266,20 @@ class OAuthStore(ABC):
 
     @abstractmethod
     async def rotate_refresh(
-        self, brand_id: str, refresh_hash: str, new_refresh_hash: str, now: float
+        self, brand_id: str, presented: RefreshToken, new: RefreshToken, now: float
     ) -> RefreshResult:
-        """Refresh-token rotation in one atomic step: ``refresh_hash`` must be its live grant's current
-        token (``ROTATED``: ``new_refresh_hash`` becomes current, the old one spent); a spent one
-        revokes the grant (``REUSED``); anything else is ``INVALID``."""
+        """Refresh-token rotation in one atomic step (RFC 9700 §4.14.2), for a live grant only:
+
+        ``presented`` of another family than the grant's (or naming no live grant) is ``INVALID``
+        and changes nothing; the family's current token → ``ROTATED``: ``new`` becomes current and
+        ``presented`` previous, nothing else is kept; any other token of the family (the previous
+        one or an older one) → ``REUSED``, and the grant is revoked. A token of the previous
+        release (``grant_id`` ``""``) is found by its hash; if current, its grant moves to ``new``'s
+        family (which names that grant) and its other old tokens are spent from then on."""
 
     @abstractmethod
-    async def grant_of_refresh(self, brand_id: str, refresh_hash: str, now: float) -> str | None:
-        """The id of the live grant whose family ``refresh_hash`` belongs to (current or spent)."""
+    async def grant_of_refresh(self, brand_id: str, presented: RefreshToken, now: float) -> str | None:
+        """The id of the live grant whose family ``presented`` belongs to (current or spent)."""
 
     @abstractmethod
     async def revoke_grant(self, brand_id: str, grant_id: str) -> bool:

@@ -16,10 +16,14 @@ The records, by :func:`gateway.store.keys.oauth_key` kind unless said otherwise:
   poll still hears ``expired_token``;
 * ``user_code``: ``(expires, device hash)``;
 * ``consent``: ``(expires, ConsentSession)``; ``once``: ``(expires,)``;
-* a grant, at :func:`gateway.store.keys.grant_key`: :data:`~gateway.store.memory.GrantRecord`;
-* ``refresh``: ``(grant expires, grant id)``, one per refresh token the grant ever had;
-* ``user``: ``(latest grant expiry, grant ids)``, the Brand user's grants in issue order;
+* a grant, at :func:`gateway.store.keys.grant_key`: :data:`~gateway.store.memory.GrantRecord`,
+  its refresh family inside (the current and previous token hashes: nothing per rotation);
+* its slot, at :func:`gateway.store.keys.grant_slot_key`: ``(grant expires, grant id)``;
+* ``user``: ``(latest grant expiry, {grant id: None})``, the Brand user's grants in issue order,
+  a dict so that adding a grant and dropping the one it supersedes cost O(1);
 * ``owner``: the same, for the (personal agent, ``sub``) they were issued to, by its owner digest.
+
+Tokens of the previous release do not exist here: memory state does not outlive the process.
 """
 
 from __future__ import annotations
@@ -39,8 +43,10 @@ from gateway.store.oauth import (
     OAuthStore,
     PollOutcome,
     PollResult,
+    RefreshFamily,
     RefreshOutcome,
     RefreshResult,
+    RefreshToken,
 )
 
 __all__ = ["MemoryOAuthStore"]
@@ -98,10 +104,23 @@ class MemoryOAuthStore(OAuthStore):
         return device[1]
 
     async def approve(
-        self, brand_id: str, device_hash: str, user: str, scopes: tuple[str, ...], now: float
+        self,
+        brand_id: str,
+        device_hash: str,
+        user: str,
+        scopes: tuple[str, ...],
+        now: float,
+        *,
+        carried: tuple[str, ...] = (),
     ) -> bool:
         return self._settle(
-            brand_id, device_hash, now, status=AuthorizationStatus.APPROVED, user=user, approved=scopes
+            brand_id,
+            device_hash,
+            now,
+            status=AuthorizationStatus.APPROVED,
+            user=user,
+            approved=scopes,
+            carried=carried,
         )
 
     async def deny(self, brand_id: str, device_hash: str, now: float) -> bool:
@@ -114,8 +133,7 @@ class MemoryOAuthStore(OAuthStore):
         owner_digest: str,
         now: float,
         *,
-        grant_id: str,
-        refresh_hash: str,
+        refresh: RefreshToken,
         grant_ttl: int,
     ) -> PollResult:
         device = self._device(brand_id, device_hash, now)
@@ -139,32 +157,61 @@ class MemoryOAuthStore(OAuthStore):
             return PollResult(PollOutcome.AUTHORIZATION_PENDING)
         redeemed = dataclasses.replace(authorization, status=AuthorizationStatus.REDEEMED)
         self._keyspace.entries[device_key] = (kept, redeemed, now)
-        assert authorization.user is not None  # APPROVED always names its user
+        user = authorization.user
+        assert user is not None  # APPROVED always names its user
+        slot_key = keys.grant_slot_key(brand_id, keys.user_digest(brand_id, user), owner_digest)
+        slot = self._live(slot_key, now)
+        superseded = None if slot is None else slot[1]
+        old = None if superseded is None else self._grant(brand_id, superseded, now)
+        # Only what the superseded grant still holds now is carried: one revoked since the approval
+        # (or replaced by another) hands nothing on.
+        held = () if old is None else old[1].scopes
+        dropped = {scope for scope in authorization.carried if scope not in held}
         grant = Grant(
-            grant_id=grant_id,
+            grant_id=refresh.grant_id,
             brand_id=brand_id,
             client_id=authorization.client_id,
-            owner_digest=authorization.owner_digest,
-            user=authorization.user,
-            scopes=authorization.approved,
+            owner_digest=owner_digest,
+            user=user,
+            scopes=tuple(scope for scope in authorization.approved if scope not in dropped),
             issued_at=now,
             expires_at=now + grant_ttl,
+            carried=tuple(scope for scope in authorization.carried if scope not in dropped),
         )
-        self._store_grant(grant, refresh_hash, now)
-        return PollResult(PollOutcome.ISSUED, grant)
+        ended = superseded is not None and self._end(brand_id, superseded, now)
+        self._store_grant(grant, RefreshFamily(refresh.family_hash, refresh.token_hash), slot_key, superseded)
+        return PollResult(PollOutcome.ISSUED, grant, ended)
 
-    def _store_grant(self, grant: Grant, refresh_hash: str, now: float) -> None:
-        brand_id, expires = grant.brand_id, grant.expires_at
-        record: GrantRecord = (expires, grant, refresh_hash)
+    def _store_grant(
+        self, grant: Grant, family: RefreshFamily, slot_key: str, superseded: str | None
+    ) -> None:
+        """Store ``grant`` in its (user, owner) slot, in place of the ``superseded`` one (§5.3)."""
+        brand_id, expires, now = grant.brand_id, grant.expires_at, grant.issued_at
+        record: GrantRecord = (expires, grant, family)
         self._keyspace.put(keys.grant_key(brand_id, grant.grant_id), record)
-        self._keyspace.put(keys.oauth_key(brand_id, "refresh", refresh_hash), (expires, grant.grant_id))
+        self._keyspace.put(slot_key, (expires, grant.grant_id))
         for index_key in (
             keys.oauth_key(brand_id, "user", keys.user_digest(brand_id, grant.user)),
             keys.oauth_key(brand_id, "owner", grant.owner_digest),
         ):
             index = self._live(index_key, now)
-            kept, ids = (expires, ()) if index is None else (max(index[0], expires), index[1])
-            self._keyspace.put(index_key, (kept, (*ids, grant.grant_id)))
+            if index is None:
+                self._keyspace.put(index_key, (expires, {grant.grant_id: None}))
+                continue
+            ids: dict[str, None] = index[1]
+            ids.pop(superseded or "", None)
+            ids[grant.grant_id] = None
+            if expires > index[0]:
+                self._keyspace.put(index_key, (expires, ids))
+
+    def _end(self, brand_id: str, grant_id: str, now: float) -> bool:
+        """Revoke a live grant in place (expired, ``-inf``): its refresh family and tokens die with it."""
+        key = keys.grant_key(brand_id, grant_id)
+        record = live_grant(self._keyspace.entries.get(key), now)
+        if record is None:
+            return False
+        self._keyspace.entries[key] = (-math.inf, record[1], record[2])
+        return True
 
     async def put_consent_session(self, brand_id: str, session_hash: str, session: ConsentSession) -> None:
         self._keyspace.put(keys.oauth_key(brand_id, "consent", session_hash), (session.expires_at, session))
@@ -195,6 +242,10 @@ class MemoryOAuthStore(OAuthStore):
         record = self._grant(brand_id, grant_id, now)
         return None if record is None else record[1]
 
+    async def live_grant_of(self, brand_id: str, user: str, owner_digest: str, now: float) -> Grant | None:
+        slot = self._live(keys.grant_slot_key(brand_id, keys.user_digest(brand_id, user), owner_digest), now)
+        return None if slot is None else await self.get_grant(brand_id, slot[1], now)
+
     async def grants_of_user(self, brand_id: str, user: str, now: float) -> list[Grant]:
         user_key = keys.oauth_key(brand_id, "user", keys.user_digest(brand_id, user))
         return self._indexed(brand_id, user_key, now)
@@ -207,42 +258,42 @@ class MemoryOAuthStore(OAuthStore):
         index = self._live(index_key, now)
         if index is None:
             return []
-        records = [(grant_id, self._grant(brand_id, grant_id, now)) for grant_id in index[1]]
-        live = [(grant_id, record[1]) for grant_id, record in records if record is not None]
-        if len(live) < len(records):
-            self._keyspace.entries[index_key] = (index[0], tuple(grant_id for grant_id, _ in live))
-        return sorted((grant for _, grant in live), key=lambda grant: (grant.issued_at, grant.grant_id))
+        ids: dict[str, None] = index[1]
+        records = [(grant_id, self._grant(brand_id, grant_id, now)) for grant_id in ids]
+        live = [record[1] for _, record in records if record is not None]
+        for grant_id, record in records:
+            if record is None:
+                del ids[grant_id]
+        return sorted(live, key=lambda grant: (grant.issued_at, grant.grant_id))
 
     async def rotate_refresh(
-        self, brand_id: str, refresh_hash: str, new_refresh_hash: str, now: float
+        self, brand_id: str, presented: RefreshToken, new: RefreshToken, now: float
     ) -> RefreshResult:
-        family = self._live(keys.oauth_key(brand_id, "refresh", refresh_hash), now)
-        if family is None:
-            return RefreshResult(RefreshOutcome.INVALID)
-        grant_key = keys.grant_key(brand_id, family[1])
-        record = live_grant(self._keyspace.entries.get(grant_key), now)
+        record = self._family_record(brand_id, presented, now)
         if record is None:
             return RefreshResult(RefreshOutcome.INVALID)
-        expires, grant, current = record
-        if current != refresh_hash:
-            # A spent token came back: someone holds a copy, so neither copy may go on (RFC 9700 §4.14.2).
-            self._keyspace.entries[grant_key] = (-math.inf, grant, current)
+        expires, grant, family = record
+        if presented.token_hash != family.current:
+            # A spent token of the family came back: someone holds a copy, so neither copy may go on
+            # (RFC 9700 §4.14.2). The previous token or an older one: the family knows no more.
+            self._end(brand_id, grant.grant_id, now)
             return RefreshResult(RefreshOutcome.REUSED)
-        self._keyspace.entries[grant_key] = (expires, grant, new_refresh_hash)
-        self._keyspace.put(keys.oauth_key(brand_id, "refresh", new_refresh_hash), (expires, grant.grant_id))
+        rotated = RefreshFamily(family.family_hash, new.token_hash, presented.token_hash)
+        self._keyspace.entries[keys.grant_key(brand_id, grant.grant_id)] = (expires, grant, rotated)
         return RefreshResult(RefreshOutcome.ROTATED, grant)
 
-    async def grant_of_refresh(self, brand_id: str, refresh_hash: str, now: float) -> str | None:
-        family = self._live(keys.oauth_key(brand_id, "refresh", refresh_hash), now)
-        if family is None or self._grant(brand_id, family[1], now) is None:
+    def _family_record(self, brand_id: str, presented: RefreshToken, now: float) -> GrantRecord | None:
+        """The live grant ``presented`` names, if ``presented`` is of its family."""
+        if not presented.grant_id:
             return None
-        grant_id: str = family[1]
-        return grant_id
+        record = self._grant(brand_id, presented.grant_id, now)
+        if record is None or record[2].family_hash != presented.family_hash:
+            return None
+        return record
+
+    async def grant_of_refresh(self, brand_id: str, presented: RefreshToken, now: float) -> str | None:
+        record = self._family_record(brand_id, presented, now)
+        return None if record is None else record[1].grant_id
 
     async def revoke_grant(self, brand_id: str, grant_id: str) -> bool:
-        key = keys.grant_key(brand_id, grant_id)
-        record = live_grant(self._keyspace.entries.get(key), self._keyspace.clock())
-        if record is None:
-            return False
-        self._keyspace.entries[key] = (-math.inf, record[1], record[2])
-        return True
+        return self._end(brand_id, grant_id, self._keyspace.clock())

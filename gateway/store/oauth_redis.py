@@ -13,23 +13,32 @@ The layout, by :func:`gateway.store.keys.oauth_key` kind unless said otherwise:
 
 * ``device`` (hash): ``o`` owner digest, ``c`` client, ``s`` scopes (space-separated, as
   OAuth scope ids never hold a space), ``e`` expires, ``i`` interval, ``t`` status, ``k``
-  user code, ``p`` previous poll; once approved ``u`` user, ``a`` approved scopes and ``d``
-  the user's digest. Kept :data:`~gateway.store.oauth.EXPIRED_KEPT` seconds past ``e`` so a
-  late poll still hears ``expired_token``;
+  user code, ``p`` previous poll; once approved ``u`` user, ``a`` approved scopes, ``x`` those
+  of them carried from the grant to be superseded (if any) and ``d`` the user's digest. Kept
+  :data:`~gateway.store.oauth.EXPIRED_KEPT` seconds past ``e`` so a late poll still hears
+  ``expired_token``;
 * ``user_code`` (string): ``{device hash}|{expires}``, created with the authorization only if
   no live one holds the code;
 * ``consent`` (hash): ``d`` device hash, ``u`` user, ``e`` expires; ``once`` (string): expires;
 * a grant, at :func:`gateway.store.keys.grant_key` (hash): ``o`` owner digest (which every
-  delegated begin-turn script reads), ``c`` client, ``u`` user, ``s`` scopes, ``i`` issued,
-  ``e`` expires, ``r`` the current refresh token's hash; revoking deletes it;
-* ``refresh`` (string): the grant id, one key per refresh token the grant ever had;
-* ``user`` (set): the grant ids of a Brand user, dead ones dropped when next read;
+  delegated begin-turn script reads), ``c`` client, ``u`` user, ``s`` scopes, ``k`` the carried
+  ones (if any), ``i`` issued, ``e`` expires, and its refresh family: ``f`` the family's hash,
+  ``r`` the current token's hash, ``p`` the previous one's (after a first rotation). Revoking,
+  superseding or a reused refresh token deletes it, family and all;
+* its slot, at :func:`gateway.store.keys.grant_slot_key` (string): the id of the live grant of
+  that (user, owner);
+* ``user`` (set): the grant ids of a Brand user, dead ones dropped when next read and a
+  superseded one when it is superseded;
 * ``owner`` (set): the same, for the (personal agent, ``sub``) they were issued to, by owner digest.
 
-Two scripts reach a key they learn only as they run, from a prefix passed in ARGV: the poll
-(the user's grant set, from the digest approval stored) and the rotation (the grant a refresh
-token belongs to), so each stays one step. Like every key here, that assumes a standalone
-Redis (a Redis Cluster would need hash tags).
+The previous release kept a ``refresh`` string (the grant id) per refresh token ever issued,
+and grants with no ``f``; both are still read until they expire: such a token, if current,
+rotates into a family, so nothing of that layout is written any more.
+
+Two scripts reach keys they learn only as they run, from prefixes passed in ARGV: the poll
+(the user's grant set and slot, from the digest approval stored, and the grant it supersedes)
+and the rotation of a previous release's token (the grant it belongs to), so each stays one
+step. Like every key here, that assumes a standalone Redis (a Redis Cluster would need hash tags).
 """
 
 from __future__ import annotations
@@ -52,6 +61,7 @@ from gateway.store.oauth import (
     PollResult,
     RefreshOutcome,
     RefreshResult,
+    RefreshToken,
 )
 from gateway.store.redis_pipe import Arg, RedisPipe, Script
 
@@ -76,8 +86,8 @@ redis.call('HSET', KEYS[1], unpack(ARGV, 2))
 return 1
 """)
 
-# KEYS[1] device, KEYS[2] grant, KEYS[3] refresh family of the new token, KEYS[4] the owner's grant set.
-# ARGV: owner, now, refresh hash, grant expires, grant ttl ms, grant id, user-set key prefix.
+# KEYS[1] device, KEYS[2] grant, KEYS[3] the owner's grant set. ARGV: owner, now, refresh hash, grant
+# expires, grant ttl ms, grant id, user-set key prefix, family hash, slot key prefix, grant key prefix.
 _POLL = Script("""
 local d = redis.call('HMGET', KEYS[1], 'o', 'e', 't', 'p', 'i')
 if d[1] ~= ARGV[1] then return {'invalid_grant'} end
@@ -95,16 +105,41 @@ if d[3] ~= 'approved' then
   return {'authorization_pending'}
 end
 redis.call('HSET', KEYS[1], 'p', ARGV[2], 't', 'redeemed')
-local a = redis.call('HMGET', KEYS[1], 'c', 'u', 'a', 'd')
-redis.call('HSET', KEYS[2], 'o', ARGV[1], 'c', a[1], 'u', a[2], 's', a[3], 'i', ARGV[2], 'e', ARGV[4],
-  'r', ARGV[3])
+local a = redis.call('HMGET', KEYS[1], 'c', 'u', 'a', 'd', 'x')
+local user_set = ARGV[7] .. a[4]
+local slot = ARGV[9] .. a[4] .. ARGV[1]
+local superseded = redis.call('GET', slot)
+local held, ended = {}, '0'
+if superseded then
+  local old = redis.call('HMGET', ARGV[10] .. superseded, 's', 'e')
+  if old[2] and tonumber(old[2]) > now then
+    for scope in string.gmatch(old[1], '%S+') do held[scope] = true end
+    ended = '1'
+  end
+  redis.call('DEL', ARGV[10] .. superseded)
+  redis.call('SREM', user_set, superseded)
+  redis.call('SREM', KEYS[3], superseded)
+end
+-- Only what the superseded grant still holds now is carried: one revoked since the approval
+-- (or replaced by another) hands nothing on.
+local dropped, carried, scopes = {}, {}, {}
+for scope in string.gmatch(a[5] or '', '%S+') do
+  if held[scope] then table.insert(carried, scope) else dropped[scope] = true end
+end
+for scope in string.gmatch(a[3], '%S+') do
+  if not dropped[scope] then table.insert(scopes, scope) end
+end
+scopes, carried = table.concat(scopes, ' '), table.concat(carried, ' ')
+redis.call('HSET', KEYS[2], 'o', ARGV[1], 'c', a[1], 'u', a[2], 's', scopes, 'i', ARGV[2], 'e', ARGV[4],
+  'f', ARGV[8], 'r', ARGV[3])
+if carried ~= '' then redis.call('HSET', KEYS[2], 'k', carried) end
 redis.call('PEXPIRE', KEYS[2], ARGV[5])
-redis.call('SET', KEYS[3], ARGV[6], 'PX', ARGV[5])
-for _, set in ipairs({ARGV[7] .. a[4], KEYS[4]}) do
+redis.call('SET', slot, ARGV[6], 'PX', ARGV[5])
+for _, set in ipairs({user_set, KEYS[3]}) do
   redis.call('SADD', set, ARGV[6])
   if redis.call('PTTL', set) < tonumber(ARGV[5]) then redis.call('PEXPIRE', set, ARGV[5]) end
 end
-return {'issued', a[1], a[2], a[3]}
+return {'issued', a[1], a[2], scopes, carried, ended}
 """)
 
 # KEYS[1] a hash. ARGV: ttl ms, then its fields and values.
@@ -132,21 +167,25 @@ redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 return 1
 """)
 
-# KEYS[1] refresh family of the presented token, KEYS[2] of the new one.
-# ARGV: now, grant key prefix, presented hash, new hash.
+# KEYS[1] the grant the presented token names or, for a previous release's token (ARGV[3] ''), its
+# ``refresh`` key. ARGV: now, grant key prefix, presented family hash, presented hash, new family hash,
+# new hash. RFC 9700 §4.14.2: the current token rotates; any other of the family revokes the grant.
 _ROTATE = Script("""
-local id = redis.call('GET', KEYS[1])
-if not id then return {'invalid'} end
-local key = ARGV[2] .. id
-local g = redis.call('HMGET', key, 'r', 'e', 'o', 'c', 'u', 's', 'i')
+local key = KEYS[1]
+if ARGV[3] == '' then
+  local id = redis.call('GET', KEYS[1])
+  if not id then return {'invalid'} end
+  key = ARGV[2] .. id
+end
+local g = redis.call('HMGET', key, 'r', 'e', 'f', 'o', 'c', 'u', 's', 'i', 'k')
 if not g[2] or tonumber(g[2]) <= tonumber(ARGV[1]) then return {'invalid'} end
-if g[1] ~= ARGV[3] then
+if ARGV[3] ~= '' and g[3] ~= ARGV[3] then return {'invalid'} end
+if g[1] ~= ARGV[4] then
   redis.call('DEL', key)
   return {'reused'}
 end
-redis.call('HSET', key, 'r', ARGV[4])
-redis.call('SET', KEYS[2], id, 'PX', math.max(redis.call('PTTL', key), 1))
-return {'rotated', id, g[3], g[4], g[5], g[6], g[7], g[2]}
+redis.call('HSET', key, 'f', ARGV[5], 'r', ARGV[6], 'p', ARGV[4])
+return {'rotated', string.sub(key, #ARGV[2] + 1), g[4], g[5], g[6], g[7], g[8], g[2], g[9] or ''}
 """)
 
 # KEYS[1] grant. ARGV: now. 1 when a live grant ended.
@@ -188,6 +227,7 @@ def _grant(brand_id: str, grant_id: str, fields: dict[bytes, bytes]) -> Grant:
         scopes=_scopes(fields[b"s"]),
         issued_at=float(fields[b"i"]),
         expires_at=float(fields[b"e"]),
+        carried=_scopes(fields.get(b"k", b"")),
     )
 
 
@@ -218,6 +258,8 @@ class RedisOAuthStore(OAuthStore):
             fields += ["u", authorization.user, "d", keys.user_digest(brand_id, authorization.user)]
         if authorization.approved:
             fields += ["a", " ".join(authorization.approved)]
+        if authorization.carried:
+            fields += ["x", " ".join(authorization.carried)]
         created = await self._redis.run(
             _CREATE,
             [
@@ -261,6 +303,7 @@ class RedisOAuthStore(OAuthStore):
             status=AuthorizationStatus(fields[b"t"].decode()),
             user=None if user is None else user.decode(),
             approved=_scopes(fields.get(b"a", b"")),
+            carried=_scopes(fields.get(b"x", b"")),
         )
 
     async def _settle(self, brand_id: str, device_hash: str, now: float, changes: Sequence[Arg]) -> bool:
@@ -270,7 +313,14 @@ class RedisOAuthStore(OAuthStore):
         return bool(settled)
 
     async def approve(
-        self, brand_id: str, device_hash: str, user: str, scopes: tuple[str, ...], now: float
+        self,
+        brand_id: str,
+        device_hash: str,
+        user: str,
+        scopes: tuple[str, ...],
+        now: float,
+        *,
+        carried: tuple[str, ...] = (),
     ) -> bool:
         changes: list[Arg] = [
             "t", AuthorizationStatus.APPROVED.value,
@@ -278,6 +328,8 @@ class RedisOAuthStore(OAuthStore):
             "a", " ".join(scopes),
             "d", keys.user_digest(brand_id, user),
         ]  # fmt: skip
+        if carried:
+            changes += ["x", " ".join(carried)]
         return await self._settle(brand_id, device_hash, now, changes)
 
     async def deny(self, brand_id: str, device_hash: str, now: float) -> bool:
@@ -290,33 +342,35 @@ class RedisOAuthStore(OAuthStore):
         owner_digest: str,
         now: float,
         *,
-        grant_id: str,
-        refresh_hash: str,
+        refresh: RefreshToken,
         grant_ttl: int,
     ) -> PollResult:
         expires = now + grant_ttl
+        grant_id = refresh.grant_id
         result = await self._redis.run(
             _POLL,
             [
                 keys.oauth_key(brand_id, "device", device_hash),
                 keys.grant_key(brand_id, grant_id),
-                keys.oauth_key(brand_id, "refresh", refresh_hash),
                 keys.oauth_key(brand_id, "owner", owner_digest),
             ],
             [
                 owner_digest,
                 _time(now),
-                refresh_hash,
+                refresh.token_hash,
                 _time(expires),
                 _ttl_ms(expires, now),
                 grant_id,
                 keys.oauth_key(brand_id, "user", ""),
+                refresh.family_hash,
+                keys.grant_slot_key(brand_id, "", ""),
+                keys.grant_key(brand_id, ""),
             ],
         )
         outcome = PollOutcome(result[0].decode())
         if outcome is not PollOutcome.ISSUED:
             return PollResult(outcome)
-        _, client_id, user, scopes = result
+        _, client_id, user, scopes, carried, ended = result
         grant = Grant(
             grant_id=grant_id,
             brand_id=brand_id,
@@ -326,8 +380,9 @@ class RedisOAuthStore(OAuthStore):
             scopes=_scopes(scopes),
             issued_at=now,
             expires_at=expires,
+            carried=_scopes(carried),
         )
-        return PollResult(outcome, grant)
+        return PollResult(outcome, grant, ended == b"1")
 
     async def put_consent_session(self, brand_id: str, session_hash: str, session: ConsentSession) -> None:
         await self._redis.run(
@@ -368,6 +423,11 @@ class RedisOAuthStore(OAuthStore):
             return None
         return _grant(brand_id, grant_id, fields)
 
+    async def live_grant_of(self, brand_id: str, user: str, owner_digest: str, now: float) -> Grant | None:
+        slot = keys.grant_slot_key(brand_id, keys.user_digest(brand_id, user), owner_digest)
+        grant_id = await self._redis.execute("GET", slot)
+        return None if grant_id is None else await self.get_grant(brand_id, grant_id.decode(), now)
+
     async def grants_of_user(self, brand_id: str, user: str, now: float) -> list[Grant]:
         user_key = keys.oauth_key(brand_id, "user", keys.user_digest(brand_id, user))
         return await self._indexed(brand_id, user_key, now)
@@ -389,32 +449,47 @@ class RedisOAuthStore(OAuthStore):
         return sorted(live, key=lambda grant: (grant.issued_at, grant.grant_id))
 
     async def rotate_refresh(
-        self, brand_id: str, refresh_hash: str, new_refresh_hash: str, now: float
+        self, brand_id: str, presented: RefreshToken, new: RefreshToken, now: float
     ) -> RefreshResult:
         result: list[Any] = await self._redis.run(
             _ROTATE,
+            [self._refresh_key(brand_id, presented)],
             [
-                keys.oauth_key(brand_id, "refresh", refresh_hash),
-                keys.oauth_key(brand_id, "refresh", new_refresh_hash),
+                _time(now),
+                keys.grant_key(brand_id, ""),
+                presented.family_hash,
+                presented.token_hash,
+                new.family_hash,
+                new.token_hash,
             ],
-            [_time(now), keys.grant_key(brand_id, ""), refresh_hash, new_refresh_hash],
         )
         outcome = RefreshOutcome(result[0].decode())
         if outcome is not RefreshOutcome.ROTATED:
             return RefreshResult(outcome)
         grant_id = result[1].decode()
-        fields = dict(zip((b"o", b"c", b"u", b"s", b"i", b"e"), result[2:], strict=True))
+        fields = dict(zip((b"o", b"c", b"u", b"s", b"i", b"e", b"k"), result[2:], strict=True))
         return RefreshResult(outcome, _grant(brand_id, grant_id, fields))
 
-    async def grant_of_refresh(self, brand_id: str, refresh_hash: str, now: float) -> str | None:
-        grant_id = await self._redis.execute("GET", keys.oauth_key(brand_id, "refresh", refresh_hash))
-        if grant_id is None:
-            return None
-        expires = await self._redis.execute("HGET", keys.grant_key(brand_id, grant_id.decode()), "e")
+    @staticmethod
+    def _refresh_key(brand_id: str, presented: RefreshToken) -> str:
+        """Where ``presented`` is looked up: the grant it names, or a previous release's ``refresh`` key."""
+        if presented.grant_id:
+            return keys.grant_key(brand_id, presented.grant_id)
+        return keys.oauth_key(brand_id, "refresh", presented.token_hash)
+
+    async def grant_of_refresh(self, brand_id: str, presented: RefreshToken, now: float) -> str | None:
+        grant_id = presented.grant_id
+        if not grant_id:
+            legacy = await self._redis.execute("GET", self._refresh_key(brand_id, presented))
+            if legacy is None:
+                return None
+            grant_id = legacy.decode()
+        expires, family = await self._redis.execute("HMGET", keys.grant_key(brand_id, grant_id), "e", "f")
         if expires is None or float(expires) <= now:
             return None
-        found: str = grant_id.decode()
-        return found
+        if presented.grant_id and (family is None or family.decode() != presented.family_hash):
+            return None
+        return grant_id
 
     async def revoke_grant(self, brand_id: str, grant_id: str) -> bool:
         revoked = await self._redis.run(_REVOKE, [keys.grant_key(brand_id, grant_id)], [_time(self._clock())])

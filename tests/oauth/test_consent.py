@@ -14,12 +14,16 @@ from urllib.parse import urlsplit
 import pytest
 from aiohttp import ClientResponse
 
+from gateway.http.state import METRICS
+from gateway.store.base import Owner
 from gateway.store.oauth import AuthorizationStatus
+from tests.http.test_delegated_turns import assert_invalid_token
 from tests.support.consent import (
     CONSENT_USER,
     authorization,
     device_authorization,
     local,
+    oauth_store,
     oauth_urls,
     parse_consent_form,
     poll_token,
@@ -28,7 +32,7 @@ from tests.support.consent import (
     sign_in,
     status_of,
 )
-from tests.support.delegation import LOGIN_URL, SCOPES, BrandLogin, enable_delegation
+from tests.support.delegation import LOGIN_URL, SCOPES, BrandLogin, delegated, enable_delegation, refresh
 from tests.support.gateway import PUBLIC_URL, Harness, MakeGateway
 from tests.support.pa import OMIT, FakeJwksServer, PAKey
 
@@ -264,13 +268,16 @@ async def test_s5_3_unknown_decision_is_refused(dgw_memory: Harness, brand_login
     assert await status_of(dgw_memory, started["user_code"]) is AuthorizationStatus.PENDING
 
 
-async def _grant(gw: Harness, login: BrandLogin, scopes: tuple[str, ...], *, sub: str = "alice") -> None:
-    """A live grant of :data:`CONSENT_USER` to the test PA's ``sub`` for ``scopes``."""
+async def _grant(
+    gw: Harness, login: BrandLogin, scopes: tuple[str, ...], *, sub: str = "alice"
+) -> dict[str, Any]:
+    """A live grant of :data:`CONSENT_USER` to the test PA's ``sub`` for ``scopes``: its token answer."""
     started = await device_authorization(gw, scopes, sub=sub)
     form = parse_consent_form(await (await sign_in(gw, login, started["user_code"])).text())
     assert (await post_decision(gw, form.session, "allow", list(scopes))).status == 303
-    status, _ = await poll_token(gw, started["device_code"], sub=sub)
+    status, answer = await poll_token(gw, started["device_code"], sub=sub)
     assert status == 200
+    return answer
 
 
 async def test_s5_3_consent_is_skipped_when_a_live_grant_covers_the_request(
@@ -287,6 +294,7 @@ async def test_s5_3_consent_is_skipped_when_a_live_grant_covers_the_request(
     assert approved is not None
     assert approved.status is AuthorizationStatus.APPROVED
     assert approved.approved == ("orders:read", "orders:cancel")
+    assert approved.carried == ("orders:cancel",)
 
 
 async def test_s5_3_consent_is_not_skipped_when_the_grant_does_not_cover_it(
@@ -301,6 +309,35 @@ async def test_s5_3_consent_is_not_skipped_when_the_grant_does_not_cover_it(
     status, answer = await poll_token(dgw, started["device_code"])
     assert status == 200
     assert answer["scope"] == "orders:read orders:cancel"
+
+
+async def test_s5_3_step_up_supersedes_the_earlier_grant_and_records_what_it_carried(
+    dgw: Harness, brand_login: BrandLogin
+) -> None:
+    """Issue 17 row 4: one live grant per (Brand user, agent, ``sub``). The step-up's grant replaces the
+    earlier one at once: the earlier delegation and refresh tokens are refused, and the new grant says
+    which scope it carried (issue 18 I3 will show it)."""
+    first = await _grant(dgw, brand_login, ("orders:read",))
+    assert (await dgw.send("list my orders", headers=delegated(first["access_token"]))).status == 200
+    started, form = await consent_page(dgw, brand_login, ("orders:cancel",))
+    assert (await post_decision(dgw, form.session, "allow", ["orders:cancel"])).status == 303
+    status, second = await poll_token(dgw, started["device_code"])
+    assert status == 200
+    assert second["scope"] == "orders:read orders:cancel"
+    await assert_invalid_token(await dgw.send("list my orders", headers=delegated(first["access_token"])))
+    refused = await refresh(dgw, first["refresh_token"])
+    assert refused.status == 400
+    assert (await refused.json())["error"] == "invalid_grant"
+    assert (await dgw.send("list my orders", headers=delegated(second["access_token"]))).status == 200
+    superseded = dgw.client.app[METRICS].registry.get_sample_value(
+        "pact_delegation_events_total", {"brand": "acme", "event": "grant_superseded"}
+    )
+    assert superseded == 1
+    owner = Owner("acme", dgw.issuer, "alice").digest
+    grant = await oauth_store(dgw).live_grant_of("acme", CONSENT_USER, owner, time.time())
+    assert grant is not None
+    assert (grant.scopes, grant.carried) == (("orders:read", "orders:cancel"), ("orders:read",))
+    assert await oauth_store(dgw).grants_of_user("acme", CONSENT_USER, time.time()) == [grant]
 
 
 async def test_s5_3_consent_is_not_skipped_for_another_pa_sub(dgw: Harness, brand_login: BrandLogin) -> None:

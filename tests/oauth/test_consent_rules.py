@@ -8,7 +8,6 @@ from gateway.config import DelegationConfig, LoginConfig
 from gateway.oauth.consent import (
     carried_scopes,
     origin_of,
-    scopes_in_card_order,
     security_headers,
     skip_consent_scopes,
 )
@@ -72,25 +71,23 @@ def test_s5_3_form_action_allows_the_gateway_and_the_landing_origin_once() -> No
     assert form_action("https://gw.test", "https://gw.test/elsewhere") == "https://gw.test"
 
 
-def test_s5_3_skip_needs_one_grant_of_the_same_pa_and_sub_covering_the_request() -> None:
+def test_s5_3_skip_needs_the_live_grant_of_the_same_pa_and_sub_covering_the_request() -> None:
     wanted = _authorization("orders:read", "orders:cancel")
     covering = _grant("orders:read", "orders:cancel", "profile:read")
-    assert skip_consent_scopes(DELEGATION, wanted, [covering]) == tuple(SCOPES)
-    # Two grants that only cover it together are not "a grant that covers the request".
-    split = [_grant("orders:read"), _grant("orders:cancel")]
-    assert skip_consent_scopes(DELEGATION, wanted, split) is None
-    assert skip_consent_scopes(DELEGATION, wanted, [_grant(*SCOPES, owner="owner-b")]) is None
-    assert (
-        skip_consent_scopes(DELEGATION, wanted, [_grant(*SCOPES, client_id="https://other.example")]) is None
-    )
+    assert skip_consent_scopes(DELEGATION, wanted, covering) == tuple(SCOPES)
+    assert skip_consent_scopes(DELEGATION, wanted, _grant("orders:read")) is None
+    assert skip_consent_scopes(DELEGATION, wanted, None) is None
+    assert skip_consent_scopes(DELEGATION, wanted, _grant(*SCOPES, owner="owner-b")) is None
+    assert skip_consent_scopes(DELEGATION, wanted, _grant(*SCOPES, client_id="https://other.example")) is None
     off = DelegationConfig(scopes=SCOPES, login=DELEGATION.login, skip_consent=False)
-    assert skip_consent_scopes(off, wanted, [covering]) is None
+    assert skip_consent_scopes(off, wanted, covering) is None
 
 
-def test_s5_3_carried_scopes_come_from_the_same_owner_in_card_order() -> None:
+def test_s5_3_carried_scopes_are_the_superseded_grants_not_chosen_now_in_card_order() -> None:
+    """§5.3 step-up: what the new grant keeps of the one it supersedes is explicit (issue 18 I3)."""
     wanted = _authorization("profile:read")
-    grants = [_grant("orders:cancel"), _grant("orders:read", owner="owner-b"), _grant("gone:scope")]
-    carried = carried_scopes(wanted, grants)
-    assert carried == {"orders:cancel", "gone:scope"}
-    # A scope that left the card is not granted again.
-    assert scopes_in_card_order(DELEGATION, {"profile:read", *carried}) == ("orders:cancel", "profile:read")
+    earlier = _grant("profile:read", "orders:cancel", "gone:scope", "orders:read")
+    # Chosen now is not carried; a scope that left the card is not granted again.
+    assert carried_scopes(DELEGATION, wanted, earlier, ["profile:read"]) == ("orders:read", "orders:cancel")
+    assert carried_scopes(DELEGATION, wanted, None, ["profile:read"]) == ()
+    assert carried_scopes(DELEGATION, wanted, _grant("orders:read", owner="owner-b"), []) == ()

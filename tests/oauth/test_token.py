@@ -11,7 +11,10 @@ import orjson
 import pytest
 from aiohttp import ClientResponse
 
+from gateway.oauth.device import code_hash
+from gateway.oauth.tokens import new_refresh_token, refresh_token_of
 from gateway.ops.metrics import Metrics
+from gateway.store.oauth import RefreshToken
 from tests.oauth.test_device_authorization import oauth_error
 from tests.support.delegation import (
     BRAND_USER,
@@ -124,6 +127,42 @@ async def test_s5_3_a_device_code_is_redeemed_once(cgw: Harness, clock: ManualCl
     assert await error_of(await poll_token(cgw, started["device_code"])) == "invalid_grant"
     clock.advance(30)
     assert await error_of(await poll_token(cgw, started["device_code"])) == "invalid_grant"
+
+
+def test_rfc9700_a_refresh_token_names_its_grant_and_family_and_old_tokens_are_read_by_hash() -> None:
+    grant_id, family = "a2agrant_" + "G" * 22, "F" * 22
+    token, stored = new_refresh_token(grant_id, family)
+    assert refresh_token_of(token) == (stored, family)
+    assert stored == RefreshToken(grant_id, code_hash(family), code_hash(token))
+    # The previous release's tokens (rt_ and 256 random bits), and anything else, name no grant.
+    previous = "rt_" + "p" * 43
+    assert refresh_token_of(previous) == (RefreshToken("", "", code_hash(previous)), "")
+    made_up = token.replace("GGGG", "G:GG", 1)
+    assert refresh_token_of(made_up) == (RefreshToken("", "", code_hash(made_up)), "")
+
+
+@pytest.mark.parametrize("back", [1, 3])
+async def test_rfc9700_the_previous_or_an_older_refresh_token_revokes_the_family(
+    cgw: Harness, back: int
+) -> None:
+    """RFC 9700 §4.14.2 with one record per family: every token of it names its grant and family, so
+    the store knows any of them but the current one as spent (issue 17 row 4)."""
+    issued = [await obtain_tokens(cgw)]
+    for _ in range(3):
+        issued.append(await tokens_of(await refresh(cgw, issued[-1]["refresh_token"])))
+    grant_id, family, _ = issued[0]["refresh_token"].removeprefix("rt_").split(".")
+    assert all(tokens["refresh_token"].startswith(f"rt_{grant_id}.{family}.") for tokens in issued)
+    assert await error_of(await refresh(cgw, issued[-1 - back]["refresh_token"])) == "invalid_grant"
+    assert await error_of(await refresh(cgw, issued[-1]["refresh_token"])) == "invalid_grant"
+
+
+async def test_rfc9700_a_token_naming_the_grant_with_another_family_changes_nothing(cgw: Harness) -> None:
+    """A grant id is public (receipts carry it): guessing a family must not revoke anyone's grant."""
+    tokens = await obtain_tokens(cgw)
+    grant_id, family, secret = tokens["refresh_token"].removeprefix("rt_").split(".")
+    forged = f"rt_{grant_id}.{family[::-1]}.{secret}"
+    assert await error_of(await refresh(cgw, forged)) == "invalid_grant"
+    await tokens_of(await refresh(cgw, tokens["refresh_token"]))
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,7 @@ from gateway.store import keys as store_keys
 from gateway.store.base import GrantCheck
 from gateway.store.factory import open_oauth_store
 from gateway.store.gcra import Hit, Rule
-from gateway.store.oauth import DeviceAuthorization, OAuthStore, PollOutcome
+from gateway.store.oauth import DeviceAuthorization, OAuthStore, PollOutcome, RefreshToken
 from gateway.store.redis import RedisStore
 from gateway.store.redis_pipe import Arg
 from tests.support.pa import ManualClock
@@ -50,9 +50,8 @@ async def grant(
         )
     )
     await oauth.approve(BRAND, device_hash, user, ("orders:read",), clock())
-    result = await oauth.poll(
-        BRAND, device_hash, owner.digest, clock(), grant_id=grant_id, refresh_hash="rt", grant_ttl=GRANT_TTL
-    )
+    refresh = RefreshToken(grant_id, "family", "rt")
+    result = await oauth.poll(BRAND, device_hash, owner.digest, clock(), refresh=refresh, grant_ttl=GRANT_TTL)
     assert result.outcome is PollOutcome.ISSUED
     return GrantCheck(store_keys.grant_key(BRAND, grant_id), store_keys.user_digest(BRAND, user))
 

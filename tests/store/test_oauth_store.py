@@ -10,14 +10,17 @@ import asyncio
 import dataclasses
 import hashlib
 from collections.abc import AsyncIterator
+from typing import Any
 
 import pytest
 import redis.asyncio as aioredis
 
 from gateway.config import CacheConfig
-from gateway.store import ConversationStore, Owner
+from gateway.store import ConversationStore, Owner, TurnStatus
 from gateway.store import keys as store_keys
+from gateway.store.base import GrantCheck
 from gateway.store.factory import open_oauth_store
+from gateway.store.memory import MemoryStore
 from gateway.store.oauth import (
     EXPIRED_KEPT,
     AuthorizationStatus,
@@ -27,6 +30,7 @@ from gateway.store.oauth import (
     OAuthStore,
     PollOutcome,
     RefreshOutcome,
+    RefreshToken,
 )
 from gateway.store.redis import RedisStore
 from tests.support.pa import ManualClock
@@ -35,6 +39,7 @@ BRAND = "acme"
 PA = "https://pa.example"
 ALICE = Owner(BRAND, PA, "alice")
 MALLORY = Owner(BRAND, PA, "mallory")
+BOB = Owner(BRAND, PA, "bob")
 GRANT_TTL = 3600
 
 
@@ -43,6 +48,11 @@ def sha(text: str) -> str:
 
 
 DEVICE = sha("dc_device-code")
+
+
+def rt(name: str, grant_id: str = "g-1", family: str = "") -> RefreshToken:
+    """Refresh token ``name`` of ``grant_id``'s family (or of ``family``), as the store sees it."""
+    return RefreshToken(grant_id, sha(family or f"family-{grant_id}"), sha(name))
 
 
 @pytest.fixture
@@ -85,8 +95,7 @@ async def poll(
         device_hash,
         owner.digest,
         clock(),
-        grant_id=grant_id,
-        refresh_hash=sha(refresh),
+        refresh=rt(refresh, grant_id),
         grant_ttl=GRANT_TTL,
     )
     assert (result.grant is not None) is (result.outcome is PollOutcome.ISSUED)
@@ -112,8 +121,7 @@ async def issue(
         device_hash,
         owner.digest,
         clock(),
-        grant_id=grant_id,
-        refresh_hash=sha(refresh),
+        refresh=rt(refresh, grant_id),
         grant_ttl=GRANT_TTL,
     )
     assert result.outcome is PollOutcome.ISSUED
@@ -246,9 +254,7 @@ async def test_s5_3_approved_poll_issues_once(oauth: OAuthStore, clock: ManualCl
     assert await poll(oauth, clock) is PollOutcome.SLOW_DOWN  # approved, but polled too early
     clock.advance(10)
     issued_at = clock()
-    result = await oauth.poll(
-        BRAND, DEVICE, ALICE.digest, issued_at, grant_id="g-1", refresh_hash=sha("rt-1"), grant_ttl=GRANT_TTL
-    )
+    result = await oauth.poll(BRAND, DEVICE, ALICE.digest, issued_at, refresh=rt("rt-1"), grant_ttl=GRANT_TTL)
     expected = Grant(
         grant_id="g-1",
         brand_id=BRAND,
@@ -283,8 +289,8 @@ async def test_s5_3_concurrent_polls_issue_once(oauth: OAuthStore, clock: Manual
 async def rotation(
     oauth: OAuthStore, clock: ManualClock, old: str, new: str, *, brand_id: str = BRAND
 ) -> RefreshOutcome:
-    """Just the outcome of rotating refresh token ``old`` to ``new``."""
-    return (await oauth.rotate_refresh(brand_id, sha(old), sha(new), clock())).outcome
+    """Just the outcome of rotating refresh token ``old`` of grant ``g-1`` to ``new``."""
+    return (await oauth.rotate_refresh(brand_id, rt(old), rt(new), clock())).outcome
 
 
 # --- consent sessions and single-use markers ----------------------------------------------------
@@ -327,38 +333,45 @@ async def test_s5_3_concurrent_uses_of_one_marker_one_wins(oauth: OAuthStore) ->
 
 async def test_s5_4_refresh_rotates_and_the_old_token_is_spent(oauth: OAuthStore, clock: ManualClock) -> None:
     grant = await issue(oauth, clock)
-    rotated = await oauth.rotate_refresh(BRAND, sha("rt-1"), sha("rt-2"), clock())
+    rotated = await oauth.rotate_refresh(BRAND, rt("rt-1"), rt("rt-2"), clock())
     assert rotated.outcome is RefreshOutcome.ROTATED
     assert rotated.grant == grant
-    again = await oauth.rotate_refresh(BRAND, sha("rt-2"), sha("rt-3"), clock())
+    again = await oauth.rotate_refresh(BRAND, rt("rt-2"), rt("rt-3"), clock())
     assert (again.outcome, again.grant) == (RefreshOutcome.ROTATED, grant)
 
 
 async def test_s5_4_reused_refresh_token_revokes_the_grant(oauth: OAuthStore, clock: ManualClock) -> None:
     await issue(oauth, clock)
-    await oauth.rotate_refresh(BRAND, sha("rt-1"), sha("rt-2"), clock())
-    reused = await oauth.rotate_refresh(BRAND, sha("rt-1"), sha("rt-x"), clock())
+    await oauth.rotate_refresh(BRAND, rt("rt-1"), rt("rt-2"), clock())
+    reused = await oauth.rotate_refresh(BRAND, rt("rt-1"), rt("rt-x"), clock())
     assert (reused.outcome, reused.grant) == (RefreshOutcome.REUSED, None)
     assert await oauth.get_grant(BRAND, "g-1", clock()) is None
     # The current token stopped working too, and the spent one no longer says anything.
     assert await rotation(oauth, clock, "rt-2", "rt-3") is RefreshOutcome.INVALID
     assert await rotation(oauth, clock, "rt-1", "rt-4") is RefreshOutcome.INVALID
-    assert await oauth.grant_of_refresh(BRAND, sha("rt-2"), clock()) is None
+    assert await oauth.grant_of_refresh(BRAND, rt("rt-2"), clock()) is None
 
 
 async def test_s5_4_unknown_or_foreign_refresh_token_is_invalid(
     oauth: OAuthStore, clock: ManualClock
 ) -> None:
+    """A grant id is public (receipts carry it): naming it without its family revokes nothing."""
     await issue(oauth, clock)
-    assert await rotation(oauth, clock, "nope", "rt-2") is RefreshOutcome.INVALID
+    unknown = RefreshToken("", "", sha("nope"))
+    assert (await oauth.rotate_refresh(BRAND, unknown, rt("rt-2"), clock())).outcome is RefreshOutcome.INVALID
+    forged = rt("rt-1", family="guessed")
+    assert (await oauth.rotate_refresh(BRAND, forged, rt("rt-2"), clock())).outcome is RefreshOutcome.INVALID
+    assert await oauth.grant_of_refresh(BRAND, forged, clock()) is None
+    assert await oauth.grant_of_refresh(BRAND, rt("rt-1", "g-unknown"), clock()) is None
     assert await rotation(oauth, clock, "rt-1", "rt-2", brand_id="globex") is RefreshOutcome.INVALID
     assert await oauth.get_grant(BRAND, "g-1", clock()) is not None
+    assert await rotation(oauth, clock, "rt-1", "rt-2") is RefreshOutcome.ROTATED
 
 
 async def test_s5_4_concurrent_rotations_rotate_once(oauth: OAuthStore, clock: ManualClock) -> None:
     await issue(oauth, clock)
     results = await asyncio.gather(
-        *(oauth.rotate_refresh(BRAND, sha("rt-1"), sha(f"rt-new-{n}"), clock()) for n in range(20))
+        *(oauth.rotate_refresh(BRAND, rt("rt-1"), rt(f"rt-new-{n}"), clock()) for n in range(20))
     )
     outcomes = [result.outcome for result in results]
     assert outcomes.count(RefreshOutcome.ROTATED) == 1
@@ -369,11 +382,14 @@ async def test_s5_4_grant_of_refresh_knows_current_and_spent_tokens(
     oauth: OAuthStore, clock: ManualClock
 ) -> None:
     await issue(oauth, clock)
-    await oauth.rotate_refresh(BRAND, sha("rt-1"), sha("rt-2"), clock())
-    assert await oauth.grant_of_refresh(BRAND, sha("rt-1"), clock()) == "g-1"
-    assert await oauth.grant_of_refresh(BRAND, sha("rt-2"), clock()) == "g-1"
-    assert await oauth.grant_of_refresh(BRAND, sha("unknown"), clock()) is None
-    assert await oauth.grant_of_refresh("globex", sha("rt-2"), clock()) is None
+    await oauth.rotate_refresh(BRAND, rt("rt-1"), rt("rt-2"), clock())
+    assert await oauth.grant_of_refresh(BRAND, rt("rt-1"), clock()) == "g-1"
+    assert await oauth.grant_of_refresh(BRAND, rt("rt-2"), clock()) == "g-1"
+    # Any token of the family names it (an older one is spent, not unknown); another family does not.
+    assert await oauth.grant_of_refresh(BRAND, rt("older"), clock()) == "g-1"
+    assert await oauth.grant_of_refresh(BRAND, rt("rt-2", family="another"), clock()) is None
+    assert await oauth.grant_of_refresh(BRAND, RefreshToken("", "", sha("unknown")), clock()) is None
+    assert await oauth.grant_of_refresh("globex", rt("rt-2"), clock()) is None
 
 
 async def test_s5_5_revoke_grant_ends_it_and_its_tokens(oauth: OAuthStore, clock: ManualClock) -> None:
@@ -382,7 +398,7 @@ async def test_s5_5_revoke_grant_ends_it_and_its_tokens(oauth: OAuthStore, clock
     assert not await oauth.revoke_grant(BRAND, "g-1")
     assert not await oauth.revoke_grant(BRAND, "unknown")
     assert await oauth.get_grant(BRAND, "g-1", clock()) is None
-    assert await oauth.grant_of_refresh(BRAND, sha("rt-1"), clock()) is None
+    assert await oauth.grant_of_refresh(BRAND, rt("rt-1"), clock()) is None
     assert await rotation(oauth, clock, "rt-1", "rt-2") is RefreshOutcome.INVALID
 
 
@@ -393,7 +409,7 @@ async def test_s5_3_grants_of_user_oldest_first_without_dead_ones(
     clock.advance(10)
     second = await issue(oauth, clock, grant_id="g-a", refresh="rt-a", owner=MALLORY)
     clock.advance(10)
-    third = await issue(oauth, clock, grant_id="g-c", refresh="rt-c")
+    third = await issue(oauth, clock, grant_id="g-c", refresh="rt-c", owner=BOB)
     await issue(oauth, clock, grant_id="g-other", user="user-7", refresh="rt-o")
     assert await oauth.grants_of_user(BRAND, "user-42", clock()) == [first, second, third]
     await oauth.revoke_grant(BRAND, "g-a")
@@ -420,14 +436,164 @@ async def test_grants_of_owner_are_one_pa_and_subs_whatever_the_user(
     assert await oauth.grants_of_owner("globex", MALLORY.digest, clock()) == []
 
 
+async def records(store: ConversationStore) -> int:
+    """How many records the backend holds: keys of the keyspace, or of the (flushed) Redis database."""
+    if isinstance(store, MemoryStore):
+        return len(store.keyspace.entries)
+    assert isinstance(store, RedisStore)
+    return int(await store.redis.execute("DBSIZE"))
+
+
+async def test_rfc9700_a_refresh_family_stays_one_record_however_often_it_rotates(
+    oauth: OAuthStore, store: ConversationStore, clock: ManualClock
+) -> None:
+    """Issue 17 row 4: a spent token leaves nothing behind; the family still knows it as spent."""
+    await issue(oauth, clock)
+    held = await records(store)
+    for n in range(1, 101):
+        assert await rotation(oauth, clock, f"rt-{n}", f"rt-{n + 1}") is RefreshOutcome.ROTATED
+    assert await records(store) == held
+    assert await oauth.grant_of_refresh(BRAND, rt("rt-50"), clock()) == "g-1"
+
+
+@pytest.mark.parametrize("back", [1, 2, 40])
+async def test_rfc9700_the_previous_or_an_older_token_of_the_family_revokes_it(
+    oauth: OAuthStore, clock: ManualClock, back: int
+) -> None:
+    """RFC 9700 §4.14.2: any token of the family but the current one is reuse; the family ends."""
+    await issue(oauth, clock)
+    for n in range(1, 51):
+        await rotation(oauth, clock, f"rt-{n}", f"rt-{n + 1}")
+    assert await rotation(oauth, clock, f"rt-{51 - back}", "rt-x") is RefreshOutcome.REUSED
+    assert await oauth.get_grant(BRAND, "g-1", clock()) is None
+    assert await rotation(oauth, clock, "rt-51", "rt-y") is RefreshOutcome.INVALID
+    assert await oauth.grant_of_refresh(BRAND, rt("rt-51"), clock()) is None
+
+
+async def test_s5_3_a_new_grant_supersedes_the_live_one_of_its_user_agent_and_sub(
+    oauth: OAuthStore, clock: ManualClock
+) -> None:
+    """Issue 17 row 4: one live grant per (Brand user, agent, ``sub``); the new one says what it carried."""
+    await issue(oauth, clock, grant_id="g-1")
+    other_user = await issue(oauth, clock, grant_id="g-7", user="user-7")
+    other_sub = await issue(oauth, clock, grant_id="g-b", owner=BOB)
+    clock.advance(10)
+    device_hash = sha("dc-step-up")
+    assert await oauth.create_authorization(authorization(clock, device_hash=device_hash, user_code="UC-UP"))
+    scopes = ("orders:read", "orders:cancel")
+    assert await oauth.approve(BRAND, device_hash, "user-42", scopes, clock(), carried=("orders:read",))
+    approved = await oauth.authorization_by_user_code(BRAND, "UC-UP", clock())
+    assert approved is not None
+    assert approved.carried == ("orders:read",)
+    result = await oauth.poll(
+        BRAND, device_hash, ALICE.digest, clock(), refresh=rt("rt-up", "g-2"), grant_ttl=GRANT_TTL
+    )
+    assert result.grant is not None
+    assert result.superseded
+    assert (result.grant.scopes, result.grant.carried) == (scopes, ("orders:read",))
+    assert await oauth.get_grant(BRAND, "g-2", clock()) == result.grant
+    # The superseded grant is revoked: its refresh family with it.
+    assert await oauth.get_grant(BRAND, "g-1", clock()) is None
+    assert await rotation(oauth, clock, "rt-1", "rt-again") is RefreshOutcome.INVALID
+    assert await oauth.live_grant_of(BRAND, "user-42", ALICE.digest, clock()) == result.grant
+    # Another user of that agent and sub, and another sub of that user, keep theirs.
+    assert await oauth.live_grant_of(BRAND, "user-7", ALICE.digest, clock()) == other_user
+    assert await oauth.live_grant_of(BRAND, "user-42", BOB.digest, clock()) == other_sub
+    assert await oauth.grants_of_user(BRAND, "user-42", clock()) == [other_sub, result.grant]
+    assert await oauth.grants_of_owner(BRAND, ALICE.digest, clock()) == [other_user, result.grant]
+    assert await oauth.live_grant_of(BRAND, "nobody", ALICE.digest, clock()) is None
+    await oauth.revoke_grant(BRAND, "g-2")
+    assert await oauth.live_grant_of(BRAND, "user-42", ALICE.digest, clock()) is None
+
+
+async def test_s5_3_a_grant_revoked_before_the_redemption_hands_no_scope_on(
+    oauth: OAuthStore, clock: ManualClock
+) -> None:
+    """Carried scopes are what the superseded grant holds when the new one is issued, not at approval."""
+    await issue(oauth, clock, grant_id="g-1")
+    device_hash = sha("dc-step-up")
+    assert await oauth.create_authorization(authorization(clock, device_hash=device_hash, user_code="UC-UP"))
+    scopes = ("orders:read", "orders:cancel")
+    assert await oauth.approve(BRAND, device_hash, "user-42", scopes, clock(), carried=("orders:read",))
+    assert await oauth.revoke_grant(BRAND, "g-1")
+    result = await oauth.poll(
+        BRAND, device_hash, ALICE.digest, clock(), refresh=rt("rt-up", "g-2"), grant_ttl=GRANT_TTL
+    )
+    assert result.grant is not None
+    assert not result.superseded  # it was revoked already
+    assert (result.grant.scopes, result.grant.carried) == (("orders:cancel",), ())
+    assert await oauth.get_grant(BRAND, "g-2", clock()) == result.grant
+
+
+class _CountingEntries(dict[Any, Any]):
+    """The memory keyspace's dictionary, counting every lookup."""
+
+    reads = 0
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        _CountingEntries.reads += 1
+        return super().get(key, default)
+
+    def __getitem__(self, key: Any) -> Any:
+        _CountingEntries.reads += 1
+        return super().__getitem__(key)
+
+    def __contains__(self, key: object) -> bool:
+        _CountingEntries.reads += 1
+        return super().__contains__(key)
+
+
+async def test_s5_3_consent_reads_of_the_live_grant_do_not_grow_with_the_users_grants(
+    oauth: OAuthStore, store: ConversationStore, clock: ManualClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 17 row 4: what consent reads (:meth:`live_grant_of`) costs the same with 1 or 200 of the
+    user's live grants: reads counted (keyspace lookups, or Redis commands), not timed."""
+    reads = [0]
+    if isinstance(store, MemoryStore):
+        store.keyspace.cache._cache = _CountingEntries(store.keyspace.entries)
+
+        def counted() -> int:
+            return _CountingEntries.reads
+    else:
+        assert isinstance(store, RedisStore)
+        pipe = store.redis
+        execute, run = pipe.execute, pipe.run
+
+        async def counting_execute(*args: Any, **kwargs: Any) -> Any:
+            reads[0] += 1
+            return await execute(*args, **kwargs)
+
+        async def counting_run(*args: Any, **kwargs: Any) -> Any:
+            reads[0] += 1
+            return await run(*args, **kwargs)
+
+        monkeypatch.setattr(pipe, "execute", counting_execute)
+        monkeypatch.setattr(pipe, "run", counting_run)
+
+        def counted() -> int:
+            return reads[0]
+
+    async def reads_of_live_grant() -> int:
+        before = counted()
+        assert await oauth.live_grant_of(BRAND, "user-42", ALICE.digest, clock()) is not None
+        return counted() - before
+
+    await issue(oauth, clock)
+    alone = await reads_of_live_grant()
+    for n in range(200):
+        await issue(oauth, clock, grant_id=f"g-sub-{n}", owner=Owner(BRAND, PA, f"sub-{n}"))
+    assert len(await oauth.grants_of_user(BRAND, "user-42", clock())) == 201
+    assert await reads_of_live_grant() == alone
+
+
 async def test_s5_4_everything_expires_with_the_clock(oauth: OAuthStore, clock: ManualClock) -> None:
     grant = await issue(oauth, clock)
-    await oauth.rotate_refresh(BRAND, sha("rt-1"), sha("rt-2"), clock())
+    await oauth.rotate_refresh(BRAND, rt("rt-1"), rt("rt-2"), clock())
     clock.advance(GRANT_TTL - 1)
     assert await oauth.get_grant(BRAND, "g-1", clock()) == grant
     clock.advance(1)
     assert await oauth.get_grant(BRAND, "g-1", clock()) is None
-    assert await oauth.grant_of_refresh(BRAND, sha("rt-2"), clock()) is None
+    assert await oauth.grant_of_refresh(BRAND, rt("rt-2"), clock()) is None
     assert await oauth.grants_of_user(BRAND, "user-42", clock()) == []
     # An expired grant is not "reused": the spent token is just invalid, like the current one.
     assert await rotation(oauth, clock, "rt-1", "rt-3") is RefreshOutcome.INVALID
@@ -445,15 +611,11 @@ async def test_s5_3_a_new_authorization_round_trips_every_field(
     assert await oauth.create_authorization(created)
     assert await oauth.authorization_by_user_code(BRAND, "WDJB-MJHT", clock()) == created
     now = clock() + 0.000123
-    result = await oauth.poll(
-        BRAND, DEVICE, ALICE.digest, now, grant_id="g-1", refresh_hash=sha("rt-1"), grant_ttl=GRANT_TTL
-    )
+    result = await oauth.poll(BRAND, DEVICE, ALICE.digest, now, refresh=rt("rt-1"), grant_ttl=GRANT_TTL)
     assert result.outcome is PollOutcome.AUTHORIZATION_PENDING
     await oauth.approve(BRAND, DEVICE, "user-42", ("c", "a:b"), now)
     later = now + 6
-    issued = await oauth.poll(
-        BRAND, DEVICE, ALICE.digest, later, grant_id="g-1", refresh_hash=sha("rt-1"), grant_ttl=GRANT_TTL
-    )
+    issued = await oauth.poll(BRAND, DEVICE, ALICE.digest, later, refresh=rt("rt-1"), grant_ttl=GRANT_TTL)
     assert issued.grant is not None
     assert (issued.grant.scopes, issued.grant.issued_at) == (("c", "a:b"), later)
     assert await oauth.get_grant(BRAND, "g-1", later) == issued.grant
@@ -490,10 +652,7 @@ async def test_s5_4_redis_two_replicas_one_rotation(
     one, two = replicas
     await issue(one, clock)
     results = await asyncio.gather(
-        *(
-            (one, two)[n % 2].rotate_refresh(BRAND, sha("rt-1"), sha(f"rt-new-{n}"), clock())
-            for n in range(20)
-        )
+        *((one, two)[n % 2].rotate_refresh(BRAND, rt("rt-1"), rt(f"rt-new-{n}"), clock()) for n in range(20))
     )
     outcomes = [result.outcome for result in results]
     assert outcomes.count(RefreshOutcome.ROTATED) == 1
@@ -507,22 +666,29 @@ async def test_redis_oauth_keys_expire_and_hold_no_secret_in_clear(
 ) -> None:
     oauth = open_oauth_store(redis_store)
     await issue(oauth, clock)
-    await oauth.rotate_refresh(BRAND, sha("rt-1"), sha("rt-2"), clock())
+    await oauth.rotate_refresh(BRAND, rt("rt-1"), rt("rt-2"), clock())
     await oauth.put_consent_session(
         BRAND, sha("session"), ConsentSession(DEVICE, "user-42", expires_at=clock() + 300)
     )
     assert await oauth.use_once(BRAND, sha("jti"), 300)
     names = sorted(k.decode() if isinstance(k, bytes) else k for k in await redis_client.keys("*"))
     kinds = {name.split(":")[3] for name in names if ":oauth:" in name}
-    assert kinds == {"device", "user_code", "consent", "once", "refresh", "user", "owner"}
+    # No key per refresh token: the family lives in the grant's hash.
+    assert kinds == {"device", "user_code", "consent", "once", "user", "owner"}
     assert store_keys.grant_key(BRAND, "g-1") in names
+    slot = store_keys.grant_slot_key(BRAND, store_keys.user_digest(BRAND, "user-42"), ALICE.digest)
+    assert await redis_client.get(slot) == b"g-1"
     assert all(name.startswith(f"pact:{BRAND}:") for name in names)
     assert "user-42" not in " ".join(names)
     for name in names:
         assert await redis_client.pttl(name) > 0, name
     grant = await redis_client.hgetall(store_keys.grant_key(BRAND, "g-1"))
     assert grant[b"o"] == ALICE.digest.encode()
-    assert grant[b"r"] == sha("rt-2").encode()
+    assert (grant[b"f"], grant[b"r"], grant[b"p"]) == (
+        sha("family-g-1").encode(),
+        sha("rt-2").encode(),
+        sha("rt-1").encode(),
+    )
 
 
 async def test_redis_grants_of_user_drops_dead_ids(
@@ -530,9 +696,51 @@ async def test_redis_grants_of_user_drops_dead_ids(
 ) -> None:
     oauth = open_oauth_store(redis_store)
     await issue(oauth, clock, grant_id="g-1", refresh="rt-1")
-    await issue(oauth, clock, grant_id="g-2", refresh="rt-2")
+    await issue(oauth, clock, grant_id="g-2", refresh="rt-2", owner=MALLORY)
     await oauth.revoke_grant(BRAND, "g-1")
     user_set = store_keys.oauth_key(BRAND, "user", store_keys.user_digest(BRAND, "user-42"))
     assert await redis_client.smembers(user_set) == {b"g-1", b"g-2"}
     assert [grant.grant_id for grant in await oauth.grants_of_user(BRAND, "user-42", clock())] == ["g-2"]
     assert await redis_client.smembers(user_set) == {b"g-2"}
+
+
+async def test_redis_records_of_the_previous_release_keep_working_until_they_expire(
+    redis_store: RedisStore, redis_client: aioredis.Redis, clock: ManualClock
+) -> None:
+    """Issue 17 row 4: a grant and refresh keys as the previous release wrote them (a ``refresh`` key per
+    token, the grant's hash without a family) still serve turns and refreshes; the current old token
+    moves the grant into a family, after which an old spent token is reuse, as it was."""
+    oauth = open_oauth_store(redis_store)
+    now, grant_key = clock(), store_keys.grant_key(BRAND, "g-old")
+    ttl_ms = GRANT_TTL * 1000
+    await redis_client.hset(
+        grant_key,
+        mapping={
+            "o": ALICE.digest, "c": PA, "u": "user-42", "s": "orders:read",
+            "i": repr(now), "e": repr(now + GRANT_TTL), "r": sha("old-2"),
+        },
+    )  # fmt: skip
+    for name in ("old-1", "old-2"):
+        await redis_client.set(store_keys.oauth_key(BRAND, "refresh", sha(name)), "g-old", px=ttl_ms)
+    for kind, digest in (("user", store_keys.user_digest(BRAND, "user-42")), ("owner", ALICE.digest)):
+        await redis_client.sadd(store_keys.oauth_key(BRAND, kind, digest), "g-old")
+    await redis_client.pexpire(grant_key, ttl_ms)
+    old = await oauth.get_grant(BRAND, "g-old", now)
+    assert old is not None
+    assert (old.scopes, old.carried) == (("orders:read",), ())
+    assert await oauth.grants_of_user(BRAND, "user-42", now) == [old]
+    check = GrantCheck(grant_key, store_keys.user_digest(BRAND, "user-42"))
+    claim = await redis_store.begin_turn(ALICE, None, "m-1", "hello", "ctx-old", grant=check)
+    assert claim.status is TurnStatus.NEW
+    legacy = RefreshToken("", "", sha("old-2"))
+    assert await oauth.grant_of_refresh(BRAND, legacy, now) == "g-old"
+    rotated = await oauth.rotate_refresh(BRAND, legacy, rt("new-1", "g-old"), now)
+    assert (rotated.outcome, rotated.grant) == (RefreshOutcome.ROTATED, old)
+    assert await rotation_of(oauth, "new-1", "new-2", now) is RefreshOutcome.ROTATED
+    spent = RefreshToken("", "", sha("old-1"))
+    assert (await oauth.rotate_refresh(BRAND, spent, rt("x", "g-old"), now)).outcome is RefreshOutcome.REUSED
+    assert await oauth.get_grant(BRAND, "g-old", now) is None
+
+
+async def rotation_of(oauth: OAuthStore, old: str, new: str, now: float) -> RefreshOutcome:
+    return (await oauth.rotate_refresh(BRAND, rt(old, "g-old"), rt(new, "g-old"), now)).outcome

@@ -22,6 +22,7 @@ from gateway.http.state import RUNTIME
 from gateway.oauth.access_token import mint_access_token
 from gateway.oauth.device import code_hash, start_device_authorization
 from gateway.oauth.server import AuthorizationServer
+from gateway.oauth.tokens import new_family, new_grant_id, new_refresh_token
 from gateway.store.base import Owner
 from gateway.store.oauth import Grant, PollOutcome
 from tests.support.gateway import Harness, MakeGateway
@@ -318,8 +319,7 @@ async def redeem_via_store(
         code_hash(device_code),
         Owner(brand, issuer or h.issuer, sub).digest,
         server.clock(),
-        grant_id=f"grant-{secrets.token_hex(8)}",
-        refresh_hash=code_hash(secrets.token_urlsafe(32)),
+        refresh=new_refresh_token(new_grant_id(), new_family())[1],
         grant_ttl=delegation.grant_ttl,
     )
     assert result.outcome is PollOutcome.ISSUED, result
