@@ -9,8 +9,11 @@ decision redirects to when the Brand has no landing page of its own.
 
 Everything here answers a browser, so every refusal is the same short HTML page (the reason
 goes to the log, never to the page), and every answer carries the same anti-framing, no-cache,
-no-referrer headers. The landing URL is always built from configuration, never taken from the
-request, so no parameter can turn the redirect into an open one.
+no-referrer headers. Hand-offs and decisions are limited per client address, and wrong
+``user_code``s spend RFC 8628 §5.1 budgets (per Brand user, per address, per Brand) that are
+looked at before a code is: over any of them the answer is one "Too many attempts" page (429).
+The landing URL is always built from configuration, never taken from the request, so no
+parameter can turn the redirect into an open one.
 """
 
 from __future__ import annotations
@@ -206,8 +209,10 @@ async def _answer(
     """``work``'s answer, or the page a person should see when it refused or failed.
 
     A refusal is the one error page, its reason logged with the Brand id only (never the
-    assertion, the session or the user id). A store failure, or anything unexpected, is the
-    Provider's: a "try again" page, logged once, so a browser never gets a JSON envelope.
+    assertion, the session or the user id); a rate limit or a spent budget is the "Too many
+    attempts" page with ``Retry-After``, its limit noted for the access line. A store failure,
+    or anything unexpected, is the Provider's: a "try again" page, logged once, so a browser
+    never gets a JSON envelope.
     """
     try:
         return await work
