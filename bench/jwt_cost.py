@@ -10,6 +10,16 @@ signing its §5.6 receipt, ES256 through :meth:`ProviderKeys.sign` over the clai
 realistic receipt (two scopes used, two actions, one with ``argsHash``). Tokens are minted
 before the clock starts; minting is the personal agent's (or the token endpoint's) cost.
 
+Then where the microseconds a delegated turn adds to an Identity turn go (issue 17 row 7), each
+step as the gateway takes it: the cached token check, the receipt's claims and payload, its
+signature, the reply's bigger body, the two delegation events in the metrics. ``bench.run``
+prints them beside the delegated fronts' CPU per turn and the 0.85 target. What the signature
+costs with the CPU's caches flushed first, alone and eight back to back (as
+:class:`gateway.oauth.keys.SigningBatch` signs one loop pass's receipts). And whether the
+signature could leave the event loop: ``cryptography`` releases the GIL while OpenSSL signs, so
+two threads sign faster than one (their speed-up), but a signature handed to a worker thread
+still costs the loop the hand-off (its CPU per receipt, with 32 turns signing at once).
+
 ``python -m bench.jwt_cost --fresh 2000 --repeated 50000`` prints one JSON document.
 """
 
@@ -18,9 +28,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import aiohttp
@@ -35,8 +47,16 @@ from gateway.config import JwksPolicy, PersonalAgentConfig, PersonalAgentsConfig
 from gateway.oauth.access_token import mint_access_token
 from gateway.oauth.keys import ProviderKeys
 from gateway.oauth.server import AuthorizationServer
+from gateway.ops.metrics import Metrics
 from gateway.pa_keys import generate_private_jwk, public_jwks
-from gateway.protocol.receipts import RECEIPT_TYP, receipt_claims, receipt_payload, timestamp
+from gateway.protocol.messages import render_reply
+from gateway.protocol.receipts import (
+    RECEIPT_TYP,
+    receipt_claims,
+    receipt_metadata,
+    receipt_payload,
+    timestamp,
+)
 from gateway.store.base import Owner
 from gateway.store.factory import open_oauth_store, open_store
 from gateway.store.oauth import Grant
@@ -45,6 +65,13 @@ from gateway.upstream.base import Action
 ES256_ISSUER = "https://es256.pa.bench.invalid"
 RS256_ISSUER = "https://rs256.pa.bench.invalid"
 AUDIENCE = "pact-gateway-bench"
+SIGNING_AT_ONCE = 32
+"""Turns whose receipts are handed to the worker thread together (the bench's peak concurrency)."""
+MIN_THREADED_SIGNATURES = 1000
+EVICTING_BYTES = 8 << 20
+"""Written between signatures to push OpenSSL's tables out of the caches, as a turn's other work does."""
+SIGNED_TOGETHER = 8
+"""Receipts signed back to back after an eviction: what :class:`SigningBatch` does with one loop pass's."""
 
 
 async def _time_per_op(verifier: PAVerifier, tokens: Sequence[str], rounds: int = 1) -> float:
@@ -191,27 +218,63 @@ async def measure_delegation(session: aiohttp.ClientSession, fresh: int, repeate
 
         repeated_us = _best_us(verify_again, repeated)
         # What a delegated turn's reply carries (§5.6): what a Brand's order bot would have done.
-        claims = receipt_claims(
-            grant_id="a2agrant_bench0",
-            user=brand_user(0),
-            pa=ES256_ISSUER,
-            brand=urls.interface,
-            scopes_used=tuple(SCOPES),
-            actions=(
-                Action("lookup_orders"),
-                Action("cancel_order", rfc8785.dumps({"order": "A-10001", "reason": "changed my mind"})),
-            ),
-            ts=timestamp(now),
-            context_id=str(uuid.uuid4()),
-            message_id=f"m-{uuid.uuid4().hex}",
+        context_id, message_id = str(uuid.uuid4()), f"m-{uuid.uuid4().hex}"
+        actions = (
+            Action("lookup_orders"),
+            Action("cancel_order", rfc8785.dumps({"order": "A-10001", "reason": "changed my mind"})),
         )
+
+        def claims_of(ts: str) -> dict[str, Any]:
+            return receipt_claims(
+                grant_id="a2agrant_bench0",
+                user=brand_user(0),
+                pa=ES256_ISSUER,
+                brand=urls.interface,
+                scopes_used=tuple(SCOPES),
+                actions=actions,
+                ts=ts,
+                context_id=context_id,
+                message_id=message_id,
+            )
+
+        claims = claims_of(timestamp(now))
         payload = receipt_payload(claims)
+
+        def build_all() -> None:
+            for _ in range(repeated):
+                receipt_payload(claims_of(timestamp(time.time())))
+
+        claims_us = _best_us(build_all, repeated)
 
         def sign_all() -> None:
             for _ in range(fresh):
                 keys.sign(payload, RECEIPT_TYP)
 
         sign_us = _best_us(sign_all, fresh)
+        jws = keys.sign(payload, RECEIPT_TYP)
+        text = "Your order A-10001 is cancelled."
+
+        def replies_with_receipt() -> None:
+            for _ in range(repeated):
+                render_reply("r-1", context_id, text, receipt_metadata(jws, claims))
+
+        def replies_without() -> None:
+            for _ in range(repeated):
+                render_reply("r-1", context_id, text)
+
+        reply_us = _best_us(replies_with_receipt, repeated) - _best_us(replies_without, repeated)
+        metrics = Metrics()
+
+        def count_events() -> None:
+            for _ in range(repeated):
+                metrics.delegation_event(BRAND, "delegated_turn")
+                metrics.delegation_event(BRAND, "receipt_signed")
+
+        metrics_us = _best_us(count_events, repeated)
+        speedup = _two_threads_speedup(keys, payload, fresh)
+        cold_us = _cold_sign_us(keys, payload, fresh, 1)
+        together_us = _cold_sign_us(keys, payload, fresh, SIGNED_TOGETHER)
+        offloaded_us = await _offloaded_loop_us(keys, payload, fresh)
     finally:
         await store.close()
     return {
@@ -220,7 +283,86 @@ async def measure_delegation(session: aiohttp.ClientSession, fresh: int, repeate
         "delegation_fresh_vs_repeated_ratio": fresh_us / repeated_us if repeated_us > 0 else 0.0,
         "receipt_sign_us": sign_us,
         "receipt_payload_bytes": len(payload),
+        "receipt_claims_us": claims_us,
+        "receipt_reply_us": reply_us,
+        "delegation_metrics_us": metrics_us,
+        # Each step a delegated turn takes that an Identity turn does not, summed.
+        "delegated_added_us": repeated_us + claims_us + sign_us + reply_us + metrics_us,
+        "receipt_sign_cold_us": cold_us,
+        "receipt_sign_cold_together_us": together_us,
+        "receipt_sign_two_threads_speedup": speedup,
+        "receipt_sign_offloaded_loop_us": offloaded_us,
     }
+
+
+def _cold_sign_us(keys: ProviderKeys, payload: bytes, count: int, together: int) -> float:
+    """CPU per signature when ``together`` are made back to back after the caches were flushed.
+
+    In a gateway a receipt is signed between the other work of many turns, which pushes
+    OpenSSL's P-256 tables out of the CPU's caches; a tight loop keeps them in and flatters the
+    signature. Only the signing is timed (this thread's CPU), not the eviction.
+    """
+    evicting = bytearray(EVICTING_BYTES)
+    line = b"\x01" * len(evicting[::64])
+    spent = 0.0
+    rounds = max(1, count // together)
+    for _ in range(rounds):
+        evicting[::64] = line  # a write to every cache line of a buffer larger than the caches
+        started = time.thread_time()
+        for _ in range(together):
+            keys.sign(payload, RECEIPT_TYP)
+        spent += time.thread_time() - started
+    return spent / (rounds * together) * 1e6
+
+
+def _two_threads_speedup(keys: ProviderKeys, payload: bytes, count: int) -> float:
+    """Signatures per wall second with two threads ÷ with one: 2 if signing never held the GIL.
+
+    Best of three each, of at least :data:`MIN_THREADED_SIGNATURES` (thread start-up must not
+    weigh); on a busy machine the second core may not be free, which lowers it.
+    """
+    count = max(count, MIN_THREADED_SIGNATURES)
+
+    def sign(times: int) -> None:
+        for _ in range(times):
+            keys.sign(payload, RECEIPT_TYP)
+
+    def wall(threads: int) -> float:
+        best = float("inf")
+        for _ in range(3):
+            workers = [threading.Thread(target=sign, args=(count // threads,)) for _ in range(threads)]
+            started = time.perf_counter()
+            for worker in workers:
+                worker.start()
+            for worker in workers:
+                worker.join()
+            best = min(best, time.perf_counter() - started)
+        return best
+
+    return wall(1) / wall(2)
+
+
+async def _offloaded_loop_us(keys: ProviderKeys, payload: bytes, count: int) -> float:
+    """The event loop thread's CPU per receipt signed on one worker thread, 32 turns at a time.
+
+    What taking the signature off the loop would cost the loop itself: the future, the
+    hand-off to the thread, the wake-up back on the loop. Best of three batches.
+    """
+    loop = asyncio.get_running_loop()
+    rounds = max(1, count // SIGNING_AT_ONCE)
+    best = float("inf")
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        for _ in range(3):
+            started = time.thread_time()
+            for _ in range(rounds):
+                await asyncio.gather(
+                    *(
+                        loop.run_in_executor(pool, keys.sign, payload, RECEIPT_TYP)
+                        for _ in range(SIGNING_AT_ONCE)
+                    )
+                )
+            best = min(best, (time.thread_time() - started) / (rounds * SIGNING_AT_ONCE))
+    return best * 1e6
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -54,22 +54,27 @@ def rss_bytes() -> int:
     raise RuntimeError("no VmRSS in /proc/self/status")
 
 
-async def fill(store: MemoryStore, count: int, tag: str) -> int:
-    """Open and answer ``count`` conversations; the total ``sys.getsizeof`` of the replies stored."""
+async def fill(store: MemoryStore, count: int, tag: str, turns: int = 1) -> int:
+    """Open ``count`` conversations and answer ``turns`` turns in each; the total ``sys.getsizeof`` of
+    the replies stored."""
     reply_bytes = 0
     for index in range(count):
         owner = Owner("acme", ISSUER, f"{tag}-user-{index}")
         context_id = str(uuid.uuid4())
-        claim = await store.begin_turn(owner, None, "m-1", "Hi, where is my order?", context_id)
-        if claim.status is not TurnStatus.NEW:
-            raise RuntimeError(f"conversation {index} was not opened: {claim.status}")
-        reply = render_reply(f"r-{uuid.uuid4().hex}", context_id, REPLY_TEXT)
-        reply_bytes += sys.getsizeof(reply)
-        await store.complete_turn(owner, context_id, "m-1", reply, close=False)
+        for turn in range(1, turns + 1):
+            message_id = f"m-{turn}"
+            claim = await store.begin_turn(
+                owner, None if turn == 1 else context_id, message_id, "Hi, where is my order?", context_id
+            )
+            if claim.status is not TurnStatus.NEW:
+                raise RuntimeError(f"conversation {index}, turn {turn}: {claim.status}")
+            reply = render_reply(f"r-{uuid.uuid4().hex}", context_id, REPLY_TEXT)
+            reply_bytes += sys.getsizeof(reply)
+            await store.complete_turn(owner, context_id, message_id, reply, close=False)
     return reply_bytes
 
 
-async def measure(count: int, traced_count: int, idle_retry_window: int) -> dict[str, Any]:
+async def measure(count: int, traced_count: int, idle_retry_window: int, turns: int = 1) -> dict[str, Any]:
     config = CacheConfig()  # the defaults an operator gets: a 300 s retry window
     # Warm-up: imports, interned strings and the event loop's first allocations are not per conversation.
     warm = MemoryStore(config)
@@ -81,15 +86,17 @@ async def measure(count: int, traced_count: int, idle_retry_window: int) -> dict
     kept = MemoryStore(config)
     rss_before = rss_bytes()
     started = time.perf_counter()
-    reply_total = await fill(kept, count, "rss")
+    reply_total = await fill(kept, count, "rss", turns)
     fill_seconds = time.perf_counter() - started
     gc.collect()
     rss_after = rss_bytes()
+    # What cache.max_entries counts: record, first-message record and owner index per conversation here.
+    entries = len(kept.keyspace.entries)
 
     tracemalloc.start()
     base, _ = tracemalloc.get_traced_memory()
     fresh_store = MemoryStore(config)
-    fresh_replies = await fill(fresh_store, traced_count, "fresh")
+    fresh_replies = await fill(fresh_store, traced_count, "fresh", turns)
     gc.collect()
     fresh, _ = tracemalloc.get_traced_memory()
     stats = tracemalloc.take_snapshot().statistics("lineno")
@@ -104,7 +111,7 @@ async def measure(count: int, traced_count: int, idle_retry_window: int) -> dict
     # window stands in for the 300 s default so the reading need not wait five minutes.
     base_idle, _ = tracemalloc.get_traced_memory()
     idle_store = MemoryStore(CacheConfig(retry_window=idle_retry_window))
-    idle_replies = await fill(idle_store, traced_count, "idle")
+    idle_replies = await fill(idle_store, traced_count, "idle", turns)
     await asyncio.sleep(idle_retry_window + 0.5)
     # One full pass of the store's sweep (the gateway runs it in the background while serving).
     for _ in range(idle_store.keyspace.SWEEP_PASS_TICKS):
@@ -117,6 +124,9 @@ async def measure(count: int, traced_count: int, idle_retry_window: int) -> dict
     per_reply = reply_total / count
     return {
         "conversations": count,
+        "turns_per_conversation": turns,
+        "entries": entries,
+        "rss_bytes_per_entry": rss_delta / entries,
         "fill_seconds": fill_seconds,
         "rss_before_bytes": rss_before,
         "rss_after_bytes": rss_after,
@@ -155,10 +165,18 @@ def main(argv: Sequence[str] | None = None) -> None:
         default=1,
         help="cache.retry_window for the idle reading, so it need not wait the default 300 s",
     )
+    parser.add_argument(
+        "--turns",
+        type=int,
+        default=1,
+        help="turns answered in each conversation (cache.max_entries sizing: bytes per entry as they grow)",
+    )
     args = parser.parse_args(argv)
     print(
         json.dumps(
-            asyncio.run(measure(args.conversations, args.traced_conversations, args.idle_retry_window))
+            asyncio.run(
+                measure(args.conversations, args.traced_conversations, args.idle_retry_window, args.turns)
+            )
         )
     )
 

@@ -20,7 +20,8 @@ import re
 import socket
 import time
 from collections import Counter
-from typing import IO
+from io import BufferedReader
+from typing import IO, Any
 from urllib.parse import urlsplit
 
 __all__ = ["MonitorCount", "RedisProbe"]
@@ -42,10 +43,10 @@ class RedisProbe:
         return socket.create_connection((self.host, self.port), timeout=self.timeout)
 
     @staticmethod
-    def _encode(*args: str) -> bytes:
+    def _encode(*args: str | bytes) -> bytes:
         out = [f"*{len(args)}\r\n".encode()]
         for arg in args:
-            data = arg.encode()
+            data = arg.encode() if isinstance(arg, str) else arg
             out.append(b"$%d\r\n%s\r\n" % (len(data), data))
         return b"".join(out)
 
@@ -70,7 +71,24 @@ class RedisProbe:
             return data[:-2]
         return rest
 
-    def command(self, *args: str) -> bytes:
+    def command_array(self, *args: str | bytes) -> list[Any]:
+        """Run one command on ``db`` whose reply is an array (of bulk strings or arrays, as ``SCAN``'s)."""
+        with self._connect() as sock, sock.makefile("rb") as stream:
+            sock.sendall(self._encode("SELECT", str(self.db)) + self._encode(*args))
+            self._read_reply(stream)
+            return self._read_array(stream)
+
+    @classmethod
+    def _read_array(cls, stream: BufferedReader) -> list[Any]:
+        header = stream.readline()
+        if header[:1] != b"*":
+            raise RuntimeError(f"redis answered {header!r} where an array was expected")
+        return [
+            cls._read_array(stream) if stream.peek(1)[:1] == b"*" else cls._read_reply(stream)
+            for _ in range(int(header[1:]))
+        ]
+
+    def command(self, *args: str | bytes) -> bytes:
         """Run one command on ``db`` and return its (simple or bulk) reply."""
         with self._connect() as sock, sock.makefile("rb") as stream:
             sock.sendall(self._encode("SELECT", str(self.db)) + self._encode(*args))

@@ -843,6 +843,50 @@ def _fmt(value: float | None, digits: int = 2) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
+def delegated_breakdown(result: dict[str, Any]) -> list[str]:
+    """Where the microseconds a delegated turn adds go, beside what the 0.85 target leaves for them.
+
+    A front that is the bottleneck serves turns at the rate its CPU per turn allows, so delegated
+    throughput ≥ 0.85 × Identity's needs its added CPU per turn ≤ Identity's × (1/0.85 − 1). The
+    added CPU is the fronts' (delegated − Identity, medians); the steps are ``bench.jwt_cost``'s,
+    in process; "the rest" is what the steps do not explain: the grant check in the store step,
+    the bigger request, upstream call, stored reply and response, and the machine's noise.
+    """
+    jwt = result["jwt"]
+    steps = (
+        ("token check", jwt["delegation_repeated_us"]),
+        ("claims", jwt["receipt_claims_us"]),
+        ("signature", jwt["receipt_sign_us"]),
+        ("reply", jwt["receipt_reply_us"]),
+        ("metrics", jwt["delegation_metrics_us"]),
+    )
+    lines = [
+        f"  where a delegated turn's added CPU goes, us per turn (throughput >= {DELEGATED_THROUGHPUT} "
+        f"leaves Identity's x {1 / DELEGATED_THROUGHPUT - 1:.3f})"
+    ]
+    for delegated, identity in DELEGATED_OF.items():
+        identity_us = result["fronts"][identity]["cpu_s_per_1000_turns"]["front"] * 1000
+        added = result["fronts"][delegated]["cpu_s_per_1000_turns"]["front"] * 1000 - identity_us
+        budget = identity_us * (1 / DELEGATED_THROUGHPUT - 1)
+        rest = added - jwt["delegated_added_us"]
+        lines.append(
+            f"  {delegated:<20}added {added:.0f} of {budget:.0f} budget (Identity {identity_us:.0f}): "
+            + ", ".join(f"{name} {us:.1f}" for name, us in steps)
+            + f", the rest {rest:.0f}"
+        )
+    lines.append(
+        f"  the signature with cold caches: {jwt['receipt_sign_cold_us']:.1f} us alone, "
+        f"{jwt['receipt_sign_cold_together_us']:.1f} us each when signed back to back (SigningBatch)"
+    )
+    lines.append(
+        f"  signing off the loop: two threads sign x{jwt['receipt_sign_two_threads_speedup']:.2f} as fast "
+        f"as one (cryptography releases the GIL; 2 needs a free core); on a worker thread the loop "
+        f"still pays {jwt['receipt_sign_offloaded_loop_us']:.1f} us per receipt of "
+        f"{jwt['receipt_sign_us']:.1f}"
+    )
+    return lines
+
+
 def render_table(result: dict[str, Any]) -> str:
     lines = [
         f"pact-gateway benchmark ({result['settings']['mode']}, {result['machine']['cpus']} cores, "
@@ -882,6 +926,7 @@ def render_table(result: dict[str, Any]) -> str:
         lines.append(
             f"  {delegated:<38}{ratios['throughput_' + key]:>16.2f}{ratios['cpu_per_turn_' + key]:>12.2f}"
         )
+    lines += delegated_breakdown(result)
     half, redis, memory, jwt = result["half_load"], result["redis"], result["memory"], result["jwt"]
     delegated_redis = redis["delegated"]
     delegated_rtt = delegated_redis["round_trips_per_turn"]

@@ -165,7 +165,11 @@ def create_app(
 
     async def resources(app: web.Application) -> AsyncIterator[None]:
         owned_store = store is None
-        app[STORE] = open_store(config.cache, clock=clock or time.time) if store is None else store
+        app[STORE] = (
+            open_store(config.cache, clock=clock or time.time, observer=app[METRICS])
+            if store is None
+            else store
+        )
         if owned_store:
             await app[STORE].start()
         fetch_session = make_fetch_session(config.personal_agents.jwks, config.development)

@@ -76,7 +76,9 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--worker-ready-fd", type=int, default=None, help=argparse.SUPPRESS)
 
     check = verbs.add_parser("check-config", help="validate a file and print what it would serve")
-    check.add_argument("path")
+    # The path as serve takes it (--config) or positional: an operator who just ran serve types the former.
+    check.add_argument("path", nargs="?", help="path of the gateway YAML")
+    check.add_argument("--config", dest="config_path", default=None, help="the same path, as serve takes it")
     check.add_argument(
         "--probe",
         action="store_true",
@@ -92,10 +94,12 @@ def _parser() -> argparse.ArgumentParser:
     token.add_argument(
         "--key", required=True, help="file holding a private JWK (what pact-gateway keys generate prints)"
     )
-    token.add_argument("--iss", required=True)
-    token.add_argument("--sub", required=True)
-    token.add_argument("--aud", required=True)
-    token.add_argument("--ttl", type=int, default=120)
+    token.add_argument("--iss", required=True, help="the personal agent's issuer URL (its registered issuer)")
+    token.add_argument("--sub", required=True, help="the User the agent speaks for, as the agent names them")
+    token.add_argument("--aud", required=True, help="the Provider's audience (provider.audience in the YAML)")
+    token.add_argument(
+        "--ttl", type=int, default=120, help="seconds until exp (default 120; §3.2 accepts at most 300)"
+    )
 
     grants = verbs.add_parser("grants", help="list or revoke a Brand user's delegation grants (§5)")
     grant_verbs = grants.add_subparsers(dest="grants_verb", title="verbs", metavar="VERB")
@@ -238,6 +242,17 @@ def _token(args: argparse.Namespace) -> str:
         raise UsageError(f"{args.key} holds no usable signing key: {exc}") from None
 
 
+def _config_path(args: argparse.Namespace) -> str:
+    """``check-config``'s file, given once: positional or ``--config``, not both, not neither."""
+    if (args.path is None) == (args.config_path is None):
+        raise UsageError(
+            "name the file once: pact-gateway check-config gw.yaml or --config gw.yaml"
+            " (see pact-gateway check-config --help)"
+        )
+    path: str = args.path if args.path is not None else args.config_path
+    return path
+
+
 def _dispatch(args: argparse.Namespace) -> int:
     if args.verb in SUB_VERBS and getattr(args, f"{args.verb}_verb") is None:
         verb = f"pact-gateway {args.verb}"
@@ -247,7 +262,7 @@ def _dispatch(args: argparse.Namespace) -> int:
 
         return serve(args.config, _load(args.config), workers=args.workers, ready_fd=args.worker_ready_fd)
     if args.verb == "check-config":
-        return _check_config(args.path, args.probe)
+        return _check_config(_config_path(args), args.probe)
     if args.verb == "keys":
         private = generate_private_jwk(args.alg)
         print(json.dumps({"private_jwk": private, "jwks": public_jwks(private)}, indent=2))
@@ -279,10 +294,23 @@ def _dispatch(args: argparse.Namespace) -> int:
         return 2
 
 
+def _names_a_file(word: str) -> bool:
+    return word.endswith((".yaml", ".yml")) or "/" in word or Path(word).is_file()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     if args_list and args_list[0] not in VERBS and args_list[0].startswith("--config"):
         args_list.insert(0, "serve")
+    if args_list and args_list[0] not in VERBS and _names_a_file(args_list[0]):
+        # ``pact-gateway gw.yaml``: argparse would say "invalid choice"; say what was probably meant.
+        first = args_list[0]
+        print(
+            f"pact-gateway: {first!r} is a file, not a verb: serve it with pact-gateway --config {first},"
+            f" check it with pact-gateway check-config {first} (see pact-gateway --help)",
+            file=sys.stderr,
+        )
+        return 2
     args = _parser().parse_args(args_list)
     if args.verb is None:
         _parser().print_help(sys.stderr)

@@ -193,6 +193,10 @@ class CacheConfig:
     wait_replicas: int | None = None
     """Redis ``WAIT``: replicas that must hold a claim or a reply before the turn goes on; ``None`` is
     1 under Sentinel (a failover must not lose a reply a client was given) and 0 otherwise."""
+    max_entries: int | None = 300_000
+    """``memory://`` only: the entries the process keeps at most (gateway/store/memory.py); ``None``
+    on Redis, which bounds itself (``maxmemory``). The default fits the Helm chart's 512 MiB limit
+    (docs/capacity.md, Memory store bound)."""
 
     @property
     def backend(self) -> Literal["memory", "redis"]:
@@ -223,7 +227,8 @@ class MetricsConfig:
 
 
 ADMIN_TOKEN_MIN = 32
-"""Characters the admin API's bearer token must have at least (``openssl rand -hex 32`` makes 64)."""
+"""Characters the admin API's bearer token, and every bearer secret the gateway checks (a Brand's
+introspection secret), must have at least (``openssl rand -hex 32`` makes 64)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -425,6 +430,11 @@ class LoginConfig:
     jwks: Mapping[str, Any] | None = None
 
 
+INTROSPECTION_FAILURES = RateRule(rate=0.1, burst=10)
+"""The default ``delegation.introspection.failures``: the Brand's back-end holds the secret, so it
+fails only when misconfigured, and anyone else gets ten guesses and then one per 10 s."""
+
+
 @dataclass(frozen=True, slots=True)
 class DelegationConfig:
     """§5 for one Brand: its scopes (id → description, in card order), its login, and lifetimes."""
@@ -433,10 +443,16 @@ class DelegationConfig:
     login: LoginConfig
     token_ttl: int = 3600
     grant_ttl: int = 30 * 86400
+    refresh_grace: int = 5
+    """Seconds after a refresh in which its refresh token, presented again, gets the same answer
+    (a client whose answer was lost) rather than revoking the grant as reuse; 0 turns it off."""
     landing_url: str | None = None
     skip_consent: bool = True
     introspection_secret: str | None = field(default=None, repr=False)
     """RFC 7662: the Brand back-end's bearer credential for introspection; ``None`` turns it off."""
+    introspection_failures: RateRule = INTROSPECTION_FAILURES
+    """Wrong introspection credentials per client address: ``burst`` at once, then one per
+    ``1/rate`` s; past that the address is answered ``429`` before its credential is compared."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -547,9 +563,10 @@ _DELEGATION = _obj(
         ),
         "token_ttl": {"type": "integer", "minimum": 60, "maximum": 3600},
         "grant_ttl": {"type": "integer", "minimum": 60},
+        "refresh_grace": {"type": "integer", "minimum": 0, "maximum": 60},
         "landing_url": {**_STR, "pattern": _HTTP_URL},
         "skip_consent": {"type": "boolean"},
-        "introspection": _obj({"secret": _STR}, ["secret"]),
+        "introspection": _obj({"secret": _STR, "failures": _RATE_RULE}, ["secret"]),
     },
     ["scopes", "login"],
 )
@@ -658,6 +675,7 @@ SCHEMA: dict[str, Any] = _obj(
                 "pending_ttl": _POS_INT,
                 "timeout": _POS_NUM,
                 "wait_replicas": {"type": "integer", "minimum": 0},
+                "max_entries": _POS_INT,
             }
         ),
         "limits": _obj(
@@ -1004,7 +1022,9 @@ def _delegation(
         _check_fetch_url(login["jwks_uri"], f"{path}.login.jwks_uri", development)
     if "landing_url" in raw:
         _check_browser_url(raw["landing_url"], f"{path}.landing_url", development)
-    secret = raw.get("introspection", {}).get("secret")
+    introspection = raw.get("introspection", {})
+    secret = introspection.get("secret")
+    secret_path = f"{path}.introspection.secret"
     return DelegationConfig(
         scopes=dict(raw["scopes"]),
         login=LoginConfig(
@@ -1012,11 +1032,14 @@ def _delegation(
         ),
         token_ttl=int(raw.get("token_ttl", 3600)),
         grant_ttl=int(raw.get("grant_ttl", 30 * 86400)),
+        refresh_grace=int(raw.get("refresh_grace", 5)),
         landing_url=raw.get("landing_url"),
         skip_consent=bool(raw.get("skip_consent", True)),
+        # The admin token's rules: a guessable secret here would describe any User's tokens.
         introspection_secret=None
         if secret is None
-        else _expand_env(secret, f"{path}.introspection.secret", environ),
+        else _bearer_secret(_env_reference(secret, secret_path), secret_path, environ),
+        introspection_failures=_rate_rule(introspection.get("failures", {}), INTROSPECTION_FAILURES),
     )
 
 
@@ -1043,6 +1066,23 @@ def _tracing(raw: Mapping[str, Any], environ: Mapping[str, str]) -> TracingConfi
     )
 
 
+# RFC 9110 §5.1 field names are tokens; §5.5 field values are visible characters, spaces and tabs. A CR or LF
+# would let a header value start another header (or be refused by aiohttp on every call), so both are
+# refused at load, where the YAML path can be named, rather than failing each turn of the Brand.
+_FIELD_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
+_FIELD_VALUE_FORBIDDEN = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+
+
+def _header(name: str, value: str, path: str) -> str:
+    """A static bot header's value, checked after ``${NAME}`` expansion (a secret may carry the newline);
+    the message never quotes the value, which is typically a credential."""
+    if not _FIELD_NAME.fullmatch(name):
+        raise ConfigError(path, "is not a valid header name (RFC 9110 §5.1: a token, no spaces)")
+    if _FIELD_VALUE_FORBIDDEN.search(value):
+        raise ConfigError(path, "contains a control character (CR, LF, NUL...); a header value is one line")
+    return value
+
+
 def _upstream(raw: Mapping[str, Any], path: str, environ: Mapping[str, str]) -> UpstreamConfig:
     """The Brand's bot: the common settings, and the chosen adapter's own block (no other's)."""
     adapter: AdapterName = raw.get("adapter", "pact")
@@ -1052,7 +1092,7 @@ def _upstream(raw: Mapping[str, Any], path: str, environ: Mapping[str, str]) -> 
                 f"{path}.{name}", f"is the {name} adapter's settings, but upstream.adapter is {adapter}"
             )
     headers = {
-        name: _expand_env(value, f"{path}.headers.{name}", environ)
+        name: _header(name, _expand_env(value, f"{path}.headers.{name}", environ), f"{path}.headers.{name}")
         for name, value in raw.get("headers", {}).items()
     }
     timeout = float(raw.get("timeout", 10.0))
@@ -1130,9 +1170,7 @@ def _http_mapping(
 
 def _secret(value: str, path: str, environ: Mapping[str, str]) -> str:
     """A bot's credential: only ever ``${NAME}``, so the key itself never sits in the file."""
-    if not _ENV_REF.fullmatch(value):
-        raise ConfigError(path, "must be an environment variable reference ${NAME}, never the secret itself")
-    return _expand_env(value, path, environ)
+    return _expand_env(_env_reference(value, path), path, environ)
 
 
 _OPENAI_READ = frozenset(("system_prompt", "system_prompt_file", "api_key"))
@@ -1201,17 +1239,21 @@ def _listen(raw: Mapping[str, Any]) -> ListenConfig:
     )
 
 
+def _rate_rule(raw: Mapping[str, Any], default: RateRule) -> RateRule:
+    """A rate rule's settings over ``default``, setting by setting."""
+    return RateRule(
+        rate=float(raw.get("rate", default.rate)),
+        burst=int(raw.get("burst", default.burst)),
+        enabled=bool(raw.get("enabled", default.enabled)),
+    )
+
+
 def _rate_limits(top: Mapping[str, Any], brand: Mapping[str, Any]) -> RateLimitsConfig:
     """§6 limits: the defaults, then the top-level ``rate_limits``, then a Brand's, setting by setting."""
     defaults = RateLimitsConfig()
 
     def rule(name: str, default: RateRule) -> RateRule:
-        merged = {**top.get(name, {}), **brand.get(name, {})}
-        return RateRule(
-            rate=float(merged.get("rate", default.rate)),
-            burst=int(merged.get("burst", default.burst)),
-            enabled=bool(merged.get("enabled", default.enabled)),
-        )
+        return _rate_rule({**top.get(name, {}), **brand.get(name, {})}, default)
 
     return RateLimitsConfig(
         **{name: rule(name, getattr(defaults, name)) for name in RATE_RULE_NAMES},
@@ -1294,6 +1336,10 @@ def _cache(raw: Mapping[str, Any], environ: _Environment) -> CacheConfig:
     cache = replace(cache, url=_expand_env(cache.url, "cache.url", environ))
     if cache.closed_ttl < cache.conversation_ttl:
         raise ConfigError("cache.closed_ttl", "must be at least conversation_ttl")
+    if cache.backend == "redis":
+        if "max_entries" in raw:
+            raise ConfigError("cache.max_entries", "memory:// only: bound Redis with its own maxmemory")
+        cache = replace(cache, max_entries=None)
     if cache.backend == "redis" and not environ.deferred(raw.get("url", "")):
         try:
             parse_redis_url(cache.url)
@@ -1302,24 +1348,37 @@ def _cache(raw: Mapping[str, Any], environ: _Environment) -> CacheConfig:
     return cache
 
 
+def _env_reference(value: str, path: str) -> str:
+    """``value``, which must be exactly one ``${NAME}``: a bearer secret is never written in the file."""
+    if not _ENV_REF.fullmatch(value):
+        raise ConfigError(path, "must be an environment variable reference ${NAME}, never the secret itself")
+    return value
+
+
+def _bearer_secret(reference: str, path: str, environ: Mapping[str, str]) -> str:
+    """The value of the ``${NAME}`` ``reference`` to a secret a client presents as ``Authorization:
+    Bearer`` (the admin token, a Brand's introspection secret): too long to guess, once it is known
+    (``check-config`` without the variable set leaves it unchecked)."""
+    value = _expand_env(reference, path, environ)
+    deferred = isinstance(environ, _Environment) and environ.deferred(reference)
+    if not deferred and len(value) < ADMIN_TOKEN_MIN:
+        raise ConfigError(path, f"must be at least {ADMIN_TOKEN_MIN} characters (e.g. openssl rand -hex 32)")
+    return value
+
+
 def _admin(raw: Mapping[str, Any], metrics: Mapping[str, Any], environ: _Environment) -> AdminConfig:
     """The operator API: its token only ever ``${NAME}``, needed once enabled (and only then read, so a
     file may name it while the API stays off), too long to guess, and a listener to be served on."""
     token = raw.get("token")
-    if token is not None and not _ENV_REF.fullmatch(token):
-        raise ConfigError("admin.token", "must be an environment variable reference ${NAME}, never the token")
+    if token is not None:
+        _env_reference(token, "admin.token")
     if not raw.get("enabled", False):
         return AdminConfig()
     if token is None:
         raise ConfigError("admin.token", "is required when admin.enabled is true: write ${NAME}")
     if metrics.get("enabled", True) is False:
         raise ConfigError("admin.enabled", "needs metrics.enabled: the ops listener serves the admin API")
-    value = _expand_env(token, "admin.token", environ)
-    if not environ.deferred(token) and len(value) < ADMIN_TOKEN_MIN:
-        raise ConfigError(
-            "admin.token", f"must be at least {ADMIN_TOKEN_MIN} characters (e.g. openssl rand -hex 32)"
-        )
-    return AdminConfig(enabled=True, token=value)
+    return AdminConfig(enabled=True, token=_bearer_secret(token, "admin.token", environ))
 
 
 def _skills(raw: Sequence[Mapping[str, Any]], path: str) -> tuple[SkillConfig, ...]:

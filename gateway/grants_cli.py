@@ -3,6 +3,9 @@
 It talks to the gateway's shared store directly (``cache.url``), so it works only against
 Redis: with ``memory://`` the grants live inside the serving process and nothing else can
 reach them. Revoking here ends the grant on every replica at that grant's next use (§5.5).
+Revoking all of a user's grants (no ``--grant``) also denies the device authorizations they
+approved that no poll has redeemed yet: each is a grant in waiting, which the personal agent's
+next poll would otherwise mint after the revocation; that poll hears ``access_denied``.
 """
 
 from __future__ import annotations
@@ -39,6 +42,10 @@ async def run_grants(config: GatewayConfig, verb: str, brand_id: str, user: str,
     try:
         oauth = open_oauth_store(store)
         now = time.time()
+        denied = 0
+        if verb == "revoke" and grant_id is None:
+            # Before the grants are read: one redeemed meanwhile is among them, and is revoked below.
+            denied = await oauth.deny_authorizations_of_user(brand_id, user, now)
         grants = await oauth.grants_of_user(brand_id, user, now)
         if grant_id is not None:
             grants = [grant for grant in grants if grant.grant_id == grant_id]
@@ -56,6 +63,8 @@ async def run_grants(config: GatewayConfig, verb: str, brand_id: str, user: str,
             await oauth.revoke_grant(brand_id, grant.grant_id)
             print(f"revoked {grant.grant_id}")
         print(f"{len(grants)} grant(s) revoked")
+        if grant_id is None:
+            print(f"{denied} approved authorization(s) not yet redeemed denied")
         return 0
     except StoreError as exc:
         return _refuse(f"the store at cache.url did not answer: {exc}")

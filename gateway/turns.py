@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import random
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final, NamedTuple
@@ -58,6 +60,13 @@ CONTEXT_OF_ANOTHER_USER: Final = "contextId belongs to another user"
 Only the context's own (personal agent, ``sub``) ever gets this far (§4.2), so it leaks nothing."""
 
 
+STORE_FULL_RETRY_AFTER: Final = 60
+"""``Retry-After`` for a conversation the full memory store refused: one pass of its sweep, which
+deletes what has expired by then (gateway/store/memory.py)."""
+STORE_FULL_LOG_EVERY: Final = 10.0
+"""Seconds between two log lines about refusals for a full store: one line names them all."""
+
+
 class TurnAnswer(NamedTuple):
     """What a turn answered: the exact reply bytes, and whether they are a stored reply replayed (§4.3)."""
 
@@ -92,7 +101,9 @@ class TurnService:
         self._limits = limits
         self._metrics = metrics
         self._owners_size = owners
-        self._owners: dict[tuple[str, str, str], Owner] = {}
+        self._owners: OrderedDict[tuple[str, str, str], Owner] = OrderedDict()
+        self._store_full_logged = -math.inf
+        self._store_full_unlogged = 0
         self._delegating: dict[str, _DelegatingBrand] = (
             {}
             if oauth is None
@@ -114,13 +125,33 @@ class TurnService:
         if owner is None:
             owner = Owner(brand_id, issuer, sub)
             if len(self._owners) >= self._owners_size:
-                del self._owners[next(iter(self._owners))]
+                # O(1): a plain dict's first key is found past every slot deleted before it.
+                self._owners.popitem(last=False)
             self._owners[key] = owner
         return owner
 
     def _observe_bot(self, brand_id: str, outcome: str, started: float) -> None:
         if self._metrics is not None:
             self._metrics.observe_bot_call(brand_id, outcome, time.perf_counter() - started)
+
+    def _store_full(self, brand_id: str, request_id: str) -> RateLimited:
+        """A conversation the memory store had no room for (``cache.max_entries``): a bare 429 (§6),
+        counted as ``pact_rate_limited_total{limit="store_full"}``, and logged, one line for all
+        refusals in :data:`STORE_FULL_LOG_EVERY` seconds."""
+        if self._metrics is not None:
+            self._metrics.rate_limited.labels(brand=brand_id, limit="store_full").inc()
+        self._store_full_unlogged += 1
+        now = time.monotonic()
+        if now >= self._store_full_logged + STORE_FULL_LOG_EVERY:
+            log.warning(
+                "store full: %d new conversation(s) refused with 429; raise cache.max_entries "
+                "(and the memory limit) or use Redis",
+                self._store_full_unlogged,
+                extra={"request_id": request_id, "brand": brand_id},
+            )
+            self._store_full_logged = now
+            self._store_full_unlogged = 0
+        return RateLimited(STORE_FULL_RETRY_AFTER, "store_full")
 
     def _store_failed(self, operation: str) -> None:
         if self._metrics is not None:
@@ -173,6 +204,9 @@ class TurnService:
         if claim.status is TurnStatus.RATE_LIMITED:
             # Nothing was charged or claimed: the retry after Retry-After runs the turn.
             raise self._limits.refusal(charge, claim.waits)
+        if claim.status is TurnStatus.STORE_FULL:
+            # Nothing was charged or claimed: live conversations are kept and a new one must wait.
+            raise self._store_full(owner.brand_id, request_id)
         if claim.status is TurnStatus.GRANT_REVOKED:
             # §5.5: revoked (or never this PA and sub's): the token stops working at once.
             raise InvalidToken("grant_revoked")
@@ -180,6 +214,7 @@ class TurnService:
             raise A2AError(Reason.INVALID_PARAMS, CONTEXT_OF_ANOTHER_USER)
         if claim.status is TurnStatus.REPLAY:
             assert claim.reply is not None
+            self._check_replayed_grant(claim.reply, delegation)
             if self._metrics is not None:
                 self._metrics.retry_served(owner.brand_id)
             return TurnAnswer(claim.reply, replayed=True)
@@ -192,6 +227,21 @@ class TurnService:
             # §4.3: a repeat with no stored reply yet.
             raise A2AError(Reason.INVALID_PARAMS, errors.DUPLICATE_IN_FLIGHT)
         return TurnAnswer(await self._run(owner, message, claim, request_id, delegation, trace))
+
+    @staticmethod
+    def _check_replayed_grant(reply: bytes, delegation: Delegation | None) -> None:
+        """§4.3 with §5.5: a reply served under a grant is replayed only under that grant, still live.
+
+        The begin-turn step has already checked the request's own grant is live (a revoked one
+        never reaches here), so the request must carry it: a retry without the delegation header,
+        or under another grant (one that superseded a since-revoked grant), would otherwise read
+        a reply, and its receipt, that only that grant's holder may see. It is answered as a
+        revoked delegation is (``401 invalid_token``): the grant the reply was served under is
+        not what the request presents.
+        """
+        grant_id = receipts.receipt_grant(reply)
+        if grant_id is not None and (delegation is None or delegation.claims.grant_id != grant_id):
+            raise InvalidToken("replay_needs_its_grant")
 
     async def _run(
         self,
@@ -233,6 +283,18 @@ class TurnService:
             self._observe_bot(owner.brand_id, "cancelled", started)
             await asyncio.shield(self._release(owner, claim, message, request_id))
             raise
+        except Exception as exc:
+            # Anything else the adapter raised (a reply it could not handle, a bug) is the bot's
+            # turn failing all the same: INTERNAL, never a 500 with a traceback, and released so the
+            # retry runs it (§4.3). Only the type is logged: a message could quote the bot's reply.
+            self._observe_bot(owner.brand_id, "adapter_error", started)
+            log.error(
+                "bot call failed: adapter_error: %s",
+                type(exc).__name__,
+                extra={"request_id": request_id, "brand": owner.brand_id},
+            )
+            await self._release(owner, claim, message, request_id)
+            raise A2AError(Reason.INTERNAL, errors.INTERNAL_ERROR) from None
         self._observe_bot(owner.brand_id, "ok", started)
         if reply.requires_scopes or reply.actions or reply.scopes_used:
             missing = await self._check_authority(owner, message, claim, request_id, reply, delegation)
@@ -241,7 +303,13 @@ class TurnService:
         if delegation is None:
             body = render_reply(new_reply_id(), claim.context_id, reply.text)
         else:
-            body = self._delegated_reply(owner, message, claim, reply, delegation)
+            try:
+                body = await self._delegated_reply(owner, message, claim, reply, delegation)
+            except asyncio.CancelledError:
+                # Cancelled while its receipt waited for the batch: the turn is not stored, so
+                # its in-flight marker goes, and the retry runs it (§4.3).
+                await asyncio.shield(self._release(owner, claim, message, request_id))
+                raise
         # A completion that fails may still have been stored (a timeout after Redis ran it): the
         # release that follows drops only an in-flight marker, so either the retry replays the
         # stored reply or it runs the turn, rather than "still being processed" for pending_ttl.
@@ -351,10 +419,14 @@ class TurnService:
             expires_in=started.expires_in,
         )
 
-    def _delegated_reply(
+    async def _delegated_reply(
         self, owner: Owner, message: SendMessage, claim: TurnClaim, reply: BotReply, delegation: Delegation
     ) -> bytes:
-        """The reply with its signed §5.6 receipt; stored whole, so a retry returns the same receipt."""
+        """The reply with its signed §5.6 receipt; stored whole, so a retry returns the same receipt.
+
+        The signature comes from the keys' :class:`~gateway.oauth.keys.SigningBatch`, signed
+        back to back with the other receipts asked for in the same event-loop pass.
+        """
         # Verified against this runtime's server, so the Brand delegates in this runtime.
         brand = self._delegating[owner.brand_id]
         granted = delegation.claims
@@ -369,7 +441,7 @@ class TurnService:
             context_id=claim.context_id,
             message_id=message.message_id,
         )
-        jws = brand.server.keys.sign(receipts.receipt_payload(claims), receipts.RECEIPT_TYP)
+        jws = await brand.server.keys.batch.sign(receipts.receipt_payload(claims), receipts.RECEIPT_TYP)
         if self._metrics is not None:
             self._metrics.delegation_event(owner.brand_id, "delegated_turn")
             self._metrics.delegation_event(owner.brand_id, "receipt_signed")

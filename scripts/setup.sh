@@ -1,17 +1,32 @@
 #!/usr/bin/env bash
-# Creates .venv (if missing) and installs pact-gateway with its test and lint tools and the optional
-# OpenTelemetry export (tested too) from pyproject.toml.
+# Creates the virtual environment (if missing) and installs pact-gateway into it from pyproject.toml.
+#
+#   bash scripts/setup.sh             the package with its test and lint tools, the optional OpenTelemetry
+#                                     export (tested too), and the browser the consent-page tests drive
+#   bash scripts/setup.sh --runtime   the package and its runtime dependencies only: what the demo needs
+#
+# VENV names the environment (default .venv). A stamp per pyproject.toml's hash makes a second run free;
+# the full install's stamp also stands for the runtime one.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${PYTHON:-python3}
-if [ ! -x .venv/bin/python ]; then
-  "$PYTHON" -m venv .venv
+VENV=${VENV:-.venv}
+if [ ! -x "$VENV/bin/python" ]; then
+  "$PYTHON" -m venv "$VENV"
 fi
-stamp=.venv/.installed-$(sha256sum pyproject.toml | cut -c1-16)
-if [ ! -f "$stamp" ]; then
-  .venv/bin/python -m pip install --quiet --upgrade pip
-  .venv/bin/python -m pip install --quiet -e ".[test,lint,otel]"
-  rm -f .venv/.installed-* && touch "$stamp"
+hash=$(sha256sum pyproject.toml | cut -c1-16)
+if [ "${1:-}" = "--runtime" ]; then
+  if [ ! -f "$VENV/.installed-$hash" ] && [ ! -f "$VENV/.installed-runtime-$hash" ]; then
+    "$VENV/bin/python" -m pip install --quiet --upgrade pip
+    "$VENV/bin/python" -m pip install --quiet -e .
+    rm -f "$VENV"/.installed-runtime-* && touch "$VENV/.installed-runtime-$hash"
+  fi
+  exit 0
+fi
+if [ ! -f "$VENV/.installed-$hash" ]; then
+  "$VENV/bin/python" -m pip install --quiet --upgrade pip
+  "$VENV/bin/python" -m pip install --quiet -e ".[test,lint,otel]"
+  rm -f "$VENV"/.installed-* && touch "$VENV/.installed-$hash"
 fi
 # The consent-page browser test (tests/oauth/test_consent_browser.py) drives Debian's Chromium through
 # Playwright; Playwright's own browser download (`playwright install`) is never used.

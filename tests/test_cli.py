@@ -256,6 +256,10 @@ def test_a_verb_without_its_own_verb_says_which_to_give(verb: str, usage: str) -
         (["token", "--key", "k.json"], ["the following arguments are required: --iss"]),
         (["keys", "make"], ["invalid choice: 'make'"]),
         (["chek-config", "x.yaml"], ["invalid choice: 'chek-config'"]),
+        # Issue 19 row 11: a file where a verb goes, and both spellings of check-config's file at once.
+        (["gw.yaml"], ["is a file, not a verb", "pact-gateway --config gw.yaml"]),
+        (["check-config", "a.yaml", "--config", "b.yaml"], ["name the file once"]),
+        (["check-config"], ["name the file once"]),
     ],
 )
 def test_a_usage_mistake_is_one_line_pointing_at_help(args: list[str], words: list[str]) -> None:
@@ -291,6 +295,22 @@ def test_readme_check_config_instruction_succeeds_with_no_environment() -> None:
     assert "2 problems" in refused.stderr
     assert "oauth.signing_keys[0].value: environment variable PACT_SIGNING_KEY is not set" in refused.stderr
     assert "Authorization: environment variable ACME_BOT_TOKEN is not set" in refused.stderr
+
+
+def test_check_config_takes_the_file_as_serve_does() -> None:
+    """Issue 19 row 11: ``check-config --config gw.yaml`` is what an operator who runs ``serve`` types."""
+    result = run_cli("check-config", "--config", "config/example.yaml")
+    assert result.returncode == 0, result.stderr
+    assert "configuration OK" in result.stdout
+
+
+def test_token_help_documents_every_option() -> None:
+    """Issue 19 row 13: ``token --help`` says what each option is, and ``--ttl``'s default."""
+    result = run_cli("token", "--help")
+    for option in ("--key", "--iss", "--sub", "--aud"):
+        line = next(line for line in result.stdout.splitlines() if line.strip().startswith(option))
+        assert len(line.split()) > 2 or option == "--key", line
+    assert "default 120" in result.stdout
 
 
 def test_check_config_lists_every_problem_with_its_yaml_path(tmp_path: Path) -> None:

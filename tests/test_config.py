@@ -13,6 +13,7 @@ from gateway.config import (
     _PATTERN_RULES,
     SCHEMA,
     ConfigError,
+    RateRule,
     check_config_file,
     load_config,
     load_config_file,
@@ -51,6 +52,7 @@ def test_s5_delegation_block_and_its_defaults() -> None:
     assert list(delegation.scopes) == ["orders:read", "orders:cancel"]
     assert delegation.login.issuer == "https://login.acme.example"
     assert (delegation.token_ttl, delegation.grant_ttl, delegation.skip_consent) == (3600, 2592000, True)
+    assert delegation.refresh_grace == 5
     assert delegation.landing_url is None
     assert delegation.introspection_secret is None
     assert [key.alg for key in config.oauth.signing_keys] == ["ES256"]
@@ -58,10 +60,44 @@ def test_s5_delegation_block_and_its_defaults() -> None:
     raw["brands"][0]["delegation"]["introspection"] = {"secret": "${ACME_INTROSPECTION_SECRET}"}
     with pytest.raises(ConfigError, match="ACME_INTROSPECTION_SECRET is not set"):
         load_config(raw, ENV)
-    secret = load_config(raw, {**ENV, "ACME_INTROSPECTION_SECRET": "s3"}).brands["acme"].delegation
+    value = "s3" * 16
+    secret = load_config(raw, {**ENV, "ACME_INTROSPECTION_SECRET": value}).brands["acme"].delegation
     assert secret is not None
-    assert secret.introspection_secret == "s3"
-    assert "s3" not in repr(secret)
+    assert secret.introspection_secret == value
+    assert value not in repr(secret)
+
+
+@pytest.mark.parametrize(
+    ("introspection", "problem"),
+    [
+        ({"secret": "s3"}, "introspection.secret: must be an environment variable reference ${NAME}"),
+        ({"secret": "x" * 40}, "introspection.secret: must be an environment variable reference ${NAME}"),
+        ({"secret": "${SHORT}"}, "introspection.secret: must be at least 32 characters"),
+        ({"secret": "${LONG}", "failures": {"rate": 0}}, "introspection.failures.rate: 0 is less than"),
+        ({"secret": "${LONG}", "failures": {"burst": 0}}, "introspection.failures.burst: 0 is less than"),
+    ],
+)
+def test_s5_introspection_secret_follows_the_admin_tokens_rules(
+    introspection: dict[str, Any], problem: str
+) -> None:
+    """Issue 18 F7: a 2-character literal used to pass; now only ``${NAME}``, at least 32 characters."""
+    raw = example()
+    raw["brands"][0]["delegation"]["introspection"] = introspection
+    with pytest.raises(ConfigError) as caught:
+        load_config(raw, {**ENV, "SHORT": "s" * 31, "LONG": "s" * 32})
+    assert problem in str(caught.value)
+
+
+def test_s5_introspection_failures_default_and_setting() -> None:
+    raw = example()
+    raw["brands"][0]["delegation"]["introspection"] = {"secret": "${LONG}"}
+    delegation = load_config(raw, {**ENV, "LONG": "s" * 32}).brands["acme"].delegation
+    assert delegation is not None
+    assert delegation.introspection_failures == RateRule(rate=0.1, burst=10)
+    raw["brands"][0]["delegation"]["introspection"]["failures"] = {"burst": 3, "enabled": False}
+    delegation = load_config(raw, {**ENV, "LONG": "s" * 32}).brands["acme"].delegation
+    assert delegation is not None
+    assert delegation.introspection_failures == RateRule(rate=0.1, burst=3, enabled=False)
 
 
 def test_s5_signing_keys_from_files_and_duplicate_kids(tmp_path: Path) -> None:
@@ -193,6 +229,24 @@ def _mutate(path: list[str | int], value: Any) -> dict[str, Any]:
             "is not of type 'integer'",
         ),
         ([*DELEGATION, "token_ttl"], 7200, "brands[0].delegation.token_ttl", "is greater than the maximum"),
+        (
+            [*DELEGATION, "refresh_grace"],
+            -1,
+            "brands[0].delegation.refresh_grace",
+            "is less than the minimum",
+        ),
+        (
+            [*DELEGATION, "refresh_grace"],
+            61,
+            "brands[0].delegation.refresh_grace",
+            "is greater than the maximum",
+        ),
+        (
+            [*DELEGATION, "refresh_grace"],
+            "5s",
+            "brands[0].delegation.refresh_grace",
+            "is not of type 'integer'",
+        ),
         ([*DELEGATION, "scopes"], {}, "brands[0].delegation.scopes", "should be non-empty"),
         ([*DELEGATION, "scopes", "bad scope"], "x", "brands[0].delegation.scopes", "key 'bad scope' must be"),
         ([*DELEGATION, "login", "url"], KeyError, "brands[0].delegation.login.url", "is required"),
@@ -604,3 +658,36 @@ def test_admin_api_settings_are_checked(admin: dict[str, Any], metrics: bool, pr
     with pytest.raises(ConfigError) as caught:
         load_config(raw, {**ENV, "PACT_ADMIN_TOKEN": "t" * 64, "SHORT_TOKEN": "t" * 31})
     assert str(caught.value).startswith(problem)
+
+
+NOT_A_TOKEN = "is not a valid header name (RFC 9110 §5.1: a token, no spaces)"
+NOT_ONE_LINE = "contains a control character (CR, LF, NUL...); a header value is one line"
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "why"),
+    [
+        ("Authorization", "Bearer a\r\nX-Injected: 1", NOT_ONE_LINE),
+        ("Authorization", "${ACME_BOT_TOKEN}", NOT_ONE_LINE),
+        ("X Api Key", "k", NOT_A_TOKEN),
+        ("X-Key:", "k", NOT_A_TOKEN),
+    ],
+)
+def test_upstream_headers_are_one_line_fields_refused_at_load(name: str, value: str, why: str) -> None:
+    """Issue 18 I7: a header name with a space or a value with CR/LF (literal, or from the environment) is
+    refused at load with its YAML path (RFC 9110 §5.1, §5.5), not on every turn; the message never quotes
+    the value, which is a credential."""
+    raw = example()
+    raw["brands"][0]["upstream"]["headers"] = {name: value}
+    with pytest.raises(ConfigError) as refused:
+        load_config(raw, {**ENV, "ACME_BOT_TOKEN": "secret\nX-Injected: 1"})
+    assert [str(problem) for problem in refused.value.problems] == [
+        f"brands[0].upstream.headers.{name}: {why}"
+    ]
+    assert "Injected" not in str(refused.value)
+
+
+def test_upstream_header_with_a_tab_and_dots_in_its_name_loads() -> None:
+    raw = example()
+    raw["brands"][0]["upstream"]["headers"] = {"X.Key_1": "a\tb c"}
+    assert load_config(raw, ENV).brands["acme"].upstream.headers == {"X.Key_1": "a\tb c"}

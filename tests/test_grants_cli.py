@@ -89,6 +89,49 @@ async def test_s5_operator_lists_and_revokes_a_users_grants(
     assert "1 live grant(s)" in capsys.readouterr().out
 
 
+async def test_rfc8628_revoking_a_users_grants_denies_what_they_approved_and_no_poll_redeemed(
+    tmp_path: Path, redis_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 18 F4: without this the agent's next poll minted a fresh grant after the revocation."""
+    path, config = _config_file(tmp_path, redis_url)
+    await _grant(config, "jane-4471", "a2agrant_one_HJKL")
+    store = open_store(config.cache)
+    try:
+        oauth = open_oauth_store(store)
+        now = time.time()
+        waiting = [code_hash(f"waiting-{n}") for n in range(2)]
+        for n, device in enumerate(waiting):
+            owner = code_hash(f"agent {n}")[:32]
+            authorization = DeviceAuthorization(
+                device,
+                f"WXYZ-BCD{'FG'[n]}",
+                "acme",
+                "https://pa.example",
+                owner,
+                ("orders:read",),
+                now + 600,
+                5,
+            )
+            assert await oauth.create_authorization(authorization)
+        assert await oauth.approve("acme", waiting[0], "jane-4471", ("orders:read",), now)
+        base = ["--config", str(path), "--brand", "acme", "--user", "jane-4471"]
+        assert await _run(["grants", "revoke", *base]) == 0
+        out = capsys.readouterr().out
+        assert "1 grant(s) revoked" in out
+        assert "1 approved authorization(s) not yet redeemed denied" in out
+        polled = []
+        for n, device in enumerate(waiting):
+            refresh = RefreshToken(f"a2agrant_new_{n}", code_hash("family"), code_hash(f"rt-new-{n}"))
+            owner = code_hash(f"agent {n}")[:32]
+            result = await oauth.poll("acme", device, owner, time.time(), refresh=refresh, grant_ttl=600)
+            polled.append(result.outcome)
+        # RFC 8628 §3.5: the approved one is refused; the pending one was no one's, and still waits.
+        assert polled == [PollOutcome.ACCESS_DENIED, PollOutcome.AUTHORIZATION_PENDING]
+        assert await oauth.grants_of_user("acme", "jane-4471", time.time()) == []
+    finally:
+        await store.close()
+
+
 async def test_grants_refuses_memory_cache_and_unknown_brand(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

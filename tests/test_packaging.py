@@ -157,3 +157,31 @@ def test_a_plain_install_runs_the_demo_check_from_any_directory(wheel: Path, tmp
     )
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     assert version.stdout == f"pact-gateway {project['version']}\n", version.stderr
+
+
+def test_the_demo_script_installs_the_runtime_only_and_runs_the_demo(tmp_path: Path) -> None:
+    """Issue 19 row 8: ``scripts/demo.sh`` on a fresh machine installs the package and its runtime
+    dependencies, not the test and lint tools (nor, as root, the browser), and the demo runs there."""
+    environment = tmp_path / "venv"
+    env = {name: value for name, value in os.environ.items() if not name.startswith("PYTHON")}
+    ports = ["--port", str(free_port()), "--bot-port", str(free_port())]
+    demo = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "demo.sh"), "--check", *ports],
+        capture_output=True,
+        text=True,
+        env={**env, "VENV": str(environment)},
+        timeout=INSTALL_TIMEOUT,
+        check=False,
+    )
+    assert demo.returncode == 0, demo.stderr
+    assert "demo check passed" in demo.stderr
+    installed = subprocess.run(
+        [str(environment / "bin" / "python"), "-m", "pip", "list", "--format=freeze"],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=RUN_TIMEOUT,
+    ).stdout.lower()
+    assert "aiohttp==" in installed
+    for tool in ("pytest", "ruff", "mypy", "playwright", "hypothesis", "botbuilder-core"):
+        assert f"\n{tool}==" not in f"\n{installed}", tool

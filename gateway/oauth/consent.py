@@ -22,9 +22,10 @@ import logging
 import secrets
 from collections.abc import Awaitable, Iterable, Mapping, Sequence
 from typing import Final, NamedTuple
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl
 
 from aiohttp import web
+from yarl import URL
 
 from gateway.config import BrandConfig, DelegationConfig, RateLimitsConfig
 from gateway.http import responses
@@ -104,13 +105,19 @@ class _Delegating(NamedTuple):
 
 
 def origin_of(url: str) -> str:
-    """``scheme://host[:port]`` of an absolute URL, the default port left out (RFC 6454 serialization)."""
-    parts = urlsplit(url)
+    """``scheme://host[:port]`` of an absolute URL, the default port left out (RFC 6454 serialization).
+
+    The host is in its ASCII form (IDNA, RFC 5891: ``xn--`` labels), as CSP source expressions
+    need it and as a person must see it on the consent page: under ``policy: open`` any issuer
+    may ask, and ``https://gооgle.com`` with Cyrillic ``о`` shown as written would pass for Google
+    (issue 18 F8). yarl encodes it as aiohttp does when it connects there.
+    """
+    parts = URL(url)
     scheme = parts.scheme.lower()
-    host = (parts.hostname or "").lower()
+    host = (parts.raw_host or "").lower()
     if ":" in host:
         host = f"[{host}]"
-    port = parts.port
+    port = parts.explicit_port
     default = {"http": 80, "https": 443}.get(scheme)
     return f"{scheme}://{host}" if port is None or port == default else f"{scheme}://{host}:{port}"
 
@@ -212,10 +219,14 @@ async def _answer(
     assertion, the session or the user id); a rate limit or a spent budget is the "Too many
     attempts" page with ``Retry-After``, its limit noted for the access line. A store failure,
     or anything unexpected, is the Provider's: a "try again" page, logged once, so a browser
-    never gets a JSON envelope.
+    never gets a JSON envelope. An HTTP answer raised on the way (the bare ``408`` of a body
+    that came too slowly, :class:`~gateway.http.connection.RequestTimedOut`) is the edge's, and
+    passes through as it is.
     """
     try:
         return await work
+    except web.HTTPException:
+        raise
     except _Refused as refusal:
         _log.info("%s refused for brand %s: %s", step, ctx.brand.id, refusal.reason)
         return _page(ctx, pages.error_page(), 400)

@@ -90,11 +90,13 @@ def invalid_client(description: str) -> OAuthError:
 
 
 def json_answer(
-    body: dict[str, Any], status: int = 200, headers: Mapping[str, str] | None = None
+    body: dict[str, Any] | bytes, status: int = 200, headers: Mapping[str, str] | None = None
 ) -> web.Response:
-    """An OAuth JSON answer: ``application/json`` (never the A2A media type), uncacheable."""
+    """An OAuth JSON answer (an object, or one already serialized): ``application/json`` (never the
+    A2A media type), uncacheable."""
+    serialized = body if isinstance(body, bytes) else orjson.dumps(body)
     return web.Response(
-        body=orjson.dumps(body), status=status, headers={**NO_STORE, **(headers or {}), "Content-Type": JSON}
+        body=serialized, status=status, headers={**NO_STORE, **(headers or {}), "Content-Type": JSON}
     )
 
 

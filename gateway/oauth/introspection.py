@@ -7,6 +7,13 @@ a delegation token this Brand's server signed, unexpired, whose grant is live. E
 else is ``{"active": false}`` and nothing more (RFC 7662 §2.2), whether it is unknown,
 expired, revoked or another Brand's.
 
+Wrong credentials are counted per client address (``delegation.introspection.failures``, a
+GCRA budget shared across replicas): once an address has spent it, it is answered a bare ``429``
+with ``Retry-After`` (RFC 6585 §4, as every other limit here) *before* its credential is compared,
+so a guess made while locked out tells nothing, and counted in
+``pact_rate_limited_total{limit="introspection_failures"}``. Not ``401``: the Brand's own back-end,
+locked out by someone sharing its address, must learn to wait, not that its secret is wrong.
+
 Refresh tokens are always inactive here: they only ever pass between the personal agent and
 the Provider, so a Brand back-end holding one holds a leaked token, and RFC 7662 §2.2 lets the
 server refuse to describe a token to a caller that has no business with it. (The store also
@@ -17,20 +24,28 @@ must never look usable: presenting it revokes the grant.)
 from __future__ import annotations
 
 import hmac
-from typing import Any
+from typing import Any, Final
 
 from aiohttp import web
 
 from gateway.auth.pa_jwt import AuthFailure, bearer_token
+from gateway.config import RateRule
 from gateway.http import responses
+from gateway.http.client_address import client_address
+from gateway.http.notes import refused
 from gateway.http.state import RUNTIME
 from gateway.oauth.access_token import InvalidToken, verify_access_token
 from gateway.oauth.client_auth import delegating_brand
 from gateway.oauth.errors import invalid_client, json_answer, oauth_endpoint
 from gateway.oauth.forms import read_form, required
 from gateway.oauth.server import AuthorizationServer, DelegatingBrand
+from gateway.ops.limits import Limit, RateLimited, subject_digest
+from gateway.store.limits import Rule
 
-__all__ = ["authorized", "introspect"]
+__all__ = ["INTROSPECTION_FAILURES", "authorized", "failure_limit", "introspect"]
+
+INTROSPECTION_FAILURES: Final = "introspection_failures"
+"""The limit's name in ``pact_rate_limited_total{limit}`` and the access line's ``reason``."""
 
 
 def authorized(authorization: str | None, secret: str) -> bool:
@@ -40,6 +55,13 @@ def authorized(authorization: str | None, secret: str) -> bool:
     except AuthFailure:
         return False
     return hmac.compare_digest(presented.encode(), secret.encode())
+
+
+def failure_limit(rule: RateRule, address: str) -> Limit | None:
+    """``delegation.introspection.failures`` for one client address; ``None`` when turned off."""
+    if not rule.enabled:
+        return None
+    return Limit(INTROSPECTION_FAILURES, subject_digest(address), Rule(rule.rate, rule.burst))
 
 
 async def _describe(server: AuthorizationServer, brand: DelegatingBrand, token: str) -> dict[str, Any] | None:
@@ -75,9 +97,24 @@ async def introspect(request: web.Request) -> web.Response:
     secret = None if found is None else found[1].delegation.introspection_secret
     if found is None or secret is None:
         return responses.not_found()
-    if not authorized(request.headers.get("Authorization"), secret):
-        raise invalid_client("introspection needs the Brand's bearer credential")
     server, brand = found
+    # The client's address as every per-address limit sees it (``listen.trusted_proxies``).
+    address = client_address(request, runtime.config.listen)
+    failures = failure_limit(brand.delegation.introspection_failures, address)
+    if failures is not None:
+        try:
+            await runtime.limits.refuse_if_spent(
+                brand.brand.id, failures, fail_open=brand.brand.rate_limits.fail_open
+            )
+        except RateLimited as limited:
+            refused(request, limited.limit)
+            return responses.too_many_requests(limited.retry_after)
+    if not authorized(request.headers.get("Authorization"), secret):
+        if failures is not None:
+            await runtime.limits.count_failure(
+                brand.brand.id, failures, fail_open=brand.brand.rate_limits.fail_open
+            )
+        raise invalid_client("introspection needs the Brand's bearer credential")
     token = required(await read_form(request, runtime.config.limits.max_body_bytes), "token")
     description = await _describe(server, brand, token)
     return json_answer({"active": False} if description is None else description)

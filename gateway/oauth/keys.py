@@ -10,12 +10,14 @@ one a token signed with it is ever checked with.
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import binascii
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import jwt
 import orjson
@@ -24,7 +26,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
 from jwt.algorithms import ECAlgorithm, RSAAlgorithm
 
-__all__ = ["ProviderKeys", "SigningKey", "parse_signing_key"]
+__all__ = ["ProviderKeys", "SigningBatch", "SigningKey", "parse_signing_key"]
 
 PrivateKey = ec.EllipticCurvePrivateKey | rsa.RSAPrivateKey
 PublicKey = ec.EllipticCurvePublicKey | rsa.RSAPublicKey
@@ -48,6 +50,39 @@ class SigningKey:
 
 def _b64url(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode()
+
+
+_URL_SAFE: Final = bytes.maketrans(b"+/", b"-_")
+
+
+def _b64url_bytes(data: bytes) -> bytes:
+    """RFC 7515 base64url, no padding, as bytes: ``binascii`` directly, a copy fewer than ``base64``."""
+    return binascii.b2a_base64(data, newline=False).translate(_URL_SAFE).rstrip(b"=")
+
+
+def _raw_signer(key: PrivateKey) -> Callable[[bytes], bytes]:
+    """The JWS signature over a signing input, with the key's algorithm objects made once.
+
+    Decided once per key rather than per call: an ``isinstance`` against ``cryptography``'s
+    abstract key classes and a fresh ``ECDSA(SHA256())`` cost a few microseconds each, and
+    every delegated reply signs (§5.6).
+    """
+    if isinstance(key, ec.EllipticCurvePrivateKey):
+        ecdsa = ec.ECDSA(hashes.SHA256())
+
+        def es256(signing_input: bytes) -> bytes:
+            # JWS ES256 is R || S, 32 bytes each (RFC 7518 §3.4), not the DER that OpenSSL returns.
+            r, s = decode_dss_signature(key.sign(signing_input, ecdsa))
+            return r.to_bytes(32, "big") + s.to_bytes(32, "big")
+
+        return es256
+    pkcs1 = padding.PKCS1v15()
+    sha256 = hashes.SHA256()
+
+    def rs256(signing_input: bytes) -> bytes:
+        return key.sign(signing_input, pkcs1, sha256)
+
+    return rs256
 
 
 def _thumbprint(jwk: Mapping[str, Any]) -> str:
@@ -126,8 +161,12 @@ class ProviderKeys:
         self._keys = tuple(keys)
         self._by_kid = {key.kid: key for key in self._keys}
         self._jwks = orjson.dumps({"keys": [dict(key.public_jwk) for key in self._keys]})
-        # The encoded protected header per ``typ`` (a handful: access tokens and receipts).
+        # The encoded protected header per ``typ`` (a handful: access tokens and receipts), with
+        # its "." already appended: the signing input's first part.
         self._headers: dict[str, bytes] = {}
+        self._signature = _raw_signer(self._keys[0].private_key)
+        self.batch = SigningBatch(self)
+        """Where the event loop's hot path asks for its signatures (§5.6 receipts)."""
 
     @property
     def current(self) -> SigningKey:
@@ -139,23 +178,17 @@ class ProviderKeys:
         RFC 7515 by hand on ``cryptography``: every delegated reply signs a receipt, so this is
         on the hot path, and PyJWT's ``encode`` re-serializes the same header on each call and
         converts the signature through extra layers (it costs half again as much). The header of
-        each ``typ`` is encoded once; the result is checked against PyJWT in the tests.
+        each ``typ`` is encoded once, and the key's signing objects are made once (see
+        :func:`_raw_signer`); the result is checked against PyJWT in the tests.
         """
-        key = self._keys[0]
         header = self._headers.get(typ)
         if header is None:
-            header = self._headers[typ] = _b64url(
-                orjson.dumps({"alg": key.alg, "kid": key.kid, "typ": typ})
-            ).encode()
-        signing_input = header + b"." + _b64url(payload).encode()
-        private = key.private_key
-        if isinstance(private, ec.EllipticCurvePrivateKey):
-            # JWS ES256 is R || S, 32 bytes each (RFC 7518 §3.4), not the DER that OpenSSL returns.
-            r, s = decode_dss_signature(private.sign(signing_input, ec.ECDSA(hashes.SHA256())))
-            signature = r.to_bytes(32, "big") + s.to_bytes(32, "big")
-        else:
-            signature = private.sign(signing_input, padding.PKCS1v15(), hashes.SHA256())
-        return (signing_input + b"." + _b64url(signature).encode()).decode()
+            key = self._keys[0]
+            header = self._headers[typ] = (
+                _b64url_bytes(orjson.dumps({"alg": key.alg, "kid": key.kid, "typ": typ})) + b"."
+            )
+        signing_input = header + _b64url_bytes(payload)
+        return (signing_input + b"." + _b64url_bytes(self._signature(signing_input))).decode()
 
     def find(self, kid: str) -> SigningKey | None:
         return self._by_kid.get(kid)
@@ -167,3 +200,45 @@ class ProviderKeys:
     def jwks(self) -> dict[str, Any]:
         doc: dict[str, Any] = orjson.loads(self._jwks)
         return doc
+
+
+class SigningBatch:
+    """Signatures asked for in one pass of the event loop, made together in one callback just after.
+
+    Every delegated reply signs a receipt (§5.6). Signed one at a time between the other work of
+    a turn, an ES256 signature costs several times what it costs in a loop, because OpenSSL's
+    P-256 tables have left the CPU's caches since the previous one; turns whose bot replies
+    arrive together have their receipts signed back to back, so all but the first find the tables
+    warm. No thread: ``cryptography`` releases the GIL while it signs, but on a machine whose
+    cores are all busy (a worker per core, the bot, the load) a worker thread only adds the
+    hand-off (``bench.jwt_cost``'s ``receipt_sign_offloaded_loop_us``). The batch holds only the
+    signatures of turns already in flight, so it is bounded by ``upstream.max_concurrency``.
+    """
+
+    def __init__(self, keys: ProviderKeys) -> None:
+        self._keys = keys
+        self._pending: list[tuple[bytes, str, asyncio.Future[str]]] = []
+
+    def __len__(self) -> int:
+        """Signatures asked for and not made yet."""
+        return len(self._pending)
+
+    def sign(self, payload: bytes, typ: str) -> asyncio.Future[str]:
+        """The compact JWS :meth:`ProviderKeys.sign` makes, once this pass's batch has been signed."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[str] = loop.create_future()
+        if not self._pending:
+            loop.call_soon(self._sign_pending)
+        self._pending.append((payload, typ, future))
+        return future
+
+    def _sign_pending(self) -> None:
+        pending, self._pending = self._pending, []
+        for payload, typ, future in pending:
+            if future.cancelled():
+                continue  # its turn was cancelled while waiting: nobody will read this signature
+            # A failure belongs to the turn that asked (raised where it awaits), not to this callback.
+            try:
+                future.set_result(self._keys.sign(payload, typ))
+            except Exception as exc:
+                future.set_exception(exc)

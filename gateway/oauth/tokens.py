@@ -10,6 +10,17 @@ and previous token, however often a client refreshes, and still knows any older 
 family as spent. Tokens are handed out once and stored only as hashes. A grant and its refresh
 tokens belong to one (personal agent, ``sub``): another personal agent, or another ``sub`` of
 the same one, gets ``invalid_grant`` and changes nothing.
+
+A client whose refresh answer was lost can only present the token it sent again, which is now
+the previous one: RFC 9700 §4.14.2 allows a short grace for that. For ``delegation.refresh_grace``
+seconds after a rotation, the previous token gets the *same* answer again (same access and
+refresh token: a client that got the first answer after all, and one that did not, hold one
+pair); after it, reuse revokes the grant as before. The answer is kept for those seconds only,
+sealed (AES-256-GCM) under a key derived (HKDF-SHA256) from the presented refresh token itself,
+which the store holds only as a SHA-256 hash: whoever reads the store learns nothing of the new
+tokens, and only a holder of the previous token can open the answer, which is exactly who the
+grace serves. Nothing else is derivable: the access token is an ES256 JWT with a random ``jti``,
+so it cannot be minted again identically; it must be kept.
 """
 
 from __future__ import annotations
@@ -19,7 +30,12 @@ import re
 import secrets
 from typing import Final
 
+import orjson
 from aiohttp import web
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives import hashes
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from gateway.http.state import METRICS
 from gateway.oauth.access_token import mint_access_token
@@ -36,8 +52,10 @@ __all__ = [
     "new_family",
     "new_grant_id",
     "new_refresh_token",
+    "open_answer",
     "owns",
     "refresh_token_of",
+    "seal_answer",
     "token",
 ]
 
@@ -98,7 +116,35 @@ def owns(grant: Grant, client: Client) -> bool:
     return grant.client_id == client.identity.issuer and grant.owner_digest == client.owner_digest
 
 
-def _issued(client: Client, grant: Grant, scopes: tuple[str, ...], refresh_token: str) -> web.Response:
+_GRACE_INFO: Final = b"pact-gateway refresh grace answer v1"
+_NONCE_BYTES: Final = 12
+
+
+def _grace_cipher(refresh_token: str) -> AESGCM:
+    """AES-256-GCM under a key only ``refresh_token`` yields (the store keeps its SHA-256, not this)."""
+    key = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=_GRACE_INFO).derive(
+        refresh_token.encode()
+    )
+    return AESGCM(key)
+
+
+def seal_answer(refresh_token: str, grant_id: str, answer: bytes) -> bytes:
+    """``answer`` sealed for whoever presents ``refresh_token`` again (bound to ``grant_id``)."""
+    nonce = secrets.token_bytes(_NONCE_BYTES)
+    return nonce + _grace_cipher(refresh_token).encrypt(nonce, answer, grant_id.encode())
+
+
+def open_answer(refresh_token: str, grant_id: str, sealed: bytes) -> bytes | None:
+    """What :func:`seal_answer` sealed, or ``None`` if ``sealed`` is not for this token and grant."""
+    try:
+        return _grace_cipher(refresh_token).decrypt(
+            sealed[:_NONCE_BYTES], sealed[_NONCE_BYTES:], grant_id.encode()
+        )
+    except InvalidTag:
+        return None
+
+
+def _answer(client: Client, grant: Grant, scopes: tuple[str, ...], refresh_token: str) -> bytes:
     """The §5.3 success answer: a fresh access token for ``scopes`` and the grant's new refresh token."""
     brand = client.brand
     access_token, expires_in = mint_access_token(
@@ -110,7 +156,7 @@ def _issued(client: Client, grant: Grant, scopes: tuple[str, ...], refresh_token
         now=client.server.clock(),
         ttl=brand.delegation.token_ttl,
     )
-    return json_answer(
+    return orjson.dumps(
         {
             "token_type": "Bearer",
             "access_token": access_token,
@@ -143,7 +189,7 @@ async def _redeem_device_code(request: web.Request, client: Client) -> web.Respo
     if result.superseded:
         # §5.3: one live grant per (user, agent, sub); the earlier one's tokens stop from now on.
         metrics.delegation_event(brand_id, "grant_superseded")
-    return _issued(client, result.grant, result.grant.scopes, refresh_token)
+    return json_answer(_answer(client, result.grant, result.grant.scopes, refresh_token))
 
 
 async def _refresh(request: web.Request, client: Client) -> web.Response:
@@ -153,11 +199,16 @@ async def _refresh(request: web.Request, client: Client) -> web.Response:
     malformed request spends nothing; a narrower ``scope`` limits only this access token (the
     grant keeps what the User approved, RFC 6749 §6). The new token is of the presented one's
     family; a previous release's token, which has none, starts its grant's family.
+
+    The answer is made before the rotation, so that the store keeps it, sealed, in the same
+    step for ``refresh_grace`` seconds; the previous token presented within them gets it again
+    whatever the retry asks (it is the same request, retried).
     """
     brand = client.brand
     brand_id = brand.brand.id
     store, now = client.server.store, client.server.clock()
-    presented, family = refresh_token_of(required(client.form, "refresh_token"))
+    presented_token = required(client.form, "refresh_token")
+    presented, family = refresh_token_of(presented_token)
     grant_id = await store.grant_of_refresh(brand_id, presented, now)
     grant = None if grant_id is None else await store.get_grant(brand_id, grant_id, now)
     if grant is None or not owns(grant, client):
@@ -165,8 +216,17 @@ async def _refresh(request: web.Request, client: Client) -> web.Response:
     scope = client.form.get("scope")
     scopes = grant.scopes if scope is None else parse_scope(scope, grant.scopes)
     refresh_token, refresh = new_refresh_token(grant.grant_id, family or new_family())
-    result = await store.rotate_refresh(brand_id, presented, refresh, now)
+    answer = _answer(client, grant, scopes, refresh_token)
+    grace = brand.delegation.refresh_grace
+    sealed = seal_answer(presented_token, grant.grant_id, answer) if grace else b""
+    result = await store.rotate_refresh(brand_id, presented, refresh, now, grace=grace, answer=sealed)
     metrics = request.app[METRICS]
+    if result.outcome is RefreshOutcome.RETRIED:
+        earlier = open_answer(presented_token, grant.grant_id, result.answer)
+        if earlier is None:  # only a store that returned something else than it kept
+            raise OAuthError(ErrorCode.INVALID_GRANT)
+        metrics.delegation_event(brand_id, "refresh_retried")
+        return json_answer(earlier)
     if result.outcome is RefreshOutcome.REUSED:
         # The store revoked the grant in the same step: whoever holds the newest token loses it too.
         metrics.delegation_event(brand_id, "refresh_reuse_detected")
@@ -177,7 +237,7 @@ async def _refresh(request: web.Request, client: Client) -> web.Response:
     if result.outcome is not RefreshOutcome.ROTATED or result.grant is None:
         raise OAuthError(ErrorCode.INVALID_GRANT)
     metrics.delegation_event(brand_id, "token_refreshed")
-    return _issued(client, result.grant, scopes, refresh_token)
+    return json_answer(answer)
 
 
 @pa_client

@@ -11,10 +11,16 @@ personal agent (its issuer) and the ``sub`` it signs for, which is exactly an
   answers as an unknown one from then on;
 * their §6 ``per_user`` rate-limit counter (``per_agent`` is the personal agent's own, not theirs);
 * every live §5 grant issued to them (by whichever Brand user approved it), revoked as
-  ``POST …/oauth/revoke`` would: their delegation and refresh tokens stop working at once.
+  ``POST …/oauth/revoke`` would: their delegation and refresh tokens stop working at once;
+* every device authorization of theirs still pending, or approved and not yet redeemed (a grant
+  in waiting: the next poll would mint it), denied, with who approved it and what: its poll hears
+  ``access_denied`` (RFC 8628 §3.5; not ``expired_token``, which invites the agent to start over
+  at once, when what happened is a refusal). They are denied *before* the grants are read, so an
+  authorization redeemed while the erasure runs is a grant that the erasure then revokes.
 
-What it leaves, and why that is safe: a device authorization still pending for them lapses on
-its own (``expires_in`` plus :data:`~gateway.store.oauth.EXPIRED_KEPT`); a revoked grant's
+What it leaves, and why that is safe: a denied authorization's record (owner digest, client,
+requested scopes, no user) lapses on its own (``expires_in`` plus
+:data:`~gateway.store.oauth.EXPIRED_KEPT`); a revoked grant's
 refresh-token records hold only the grant's id, and the Brand user's list of grants only ids,
 both dropped as they are next read or expire; logs and metrics never held the ``sub`` or a text.
 What the Brand's bot keeps on its side is the Brand's to erase. A conversation opened while the
@@ -59,12 +65,14 @@ class Erasure:
 
     stored: Erased
     grants_revoked: int
+    authorizations_denied: int
 
     def counts(self) -> dict[str, int]:
         """Every count by name, as the API answers and the audit line and the CLI print them."""
         counts = dataclasses.asdict(self.stored)
         counts["rate_limit_counters"] = counts.pop("counters")
         counts["grants_revoked"] = self.grants_revoked
+        counts["authorizations_denied"] = self.authorizations_denied
         return counts
 
 
@@ -109,10 +117,12 @@ class PersonRecords:
     async def erase(self, person: Owner) -> Erasure:
         counter = keys.rate_limit_key(person.brand_id, PER_USER, subject_digest(person.issuer, person.sub))
         stored = await self._admin.erase(person, [counter])
+        # Authorizations first: one redeemed meanwhile is a grant the lines below find and revoke.
+        denied = await self._oauth.deny_authorizations_of_owner(person.brand_id, person.digest, self._clock())
         grants = await self._oauth.grants_of_owner(person.brand_id, person.digest, self._clock())
         revoked = 0
         for grant in grants:
             revoked += await self._oauth.revoke_grant(person.brand_id, grant.grant_id)
-        erasure = Erasure(stored, revoked)
+        erasure = Erasure(stored, revoked, denied)
         self._audit("erased a person's conversations and grants", person, "erase", **erasure.counts())
         return erasure

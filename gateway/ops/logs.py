@@ -33,6 +33,7 @@ import os
 import re
 import sys
 import time
+from collections import OrderedDict
 from collections.abc import Mapping
 from typing import Any, TextIO, TypeAlias
 
@@ -106,7 +107,7 @@ class SubDigests:
         if size < 1:
             raise ValueError("size must be at least 1")
         self._size = size
-        self._digests: dict[tuple[str, str], str] = {}
+        self._digests: OrderedDict[tuple[str, str], str] = OrderedDict()
 
     def __len__(self) -> int:
         return len(self._digests)
@@ -117,7 +118,8 @@ class SubDigests:
         if digest is None:
             digest = sub_digest(issuer, sub)
             if len(self._digests) >= self._size:
-                del self._digests[next(iter(self._digests))]
+                # O(1): a plain dict's first key is found past every slot deleted before it.
+                self._digests.popitem(last=False)
             self._digests[key] = digest
         return digest
 

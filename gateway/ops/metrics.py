@@ -59,6 +59,7 @@ DelegationEvent = Literal[
     "token_issued",
     "token_refreshed",
     "refresh_reuse_detected",
+    "refresh_retried",
     "grant_revoked",
     "grant_superseded",
     "step_up",
@@ -158,6 +159,26 @@ class Metrics:
         self.store_errors = Counter(
             "pact_store_errors", "Store operations that failed.", ["operation"], registry=r
         )
+        # The memory store's bound (cache.max_entries); a refused conversation is counted by
+        # pact_rate_limited_total{limit="store_full"}, as the other 429s are.
+        self.store_entries = Gauge(
+            "pact_store_entries",
+            "Entries the memory store holds: conversations, retry records, indexes, counters, §5 state.",
+            registry=r,
+            multiprocess_mode="livemax",
+        )
+        self.store_max_entries = Gauge(
+            "pact_store_max_entries",
+            "cache.max_entries: the entries the memory store keeps at most.",
+            registry=r,
+            multiprocess_mode="livemax",
+        )
+        self.store_evictions = Counter(
+            "pact_store_evictions",
+            "Memory-store entries dropped to make room for a new conversation, by reason (expired, closed).",
+            ["reason"],
+            registry=r,
+        )
         # Discovery happens only for issuers the open policy admitted, so no issuer label.
         self.discovery_fetches = Counter(
             "pact_oidc_discovery_fetches",
@@ -176,9 +197,9 @@ class Metrics:
         self.delegation_events = Counter(
             "pact_delegation_events",
             "Delegation flow events by Brand: authorizations started, approved, denied, expired; "
-            "tokens issued, refreshed; refresh reuse detected; grants revoked; step-ups; "
-            "delegated turns; receipts signed; invalid delegation tokens; wrong user codes at the "
-            "consent hand-off.",
+            "tokens issued, refreshed; refreshes retried within the grace; refresh reuse detected; "
+            "grants revoked; step-ups; delegated turns; receipts signed; invalid delegation tokens; "
+            "wrong user codes at the consent hand-off.",
             ["brand", "event"],
             registry=r,
         )
@@ -191,6 +212,8 @@ class Metrics:
         self._request_children: dict[tuple[str, str, str], tuple[Counter, Histogram]] = {}
         self._bot_children: dict[tuple[str, str], Histogram] = {}
         self._auth_children: dict[str, Counter] = {}
+        # Every delegated turn counts two events (``delegated_turn``, ``receipt_signed``).
+        self._delegation_children: dict[tuple[str, str], Counter] = {}
 
     def observe_request(self, brand: str, operation: str, outcome: str, seconds: float) -> None:
         """One finished request; the caller has already bounded every label."""
@@ -232,9 +255,22 @@ class Metrics:
         """A store call that raised :class:`StoreError` (``begin_turn``, ``complete_turn`` …)."""
         self.store_errors.labels(operation).inc()
 
+    def store_size(self, entries: int, max_entries: int) -> None:
+        """The memory store's size and bound, each sweep tick (as its ``KeyspaceObserver``)."""
+        self.store_entries.set(entries)
+        self.store_max_entries.set(max_entries)
+
+    def store_evicted(self, reason: str) -> None:
+        """One memory-store entry dropped for room: ``expired`` or ``closed``."""
+        self.store_evictions.labels(reason).inc()
+
     def delegation_event(self, brand: str, event: DelegationEvent) -> None:
         """One §5 flow event for a configured Brand."""
-        self.delegation_events.labels(brand, event).inc()
+        key = (brand, event)
+        child = self._delegation_children.get(key)
+        if child is None:
+            child = self._delegation_children[key] = self.delegation_events.labels(brand, event)
+        child.inc()
 
     def discovery_fetched(self, ok: bool) -> None:
         """One OIDC discovery fetch (``open`` policy): ``ok`` when it yielded a usable ``jwks_uri``."""

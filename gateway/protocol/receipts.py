@@ -24,6 +24,7 @@ __all__ = [
     "RECEIPT_TYP",
     "args_hash",
     "receipt_claims",
+    "receipt_grant",
     "receipt_metadata",
     "receipt_payload",
     "timestamp",
@@ -93,3 +94,19 @@ def receipt_payload(claims: dict[str, Any]) -> bytes:
 def receipt_metadata(jws: str, claims: dict[str, Any]) -> dict[str, Any]:
     """The reply message's ``metadata``: ``{"pact.receipt": {"jws", "claims"}}``."""
     return {RECEIPT_KEY: {"jws": jws, "claims": claims}}
+
+
+def receipt_grant(reply: bytes) -> str | None:
+    """The ``grantId`` of the receipt in a stored reply (:func:`gateway.protocol.messages.render_reply`'s
+    bytes), or ``None`` for a reply served without delegation.
+
+    The receipt is how a stored reply says it was served under a grant (§4.3 with §5.5): the
+    grant id is already in it, signed, so nothing more is stored beside the reply to say so.
+    """
+    if RECEIPT_KEY.encode() not in reply:
+        return None  # cheap for plain replies; a text that merely quotes the key is parsed below
+    metadata = orjson.loads(reply).get("message", {}).get("metadata")
+    if not isinstance(metadata, dict) or RECEIPT_KEY not in metadata:
+        return None
+    grant_id: str = metadata[RECEIPT_KEY]["claims"]["grantId"]
+    return grant_id

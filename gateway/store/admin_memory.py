@@ -19,7 +19,7 @@ from gateway.store.adapter_state import MemoryAdapterState
 from gateway.store.admin import ConversationAdmin, ConversationInfo, Erased
 from gateway.store.base import Owner
 from gateway.store.gcra import US
-from gateway.store.memory import ERASED, MemoryKeyspace, live_conversation
+from gateway.store.memory import ERASED, MemoryKeyspace, index_conversations, live_conversation
 
 __all__ = ["MemoryConversationAdmin"]
 
@@ -48,10 +48,9 @@ class MemoryConversationAdmin(ConversationAdmin):
         index = entries.get(owner.digest_bytes)
         if type(index) is not tuple:
             return {}
-        pairs = index[2:]
         owned: dict[str, tuple[float, tuple[Any, ...]]] = {}
         # A key named twice (a conversation whose record was lost and written anew): the later one counts.
-        for key, opened in zip(pairs[::2], pairs[1::2], strict=True):
+        for key, opened in index_conversations(index):
             conversation = live_conversation(entries.get(key), now)
             if conversation is not None and conversation[1] == owner.digest_bytes:
                 owned[key] = (opened, conversation)

@@ -65,6 +65,9 @@ class TurnStatus(Enum):
     """§5.5: the delegation token's grant is gone or belongs to another (PA, ``sub``): a 401."""
     USER_MISMATCH = "user_mismatch"
     """§5.5: the context already ran as another Brand user: ``INVALID_PARAMS``."""
+    STORE_FULL = "store_full"
+    """The memory store is at ``cache.max_entries`` and nothing in it may go: no new conversation
+    (a bare 429, §6), and nothing was charged or claimed. Turns of open conversations go on."""
 
 
 class GrantCheck(NamedTuple):
@@ -115,6 +118,9 @@ class ConversationStore(ABC):
         ``GRANT_REVOKED``; a context that already ran as another Brand user is ``USER_MISMATCH``
         (neither claims anything). A context's user is recorded by its first delegated turn;
         a replay is still served only after both checks pass.
+
+        ``STORE_FULL`` (memory store at its bound, before the limits): a message that would open
+        a conversation, and nothing is charged or claimed.
 
         When a limit refuses, nothing is charged or claimed and the claim is ``RATE_LIMITED``
         with the waits. The counters are the rate limiter's own (same keys, same arithmetic,

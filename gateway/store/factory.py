@@ -11,17 +11,20 @@ from gateway.store.admin import ConversationAdmin
 from gateway.store.admin_memory import MemoryConversationAdmin
 from gateway.store.admin_redis import RedisConversationAdmin
 from gateway.store.base import ConversationStore
-from gateway.store.memory import MemoryStore
+from gateway.store.memory import KeyspaceObserver, MemoryStore
 from gateway.store.oauth import OAuthStore
 from gateway.store.oauth_memory import MemoryOAuthStore
 from gateway.store.oauth_redis import RedisOAuthStore
 from gateway.store.redis import RedisStore
 
 
-def open_store(config: CacheConfig, *, clock: Callable[[], float] = time.time) -> ConversationStore:
-    """The backend for ``config``; ``clock`` is its wall clock, and its rate limiter's (tests move it)."""
+def open_store(
+    config: CacheConfig, *, clock: Callable[[], float] = time.time, observer: KeyspaceObserver | None = None
+) -> ConversationStore:
+    """The backend for ``config``; ``clock`` is its wall clock, and its rate limiter's (tests move it).
+    ``observer`` hears the memory store's size and evictions (Redis reports its own, ``INFO``)."""
     if config.backend == "memory":
-        return MemoryStore(config, clock=clock)
+        return MemoryStore(config, clock=clock, observer=observer)
     return RedisStore(config, clock=clock)
 
 

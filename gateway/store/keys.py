@@ -68,3 +68,34 @@ def grant_slot_key(brand_id: str, user_digest: str, owner_digest: str) -> str:
     :func:`user_digest` and :attr:`gateway.store.base.Owner.digest`, simply joined, as the Redis
     poll script builds it from ``grant_slot_key(brand_id, "", "")`` and the two digests."""
     return f"{PREFIX}:{brand_id}:slot:{user_digest}{owner_digest}"
+
+
+# The conversation layout since issue 17 (Redis bytes per conversation): short kinds, raw digests.
+# The functions above name the previous release's keys, which gateway/store/redis.py still reads
+# (and moves into these) so that conversations it wrote survive the upgrade.
+
+
+def conv_key(brand_id: str, context_id: str) -> str:
+    """A conversation's hash (gateway/store/redis.py); :func:`conversation_key` was the previous one's."""
+    return f"{PREFIX}:{brand_id}:c:{context_id}"
+
+
+def conv_index_key(brand_id: str, owner: bytes) -> bytes:
+    """One owner's conversations (a sorted set), by :attr:`~gateway.store.base.Owner.digest_bytes`."""
+    return f"{PREFIX}:{brand_id}:i:".encode() + owner
+
+
+def first_key(brand_id: str, owner: bytes, message: bytes) -> bytes:
+    """§4.3 a first message's record for its retry window, by raw owner and :func:`message_digest`."""
+    return f"{PREFIX}:{brand_id}:f:".encode() + owner + message
+
+
+def message_digest(message_id: str) -> bytes:
+    """A ``messageId`` as a turn's field name: 64 bits, whatever its length (up to 256 characters).
+
+    SHA-1 because a Redis script can compute it too (``redis.sha1hex``), which is how it converts the
+    ``m:{messageId}`` fields of a conversation the previous release wrote. The ids are the caller's
+    own and the field lives in the caller's own conversation: a collision (one in 2**64 for two ids)
+    would only mix its own turns.
+    """
+    return hashlib.sha1(message_id.encode(), usedforsecurity=False).digest()[:8]

@@ -5,7 +5,8 @@ Every entry carries its own deadline, so expiry costs no per-key timer (aiocache
 two timer operations per turn). A read treats an entry past its deadline as absent (a write
 reuses it in place); a sweep task (:meth:`MemoryKeyspace.start`, started and stopped with the
 app) deletes such entries a bounded batch per tick, so memory stays bounded without the read
-path doing any of it. Only the sweep deletes keys.
+path doing any of it. Only the sweep deletes keys, and the bound (:meth:`MemoryKeyspace.make_room`),
+each a key it has just taken off the sweep's ring, so every key stays in the ring once.
 
 The entries:
 
@@ -21,7 +22,10 @@ The entries:
   keeps it, dead conversations dropped, while one of them lives (readers never go by it).
   Its key is the owner digest (raw bytes) the conversations already hold, not a string of its
   own (no other key is bytes): with a deadline shared with a conversation's, the index of an
-  owner with one conversation costs about 150 bytes, not 320 (``python -m bench.memory``);
+  owner with one conversation costs about 150 bytes, not 320 (``python -m bench.memory``).
+  A flat tuple while the owner has a few conversations; past :data:`_INDEX_TUPLE_MAX`, a dict
+  that grows in place, so a new conversation costs the same at a person's 100,000th as at
+  their first (issue 17: rebuilding the tuple cost 4.3 ms at 100,000);
 * a §6 GCRA counter: its ``tat`` as an ``int`` in microseconds, which is also its deadline
   (a ``tat`` in the past is an idle key, see :mod:`gateway.store.gcra`);
 * the §5 flow's records (:mod:`gateway.store.oauth_memory`), each a tuple led by its deadline;
@@ -35,6 +39,11 @@ bypassed (``tests/store/test_memory_sweep.py`` pins that aiocache's own API sees
 It also makes every decision plainly atomic: :meth:`MemoryStore.begin_turn` reads, decides and
 writes with no ``await`` at all, so any number of concurrent duplicates see the in-flight
 marker the first one set, and a rate-limit charge is all or nothing.
+
+With ``cache.max_entries`` the keyspace is bounded (:meth:`MemoryKeyspace.make_room`): a new
+conversation first makes room by dropping expired entries and conversations closed for longer
+than the retry window, a few at a time off the sweep's ring; if there is none among them, it is
+refused (``STORE_FULL``), never a live conversation or a stored reply a retry may still ask for.
 
 Records are exact tuples of plain values (bytes, str, float, bool, and a tuple of those), and a
 change stores a new tuple. CPython's cyclic collector stops tracking such a tuple within the
@@ -51,8 +60,8 @@ import contextlib
 import math
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
-from typing import Any, Final, TypeAlias, TypeGuard
+from collections.abc import Callable, Iterator, Sequence
+from typing import Any, Final, Protocol, TypeAlias, TypeGuard
 
 from aiocache import SimpleMemoryCache
 
@@ -65,9 +74,11 @@ from gateway.store.oauth import Grant, RefreshFamily
 __all__ = [
     "ERASED",
     "GrantRecord",
+    "KeyspaceObserver",
     "MemoryKeyspace",
     "MemoryStore",
     "OwnerIndex",
+    "index_conversations",
     "live_conversation",
     "live_grant",
 ]
@@ -83,15 +94,21 @@ GrantRecord: TypeAlias = tuple[float, Grant, RefreshFamily]
 in place. Kept by :class:`gateway.store.oauth_memory.MemoryOAuthStore`, read by every delegated turn."""
 OwnerIndex: TypeAlias = tuple[Any, ...]
 """At :attr:`Owner.digest_bytes`: ``(deadline, conversations kept at the last prune, conversation key,
-opened, conversation key, opened, …)``, flat (one tuple, not two). The deadline is when the sweep
-looks at it again (:func:`_renewed_index`), not when it ends."""
+opened, conversation key, opened, …)``, flat (one tuple, not two), for up to :data:`_INDEX_TUPLE_MAX`
+conversations; past them ``(deadline, conversations kept at the last prune, {conversation key:
+opened})``, the dict changed in place. The deadline is when the sweep looks at it again
+(:func:`_renewed_index`), not when it ends."""
 Key: TypeAlias = str | bytes
 """A key of the keyspace: a string, or an owner digest for an owner's index."""
 ERASED: Final = b""
 """The owner digest of an erased conversation's tombstone: no owner's matches it, so its ``contextId``
 answers as unknown, and a turn that was running when it was erased stores nothing."""
-_INDEX_PRUNE_FLOOR: Final = 8
-"""Conversations an owner's index holds before its dead ones are first looked for."""
+_INDEX_TUPLE_MAX: Final = 8
+"""Conversations an owner's index holds as a flat tuple (rebuilt, at most 16 items, for each new one).
+Past them it becomes a dict: a person with one conversation, the common case, pays 150 bytes, not a
+dict's 400, and a person with thousands pays O(1) per new one, not a copy of them all."""
+_OPEN_ENTRIES: Final = 3
+"""Entries a new conversation may add: its record, its first-message record, its owner's index."""
 _Entry: TypeAlias = "tuple[Any, ...] | int"
 """A GCRA ``tat``, or a tuple whose first element is its deadline in seconds (what the sweep reads)."""
 _EXPIRES: Final = 0
@@ -114,14 +131,31 @@ def live_conversation(entry: object, now: float) -> _Conversation | None:
     return entry if _is_conversation(entry) and entry[_EXPIRES] > now else None
 
 
+def index_conversations(index: OwnerIndex) -> Iterator[tuple[str, float]]:
+    """``(conversation key, opened)`` of each conversation an owner's index names, live or not."""
+    if len(index) == 3 and type(index[2]) is dict:
+        return iter(index[2].items())
+    return zip(index[2::2], index[3::2], strict=True)
+
+
+def _theirs(entries: dict[Key, Any], digest: bytes, key: str, now: float) -> bool:
+    conversation = live_conversation(entries.get(key), now)
+    return conversation is not None and conversation[_OWNER] == digest
+
+
 def _live_pairs(entries: dict[Key, Any], digest: bytes, pairs: Sequence[Any], now: float) -> list[Any]:
     """The ``(conversation key, opened)`` pairs of an owner's index whose conversation is live and theirs."""
     live: list[Any] = []
     for key, opened in zip(pairs[::2], pairs[1::2], strict=True):
-        conversation = live_conversation(entries.get(key), now)
-        if conversation is not None and conversation[_OWNER] == digest:
+        if _theirs(entries, digest, key, now):
             live += (key, opened)
     return live
+
+
+def _prune(entries: dict[Key, Any], digest: bytes, conversations: dict[str, float], now: float) -> None:
+    """Drop, in place, the conversations of a large owner's index that are gone or not theirs."""
+    for key in [key for key in conversations if not _theirs(entries, digest, key, now)]:
+        del conversations[key]
 
 
 def _renewed_index(
@@ -129,6 +163,12 @@ def _renewed_index(
 ) -> OwnerIndex | None:
     """An owner's index past its deadline: its live conversations, until the last of them expires;
     ``None`` once none lives (then the sweep deletes it)."""
+    if len(index) == 3 and type(index[2]) is dict:
+        conversations: dict[str, float] = index[2]
+        _prune(entries, digest, conversations, now)
+        if not conversations:
+            return None
+        return (max(entries[key][_EXPIRES] for key in conversations), len(conversations), conversations)
     pairs = _live_pairs(entries, digest, index[2:], now)
     if not pairs:
         return None
@@ -178,6 +218,16 @@ def _without_turn(turns: tuple[Any, ...], message_id: str) -> tuple[Any, ...]:
     return turns[: index - 1] + turns[index + 1 :]
 
 
+class KeyspaceObserver(Protocol):
+    """What the keyspace reports for its metrics (:class:`gateway.ops.metrics.Metrics` is one)."""
+
+    def store_size(self, entries: int, max_entries: int) -> None:
+        """Each sweep tick: the entries held, and ``cache.max_entries``."""
+
+    def store_evicted(self, reason: str) -> None:
+        """One entry dropped to make room for a new conversation: ``expired`` or ``closed``."""
+
+
 def _expired(entry: _Entry, now: float, now_micros: int) -> bool:
     if isinstance(entry, int):
         return entry <= now_micros  # a GCRA tat: idle once now has passed it
@@ -201,11 +251,23 @@ class MemoryKeyspace:
 
     SWEEP_MIN_BATCH: Final = 256
     SWEEP_PASS_TICKS: Final = 240
+    EVICT_SCAN: Final = 32
+    """Keys :meth:`make_room` looks at, at most, for one new conversation: its work is O(1)."""
 
-    def __init__(self, clock: Callable[[], float], *, sweep_interval: float = 0.25) -> None:
+    def __init__(
+        self,
+        clock: Callable[[], float],
+        *,
+        sweep_interval: float = 0.25,
+        max_entries: int | None = None,
+        observer: KeyspaceObserver | None = None,
+    ) -> None:
         self.clock = clock
         self.cache = SimpleMemoryCache(timeout=None)
         """The container; its awaitable API sees every entry (timeout=None: no asyncio.wait_for)."""
+        self.max_entries = max_entries
+        """``cache.max_entries``: what :meth:`make_room` keeps the keyspace within (``None``: unbounded)."""
+        self._observer = observer
         self._sweep_interval = sweep_interval
         self._ring: deque[Key] = deque()
         self._task: asyncio.Task[None] | None = None
@@ -264,10 +326,52 @@ class MemoryKeyspace:
             ring.append(key)
         return deleted
 
+    def make_room(self, need: int, now: float, evictable: Callable[[Any, float], bool]) -> bool:
+        """Whether ``need`` more entries fit within :attr:`max_entries`, after dropping some if not.
+
+        Looks at the sweep ring's next :attr:`EVICT_SCAN` keys at most (the oldest first), and
+        drops those expired or for which ``evictable(entry, now)`` holds, until ``need`` fit.
+        Every other key goes back to the ring's end, as the sweep would put it: a live entry
+        is never dropped here, and an owner's index is left to the sweep (keeping it is what
+        lets an erasure find every conversation). At most :attr:`EVICT_SCAN` keys per call
+        whatever the size, so a store held full of live entries costs each refused conversation
+        the same bounded look; the sweep keeps deleting what expires in the meantime.
+        """
+        entries = self.entries
+        if self.max_entries is None or len(entries) + need <= self.max_entries:
+            return True
+        ring = self._ring
+        now_micros = int(now * US)
+        for _ in range(min(len(ring), self.EVICT_SCAN)):
+            key = ring.popleft()
+            entry = entries.get(key)
+            if entry is None:
+                continue
+            if type(key) is not bytes:
+                reason = ""
+                if _expired(entry, now, now_micros):
+                    reason = "expired"
+                elif evictable(entry, now):
+                    reason = "closed"
+                if reason:
+                    del entries[key]
+                    if self._observer is not None:
+                        self._observer.store_evicted(reason)
+                    if len(entries) + need <= self.max_entries:
+                        return True
+                    continue
+            ring.append(key)
+        return len(entries) + need <= self.max_entries
+
+    def _report(self) -> None:
+        if self._observer is not None and self.max_entries is not None:
+            self._observer.store_size(len(self.entries), self.max_entries)
+
     async def _sweep_forever(self) -> None:
         while True:
             await asyncio.sleep(self._sweep_interval)
             self.sweep()
+            self._report()
 
     def start(self) -> None:
         if self._task is None:
@@ -286,12 +390,39 @@ class MemoryKeyspace:
 
 class MemoryStore(ConversationStore):
     def __init__(
-        self, config: CacheConfig, *, clock: Callable[[], float] = time.time, sweep_interval: float = 0.25
+        self,
+        config: CacheConfig,
+        *,
+        clock: Callable[[], float] = time.time,
+        sweep_interval: float = 0.25,
+        observer: KeyspaceObserver | None = None,
     ) -> None:
         self._config = config
         self._clock = clock
-        self.keyspace = MemoryKeyspace(clock, sweep_interval=sweep_interval)
+        self.keyspace = MemoryKeyspace(
+            clock, sweep_interval=sweep_interval, max_entries=config.max_entries, observer=observer
+        )
         """Where conversations live; the rate limiter beside this store keeps its counters here too."""
+
+    def _evictable(self, entry: Any, now: float) -> bool:
+        """Whether a live entry may go to make room: a conversation that now only answers ``CLOSED``.
+
+        Closed (by its flag, or idle past ``conversation_ttl``), its last turn older than
+        ``retry_window`` and none of its turns running. Dropped, it answers as unknown instead
+        (§4.2 ``INVALID_PARAMS`` rather than ``UNSUPPORTED_OPERATION``); a stored reply a retry
+        may still ask for, a running turn, an open conversation and an erased one's tombstone
+        (which keeps a running turn from storing its reply) are never dropped.
+        """
+        if not _is_conversation(entry) or entry[_OWNER] == ERASED:
+            return False
+        expires, _, _, closed, turns, _ = entry
+        closed_ttl = self._config.closed_ttl
+        last_turn = expires - (closed_ttl if closed else self._record_ttl)
+        if now < last_turn + self._config.retry_window:
+            return False
+        if not closed and now <= expires - closed_ttl:
+            return False
+        return not any(type(value) is float and value > now for value in turns[1::2])
 
     @property
     def _record_ttl(self) -> int:
@@ -314,23 +445,41 @@ class MemoryStore(ConversationStore):
     def _index(self, owner: Owner, key: str, now: float, expires: float) -> None:
         """Add the conversation ``key``, opened at ``now`` and kept until ``expires``, to its owner's index.
 
-        Once per conversation, not per turn. The index's dead conversations are dropped when it
-        has grown to twice what it held after the last drop (and at least
-        :data:`_INDEX_PRUNE_FLOOR`), so that work stays in proportion to the conversations
-        opened, and the index in proportion to the live ones. No conversation of the index
-        outlives this new one (none was kept past its last turn + ``record_ttl``), so its
-        deadline, the very float object, becomes the index's.
+        Once per conversation, not per turn, and O(1) amortized whatever the owner holds: a
+        small index is a tuple of at most :data:`_INDEX_TUPLE_MAX` conversations, rebuilt (its
+        dead ones dropped when it is full, a bounded look); a larger one is a dict changed in
+        place, its dead conversations dropped when it has doubled since the last drop, so that
+        work stays in proportion to the conversations opened, and the index in proportion to
+        the live ones. No conversation of the index outlives this new one (none was kept past
+        its last turn + ``record_ttl``), so its deadline, the very float object, becomes the
+        index's.
         """
-        index = self.keyspace.entries.get(owner.digest_bytes)
+        entries = self.keyspace.entries
+        digest = owner.digest_bytes
+        index = entries.get(digest)
         if type(index) is not tuple:
-            self.keyspace.put(owner.digest_bytes, (expires, 0, key, now))
+            self.keyspace.put(digest, (expires, 0, key, now))
             return
         pruned: int = index[1]
+        if len(index) == 3 and type(index[2]) is dict:
+            conversations: dict[str, float] = index[2]
+            if len(conversations) >= 2 * max(pruned, _INDEX_TUPLE_MAX):
+                _prune(entries, digest, conversations, now)
+                pruned = len(conversations)
+            conversations[key] = now
+            entries[digest] = (expires, pruned, conversations)
+            return
         pairs: Sequence[Any] = index[2:]
-        if len(pairs) >= 4 * max(pruned, _INDEX_PRUNE_FLOOR):  # two items a conversation
-            pairs = _live_pairs(self.keyspace.entries, owner.digest_bytes, pairs, now)
+        if len(pairs) >= 2 * _INDEX_TUPLE_MAX:  # two items a conversation
+            pairs = _live_pairs(entries, digest, pairs, now)
+            if len(pairs) >= 2 * _INDEX_TUPLE_MAX:
+                # Insertion order kept: a key named twice keeps its later opening, as readers expect.
+                grown = dict(zip(pairs[::2], pairs[1::2], strict=True))
+                grown[key] = now
+                entries[digest] = (expires, len(pairs) // 2, grown)
+                return
             pruned = len(pairs) // 2
-        self.keyspace.entries[owner.digest_bytes] = (expires, pruned, *pairs, key, now)
+        entries[digest] = (expires, pruned, *pairs, key, now)
 
     def _decide(
         self, key: str, owner: Owner, context_id: str, message_id: str, now: float, user: bytes | None
@@ -371,25 +520,35 @@ class MemoryStore(ConversationStore):
         grant: GrantCheck | None = None,
     ) -> TurnClaim:
         now = self._clock()
+        entries = self.keyspace.entries
+        if context_id is not None:
+            first_key, digest, earlier = "", b"", None
+        else:
+            first_key = keys.first_message_key(owner.brand_id, owner.digest, message_id)
+            digest = text_digest(text)
+            earlier = entries.get(first_key)
+            if not _is_first_message(earlier) or earlier[_EXPIRES] <= now:
+                earlier = None
+            # Before the limits: a refused conversation is charged nothing. A retried first message
+            # is not refused: what it asks for (a reply, or its turn's fate) is already stored.
+            opens = earlier is None or earlier[2] != digest
+            if opens and not self.keyspace.make_room(_OPEN_ENTRIES, now, self._evictable):
+                return TurnClaim(TurnStatus.STORE_FULL)
         if limits:
             waits = self.keyspace.charge(limits, int(now * US))
             if any(waits):
                 return TurnClaim(TurnStatus.RATE_LIMITED, waits=tuple(wait / US for wait in waits))
         user: bytes | None = None
         if grant is not None:
-            record = live_grant(self.keyspace.entries.get(grant.grant_key), now)
+            record = live_grant(entries.get(grant.grant_key), now)
             if record is None or record[1].owner_digest != owner.digest:
                 return TurnClaim(TurnStatus.GRANT_REVOKED)
             user = bytes.fromhex(grant.user_digest)
         if context_id is not None:
             key = keys.conversation_key(owner.brand_id, context_id)
             return self._decide(key, owner, context_id, message_id, now, user)
-        entries = self.keyspace.entries
-        first_key = keys.first_message_key(owner.brand_id, owner.digest, message_id)
-        digest = text_digest(text)
-        earlier = entries.get(first_key)
         new_key = keys.conversation_key(owner.brand_id, new_context_id)
-        if not _is_first_message(earlier) or earlier[_EXPIRES] <= now:
+        if earlier is None:
             self.keyspace.put(first_key, (now + self._config.retry_window, new_key, digest))
             return self._open(new_key, new_context_id, owner, message_id, now, user)
         _, earlier_key, earlier_digest = earlier
@@ -402,6 +561,8 @@ class MemoryStore(ConversationStore):
             return claim
         # §4.3 with §4.2 (see ConversationStore.begin_turn): nothing of this message to replay, so
         # it starts the conversation it asks for, and becomes what a later retry finds.
+        if not self.keyspace.make_room(_OPEN_ENTRIES, now, self._evictable):
+            return TurnClaim(TurnStatus.STORE_FULL)
         self.keyspace.put(first_key, (now + self._config.retry_window, new_key, digest))
         return self._open(new_key, new_context_id, owner, message_id, now, user)
 

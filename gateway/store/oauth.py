@@ -3,7 +3,12 @@
 What is kept, each with its own lifetime and never a secret in clear:
 
 * **device authorizations** (RFC 8628), by the SHA-256 of their ``device_code``, with an
-  index from their ``user_code``; they live ``expires_in`` seconds;
+  index from their ``user_code``; they live ``expires_in`` seconds. The live ones are also
+  indexed by the (personal agent, ``sub``) they are for and, once approved, by the Brand user
+  who approved them, so erasing that person or revoking that user's grants denies them too
+  (an approved authorization is a grant in waiting: the next poll would mint it). Each entry
+  leaves its index once its authorization expires, so an index holds at most the
+  authorizations of the last ``expires_in`` seconds;
 * **consent sessions**: the consent page's hidden ``session``, by its hash, single use;
 * **used assertion ``jti``s** (the Brand login's hand-off), single use, kept until the
   assertion could no longer be valid;
@@ -14,7 +19,11 @@ What is kept, each with its own lifetime and never a secret in clear:
 * **a grant's refresh family**, in the grant's own record: the family's hash and the hashes of
   the current and the previous refresh token. Every token of the family names its grant and
   family, so any token of it but the current one is recognised as spent (and revokes the
-  grant: reuse detection, RFC 9700 §4.14.2) without keeping a record per token ever issued.
+  grant: reuse detection, RFC 9700 §4.14.2) without keeping a record per token ever issued;
+* **a rotation's sealed answer**, for ``delegation.refresh_grace`` seconds after it: the token
+  endpoint's answer (the new access and refresh tokens), encrypted under a key only the
+  presented refresh token yields (:mod:`gateway.oauth.tokens`), so a client whose answer was
+  lost and that presents the previous token again gets that same answer, not a revoked grant.
 
 Every decision that must hold across replicas is one atomic step of the backend: redeeming
 a device code, rotating a refresh token, taking a consent session, using a ``jti``.
@@ -158,12 +167,17 @@ class RefreshOutcome(Enum):
     """Unknown refresh token, or its grant expired or was revoked."""
     REUSED = "reused"
     """A spent refresh token of a live grant: the grant has been revoked in the same step."""
+    RETRIED = "retried"
+    """The previous refresh token, within the grace of the rotation that spent it: nothing changed,
+    and :attr:`RefreshResult.answer` is that rotation's sealed answer."""
 
 
 class RefreshResult(NamedTuple):
     outcome: RefreshOutcome
     grant: Grant | None = None
     """``ROTATED``: the grant, unchanged but for its current refresh token."""
+    answer: bytes = b""
+    """``RETRIED``: the sealed answer the rotation kept."""
 
 
 class OAuthStore(ABC):
@@ -201,6 +215,17 @@ class OAuthStore(ABC):
     @abstractmethod
     async def deny(self, brand_id: str, device_hash: str, now: float) -> bool:
         """PENDING and live → DENIED; ``False`` (nothing changed) otherwise."""
+
+    @abstractmethod
+    async def deny_authorizations_of_owner(self, brand_id: str, owner_digest: str, now: float) -> int:
+        """Deny every live PENDING or APPROVED authorization for one (personal agent, ``sub``), forgetting
+        the Brand user and scopes an approval recorded; how many were denied. Their next poll hears
+        ``access_denied`` (RFC 8628 §3.5): what erasing that person does (gateway/ops/erasure.py)."""
+
+    @abstractmethod
+    async def deny_authorizations_of_user(self, brand_id: str, user: str, now: float) -> int:
+        """The same for every live authorization ``user`` approved and no poll has redeemed yet: what
+        revoking all of a Brand user's grants does (``grants revoke``)."""
 
     @abstractmethod
     async def poll(
@@ -266,16 +291,27 @@ class OAuthStore(ABC):
 
     @abstractmethod
     async def rotate_refresh(
-        self, brand_id: str, presented: RefreshToken, new: RefreshToken, now: float
+        self,
+        brand_id: str,
+        presented: RefreshToken,
+        new: RefreshToken,
+        now: float,
+        *,
+        grace: float = 0,
+        answer: bytes = b"",
     ) -> RefreshResult:
         """Refresh-token rotation in one atomic step (RFC 9700 §4.14.2), for a live grant only:
 
         ``presented`` of another family than the grant's (or naming no live grant) is ``INVALID``
         and changes nothing; the family's current token → ``ROTATED``: ``new`` becomes current and
-        ``presented`` previous, nothing else is kept; any other token of the family (the previous
-        one or an older one) → ``REUSED``, and the grant is revoked. A token of the previous
-        release (``grant_id`` ``""``) is found by its hash; if current, its grant moves to ``new``'s
-        family (which names that grant) and its other old tokens are spent from then on."""
+        ``presented`` previous, and with a ``grace`` the sealed ``answer`` is kept, bound to
+        ``presented``, until ``now + grace`` (the one a rotation before kept goes); the previous
+        token while the answer its rotation kept is live (``now`` before its deadline) →
+        ``RETRIED`` with that answer, and nothing changes; any other token of the family (the
+        previous one after that, or an older one) → ``REUSED``, and the grant is revoked. A token
+        of the previous release (``grant_id`` ``""``) is found by its hash; if current, its grant
+        moves to ``new``'s family (which names that grant) and its other old tokens are spent
+        from then on."""
 
     @abstractmethod
     async def grant_of_refresh(self, brand_id: str, presented: RefreshToken, now: float) -> str | None:

@@ -19,9 +19,16 @@ The records, by :func:`gateway.store.keys.oauth_key` kind unless said otherwise:
 * a grant, at :func:`gateway.store.keys.grant_key`: :data:`~gateway.store.memory.GrantRecord`,
   its refresh family inside (the current and previous token hashes: nothing per rotation);
 * its slot, at :func:`gateway.store.keys.grant_slot_key`: ``(grant expires, grant id)``;
+* ``grace``, by grant id: ``(deadline, previous token hash, sealed answer)``, the last rotation's
+  answer for its grace only (the sweep takes it after);
 * ``user``: ``(latest grant expiry, {grant id: None})``, the Brand user's grants in issue order,
   a dict so that adding a grant and dropping the one it supersedes cost O(1);
-* ``owner``: the same, for the (personal agent, ``sub``) they were issued to, by its owner digest.
+* ``owner``: the same, for the (personal agent, ``sub``) they were issued to, by its owner digest;
+* ``owner_authz``: ``(latest expiry, {device hash: expires})``, the live authorizations for one
+  (personal agent, ``sub``) in creation order; ``user_authz``: the same, by the Brand user's
+  digest, the authorizations they approved in approval order. Each addition first drops the
+  lapsed ones from the front: every authorization lives ``expires_in`` seconds, so that costs
+  O(1) amortised and the index holds only those of the last ``expires_in`` seconds or so.
 
 Tokens of the previous release do not exist here: memory state does not outlive the process.
 """
@@ -90,7 +97,59 @@ class MemoryOAuthStore(OAuthStore):
         self._keyspace.put(index_key, (expires, authorization.device_hash))
         device_key = keys.oauth_key(brand_id, "device", authorization.device_hash)
         self._keyspace.put(device_key, (expires + EXPIRED_KEPT, authorization, None))
+        owner_key = keys.oauth_key(brand_id, "owner_authz", authorization.owner_digest)
+        self._index_authorization(owner_key, authorization.device_hash, expires, self._keyspace.clock())
         return True
+
+    def _index_authorization(self, index_key: str, device_hash: str, expires: float, now: float) -> None:
+        """Add a live authorization to an index, after dropping the lapsed ones at its front."""
+        index = self._live(index_key, now)
+        if index is None:
+            self._keyspace.put(index_key, (expires, {device_hash: expires}))
+            return
+        members: dict[str, float] = index[1]
+        while members:
+            first = next(iter(members))
+            if members[first] > now:
+                break
+            del members[first]
+        members[device_hash] = expires
+        self._keyspace.entries[index_key] = (max(index[0], expires), members)
+
+    def _deny_indexed(self, brand_id: str, index_key: str, now: float) -> int:
+        """Deny the live PENDING or APPROVED authorizations an index names; the index goes with them."""
+        index = self._live(index_key, now)
+        if index is None:
+            return 0
+        denied = 0
+        for device_hash in index[1]:
+            device = self._device(brand_id, device_hash, now)
+            if device is None:
+                continue
+            kept, authorization, polled = device
+            if authorization.status not in (AuthorizationStatus.PENDING, AuthorizationStatus.APPROVED):
+                continue
+            if authorization.expires_at <= now:
+                continue
+            # Who approved it and what, forgotten with the approval: an erased person's record keeps none.
+            withdrawn = dataclasses.replace(
+                authorization, status=AuthorizationStatus.DENIED, user=None, approved=(), carried=()
+            )
+            self._keyspace.entries[keys.oauth_key(brand_id, "device", device_hash)] = (
+                kept,
+                withdrawn,
+                polled,
+            )
+            denied += 1
+        self._keyspace.entries[index_key] = (-math.inf, index[1])
+        return denied
+
+    async def deny_authorizations_of_owner(self, brand_id: str, owner_digest: str, now: float) -> int:
+        return self._deny_indexed(brand_id, keys.oauth_key(brand_id, "owner_authz", owner_digest), now)
+
+    async def deny_authorizations_of_user(self, brand_id: str, user: str, now: float) -> int:
+        user_key = keys.oauth_key(brand_id, "user_authz", keys.user_digest(brand_id, user))
+        return self._deny_indexed(brand_id, user_key, now)
 
     async def authorization_by_user_code(
         self, brand_id: str, user_code: str, now: float
@@ -113,7 +172,7 @@ class MemoryOAuthStore(OAuthStore):
         *,
         carried: tuple[str, ...] = (),
     ) -> bool:
-        return self._settle(
+        approved = self._settle(
             brand_id,
             device_hash,
             now,
@@ -122,6 +181,11 @@ class MemoryOAuthStore(OAuthStore):
             approved=scopes,
             carried=carried,
         )
+        device = self._device(brand_id, device_hash, now) if approved else None
+        if device is not None:
+            user_key = keys.oauth_key(brand_id, "user_authz", keys.user_digest(brand_id, user))
+            self._index_authorization(user_key, device_hash, device[1].expires_at, now)
+        return approved
 
     async def deny(self, brand_id: str, device_hash: str, now: float) -> bool:
         return self._settle(brand_id, device_hash, now, status=AuthorizationStatus.DENIED)
@@ -267,19 +331,37 @@ class MemoryOAuthStore(OAuthStore):
         return sorted(live, key=lambda grant: (grant.issued_at, grant.grant_id))
 
     async def rotate_refresh(
-        self, brand_id: str, presented: RefreshToken, new: RefreshToken, now: float
+        self,
+        brand_id: str,
+        presented: RefreshToken,
+        new: RefreshToken,
+        now: float,
+        *,
+        grace: float = 0,
+        answer: bytes = b"",
     ) -> RefreshResult:
         record = self._family_record(brand_id, presented, now)
         if record is None:
             return RefreshResult(RefreshOutcome.INVALID)
         expires, grant, family = record
+        grace_key = keys.oauth_key(brand_id, "grace", grant.grant_id)
         if presented.token_hash != family.current:
+            kept = self._live(grace_key, now) if presented.token_hash == family.previous else None
+            if kept is not None and kept[1] == presented.token_hash:
+                # The answer to this very token was lost: the same answer again (issue 18 I2).
+                sealed: bytes = kept[2]
+                return RefreshResult(RefreshOutcome.RETRIED, answer=sealed)
             # A spent token of the family came back: someone holds a copy, so neither copy may go on
             # (RFC 9700 §4.14.2). The previous token or an older one: the family knows no more.
             self._end(brand_id, grant.grant_id, now)
             return RefreshResult(RefreshOutcome.REUSED)
         rotated = RefreshFamily(family.family_hash, new.token_hash, presented.token_hash)
         self._keyspace.entries[keys.grant_key(brand_id, grant.grant_id)] = (expires, grant, rotated)
+        # The previous rotation's answer goes either way: its token is older than the previous now.
+        if grace > 0:
+            self._keyspace.put(grace_key, (now + grace, presented.token_hash, answer))
+        elif grace_key in self._keyspace.entries:
+            self._keyspace.entries[grace_key] = (-math.inf,)
         return RefreshResult(RefreshOutcome.ROTATED, grant)
 
     def _family_record(self, brand_id: str, presented: RefreshToken, now: float) -> GrantRecord | None:

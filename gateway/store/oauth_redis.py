@@ -25,11 +25,17 @@ The layout, by :func:`gateway.store.keys.oauth_key` kind unless said otherwise:
   ones (if any), ``i`` issued, ``e`` expires, and its refresh family: ``f`` the family's hash,
   ``r`` the current token's hash, ``p`` the previous one's (after a first rotation). Revoking,
   superseding or a reused refresh token deletes it, family and all;
+* ``grace`` (hash), by grant id: ``p`` the previous token's hash, ``e`` deadline, ``b`` the last
+  rotation's sealed answer; written by a rotation with a grace, living just that long;
 * its slot, at :func:`gateway.store.keys.grant_slot_key` (string): the id of the live grant of
   that (user, owner);
 * ``user`` (set): the grant ids of a Brand user, dead ones dropped when next read and a
   superseded one when it is superseded;
-* ``owner`` (set): the same, for the (personal agent, ``sub``) they were issued to, by owner digest.
+* ``owner`` (set): the same, for the (personal agent, ``sub``) they were issued to, by owner digest;
+* ``owner_authz`` (sorted set): the device hashes of the authorizations for one (personal agent,
+  ``sub``), scored by their expiry; ``user_authz``: the same, by the Brand user's digest, those
+  they approved. Each addition first drops the lapsed members (so a set holds only those of the
+  last ``expires_in`` seconds) and the set lives as long as its latest member.
 
 The previous release kept a ``refresh`` string (the grant id) per refresh token ever issued,
 and grants with no ``f``; both are still read until they expire: such a token, if current,
@@ -67,23 +73,61 @@ from gateway.store.redis_pipe import Arg, RedisPipe, Script
 
 __all__ = ["RedisOAuthStore"]
 
-# KEYS[1] user-code index, KEYS[2] device. ARGV: now, index value, index ttl ms, device ttl ms,
-# then the device's fields and values.
-_CREATE = Script("""
+# Adds member M, expiring at E (seconds), to the authorization index I at NOW; TTL ms lives E.
+_INDEX_AUTHORIZATION = """
+local function index_authorization(i, m, e, now, ttl)
+  redis.call('ZREMRANGEBYSCORE', i, '-inf', now)
+  redis.call('ZADD', i, e, m)
+  if redis.call('PTTL', i) < tonumber(ttl) then redis.call('PEXPIRE', i, ttl) end
+end
+"""
+
+# KEYS[1] user-code index, KEYS[2] device, KEYS[3] the owner's authorization index. ARGV: now, index
+# value, index ttl ms, device ttl ms, device hash, expires, then the device's fields and values.
+_CREATE = Script(
+    _INDEX_AUTHORIZATION
+    + """
 local held = redis.call('GET', KEYS[1])
 if held and tonumber(string.match(held, '|(.*)$')) > tonumber(ARGV[1]) then return 0 end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-redis.call('HSET', KEYS[2], unpack(ARGV, 5))
+redis.call('HSET', KEYS[2], unpack(ARGV, 7))
 redis.call('PEXPIRE', KEYS[2], ARGV[4])
+index_authorization(KEYS[3], ARGV[5], ARGV[6], ARGV[1], ARGV[3])
 return 1
-""")
+"""
+)
 
-# KEYS[1] device. ARGV: now, then the fields and values a live PENDING authorization takes.
-_SETTLE = Script("""
+# KEYS[1] device and, for an approval, KEYS[2] the user's authorization index. ARGV: now, the device
+# hash to index ('' for none), then the fields and values a live PENDING authorization takes.
+_SETTLE = Script(
+    _INDEX_AUTHORIZATION
+    + """
 local v = redis.call('HMGET', KEYS[1], 't', 'e')
-if v[1] ~= 'pending' or tonumber(v[2]) <= tonumber(ARGV[1]) then return 0 end
-redis.call('HSET', KEYS[1], unpack(ARGV, 2))
+local now = tonumber(ARGV[1])
+if v[1] ~= 'pending' or tonumber(v[2]) <= now then return 0 end
+redis.call('HSET', KEYS[1], unpack(ARGV, 3))
+if ARGV[2] ~= '' then
+  index_authorization(KEYS[2], ARGV[2], v[2], ARGV[1], math.ceil((tonumber(v[2]) - now) * 1000))
+end
 return 1
+"""
+)
+
+# KEYS[1] an authorization index. ARGV: now, device key prefix. Denies its live PENDING or APPROVED
+# authorizations, forgetting who approved what; the index goes with them.
+_DENY_INDEXED = Script("""
+local denied = 0
+for _, hash in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. ARGV[1], '+inf')) do
+  local key = ARGV[2] .. hash
+  local v = redis.call('HMGET', key, 't', 'e')
+  if (v[1] == 'pending' or v[1] == 'approved') and tonumber(v[2]) > tonumber(ARGV[1]) then
+    redis.call('HSET', key, 't', 'denied')
+    redis.call('HDEL', key, 'u', 'a', 'x', 'd')
+    denied = denied + 1
+  end
+end
+redis.call('DEL', KEYS[1])
+return denied
 """)
 
 # KEYS[1] device, KEYS[2] grant, KEYS[3] the owner's grant set. ARGV: owner, now, refresh hash, grant
@@ -169,7 +213,9 @@ return 1
 
 # KEYS[1] the grant the presented token names or, for a previous release's token (ARGV[3] ''), its
 # ``refresh`` key. ARGV: now, grant key prefix, presented family hash, presented hash, new family hash,
-# new hash. RFC 9700 §4.14.2: the current token rotates; any other of the family revokes the grant.
+# new hash, grace key prefix, sealed answer ('' for no grace), its deadline, its ttl ms. RFC 9700
+# §4.14.2: the current token rotates; the previous one within its rotation's grace gets that rotation's
+# answer; any other of the family revokes the grant.
 _ROTATE = Script("""
 local key = KEYS[1]
 if ARGV[3] == '' then
@@ -177,14 +223,24 @@ if ARGV[3] == '' then
   if not id then return {'invalid'} end
   key = ARGV[2] .. id
 end
-local g = redis.call('HMGET', key, 'r', 'e', 'f', 'o', 'c', 'u', 's', 'i', 'k')
+local g = redis.call('HMGET', key, 'r', 'e', 'f', 'o', 'c', 'u', 's', 'i', 'k', 'p')
 if not g[2] or tonumber(g[2]) <= tonumber(ARGV[1]) then return {'invalid'} end
 if ARGV[3] ~= '' and g[3] ~= ARGV[3] then return {'invalid'} end
+local grace = ARGV[7] .. string.sub(key, #ARGV[2] + 1)
 if g[1] ~= ARGV[4] then
-  redis.call('DEL', key)
+  if g[10] == ARGV[4] then
+    local kept = redis.call('HMGET', grace, 'p', 'e', 'b')
+    if kept[1] == ARGV[4] and tonumber(kept[2]) > tonumber(ARGV[1]) then return {'retried', kept[3]} end
+  end
+  redis.call('DEL', key, grace)
   return {'reused'}
 end
 redis.call('HSET', key, 'f', ARGV[5], 'r', ARGV[6], 'p', ARGV[4])
+redis.call('DEL', grace)
+if ARGV[8] ~= '' then
+  redis.call('HSET', grace, 'p', ARGV[4], 'e', ARGV[9], 'b', ARGV[8])
+  redis.call('PEXPIRE', grace, ARGV[10])
+end
 return {'rotated', string.sub(key, #ARGV[2] + 1), g[4], g[5], g[6], g[7], g[8], g[2], g[9] or ''}
 """)
 
@@ -265,12 +321,15 @@ class RedisOAuthStore(OAuthStore):
             [
                 keys.oauth_key(brand_id, "user_code", authorization.user_code),
                 keys.oauth_key(brand_id, "device", authorization.device_hash),
+                keys.oauth_key(brand_id, "owner_authz", authorization.owner_digest),
             ],
             [
                 _time(now),
                 f"{authorization.device_hash}|{_time(expires)}",
                 _ttl_ms(expires, now),
                 _ttl_ms(expires + EXPIRED_KEPT, now),
+                authorization.device_hash,
+                _time(expires),
                 *fields,
             ],
         )
@@ -306,11 +365,29 @@ class RedisOAuthStore(OAuthStore):
             carried=_scopes(fields.get(b"x", b"")),
         )
 
-    async def _settle(self, brand_id: str, device_hash: str, now: float, changes: Sequence[Arg]) -> bool:
+    async def _settle(
+        self, brand_id: str, device_hash: str, now: float, changes: Sequence[Arg], *, user_index: str = ""
+    ) -> bool:
+        """Settle a live PENDING authorization; ``user_index``: the approving user's index to add it to."""
         settled = await self._redis.run(
-            _SETTLE, [keys.oauth_key(brand_id, "device", device_hash)], [_time(now), *changes]
+            _SETTLE,
+            [keys.oauth_key(brand_id, "device", device_hash), *([user_index] if user_index else [])],
+            [_time(now), device_hash if user_index else "", *changes],
         )
         return bool(settled)
+
+    async def _deny_indexed(self, brand_id: str, index_key: str, now: float) -> int:
+        denied = await self._redis.run(
+            _DENY_INDEXED, [index_key], [_time(now), keys.oauth_key(brand_id, "device", "")]
+        )
+        return int(denied)
+
+    async def deny_authorizations_of_owner(self, brand_id: str, owner_digest: str, now: float) -> int:
+        return await self._deny_indexed(brand_id, keys.oauth_key(brand_id, "owner_authz", owner_digest), now)
+
+    async def deny_authorizations_of_user(self, brand_id: str, user: str, now: float) -> int:
+        user_key = keys.oauth_key(brand_id, "user_authz", keys.user_digest(brand_id, user))
+        return await self._deny_indexed(brand_id, user_key, now)
 
     async def approve(
         self,
@@ -322,15 +399,17 @@ class RedisOAuthStore(OAuthStore):
         *,
         carried: tuple[str, ...] = (),
     ) -> bool:
+        digest = keys.user_digest(brand_id, user)
         changes: list[Arg] = [
             "t", AuthorizationStatus.APPROVED.value,
             "u", user,
             "a", " ".join(scopes),
-            "d", keys.user_digest(brand_id, user),
+            "d", digest,
         ]  # fmt: skip
         if carried:
             changes += ["x", " ".join(carried)]
-        return await self._settle(brand_id, device_hash, now, changes)
+        user_index = keys.oauth_key(brand_id, "user_authz", digest)
+        return await self._settle(brand_id, device_hash, now, changes, user_index=user_index)
 
     async def deny(self, brand_id: str, device_hash: str, now: float) -> bool:
         return await self._settle(brand_id, device_hash, now, ["t", AuthorizationStatus.DENIED.value])
@@ -449,7 +528,14 @@ class RedisOAuthStore(OAuthStore):
         return sorted(live, key=lambda grant: (grant.issued_at, grant.grant_id))
 
     async def rotate_refresh(
-        self, brand_id: str, presented: RefreshToken, new: RefreshToken, now: float
+        self,
+        brand_id: str,
+        presented: RefreshToken,
+        new: RefreshToken,
+        now: float,
+        *,
+        grace: float = 0,
+        answer: bytes = b"",
     ) -> RefreshResult:
         result: list[Any] = await self._redis.run(
             _ROTATE,
@@ -461,9 +547,15 @@ class RedisOAuthStore(OAuthStore):
                 presented.token_hash,
                 new.family_hash,
                 new.token_hash,
+                keys.oauth_key(brand_id, "grace", ""),
+                answer if grace > 0 else b"",
+                _time(now + grace),
+                _ttl_ms(now + grace, now),
             ],
         )
         outcome = RefreshOutcome(result[0].decode())
+        if outcome is RefreshOutcome.RETRIED:
+            return RefreshResult(outcome, answer=bytes(result[1]))
         if outcome is not RefreshOutcome.ROTATED:
             return RefreshResult(outcome)
         grant_id = result[1].decode()

@@ -320,7 +320,7 @@ class RedisPipe:
         return result
 
     async def run(
-        self, script: Script, keys: Sequence[str], args: Sequence[Arg], *, replicated: bool = False
+        self, script: Script, keys: Sequence[str | bytes], args: Sequence[Arg], *, replicated: bool = False
     ) -> Any:
         """``EVALSHA``, falling back to ``EVAL`` (which caches the script) after a restart or flush."""
         try:

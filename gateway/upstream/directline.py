@@ -73,7 +73,7 @@ from gateway.store import keys
 from gateway.store.adapter_state import AdapterState
 from gateway.store.base import StoreError
 from gateway.upstream.base import BotReply, Turn, UpstreamError, UpstreamThrottled, retry_after_seconds
-from gateway.upstream.json_call import JsonAnswer, error_label, request_json
+from gateway.upstream.json_call import JsonAnswer, request_json, status_detail
 from gateway.upstream.wire import MAX_REPLY_BYTES, user_handle
 
 __all__ = ["AnswerReader", "DirectLineAdapter", "Line", "render_activity"]
@@ -319,7 +319,7 @@ class DirectLineAdapter:
         return await request_json(self._session, method, url, headers=headers, within=self._within, body=body)
 
     def _failure(self, answer: JsonAnswer, what: str) -> UpstreamError:
-        detail = f"{what}: HTTP {answer.status} {error_label(answer.doc)}".rstrip()
+        detail = f"{what}: {status_detail(answer.status, answer.doc)}"
         if answer.status == 429:
             return UpstreamThrottled(retry_after_seconds(answer.retry_after, self._clock()), detail)
         if answer.status in (401, 403):

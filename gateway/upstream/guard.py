@@ -180,7 +180,8 @@ class GuardedBot:
                 extra={"brand": self._brand_id, "request_id": turn.request_id},
             )
             raise self._busy("upstream_retry_after", wait) from None
-        except UpstreamError:
+        except Exception:
+            # An UpstreamError, or anything else the adapter raised: either way the bot's turn failed.
             self._breaker.failed(permit, self._clock())
             raise
         except BaseException:

@@ -30,7 +30,7 @@ from gateway.config import UpstreamConfig
 from gateway.ops.tracing import trace_headers
 from gateway.upstream.base import Action, BotReply, Turn, UpstreamError
 from gateway.upstream.wire import MAX_REPLY_BYTES as MAX_REPLY_BYTES
-from gateway.upstream.wire import probe_endpoint, read_capped
+from gateway.upstream.wire import connection_failure, loads_reply, probe_endpoint, read_capped
 
 MAX_LIST_ITEMS: Final = 64
 """At most this many scopes or actions in one reply: a turn's receipt stays small."""
@@ -74,9 +74,9 @@ class HttpJsonAdapter:
         except TimeoutError:
             raise UpstreamError("timeout", f"no answer within {self._timeout.total} s") from None
         except aiohttp.ClientConnectionError as exc:
-            raise UpstreamError("connect", type(exc).__name__) from None
+            raise UpstreamError("connect", connection_failure(self._url, exc)) from None
         except aiohttp.ClientError as exc:
-            raise UpstreamError("protocol", type(exc).__name__) from None
+            raise UpstreamError("protocol", connection_failure(self._url, exc)) from None
         return parse_bot_reply(raw)
 
     async def probe(self) -> str:
@@ -88,7 +88,7 @@ class HttpJsonAdapter:
 
 def parse_bot_reply(raw: bytes) -> BotReply:
     try:
-        doc = orjson.loads(raw)
+        doc = loads_reply(raw)
     except orjson.JSONDecodeError:
         raise UpstreamError("bad_body", "not JSON") from None
     if not isinstance(doc, dict):

@@ -37,7 +37,7 @@ from gateway.config import HTTP_PLACEHOLDER, HttpMappingSettings, HttpReplyPaths
 from gateway.ops.tracing import trace_headers
 from gateway.upstream.base import BotReply, Turn, UpstreamError
 from gateway.upstream.http_json import parse_actions, parse_scopes
-from gateway.upstream.wire import exchange, probe_endpoint, user_handle
+from gateway.upstream.wire import exchange, loads_reply, probe_endpoint, user_handle
 
 __all__ = ["HttpMappingAdapter", "ReplyMapping", "compile_template", "turn_values"]
 
@@ -73,7 +73,7 @@ class HttpMappingAdapter:
         if not 200 <= answer.status < 300:
             raise UpstreamError("status", f"HTTP {answer.status}")
         try:
-            doc = orjson.loads(answer.body)
+            doc = loads_reply(answer.body)
         except orjson.JSONDecodeError:
             raise UpstreamError("bad_body", "not JSON") from None
         return self._reply.read(doc)

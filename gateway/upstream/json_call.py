@@ -15,9 +15,9 @@ from typing import Any, Final, NamedTuple
 import aiohttp
 import orjson
 
-from gateway.upstream.wire import exchange
+from gateway.upstream.wire import exchange, loads_reply
 
-__all__ = ["JsonAnswer", "error_label", "request_json"]
+__all__ = ["JsonAnswer", "error_label", "request_json", "status_detail"]
 
 _LABEL: Final = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
@@ -41,7 +41,7 @@ async def request_json(
 ) -> JsonAnswer:
     reply = await exchange(session, method, url, headers=headers, within=within, body=body)
     try:
-        doc = orjson.loads(reply.body) if reply.body else None
+        doc = loads_reply(reply.body) if reply.body else None
     except orjson.JSONDecodeError:
         doc = None
     return JsonAnswer(reply.status, doc, reply.headers.get("Retry-After"))
@@ -61,3 +61,10 @@ def error_label(doc: Any) -> str:
         if isinstance(value, str) and _LABEL.fullmatch(value):
             return value
     return ""
+
+
+def status_detail(status: int, doc: Any) -> str:
+    """A failed status for the log: ``HTTP 400``, and the server's own error code named as such when it
+    sent one (``HTTP 429, error code insufficient_quota``): two bare numbers side by side read as one."""
+    code = error_label(doc)
+    return f"HTTP {status}, error code {code}" if code else f"HTTP {status}"

@@ -43,7 +43,7 @@ from gateway.store import keys
 from gateway.store.adapter_state import AdapterState
 from gateway.store.base import StoreError
 from gateway.upstream.base import BotReply, Turn, UpstreamError, UpstreamThrottled, retry_after_seconds
-from gateway.upstream.json_call import JsonAnswer, error_label, request_json
+from gateway.upstream.json_call import JsonAnswer, error_label, request_json, status_detail
 
 __all__ = ["Message", "OpenAIAdapter", "completion_text", "load_history", "trim_history"]
 
@@ -122,8 +122,10 @@ class OpenAIAdapter:
             raise UpstreamError("bad_body", "no model list")
         ids = {item.get("id") for item in data if isinstance(item, dict)}
         model = self._settings.model
-        listed = "is listed" if model in ids else "is NOT listed"
-        return f"OpenAI-compatible API, {len(data)} models; {model!r} {listed}"
+        if model not in ids:
+            # Every turn would fail (the server answers 404 model_not_found or 400), so the probe fails too.
+            raise UpstreamError("model", f"{model!r} is not among the server's {len(data)} models")
+        return f"OpenAI-compatible API, {len(data)} models; {model!r} is listed"
 
     async def _history(self, key: str) -> list[Message]:
         try:
@@ -151,7 +153,7 @@ def _check_status(answer: JsonAnswer, *, now: float) -> None:
     if 200 <= status < 300:
         return
     code = error_label(answer.doc)
-    detail = f"HTTP {status} {code}".rstrip()
+    detail = status_detail(status, answer.doc)
     if status == 429:
         if code == "insufficient_quota":
             raise UpstreamError("quota", detail)

@@ -32,7 +32,7 @@ import orjson
 from gateway.config import RasaSettings, UpstreamConfig
 from gateway.ops.tracing import trace_headers
 from gateway.upstream.base import BotReply, Turn, UpstreamError
-from gateway.upstream.wire import exchange, user_handle
+from gateway.upstream.wire import exchange, loads_reply, user_handle
 
 __all__ = ["RasaAdapter", "render_messages"]
 
@@ -65,7 +65,7 @@ class RasaAdapter:
         if not 200 <= reply.status < 300:
             raise UpstreamError("status", f"HTTP {reply.status}")
         try:
-            messages = orjson.loads(reply.body)
+            messages = loads_reply(reply.body)
         except orjson.JSONDecodeError:
             raise UpstreamError("bad_body", "not JSON") from None
         text = render_messages(messages)

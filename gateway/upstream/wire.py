@@ -8,18 +8,26 @@ measured by the bench per turn); the others use :func:`exchange`.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping
-from typing import Final, NamedTuple
+import os
+import socket
+from collections.abc import Iterable, Mapping
+from typing import Any, Final, NamedTuple
 
 import aiohttp
+import orjson
 from multidict import CIMultiDictProxy
+from yarl import URL
 
 from gateway.upstream.base import Turn, UpstreamError
 
 __all__ = [
     "MAX_REPLY_BYTES",
+    "MAX_REPLY_DEPTH",
     "WireReply",
+    "connection_failure",
     "exchange",
+    "loads_reply",
+    "nested_deeper_than",
     "probe_endpoint",
     "probe_verdict",
     "read_capped",
@@ -28,6 +36,14 @@ __all__ = [
 
 MAX_REPLY_BYTES: Final = 1024 * 1024
 """A bot's answer is read whole up to this many bytes; a longer one is a bad body, not a partial reply."""
+MAX_REPLY_DEPTH: Final = 64
+"""A bot's JSON answer nests objects and arrays at most this deep; a deeper one is a bad body.
+
+Parsing alone is bounded (orjson stops at 1,024 levels), but what the gateway then does with a
+reply may recurse over it, as the §5.6 canonical form of an action's ``args`` does, and 1,000
+levels there ran out of Python's stack (issue 18 F6). Real answers nest a handful of levels (a
+Bot Framework card a dozen or so); this is not a setting because no bot needs more, and Python's
+recursion limit is what it would have to stay well under."""
 _PROBE_REFUSALS: Final = frozenset((401, 403, 404, 407))
 
 
@@ -61,9 +77,67 @@ async def exchange(
     except TimeoutError:
         raise UpstreamError("timeout", f"no answer within {within.total} s") from None
     except aiohttp.ClientConnectionError as exc:
-        raise UpstreamError("connect", type(exc).__name__) from None
+        raise UpstreamError("connect", connection_failure(url, exc)) from None
     except aiohttp.ClientError as exc:
-        raise UpstreamError("protocol", type(exc).__name__) from None
+        raise UpstreamError("protocol", connection_failure(url, exc)) from None
+
+
+def connection_failure(url: str | URL, exc: aiohttp.ClientError) -> str:
+    """A call that got no usable answer, as the log and the probe say it: the target as ``host:port``
+    (never the URL's credentials, path or query) and the cause in words, e.g.
+    ``127.0.0.1:9100: connection refused``, instead of an exception's class name."""
+    target = URL(url)
+    host = f"[{target.host}]" if target.host and ":" in target.host else target.host
+    if isinstance(exc, aiohttp.ClientConnectorError):
+        cause = _os_cause(exc.os_error)
+    elif isinstance(exc, aiohttp.ServerDisconnectedError):
+        cause = "the server closed the connection without answering"
+    elif isinstance(exc, aiohttp.ClientOSError):
+        cause = _os_cause(exc)
+    elif isinstance(exc, aiohttp.ClientPayloadError):
+        cause = "the answer's body broke off"
+    elif isinstance(exc, aiohttp.ClientResponseError):
+        cause = f"not a valid HTTP answer ({type(exc).__name__})"
+    else:
+        cause = type(exc).__name__
+    return f"{host}:{target.port}: {cause[:1].lower()}{cause[1:]}"
+
+
+def _os_cause(error: OSError) -> str:
+    """The operating system's words for ``error``: asyncio words a refused connect as "Connect call failed
+    (address)", so the errno's own text ("Connection refused") is preferred; a name-resolution failure
+    keeps its resolver's text ("Name or service not known"), whose code is no errno."""
+    if error.errno and error.errno > 0 and not isinstance(error, socket.gaierror):
+        return os.strerror(error.errno)
+    return error.strerror or type(error).__name__
+
+
+def nested_deeper_than(value: Any, limit: int) -> bool:
+    """Whether ``value`` (parsed JSON) nests objects and arrays more than ``limit`` deep (a scalar
+    is depth 0, ``[]`` depth 1), found without recursion: it is what recursion must be kept from."""
+    stack: list[tuple[Any, int]] = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict):
+            children: Iterable[Any] = item.values()
+        elif isinstance(item, list):
+            children = item
+        else:
+            continue
+        if depth == limit:
+            return True
+        stack.extend((child, depth + 1) for child in children)
+    return False
+
+
+def loads_reply(raw: bytes) -> Any:
+    """A bot's JSON answer, parsed: :class:`orjson.JSONDecodeError` when it is not JSON (each adapter
+    says what that means for its API), :class:`UpstreamError` ``bad_body`` when it nests deeper
+    than :data:`MAX_REPLY_DEPTH`."""
+    doc = orjson.loads(raw)
+    if nested_deeper_than(doc, MAX_REPLY_DEPTH):
+        raise UpstreamError("bad_body", f"reply nested deeper than {MAX_REPLY_DEPTH} levels")
+    return doc
 
 
 async def read_capped(response: aiohttp.ClientResponse, limit: int = MAX_REPLY_BYTES) -> bytes:
@@ -102,11 +176,15 @@ def user_handle(turn: Turn) -> str:
 def probe_verdict(method: str, status: int) -> str:
     """What a probe's status says: the line to report, or :class:`UpstreamError` when it shows a fault.
 
-    The probe sends no turn, so a bot's server refusing the method (405) or the request (400)
-    still proves it is there and speaking HTTP. A 5xx, a refusal of the configured credentials
-    (401, 403, 407), no such endpoint (404) or a redirect (not followed on turns either) is a fault.
+    The probe sends no turn, so a bot's server refusing the method (405), not implementing it (501,
+    what Python's ``http.server`` answers to an ``OPTIONS`` it has no handler for) or refusing the
+    request (400) still proves it is there and speaking HTTP: the bot contract promises ``POST`` only.
+    Any other 5xx, a refusal of the configured credentials (401, 403, 407), no such endpoint (404) or
+    a redirect (not followed on turns either) is a fault.
     """
     line = f"{method} answered HTTP {status}"
+    if status == 501:
+        return f"{line} (not implemented: the server is there)"
     if status >= 500 or status in _PROBE_REFUSALS or 300 <= status < 400:
         raise UpstreamError("status", line)
     return line

@@ -875,6 +875,7 @@ ALERTS = {
     "PactGatewayBotErrors",
     "PactGatewayCircuitOpen",
     "PactGatewayStoreErrors",
+    "PactGatewayStoreFull",
     "PactGatewayAuthFailures",
     "PactGatewayHighLatency",
     "PactGatewayUserCodeGuessing",
@@ -967,6 +968,8 @@ def exposed() -> dict[str, frozenset[str]]:
     metrics.open_fetch_refused("jwks")
     metrics.rate_limited.labels(brand="acme", limit="per_agent").inc()
     metrics.circuit_state.labels(brand="acme").set(2)
+    metrics.store_size(1000, 300_000)
+    metrics.store_evicted("closed")
     admin = AdminMetrics(metrics.registry)
     admin.erasures.labels("acme").inc()
     admin.actions.labels("erase", "ok").inc()
@@ -1085,6 +1088,10 @@ def test_alert_thresholds_follow_the_values(chart: helm.Chart, rendered: dict[st
     assert _comparison(defaults["PactGatewayStoreErrors"]["expr"]) == (0, five_minutes)
     assert _comparison(defaults["PactGatewayAuthFailures"]["expr"]) == (1, five_minutes)
     assert _comparison(defaults["PactGatewayHighLatency"]["expr"]) == (10, five_minutes)
+    # Issue 17: the memory store nearly at cache.max_entries, before new conversations get 429.
+    store_full = promql_parser.parse(defaults["PactGatewayStoreFull"]["expr"])
+    assert isinstance(store_full, promql_parser.BinaryExpr)
+    assert str(store_full.rhs) == "0.9"
     circuit = promql_parser.parse(defaults["PactGatewayCircuitOpen"]["expr"])
     assert isinstance(circuit, promql_parser.BinaryExpr)
     assert str(circuit.rhs) == "2"  # pact_circuit_state: 2 is open
@@ -1092,6 +1099,7 @@ def test_alert_thresholds_follow_the_values(chart: helm.Chart, rendered: dict[st
         "PactGatewayBotErrors": "10m",
         "PactGatewayCircuitOpen": "1m",
         "PactGatewayStoreErrors": "2m",
+        "PactGatewayStoreFull": "5m",
         "PactGatewayAuthFailures": "10m",
         "PactGatewayHighLatency": "15m",
         "PactGatewayUserCodeGuessing": "1m",
@@ -1130,7 +1138,15 @@ def test_alert_thresholds_follow_the_values(chart: helm.Chart, rendered: dict[st
 
 
 def test_prometheus_rule_needs_an_alert(chart: helm.Chart) -> None:
-    names = ("botErrors", "circuitOpen", "storeErrors", "authFailures", "latency", "userCodeGuessing")
+    names = (
+        "botErrors",
+        "circuitOpen",
+        "storeErrors",
+        "storeFull",
+        "authFailures",
+        "latency",
+        "userCodeGuessing",
+    )
     off = {name: {"enabled": False} for name in names}
     with pytest.raises(helm.HelmRenderError, match=re.escape("every alert under metrics.prometheusRule")):
         chart.render(

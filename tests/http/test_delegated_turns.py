@@ -240,6 +240,43 @@ async def test_s5_5_revoked_grant_stops_the_next_turn(dgw: Harness, caplog: pyte
     assert events(dgw, "invalid_delegation_token") == 2
 
 
+async def test_s4_3_s5_5_delegated_reply_is_replayed_only_under_its_live_grant(
+    dgw: Harness, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 18 I1: the stored reply and its receipt are the grant's; a retry without the header (or
+    under another grant) reads neither, before or after the revocation."""
+    grant = await grant_via_store(dgw, ("orders:read",))
+    token = mint_for(dgw, grant)
+    first = await dgw.send("list my orders", message_id="m-1", headers=delegated(token))
+    stored = await first.read()
+    context_id = orjson.loads(stored)["message"]["contextId"]
+    # Under its own live grant, the retry gets the very bytes stored, receipt and all.
+    again = await dgw.send(
+        "list my orders", message_id="m-1", context_id=context_id, headers=delegated(token)
+    )
+    assert await again.read() == stored
+    with caplog.at_level(logging.INFO, logger="pact_gateway.a2a"):
+        await assert_invalid_token(await dgw.send("list my orders", message_id="m-1", context_id=context_id))
+        # The grant that supersedes it (same user, agent and sub) is another grant: not its reply either.
+        successor = mint_for(dgw, await grant_via_store(dgw, ("orders:read",)))
+        response = await dgw.send(
+            "list my orders", message_id="m-1", context_id=context_id, headers=delegated(successor)
+        )
+        await assert_invalid_token(response)
+        assert (
+            await oauth_server(dgw).store.get_grant("acme", grant.grant_id, oauth_server(dgw).clock()) is None
+        )
+        await assert_invalid_token(await dgw.send("list my orders", message_id="m-1", context_id=context_id))
+    assert "reason=replay_needs_its_grant" in caplog.text
+    assert len(dgw.bot.calls) == 1
+    # An undelegated reply is still replayed as before, with or without a header.
+    plain = await dgw.send("Hi, where is my order?", message_id="m-2", context_id=context_id)
+    plain_body = await plain.read()
+    assert "metadata" not in orjson.loads(plain_body)["message"]
+    retried = await dgw.send("Hi, where is my order?", message_id="m-2", context_id=context_id)
+    assert await retried.read() == plain_body
+
+
 async def test_s5_5_bad_pa_jwt_wins_over_a_bad_delegation_token(dgw_memory: Harness) -> None:
     response = await dgw_memory.client.post(
         "/a2a/acme/message:send",

@@ -255,11 +255,9 @@ async def gw() -> AsyncIterator[Harness]:
         # Thousands of requests from one User: the limits must never be what answers.
         unlimited = {"rate": 1_000_000, "burst": 1_000_000}
         raw["rate_limits"] = dict.fromkeys(RATE_RULE_NAMES, unlimited)
-        edit = enable_delegation(
-            BrandLogin(), new_provider_key_pem(), introspection={"secret": "introspection-secret-1234"}
-        )
+        edit = enable_delegation(BrandLogin(), new_provider_key_pem(), introspection={"secret": "${SECRET}"})
         edit(raw)
-        config = load_config(raw, {})
+        config = load_config(raw, {"SECRET": "introspection-secret-" + "1234" * 4})
         client: TestClient[Any, Any] = TestClient(TestServer(create_app(config), host="127.0.0.1"))
         await client.start_server()
         try:

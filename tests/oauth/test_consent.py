@@ -107,6 +107,26 @@ async def test_s5_3_consent_shows_the_pa_issuer_origin_not_its_path(
     assert "/agents/one" not in html
 
 
+async def test_s5_3_consent_shows_a_look_alike_issuer_host_in_ascii(
+    make_gateway: MakeGateway, brand_login: BrandLogin, provider_key_pem: str
+) -> None:
+    """Issue 18 F8: ``gооgle.com`` with Cyrillic ``о`` (U+043E) used to be shown as written, reading as
+    Google; the page shows the IDNA form, which no one takes for it."""
+    delegate = enable_delegation(brand_login, provider_key_pem)
+    look_alike = "https://g\u043e\u043egle.com/agent"
+
+    def edit(raw: dict[str, Any]) -> None:
+        delegate(raw)
+        jwks_uri = raw["personal_agents"]["registered"][0]["jwks_uri"]
+        raw["personal_agents"]["registered"].append({"issuer": look_alike, "jwks_uri": jwks_uri})
+
+    gw = await make_gateway(edit=edit)
+    started = await device_authorization(gw, issuer=look_alike)
+    html = await (await sign_in(gw, brand_login, started["user_code"])).text()
+    assert '<span class="who">https://xn--ggle-55da.com</span>' in html
+    assert "g\u043e\u043egle" not in html
+
+
 def _bad(case: str, login: BrandLogin, now: int) -> dict[str, Any]:
     """The claims (or key) of an assertion that must grant nothing."""
     cases: dict[str, dict[str, Any]] = {

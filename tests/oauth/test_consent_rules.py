@@ -55,6 +55,7 @@ def _grant(*scopes: str, owner: str = "owner-a", client_id: str = PA) -> Grant:
         ("http://127.0.0.1:8080", "http://127.0.0.1:8080"),
         ("http://user:secret@pa.example/", "http://pa.example"),
         ("https://[2001:db8::1]:444/x", "https://[2001:db8::1]:444"),
+        ("https://B\u00fccher.example/", "https://xn--bcher-kva.example"),  # issue 18 F8: IDNA, lower case
     ],
 )
 def test_s5_3_consent_shows_the_pa_issuer_origin(url: str, origin: str) -> None:

@@ -9,12 +9,17 @@ import orjson
 import pytest
 from aiohttp import ClientResponse
 
+from gateway.http.state import METRICS
 from tests.oauth.test_device_authorization import oauth_error
 from tests.support.delegation import BrandLogin, enable_delegation, obtain_tokens, post_form
 from tests.support.gateway import PUBLIC_URL, Harness, MakeGateway
 from tests.support.pa import ManualClock
 
-SECRET = "brand-backend-secret-0123456789"
+SECRET = "brand-backend-secret-0123456789abcdef"
+ENVIRON = {"ACME_INTROSPECTION_SECRET": SECRET}
+BURST = 3
+FAILURES = {"rate": 0.5, "burst": BURST}
+"""``delegation.introspection.failures`` of these tests: 3 wrong credentials, then one per 2 s."""
 URL = "/a2a/acme/oauth/introspect"
 INTERFACE = f"{PUBLIC_URL}/a2a/acme"
 
@@ -33,8 +38,12 @@ async def igw(
     clock: ManualClock,
 ) -> Harness:
     """A delegating gateway whose Brand configured an introspection secret, on each backend."""
-    edit = enable_delegation(brand_login, provider_key_pem, introspection={"secret": SECRET})
-    return await make_gateway(cache_url, edit=edit, clock=clock)
+    edit = enable_delegation(
+        brand_login,
+        provider_key_pem,
+        introspection={"secret": "${ACME_INTROSPECTION_SECRET}", "failures": FAILURES},
+    )
+    return await make_gateway(cache_url, edit=edit, clock=clock, environ=ENVIRON)
 
 
 async def introspect(h: Harness, token: str, *, secret: str = SECRET) -> ClientResponse:
@@ -123,3 +132,47 @@ async def test_rfc7662_no_secret_configured_means_no_endpoint(dgw_memory: Harnes
     response = await introspect(dgw_memory, tokens["access_token"])
     assert response.status == 404
     assert await response.read() == b""
+
+
+# Issue 18 F7: wrong credentials are limited per client address, and a locked-out address is
+# refused before its credential is compared, so its guesses tell it nothing.
+
+
+def refusals(h: Harness) -> float | None:
+    app = h.client.app
+    assert app is not None
+    value: float | None = app[METRICS].registry.get_sample_value(
+        "pact_rate_limited_total", {"brand": "acme", "limit": "introspection_failures"}
+    )
+    return value
+
+
+async def test_rfc6585_too_many_wrong_credentials_lock_the_address_out_even_with_the_right_one(
+    igw: Harness, clock: ManualClock
+) -> None:
+    tokens = await obtain_tokens(igw)
+
+    async def attempt(secret: str) -> ClientResponse:
+        clock.advance(0.001)  # each request a moment after the last, as on a real clock
+        return await introspect(igw, tokens["access_token"], secret=secret)
+
+    for _ in range(BURST):
+        assert (await attempt("guess")).status == 401
+    for secret in ("guess", SECRET):  # the right secret now gets the same answer as a wrong one
+        locked = await attempt(secret)
+        assert locked.status == 429
+        assert locked.headers["Retry-After"] == "2"
+        assert await locked.read() == b""
+    assert refusals(igw) == 2.0
+    clock.advance(2.0)  # one more failure's worth of budget back
+    assert (await answer_of(await attempt(SECRET)))["active"] is True
+    assert (await attempt("guess")).status == 401
+    assert (await attempt(SECRET)).status == 429
+
+
+async def test_rfc7662_right_credentials_never_spend_the_failure_budget(igw: Harness) -> None:
+    tokens = await obtain_tokens(igw)
+    for _ in range(3 * BURST):
+        assert (await answer_of(await introspect(igw, tokens["access_token"])))["active"] is True
+    assert (await introspect(igw, tokens["access_token"], secret="guess")).status == 401
+    assert refusals(igw) is None

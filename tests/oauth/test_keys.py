@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import jwt
@@ -80,3 +81,43 @@ def test_s5_6_rs256_signatures_verify_with_a_standard_jose_library() -> None:
     assert jwt.get_unverified_header(token) == {"alg": "RS256", "kid": key.kid, "typ": "pact-receipt+jws"}
     public = jwt.PyJWK.from_dict(json.loads(keys.jwks_bytes())["keys"][0]).key
     assert jwt.api_jws.decode(token, public, algorithms=["RS256"]) == b'{"claims":true}'
+
+
+@pytest.mark.parametrize("kind", ["ES256", "RS256"])
+def test_s5_6_hand_built_jws_verifies_with_pyjwt_and_the_published_jwks_for_every_padding(kind: str) -> None:
+    """RFC 7515 by hand: base64url without padding for every payload length mod 3, R || S for ES256."""
+    private = (
+        ec.generate_private_key(ec.SECP256R1())
+        if kind == "ES256"
+        else rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    )
+    keys = ProviderKeys([parse_signing_key(_pem(private))])
+    public = jwt.PyJWK.from_dict(json.loads(keys.jwks_bytes())["keys"][0]).key
+    for length in range(40):
+        payload = json.dumps({"claims": "x" * length}).encode()
+        token = keys.sign(payload, "pact-receipt+jws")
+        assert not set(token) & set("=+/")
+        assert jwt.api_jws.decode(token, public, algorithms=[kind]) == payload
+        # The same bytes PyJWT itself would produce for the header and payload (signatures are randomized).
+        expected = jwt.api_jws.encode(
+            payload, private, algorithm=kind, headers={"kid": keys.current.kid, "typ": "pact-receipt+jws"}
+        )
+        assert jwt.get_unverified_header(token) == jwt.get_unverified_header(expected)
+        assert token.split(".")[1] == expected.split(".")[1]
+
+
+async def test_s5_6_signatures_asked_in_one_loop_pass_are_made_together_after_it() -> None:
+    keys = ProviderKeys([parse_signing_key(new_provider_key_pem())])
+    public = jwt.PyJWK.from_dict(json.loads(keys.jwks_bytes())["keys"][0]).key
+    payloads = [f'{{"n":{n}}}'.encode() for n in range(5)]
+    futures = [keys.batch.sign(payload, "pact-receipt+jws") for payload in payloads]
+    futures[2].cancel()  # its turn was cancelled meanwhile: skipped, the others still signed
+    assert len(keys.batch) == 5
+    assert not any(future.done() and not future.cancelled() for future in futures)
+    await asyncio.sleep(0)  # the next pass of the loop signs the whole batch in one callback
+    assert len(keys.batch) == 0
+    for n, (payload, future) in enumerate(zip(payloads, futures, strict=True)):
+        if n == 2:
+            assert future.cancelled()
+            continue
+        assert jwt.api_jws.decode(future.result(), public, algorithms=["ES256"]) == payload

@@ -59,8 +59,8 @@ async def test_s5_1_metadata_is_public_rfc8414(dgw_memory: Harness, path: str) -
 async def test_s5_1_metadata_names_introspection_only_when_configured(
     make_gateway: MakeGateway, brand_login: BrandLogin, provider_key_pem: str
 ) -> None:
-    edit = enable_delegation(brand_login, provider_key_pem, introspection={"secret": "s3cret-s3cret"})
-    h = await make_gateway(edit=edit)
+    edit = enable_delegation(brand_login, provider_key_pem, introspection={"secret": "${INTROSPECTION}"})
+    h = await make_gateway(edit=edit, environ={"INTROSPECTION": "s3cret-" * 6})
     response = await h.client.get(METADATA_PATHS[0].format(brand="acme"))
     assert orjson.loads(await response.read()) == expected_metadata(introspection=True)
 

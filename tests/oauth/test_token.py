@@ -9,10 +9,12 @@ from typing import Any
 import jwt
 import orjson
 import pytest
+import redis.asyncio as aioredis
 from aiohttp import ClientResponse
 
+from gateway.http.state import METRICS
 from gateway.oauth.device import code_hash
-from gateway.oauth.tokens import new_refresh_token, refresh_token_of
+from gateway.oauth.tokens import new_refresh_token, open_answer, refresh_token_of
 from gateway.ops.metrics import Metrics
 from gateway.store.oauth import RefreshToken
 from tests.oauth.test_device_authorization import oauth_error
@@ -21,6 +23,7 @@ from tests.support.delegation import (
     DEVICE_CODE_GRANT,
     BrandLogin,
     approve_via_store,
+    delegated,
     deny_via_store,
     device_authorize,
     enable_delegation,
@@ -57,6 +60,13 @@ async def cgw(
 async def error_of(response: ClientResponse, status: int = 400) -> str:
     assert response.status == status, await response.text()
     return await oauth_error(response)
+
+
+def events(h: Harness, event: str) -> float:
+    value = h.client.app[METRICS].registry.get_sample_value(
+        "pact_delegation_events_total", {"brand": "acme", "event": event}
+    )
+    return value or 0.0
 
 
 async def tokens_of(response: ClientResponse) -> dict[str, Any]:
@@ -143,17 +153,112 @@ def test_rfc9700_a_refresh_token_names_its_grant_and_family_and_old_tokens_are_r
 
 @pytest.mark.parametrize("back", [1, 3])
 async def test_rfc9700_the_previous_or_an_older_refresh_token_revokes_the_family(
-    cgw: Harness, back: int
+    cgw: Harness, clock: ManualClock, back: int
 ) -> None:
     """RFC 9700 §4.14.2 with one record per family: every token of it names its grant and family, so
-    the store knows any of them but the current one as spent (issue 17 row 4)."""
+    the store knows any of them but the current one as spent (issue 17 row 4), past the refresh grace."""
     issued = [await obtain_tokens(cgw)]
     for _ in range(3):
         issued.append(await tokens_of(await refresh(cgw, issued[-1]["refresh_token"])))
+    clock.advance(5)
     grant_id, family, _ = issued[0]["refresh_token"].removeprefix("rt_").split(".")
     assert all(tokens["refresh_token"].startswith(f"rt_{grant_id}.{family}.") for tokens in issued)
     assert await error_of(await refresh(cgw, issued[-1 - back]["refresh_token"])) == "invalid_grant"
     assert await error_of(await refresh(cgw, issued[-1]["refresh_token"])) == "invalid_grant"
+
+
+async def _graced(
+    make_gateway: MakeGateway, cache_url: str, brand_login: BrandLogin, pem: str, clock: ManualClock
+) -> Harness:
+    """A gateway with a 30 s refresh grace (wide, so Redis's own clock never ends it first)."""
+    edit = enable_delegation(brand_login, pem, refresh_grace=30)
+    return await make_gateway(cache_url, edit=edit, clock=clock)
+
+
+async def test_rfc9700_a_refresh_retried_just_inside_the_grace_gets_the_same_pair(
+    make_gateway: MakeGateway,
+    cache_url: str,
+    brand_login: BrandLogin,
+    provider_key_pem: str,
+    clock: ManualClock,
+) -> None:
+    """Issue 18 I2: the answer was lost; the previous token presented again gets that answer again."""
+    h = await _graced(make_gateway, cache_url, brand_login, provider_key_pem, clock)
+    tokens = await obtain_tokens(h)
+    first = await refresh(h, tokens["refresh_token"])
+    answer = await first.read()
+    clock.advance(29.999)
+    for _ in range(2):
+        again = await refresh(h, tokens["refresh_token"])
+        assert (again.status, await again.read()) == (200, answer)
+        assert again.headers["Cache-Control"] == "no-store"
+    pair = orjson.loads(answer)
+    # That one pair is live: its access token serves turns, its refresh token rotates.
+    assert (await h.send("list my orders", headers=delegated(pair["access_token"]))).status == 200
+    await tokens_of(await refresh(h, pair["refresh_token"]))
+    assert events(h, "refresh_retried") == 2
+    assert events(h, "refresh_reuse_detected") == 0
+
+
+async def test_rfc9700_a_refresh_retried_just_after_the_grace_is_reuse_and_revokes_the_family(
+    make_gateway: MakeGateway,
+    cache_url: str,
+    brand_login: BrandLogin,
+    provider_key_pem: str,
+    clock: ManualClock,
+) -> None:
+    h = await _graced(make_gateway, cache_url, brand_login, provider_key_pem, clock)
+    tokens = await obtain_tokens(h)
+    pair = await tokens_of(await refresh(h, tokens["refresh_token"]))
+    clock.advance(30)
+    assert await error_of(await refresh(h, tokens["refresh_token"])) == "invalid_grant"
+    assert await error_of(await refresh(h, pair["refresh_token"])) == "invalid_grant"
+    assert (await h.send("list my orders", headers=delegated(pair["access_token"]))).status == 401
+    assert events(h, "refresh_reuse_detected") == 1
+
+
+async def test_rfc9700_the_grace_serves_the_previous_token_only_not_an_older_one(
+    make_gateway: MakeGateway,
+    cache_url: str,
+    brand_login: BrandLogin,
+    provider_key_pem: str,
+    clock: ManualClock,
+) -> None:
+    """Two quick rotations: the first token is two back, spent beyond any grace."""
+    h = await _graced(make_gateway, cache_url, brand_login, provider_key_pem, clock)
+    tokens = await obtain_tokens(h)
+    second = await tokens_of(await refresh(h, tokens["refresh_token"]))
+    third = await tokens_of(await refresh(h, second["refresh_token"]))
+    assert await error_of(await refresh(h, tokens["refresh_token"])) == "invalid_grant"
+    assert await error_of(await refresh(h, third["refresh_token"])) == "invalid_grant"
+
+
+async def test_rfc9700_the_kept_answer_is_sealed_and_lives_only_the_grace(
+    make_gateway: MakeGateway,
+    redis_url: str,
+    redis_client: aioredis.Redis,
+    brand_login: BrandLogin,
+    provider_key_pem: str,
+    clock: ManualClock,
+) -> None:
+    """Issue 18 I2 (THREAT_MODEL D5): Redis holds the new pair only sealed under the previous token."""
+    h = await _graced(make_gateway, redis_url, brand_login, provider_key_pem, clock)
+    tokens = await obtain_tokens(h)
+    pair = await tokens_of(await refresh(h, tokens["refresh_token"]))
+    (key,) = [key async for key in redis_client.scan_iter("pact:acme:oauth:grace:*")]
+    kept: dict[bytes, bytes] = {}
+    for field, value in (await redis_client.hgetall(key)).items():
+        assert isinstance(field, bytes)
+        assert isinstance(value, bytes)
+        kept[field] = value
+    assert 0 < await redis_client.pttl(key) <= 30_000
+    stored = b"".join(kept.values())
+    for secret in (pair["access_token"], pair["refresh_token"], tokens["refresh_token"]):
+        for piece in (secret, secret.split(".")[-1]):
+            assert piece.encode() not in stored
+    grant_id = pair["refresh_token"].removeprefix("rt_").split(".")[0]
+    assert orjson.loads(open_answer(tokens["refresh_token"], grant_id, kept[b"b"]) or b"null") == pair
+    assert open_answer(pair["refresh_token"], grant_id, kept[b"b"]) is None
 
 
 async def test_rfc9700_a_token_naming_the_grant_with_another_family_changes_nothing(cgw: Harness) -> None:
@@ -275,7 +380,9 @@ async def test_rfc9700_refresh_reuse_revokes_the_grant(
     make_gateway: MakeGateway, cache_url: str, brand_login: BrandLogin, provider_key_pem: str
 ) -> None:
     metrics = Metrics()
-    h = await make_gateway(cache_url, edit=enable_delegation(brand_login, provider_key_pem), metrics=metrics)
+    # No grace: the spent token presented at once is reuse.
+    edit = enable_delegation(brand_login, provider_key_pem, refresh_grace=0)
+    h = await make_gateway(cache_url, edit=edit, metrics=metrics)
     first = await obtain_tokens(h)
     second = await tokens_of(await refresh(h, first["refresh_token"]))
     assert await error_of(await refresh(h, first["refresh_token"])) == "invalid_grant"
@@ -335,10 +442,24 @@ async def test_s5_3_concurrent_polls_issue_one_token(cgw: Harness) -> None:
             assert await error_of(response) == "invalid_grant"
 
 
-async def test_rfc9700_concurrent_refreshes_rotate_once(cgw: Harness) -> None:
-    tokens = await obtain_tokens(cgw)
-    responses = await asyncio.gather(*(refresh(cgw, tokens["refresh_token"]) for _ in range(20)))
+async def test_rfc9700_concurrent_refreshes_rotate_once(
+    make_gateway: MakeGateway, cache_url: str, brand_login: BrandLogin, provider_key_pem: str
+) -> None:
+    """Without a grace, the refreshes that lose the race present a spent token: reuse."""
+    edit = enable_delegation(brand_login, provider_key_pem, refresh_grace=0)
+    h = await make_gateway(cache_url, edit=edit)
+    tokens = await obtain_tokens(h)
+    responses = await asyncio.gather(*(refresh(h, tokens["refresh_token"]) for _ in range(20)))
     assert [response.status for response in responses].count(200) == 1
     for response in responses:
         if response.status != 200:
             assert await error_of(response) == "invalid_grant"
+
+
+async def test_rfc9700_concurrent_refreshes_within_the_grace_all_get_the_one_rotation(cgw: Harness) -> None:
+    """Issue 18 I2: with the grace, the losers of the race get the winner's answer, byte for byte."""
+    tokens = await obtain_tokens(cgw)
+    responses = await asyncio.gather(*(refresh(cgw, tokens["refresh_token"]) for _ in range(20)))
+    assert {response.status for response in responses} == {200}
+    assert len({await response.read() for response in responses}) == 1
+    await tokens_of(await refresh(cgw, (await responses[0].json())["refresh_token"]))

@@ -32,17 +32,21 @@ from gateway.ops.logs import sub_digest
 from gateway.ops.metrics import Metrics
 from gateway.process.health import GatewayReadiness, create_ops_app
 from gateway.store import keys
+from gateway.store.base import Owner
 from gateway.store.redis import RedisStore
 from gateway.upstream import openai
 from tests.ops.conftest import CapturedLogs, Processes, sample, scrape, until
 from tests.support.bot import ControlledBot
 from tests.support.delegation import (
     BrandLogin,
+    approve_via_store,
     delegated,
+    device_authorize,
     enable_delegation,
     grant_via_store,
     mint_for,
     oauth_server,
+    poll_token,
 )
 from tests.support.fake_openai import API_KEY, MODEL, FakeOpenAI
 from tests.support.gateway import AUDIENCE, Harness, MakeGateway, base_config
@@ -186,6 +190,7 @@ async def test_erase_forgets_the_person_and_their_context_ids_answer_as_unknown(
             "adapter_states": 0,
             "rate_limit_counters": 1,
             "grants_revoked": 0,
+            "authorizations_denied": 0,
         },
     }
     calls = len(h.bot.calls)
@@ -271,6 +276,31 @@ async def test_erase_revokes_the_persons_grants(
         "pact_delegation_events_total", {"brand": "acme", "event": "grant_revoked"}
     )
     assert events == 1
+
+
+async def test_rfc8628_erase_denies_the_persons_authorizations_approved_or_pending(
+    make_admin: MakeAdmin, cache_url: str, brand_login: BrandLogin, provider_key_pem: str
+) -> None:
+    """Issue 18 F4: an approved authorization is a grant in waiting; after the erasure its poll mints none."""
+    h, ops = await make_admin(cache_url, edit=with_admin(enable_delegation(brand_login, provider_key_pem)))
+    approved = await device_authorize(h, sub=SUB)
+    await approve_via_store(h, approved)
+    pending = await device_authorize(h, sub=SUB)
+    bobs = await device_authorize(h, sub="bob-0000")
+    await approve_via_store(h, bobs)
+
+    answer = await json_of(await ops.post("/admin/erase", json=person(h), headers=BEARER))
+
+    assert answer["erased"]["authorizations_denied"] == 2
+    for started in (approved, pending):
+        response = await poll_token(h, started["device_code"], sub=SUB)
+        assert response.status == 400
+        assert (await response.json())["error"] == "access_denied"  # RFC 8628 §3.5
+    server = oauth_server(h)
+    assert (
+        await server.store.grants_of_owner("acme", Owner("acme", h.issuer, SUB).digest, server.clock()) == []
+    )
+    assert (await poll_token(h, bobs["device_code"], sub="bob-0000")).status == 200
 
 
 async def test_erase_takes_the_bot_adapters_state_of_each_conversation(

@@ -7,8 +7,11 @@ the real Redis, personal agents' and a Brand login's key sets, and one bot per a
 from __future__ import annotations
 
 import asyncio
+import http.server
+import json
 import socket
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -226,7 +229,8 @@ async def test_probe_failures_are_rows_and_exit_2_never_a_traceback(
         es256_key=es256_key,
     )
     raw = yaml.safe_load(path.read_text())
-    raw["brands"][0]["upstream"]["url"] = f"http://127.0.0.1:{closed_port()}/chat"
+    refusing = closed_port()
+    raw["brands"][0]["upstream"]["url"] = f"http://127.0.0.1:{refusing}/chat"
     path.write_text(yaml.safe_dump(raw))
     code, out, err = await check_config(path)
     assert code == 2
@@ -245,10 +249,66 @@ async def test_probe_failures_are_rows_and_exit_2_never_a_traceback(
     }
     assert failed[("pa keys", jwks_server.issuer)] == "HTTP status 500"
     assert failed[("login keys", "acme")] == "body is not JSON"
-    assert failed[("bot", "acme (pact)")].startswith("connect: ")
+    # Issue 19: the target and the cause, not an exception's class name.
+    assert failed[("bot", "acme (pact)")] == f"connect: 127.0.0.1:{refusing}: connection refused"
     assert failed[("bot", "globex (rasa)")] == "status: REST channel health answered HTTP 404"
     assert failed[("bot", "initech (http)")] == "status: GET probe_url answered HTTP 503"
     assert table[("pa keys", "https://inline-pa.test")][0] == "ok"
+
+
+class ContractBot(http.server.BaseHTTPRequestHandler):
+    """The README's bot contract in a few lines of the standard library, as a Brand would first write it:
+    ``POST`` only, so ``OPTIONS`` gets ``http.server``'s own ``501``."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        body = json.dumps({"text": "Your order A-1 shipped on Monday."}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: the test reads the probe's table, not the bot's log."""
+
+
+async def test_a_bot_that_follows_the_contract_passes_the_probe(
+    tmp_path: Path,
+    jwks_server: FakeJwksServer,
+    login_keys: FakeJwksServer,
+    bot: ControlledBot,
+    fake_rasa: FakeRasa,
+    fake_http_bot: FakeHttpBot,
+    es256_key: PAKey,
+) -> None:
+    """Issue 19 row 7: the contract promises ``POST``; a ``501`` to the probe's ``OPTIONS`` still shows the
+    bot's server is there, so the row is ok and the command exits 0."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), ContractBot)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        path = gateway_file(
+            tmp_path,
+            cache_url="memory://",
+            pa=jwks_server,
+            login=login_keys,
+            bot=bot,
+            rasa=fake_rasa,
+            http_bot=fake_http_bot,
+            es256_key=es256_key,
+        )
+        raw = yaml.safe_load(path.read_text())
+        raw["brands"][0]["upstream"]["url"] = f"http://127.0.0.1:{server.server_address[1]}/chat"
+        path.write_text(yaml.safe_dump(raw))
+        code, out, err = await check_config(path)
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+    assert (code, err) == (0, ""), out + err
+    result, _, detail = rows(out)[("bot", "acme (pact)")]
+    assert (result, detail) == ("ok", "OPTIONS answered HTTP 501 (not implemented: the server is there)")
 
 
 def test_table_is_aligned_and_details_stay_on_one_line() -> None:

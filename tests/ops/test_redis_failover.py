@@ -24,9 +24,11 @@ import redis.asyncio as aioredis
 from aiohttp.test_utils import TestClient
 from redis.exceptions import RedisError
 
+from gateway.store import keys as store_keys
 from tests.ops.conftest import Metered
 from tests.support.figures import record_figure
 from tests.support.gateway import Harness, MakeGateway
+from tests.support.redis_layout import stored_reply
 from tests.support.redis_servers import RedisServer, RedisServers, wait_for
 from tests.support.turn_stream import Sent, TurnStream
 
@@ -165,8 +167,7 @@ async def missing_on(server: RedisServer, answered: list[Sent]) -> list[str]:
         missing = []
         for sent in answered:
             context_id = orjson.loads(sent.reply)["message"]["contextId"]
-            stored = await client.hget(f"pact:acme:conv:{context_id}", f"m:{sent.message_id}")
-            if stored != b"R" + sent.reply:
+            if await stored_reply(client, "acme", context_id, sent.message_id) != sent.reply:
                 missing.append(sent.message_id)
         return missing
     finally:
@@ -254,7 +255,7 @@ async def _replicate(server: RedisServer, host: str, port: str) -> None:
 async def _replicated(replica: RedisServer, context_id: str) -> bool:
     client: aioredis.Redis = replica.client()
     try:
-        return bool(await client.exists(f"pact:acme:conv:{context_id}"))
+        return bool(await client.exists(store_keys.conv_key("acme", context_id)))
     finally:
         await client.aclose()
 

@@ -20,6 +20,7 @@ from aiohttp import ClientResponse
 from gateway.app import STORE
 from gateway.store.base import StoreError
 from tests.support.gateway import Harness, MakeGateway
+from tests.support.redis_layout import stored_reply
 from tests.support.redis_servers import RedisServers, wait_for
 from tests.support.turn_stream import STILL_RUNNING, TurnStream
 from tests.support.waiting import until
@@ -113,12 +114,10 @@ async def test_s4_3_a_hundred_concurrent_copies_across_two_gateways_make_one_bot
     for gw in (a, b):
         assert await (await send(gw)).read() == reply
     assert len(bot.calls) == calls + 1
-    conversations = [key async for key in redis_client.scan_iter("pact:acme:conv:*")]
+    conversations = [key async for key in redis_client.scan_iter("pact:acme:c:*")]
     assert len(conversations) == 1
-    stored = await redis_client.hget(conversations[0], "m:m-dup")
-    assert stored is not None
-    assert stored[:1] == b"R"
-    assert stored[1:] == reply
+    context_id = conversations[0].decode().removeprefix("pact:acme:c:")
+    assert await stored_reply(redis_client, "acme", context_id, "m-dup") == reply
 
 
 async def test_s4_3_a_claim_whose_answer_was_lost_leaves_no_marker_for_the_retry(

@@ -25,6 +25,7 @@ from gateway.ops.metrics import Metrics
 from gateway.process.server import GatewayServer
 from tests.ops.conftest import CapturedLogs, Processes, free_port
 from tests.support.bot import ControlledBot
+from tests.support.delegation import BrandLogin, enable_delegation
 from tests.support.gateway import AUDIENCE, base_config
 from tests.support.pa import FakeJwksServer, PAKey
 
@@ -327,3 +328,83 @@ async def test_serve_applies_request_timeout_and_answers_431(
         assert await closed(slow.reader)
     big = request_head("GET", "/a2a/acme/tasks", f"Authorization: Bearer {'A' * 100_000}")
     assert_bare(await refusal_of(Edge(port, lambda: ""), big), 431)
+
+
+# Issue 18 F5: every OAuth and browser endpoint keeps the rule. The consent hand-off and the
+# decision used to turn the 408 into a 500 page and an ERROR traceback.
+
+INTROSPECTION_SECRET = "i" * 40
+
+
+@pytest.fixture
+async def delegating_edge(
+    jwks_server: FakeJwksServer,
+    pa_issuer: str,
+    es256_key: PAKey,
+    bot: ControlledBot,
+    brand_login: BrandLogin,
+    provider_key_pem: str,
+    json_logs: CapturedLogs,
+    tmp_path: Path,
+) -> AsyncIterator[Edge]:
+    raw = base_config(pa_issuer, jwks_server.jwks_uri, bot.url, "memory://")
+    raw["listen"] = {"host": "127.0.0.1", "port": free_port()}
+    raw["limits"] = {"request_timeout": REQUEST_TIMEOUT}
+    edit = enable_delegation(brand_login, provider_key_pem, introspection={"secret": "${INTROSPECTION}"})
+    edit(raw)
+    config = load_config(raw, {"INTROSPECTION": INTROSPECTION_SECRET})
+    server = GatewayServer(tmp_path / "gw.yaml", config, metrics=Metrics())
+    await server.start()
+    try:
+        yield Edge(config.listen.port, lambda: es256_key.mint(pa_issuer, "alice", AUDIENCE))
+    finally:
+        await server.stop()
+
+
+# (path, method, who authenticates): each endpoint reached the way its caller reaches it, so the
+# slow body is the only thing wrong with the request.
+OAUTH_ENDPOINTS = {
+    "device_authorization": ("POST", "pa"),
+    "token": ("POST", "pa"),
+    "revoke": ("POST", "pa"),
+    "introspect": ("POST", "brand"),
+    "consent": ("POST", None),
+    "consent/decision": ("POST", None),
+}
+
+
+@pytest.mark.parametrize("endpoint", list(OAUTH_ENDPOINTS))
+async def test_rfc9110_a_body_trickled_into_any_oauth_or_browser_endpoint_is_408_without_a_traceback(
+    delegating_edge: Edge, json_logs: CapturedLogs, endpoint: str
+) -> None:
+    method, caller = OAUTH_ENDPOINTS[endpoint]
+    body = b"client_id=https%3A%2F%2Fpa.example&assertion=" + b"a" * 200
+    credential = {
+        "pa": [f"Authorization: Bearer {delegating_edge.mint()}"],
+        "brand": [f"Authorization: Bearer {INTROSPECTION_SECRET}"],
+        None: [],
+    }[caller]
+    head = request_head(
+        method,
+        f"/a2a/acme/oauth/{endpoint}",
+        *credential,
+        "Content-Type: application/x-www-form-urlencoded",
+        f"Content-Length: {len(body)}",
+    )
+    async with trickling(delegating_edge.port, head, body) as slow:
+        answer = await slow.answer()
+        assert len(slow.sent) < len(body)
+        assert_bare(answer, 408)
+        assert await closed(slow.reader)
+    assert not [record for record in json_logs.records() if record["level"] == "ERROR"]
+    assert "Traceback" not in json_logs.text
+
+
+async def test_a_body_trickled_behind_the_done_page_is_cut_off(delegating_edge: Edge) -> None:
+    """The landing page reads no body: it answers at once, and the deadline closes the connection."""
+    body = b"x" * 200
+    head = request_head("GET", "/a2a/acme/oauth/done?status=denied", f"Content-Length: {len(body)}")
+    async with trickling(delegating_edge.port, head, body) as slow:
+        assert (await slow.answer()).status == 200
+        assert await closed(slow.reader)
+        assert len(slow.sent) < len(body)

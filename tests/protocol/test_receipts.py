@@ -3,6 +3,7 @@ personal agent checks it: against the published JWKS with PyJWT, ``argsHash`` re
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import datetime
 import hashlib
@@ -10,8 +11,11 @@ from typing import Any
 
 import jwt
 import orjson
+import pytest
 import rfc8785
 
+from gateway.http.state import RUNTIME
+from gateway.protocol.messages import parse_send_message
 from gateway.protocol.receipts import (
     RECEIPT_TYP,
     args_hash,
@@ -154,3 +158,41 @@ async def test_s5_6_receipt_lists_a_lookup_without_args_hash(dgw: Harness) -> No
     claims = orjson.loads(await response.read())["message"]["metadata"]["pact.receipt"]["claims"]
     assert claims["actions"] == [{"tool": "lookup_orders"}]
     assert claims["scopesUsed"] == ["orders:read"]
+
+
+async def test_s4_3_a_turn_cancelled_while_its_receipt_waits_to_be_signed_is_released(dgw: Harness) -> None:
+    """§4.3 with §5.6: cancelled between the bot's reply and its receipt's signature, the turn is not
+    stored and its in-flight marker goes, so the retry runs it (not "still being processed")."""
+    token = mint_for(dgw, await grant_via_store(dgw, ("orders:read",)))
+    runtime = dgw.client.app[RUNTIME].current
+    assert runtime.delegation is not None
+    assert runtime.oauth is not None
+    brand = runtime.config.brands["acme"]
+    delegation = runtime.delegation.verify(f"Bearer {token}", brand, dgw.issuer)
+    opened = await dgw.send("hello", message_id="m-open", headers=delegated(token))
+    context_id = orjson.loads(await opened.read())["message"]["contextId"]
+    sent = {"messageId": "m-cut", "contextId": context_id, "role": "ROLE_USER", "parts": [{"text": "hi"}]}
+    message = parse_send_message(orjson.dumps({"message": sent}))
+    turn = asyncio.create_task(
+        runtime.turns.send(
+            runtime.turns.owner("acme", dgw.issuer, "alice"),
+            message,
+            runtime.limits.a2a_charge("acme", brand.rate_limits, dgw.issuer, "alice"),
+            "req-cut",
+            delegation,
+        )
+    )
+    batch = runtime.oauth.keys.batch
+    for _ in range(100_000):  # loop passes: the bot's reply comes over loopback
+        if batch or turn.done():
+            break
+        await asyncio.sleep(0)
+    assert len(batch) == 1, "the turn never waited for its receipt's signature"
+    turn.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await turn
+    retry = await dgw.send("hi", message_id="m-cut", context_id=context_id, headers=delegated(token))
+    assert retry.status == 200, await retry.read()
+    reply = orjson.loads(await retry.read())["message"]
+    assert reply["metadata"]["pact.receipt"]["claims"]["messageId"] == "m-cut"
+    assert len(dgw.bot.calls) == 3

@@ -126,3 +126,17 @@ def test_wait_replicas_defaults_to_one_under_sentinel_and_none_otherwise() -> No
     assert load(example(url="redis+sentinel://s1/pact", wait_replicas=0)).replicas == 0
     assert load(example(url="redis://cache/0", wait_replicas=2)).replicas == 2
     assert refusal(example(wait_replicas=-1)).startswith("cache.wait_replicas: ")
+
+
+# --- issue 17: the memory store's bound -------------------------------------------------------
+
+
+def test_max_entries_bounds_the_memory_store_and_is_refused_beside_redis() -> None:
+    assert load(example(url="memory://")).max_entries == 300_000
+    assert load(example(url="memory://", max_entries=1000)).max_entries == 1000
+    # Redis bounds itself (maxmemory): the setting would be a cap that does nothing.
+    assert load(example(url="redis://127.0.0.1:6379/0")).max_entries is None
+    why = refusal(example(url="redis://127.0.0.1:6379/0", max_entries=1000))
+    assert "cache.max_entries" in why
+    assert "maxmemory" in why
+    assert "cache.max_entries" in refusal(example(url="memory://", max_entries=0))

@@ -206,23 +206,26 @@ async def test_memory_index_is_kept_by_the_sweep_while_a_conversation_lives(
 async def test_redis_index_lives_as_long_as_its_longest_conversation(
     redis_store: RedisStore, redis_client: aioredis.Redis
 ) -> None:
-    index = store_keys.owner_index_key("acme", ALICE.digest)
+    index = store_keys.conv_index_key("acme", ALICE.digest_bytes)
     await answered(redis_store, ALICE, "ctx-1", "m1")
-    conversation = store_keys.conversation_key("acme", "ctx-1")
+    conversation = store_keys.conv_key("acme", "ctx-1")
     assert await redis_client.ttl(index) == await redis_client.ttl(conversation) > 0
     # Closing one shortens its life, not the index's: a longer-lived one may share it.
     await answered(redis_store, ALICE, "ctx-2", "m2")
     await redis_store.begin_turn(ALICE, "ctx-2", "m3", "bye", "")
     await redis_store.complete_turn(ALICE, "ctx-2", "m3", b"farewell", close=True)
     assert await redis_client.ttl(index) >= await redis_client.ttl(conversation)
-    closed = store_keys.conversation_key("acme", "ctx-2")
+    closed = store_keys.conv_key("acme", "ctx-2")
     assert await redis_client.ttl(index) > await redis_client.ttl(closed)
 
 
 async def test_redis_conversation_from_before_the_index_is_indexed_by_its_next_turn(
     redis_store: RedisStore, redis_client: aioredis.Redis, clock: ManualClock
 ) -> None:
-    """A conversation an older gateway stored (no index, no opening time) is listed once it takes a turn."""
+    """A conversation an older gateway stored (no index, no opening time) is listed once it takes a turn.
+
+    That turn moves it into the current layout, which keeps times from the opening one: the last
+    turn's time stands in for the opening time it never had."""
     conversation = store_keys.conversation_key("acme", "ctx-old")
     last = str(int(clock() * 1000))
     await redis_client.hset(conversation, mapping={"o": ALICE.digest, "c": "0", "a": "1", "l": last})
@@ -234,5 +237,5 @@ async def test_redis_conversation_from_before_the_index_is_indexed_by_its_next_t
     assert claim.status is TurnStatus.NEW
     await redis_store.complete_turn(ALICE, "ctx-old", "m2", b"reply", close=False)
     assert await admin.conversations(ALICE) == [
-        ConversationInfo("ctx-old", opened_at=None, turns=2, in_flight=0, closed=False)
+        ConversationInfo("ctx-old", opened_at=int(last) / 1000, turns=2, in_flight=0, closed=False)
     ]

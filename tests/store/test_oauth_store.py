@@ -30,6 +30,7 @@ from gateway.store.oauth import (
     OAuthStore,
     PollOutcome,
     RefreshOutcome,
+    RefreshResult,
     RefreshToken,
 )
 from gateway.store.redis import RedisStore
@@ -188,6 +189,90 @@ async def test_s5_3_expired_authorization_can_no_longer_be_settled(
     assert await oauth.authorization_by_user_code(BRAND, "WDJB-MJHT", clock()) is None
     assert not await oauth.approve(BRAND, DEVICE, "user-42", ("orders:read",), clock())
     assert not await oauth.deny(BRAND, DEVICE, clock())
+
+
+# --- erasure and `grants revoke` deny authorizations not yet redeemed (issue 18 F4) -------------
+
+
+async def _authorize(
+    oauth: OAuthStore, clock: ManualClock, name: str, *, owner: Owner = ALICE, approver: str | None = None
+) -> str:
+    """A live authorization ``name`` of ``owner``, approved by ``approver`` if given; its device hash."""
+    device_hash = sha(f"dc-{name}")
+    created = authorization(clock, device_hash=device_hash, user_code=f"UC-{name}", owner=owner)
+    assert await oauth.create_authorization(created)
+    if approver is not None:
+        assert await oauth.approve(BRAND, device_hash, approver, ("orders:read",), clock())
+    return device_hash
+
+
+async def test_s5_3_erasing_a_person_denies_their_pending_and_approved_authorizations(
+    oauth: OAuthStore, clock: ManualClock
+) -> None:
+    pending = await _authorize(oauth, clock, "pending")
+    approved = await _authorize(oauth, clock, "approved", approver="user-42")
+    redeemed = await _authorize(oauth, clock, "redeemed", approver="user-42")
+    assert await poll(oauth, clock, device_hash=redeemed, grant_id="g-r") is PollOutcome.ISSUED
+    bobs = await _authorize(oauth, clock, "bobs", owner=BOB, approver="user-42")
+
+    assert await oauth.deny_authorizations_of_owner(BRAND, ALICE.digest, clock()) == 2
+
+    # RFC 8628 §3.5: the poll that would have minted a grant after the erasure hears access_denied.
+    assert await poll(oauth, clock, device_hash=approved, grant_id="g-a") is PollOutcome.ACCESS_DENIED
+    assert await poll(oauth, clock, device_hash=pending, grant_id="g-p") is PollOutcome.ACCESS_DENIED
+    assert not await oauth.approve(BRAND, pending, "user-42", ("orders:read",), clock())
+    found = await oauth.authorization_by_user_code(BRAND, "UC-approved", clock())
+    assert found is not None
+    # Who approved it and what: forgotten with the approval.
+    assert (found.status, found.user, found.approved) == (AuthorizationStatus.DENIED, None, ())
+    assert await oauth.get_grant(BRAND, "g-a", clock()) is None
+    clock.advance(5)
+    assert await poll(oauth, clock, device_hash=redeemed, grant_id="g-x") is PollOutcome.INVALID_GRANT
+    assert await poll(oauth, clock, device_hash=bobs, owner=BOB, grant_id="g-b") is PollOutcome.ISSUED
+    assert await oauth.deny_authorizations_of_owner(BRAND, ALICE.digest, clock()) == 0
+
+
+async def test_s5_3_revoking_a_users_grants_denies_what_they_approved_and_no_poll_redeemed(
+    oauth: OAuthStore, clock: ManualClock
+) -> None:
+    alices = await _authorize(oauth, clock, "alices", approver="user-42")
+    mallorys = await _authorize(oauth, clock, "mallorys", owner=MALLORY, approver="user-42")
+    bobs = await _authorize(oauth, clock, "bobs", owner=BOB, approver="user-7")
+    pending = await _authorize(oauth, clock, "pending")
+
+    assert await oauth.deny_authorizations_of_user(BRAND, "user-42", clock()) == 2
+
+    assert await poll(oauth, clock, device_hash=alices, grant_id="g-1") is PollOutcome.ACCESS_DENIED
+    assert await poll(oauth, clock, device_hash=mallorys, owner=MALLORY) is PollOutcome.ACCESS_DENIED
+    assert await poll(oauth, clock, device_hash=bobs, owner=BOB, grant_id="g-7") is PollOutcome.ISSUED
+    assert await poll(oauth, clock, device_hash=pending) is PollOutcome.AUTHORIZATION_PENDING
+    # Pending, it is no one's yet: approved later, it is that approval's to redeem.
+    assert await oauth.approve(BRAND, pending, "user-42", ("orders:read",), clock())
+    assert await oauth.deny_authorizations_of_user(BRAND, "user-42", clock()) == 1
+
+
+async def _indexed(store: ConversationStore, key: str) -> int:
+    """How many authorizations an index holds, on either backend."""
+    if isinstance(store, MemoryStore):
+        entry = store.keyspace.entries.get(key)
+        return 0 if entry is None else len(entry[1])
+    assert isinstance(store, RedisStore)
+    return int(await store.redis.execute("ZCARD", key))
+
+
+async def test_s5_3_authorization_indexes_hold_only_the_last_expires_in_seconds(
+    oauth: OAuthStore, store: ConversationStore, clock: ManualClock
+) -> None:
+    """Bounded whatever the traffic: each addition drops the lapsed entries (600 s lives, one a minute)."""
+    for n in range(40):
+        await _authorize(oauth, clock, f"n{n}", approver="user-42")
+        clock.advance(60)
+    owner_index = store_keys.oauth_key(BRAND, "owner_authz", ALICE.digest)
+    user_index = store_keys.oauth_key(BRAND, "user_authz", store_keys.user_digest(BRAND, "user-42"))
+    assert await _indexed(store, owner_index) == 10
+    assert await _indexed(store, user_index) == 10
+    # Only the live ones are denied (the last nine: one minute has passed since the last was made).
+    assert await oauth.deny_authorizations_of_owner(BRAND, ALICE.digest, clock()) == 9
 
 
 # --- token polls, in the documented order (RFC 8628 §3.5) ---------------------------------------
@@ -470,6 +555,57 @@ async def test_rfc9700_the_previous_or_an_older_token_of_the_family_revokes_it(
     assert await oauth.grant_of_refresh(BRAND, rt("rt-51"), clock()) is None
 
 
+# --- the refresh grace (issue 18 I2) -----------------------------------------------------------
+
+
+async def test_rfc9700_the_previous_token_within_the_grace_gets_the_kept_answer_and_changes_nothing(
+    oauth: OAuthStore, clock: ManualClock
+) -> None:
+    await issue(oauth, clock)
+    rotated = await oauth.rotate_refresh(BRAND, rt("rt-1"), rt("rt-2"), clock(), grace=30, answer=b"sealed-2")
+    assert rotated.outcome is RefreshOutcome.ROTATED
+    clock.advance(29.999)  # just inside
+    for attempt in ("rt-x", "rt-y"):
+        retried = await oauth.rotate_refresh(
+            BRAND, rt("rt-1"), rt(attempt), clock(), grace=30, answer=b"other"
+        )
+        assert retried == RefreshResult(RefreshOutcome.RETRIED, answer=b"sealed-2")
+    # The family did not move: the token that answer carries is still the current one.
+    assert await rotation(oauth, clock, "rt-2", "rt-3") is RefreshOutcome.ROTATED
+
+
+async def test_rfc9700_the_previous_token_just_after_the_grace_is_reuse(
+    oauth: OAuthStore, clock: ManualClock
+) -> None:
+    await issue(oauth, clock)
+    await oauth.rotate_refresh(BRAND, rt("rt-1"), rt("rt-2"), clock(), grace=30, answer=b"sealed-2")
+    clock.advance(30)  # the deadline itself is past the grace
+    assert await rotation(oauth, clock, "rt-1", "rt-x") is RefreshOutcome.REUSED
+    assert await oauth.get_grant(BRAND, "g-1", clock()) is None
+    assert await rotation(oauth, clock, "rt-2", "rt-3") is RefreshOutcome.INVALID
+
+
+async def test_rfc9700_each_rotation_replaces_the_kept_answer_and_no_grace_keeps_none(
+    oauth: OAuthStore, store: ConversationStore, clock: ManualClock
+) -> None:
+    await issue(oauth, clock)
+    held = await records(store)
+    await oauth.rotate_refresh(BRAND, rt("rt-1"), rt("rt-2"), clock(), grace=30, answer=b"sealed-2")
+    await oauth.rotate_refresh(BRAND, rt("rt-2"), rt("rt-3"), clock(), grace=30, answer=b"sealed-3")
+    assert await records(store) == held + 1  # one kept answer per grant, whatever the rotations
+    retried = await oauth.rotate_refresh(BRAND, rt("rt-2"), rt("rt-x"), clock(), grace=30, answer=b"")
+    assert retried.answer == b"sealed-3"
+    # The first token is two back: no answer is kept for it.
+    assert await rotation(oauth, clock, "rt-1", "rt-x") is RefreshOutcome.REUSED
+    await issue(oauth, clock, grant_id="g-2", refresh="rt-a", owner=BOB)
+    await oauth.rotate_refresh(
+        BRAND, rt("rt-a", "g-2"), rt("rt-b", "g-2"), clock(), grace=0, answer=b"sealed"
+    )
+    assert await oauth.rotate_refresh(BRAND, rt("rt-a", "g-2"), rt("rt-c", "g-2"), clock()) == RefreshResult(
+        RefreshOutcome.REUSED
+    )
+
+
 async def test_s5_3_a_new_grant_supersedes_the_live_one_of_its_user_agent_and_sub(
     oauth: OAuthStore, clock: ManualClock
 ) -> None:
@@ -674,7 +810,7 @@ async def test_redis_oauth_keys_expire_and_hold_no_secret_in_clear(
     names = sorted(k.decode() if isinstance(k, bytes) else k for k in await redis_client.keys("*"))
     kinds = {name.split(":")[3] for name in names if ":oauth:" in name}
     # No key per refresh token: the family lives in the grant's hash.
-    assert kinds == {"device", "user_code", "consent", "once", "user", "owner"}
+    assert kinds == {"device", "user_code", "consent", "once", "user", "owner", "owner_authz", "user_authz"}
     assert store_keys.grant_key(BRAND, "g-1") in names
     slot = store_keys.grant_slot_key(BRAND, store_keys.user_digest(BRAND, "user-42"), ALICE.digest)
     assert await redis_client.get(slot) == b"g-1"

@@ -77,10 +77,11 @@ async def test_s6_redis_refusal_leaves_no_marker_record_or_counter(
     assert refused.waits == (0.0, 1.0)
     refused = await redis_store.begin_turn(ALICE, None, "m3", "hi", "ctx-3", limits=[AGENT, USER])
     assert refused.status is TurnStatus.RATE_LIMITED
-    conversation = store_keys.conversation_key("acme", "ctx-1")
-    assert await redis_client.hexists(conversation, store_keys.turn_field("m2")) == 0
-    assert await redis_client.exists(store_keys.conversation_key("acme", "ctx-3")) == 0
-    assert await redis_client.exists(store_keys.first_message_key("acme", ALICE.digest, "m3")) == 0
+    conversation = store_keys.conv_key("acme", "ctx-1")
+    assert await redis_client.hexists(conversation, store_keys.message_digest("m2")) == 0
+    assert await redis_client.exists(store_keys.conv_key("acme", "ctx-3")) == 0
+    first = store_keys.first_key("acme", ALICE.digest_bytes, store_keys.message_digest("m3"))
+    assert await redis_client.exists(first) == 0
     assert await redis_client.get(USER.key) == before
     assert await redis_client.exists(AGENT.key) == 0
 

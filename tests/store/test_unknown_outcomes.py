@@ -72,7 +72,7 @@ async def test_a_first_message_whose_claim_answer_never_came_is_released(
         await store.begin_turn(ALICE, None, "m1", "hello", "ctx-1")
 
     # The conversation it opened and its first-message record are gone with the marker.
-    assert await redis_client.exists("pact:acme:conv:ctx-1") == 0
+    assert await redis_client.exists("pact:acme:c:ctx-1") == 0
     retry = await store.begin_turn(ALICE, None, "m1", "hello", "ctx-2")
     assert (retry.status, retry.context_id, retry.new_conversation) == (TurnStatus.NEW, "ctx-2", True)
 

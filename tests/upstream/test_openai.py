@@ -326,6 +326,7 @@ def test_retry_after_is_seconds_or_an_http_date_bounded(value: str | None, secon
 
 
 async def test_openai_probe_lists_the_models_and_sends_no_turn(fake_openai: FakeOpenAI) -> None:
+    """Issue 19: a server that does not serve the configured ``model`` fails the probe (every turn would)."""
     raw = base_config("https://pa.example", "https://pa.example/jwks", "http://bot.test/chat", "memory://")
     openai_upstream(fake_openai)(raw)
     config = load_config(raw, ENV)
@@ -335,10 +336,12 @@ async def test_openai_probe_lists_the_models_and_sends_no_turn(fake_openai: Fake
         adapter = make_adapter(brand, session, state, cache=config.cache)
         assert await adapter.probe() == f"OpenAI-compatible API, 2 models; {MODEL!r} is listed"
         fake_openai.models = ("another-model",)
-        assert await adapter.probe() == f"OpenAI-compatible API, 1 models; {MODEL!r} is NOT listed"
+        with pytest.raises(UpstreamError) as unserved:
+            await adapter.probe()
         fake_openai.api_key = "sk-other-key"
         with pytest.raises(UpstreamError) as failure:
             await adapter.probe()
+    assert str(unserved.value) == f"model: {MODEL!r} is not among the server's 1 models"
     assert failure.value.reason == "auth"
     assert (fake_openai.model_listings, fake_openai.calls) == (2, [])
 
