@@ -36,6 +36,7 @@ from gateway.ops import access
 from gateway.ops.access import AccessLog
 from gateway.ops.limits import Charge, RateLimits
 from gateway.ops.metrics import Metrics
+from gateway.ops.tracing import start_trace, using_trace
 from gateway.upstream.base import BotReply, Turn
 from gateway.upstream.guard import GuardedBot
 
@@ -55,7 +56,9 @@ class Ablation:
 async def _no_access_middleware(
     self: AccessLog, request: web.Request, handler: Handler
 ) -> web.StreamResponse:
-    return await handler(request)
+    # The request's span stays: the access middleware starts it, but the turn needs it (the bot's
+    # traceparent), so it is not part of what this ablation leaves out.
+    return await using_trace(request, start_trace(request.headers), handler)
 
 
 def _no_access_line(*args: object) -> None:
@@ -121,9 +124,9 @@ def _serve(name: str, argv: Sequence[str]) -> int:
 
 def _count(names: Sequence[str], turns: int) -> dict[str, Any]:
     from bench import instructions
+    from bench.fronts import DEFAULT_REDIS_URL, MODES, PASSTHROUGH, Bench
     from bench.procs import Children
     from bench.redis_probe import RedisProbe
-    from bench.run import DEFAULT_REDIS_URL, MODES, PASSTHROUGH, Bench
 
     if not instructions.available():
         raise SystemExit("bench.ablate needs valgrind (callgrind)")

@@ -39,24 +39,11 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, assert_never
 
-from bench.instructions import per_turn
+from bench import instructions
+from bench.figures import at_most, front_cpu, paired, ratio_of, summarize_fronts, target, target_line
+from bench.fronts import DEFAULT_REDIS_URL, RESULTS_DIR, Bench, Front, progress, settings_from
 from bench.procs import Child, ChildFailed, Children
 from bench.redis_probe import RedisProbe
-from bench.run import (
-    DEFAULT_REDIS_URL,
-    RESULTS_DIR,
-    Bench,
-    Front,
-    at_most,
-    front_cpu,
-    paired,
-    progress,
-    ratio_of,
-    settings_from,
-    summarize_fronts,
-    target,
-    target_line,
-)
 from gateway.config import ADAPTERS, AdapterName
 
 __all__ = ["ADAPTERS", "BASELINE", "EXEMPT", "LIMIT", "main", "measure", "render", "upstream_block"]
@@ -206,11 +193,12 @@ def measure(bench: Bench) -> dict[str, Any]:
             min(float(front["throughput_rps"]) for front in summarize_fronts(rounds).values()) / 2, 1.0
         )
         paced = bench.half_load([(adapter, adapter, rate) for adapter in fronts])
-        counted = bench.count_instructions(
+        counted = instructions.count(
+            bench,
             [
                 (adapter, bench.gateway_front("memory://", bot.upstream), False)
                 for adapter, bot in bots.items()
-            ]
+            ],
         )
     finally:
         for child in reversed(started):
@@ -221,8 +209,8 @@ def measure(bench: Bench) -> dict[str, Any]:
     cpu_per_repeat = {adapter: paired(paced, adapter, BASELINE, ratio_of(front_cpu)) for adapter in others}
     cpu = {adapter: _median(values) for adapter, values in cpu_per_repeat.items()}
     if counted["available"]:
-        instructions = per_turn(counted)
-        counted["vs_pact"] = {adapter: instructions[adapter] / instructions[BASELINE] for adapter in others}
+        per_turn = instructions.per_turn(counted)
+        counted["vs_pact"] = {adapter: per_turn[adapter] / per_turn[BASELINE] for adapter in others}
     return {
         "baseline": BASELINE,
         "limit": LIMIT,
@@ -274,7 +262,7 @@ def _targets(
 def render(result: dict[str, Any]) -> list[str]:
     """The adapters' lines of the table: per adapter, its figures and their ratios to ``pact``'s."""
     counted = result["instructions"]
-    instructions = per_turn(counted) if counted["available"] else {}
+    counts = instructions.per_turn(counted) if counted["available"] else {}
     paced = result["paced"]
     at_rate = f"at {paced['rate_rps']:.0f}/s"
     lines = [
@@ -286,8 +274,8 @@ def render(result: dict[str, Any]) -> list[str]:
         steady = paced["fronts"][adapter]
         baseline = adapter == BASELINE
         cpu_ratio = 1.0 if baseline else result["cpu_per_turn_vs_pact"][adapter]
-        count = f"{instructions[adapter]:>19,.0f}" if adapter in instructions else f"{'-':>19}"
-        count_ratio = counted.get("vs_pact", {}).get(adapter, 1.0 if baseline and instructions else None)
+        count = f"{counts[adapter]:>19,.0f}" if adapter in counts else f"{'-':>19}"
+        count_ratio = counted.get("vs_pact", {}).get(adapter, 1.0 if baseline and counts else None)
         exempt = result["exempt"].get(adapter, "")
         lines.append(
             f"{adapter:<12}{front['throughput_rps']:>8.0f}{front['errors'] + steady['errors']:>7}"
@@ -324,7 +312,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=DEFAULT_REDIS_URL,
         help="the Redis server whose CPU is read beside (never written)",
     )
-    parser.set_defaults(conversations=None)  # bench.run.settings_from reads it; no memory reading here
+    parser.set_defaults(conversations=None)  # bench.fronts.settings_from reads it; no memory reading here
     return parser.parse_args(argv)
 
 

@@ -31,14 +31,23 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.fronts import Bench, Front, FrontArgv
 from bench.procs import ChildFailed, Children, free_port
-from bench.run import Bench, Front
 
-__all__ = ["CONCURRENCY", "USERS", "FrontArgv", "available", "callgrind_totals", "measure", "per_turn"]
+__all__ = [
+    "CONCURRENCY",
+    "USERS",
+    "FrontArgv",
+    "available",
+    "callgrind_totals",
+    "count",
+    "measure",
+    "per_turn",
+]
 
 CONCURRENCY = 1
 """Turns in flight: one, so no work is shared between turns by chance (see above)."""
@@ -99,8 +108,14 @@ class _Callgrind:
         raise ChildFailed(f"callgrind wrote no readable dump {path}:\n{self.child.tail()}")
 
 
-FrontArgv = Callable[[int], list[str]]
-"""The Python arguments that start an A2A front (``-m …``) listening on the given port."""
+def count(bench: Bench, fronts: Sequence[tuple[str, FrontArgv, bool]]) -> dict[str, Any]:
+    """``fronts`` counted by :func:`measure` in ``bench``'s mode, or why not."""
+    turns = bench.settings.instruction_turns
+    if turns <= 0:
+        return {"available": False, "note": f"not counted in the {bench.settings.mode} run"}
+    if not available():
+        return {"available": False, "note": "valgrind (callgrind) is not installed"}
+    return measure(bench, fronts, turns)
 
 
 def measure(bench: Bench, fronts: Sequence[tuple[str, FrontArgv, bool]], turns: int) -> dict[str, Any]:

@@ -36,10 +36,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from bench.fronts import DEFAULT_REDIS_URL, GW_MEMORY, GW_REDIS, MODES, PASSTHROUGH, Bench, Front, progress
 from bench.loadgen import percentile
 from bench.procs import Child, ChildFailed, Children, free_port, serve_request, served_through
 from bench.redis_probe import RedisProbe
-from bench.run import DEFAULT_REDIS_URL, GW_MEMORY, GW_REDIS, MODES, PASSTHROUGH, Bench, Front, progress
 from gateway.store import redis_pipe
 
 __all__ = ["PipeObserver", "main", "percentiles"]

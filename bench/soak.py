@@ -34,9 +34,9 @@ from typing import Any
 
 import yaml
 
+from bench.fronts import AUDIENCE, DEFAULT_REDIS_URL, ISSUER
 from bench.procs import REPO_ROOT, Child, ChildFailed, Children, free_port, python_env
 from bench.redis_probe import RedisProbe
-from bench.run import AUDIENCE, DEFAULT_REDIS_URL, ISSUER
 from gateway.pa_keys import generate_private_jwk, public_jwks
 
 SCHEMA = "pact-gateway-soak/1"

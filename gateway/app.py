@@ -20,7 +20,7 @@ from gateway.oauth.server import AuthorizationServer
 from gateway.ops.access import AccessLog
 from gateway.ops.limits import RateLimits
 from gateway.ops.metrics import Metrics, issuer_label
-from gateway.ops.tracing import SPANS, Spans, open_spans, trace_middleware
+from gateway.ops.tracing import SPANS, Spans, open_spans
 from gateway.protocol.card import render_card
 from gateway.store import ConversationStore, open_store
 from gateway.store.adapter_state import AdapterState
@@ -146,10 +146,16 @@ def create_app(
     owned_spans = spans is None
     if spans is None:
         spans = open_spans(config.tracing)
-    # The request's span comes before the access line, which logs its trace id.
-    tracing = trace_middleware if spans is None else spans.middleware
+    # The request's span comes before the access line, which logs its trace id. Without
+    # OpenTelemetry the access middleware starts it itself: one middleware layer fewer a request.
+    tracing = [] if spans is None else [spans.middleware]
     app = web.Application(
-        middlewares=[request_id_middleware, tracing, AccessLog(), error_middleware],
+        middlewares=[
+            request_id_middleware,
+            *tracing,
+            AccessLog(starts_traces=spans is None),
+            error_middleware,
+        ],
         client_max_size=config.limits.max_body_bytes,
     )
     app[METRICS] = Metrics() if metrics is None else metrics

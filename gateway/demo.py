@@ -45,6 +45,7 @@ from gateway.oauth.metadata import DEVICE_CODE_GRANT
 from gateway.ops.logs import configure_logging
 from gateway.ops.metrics import Metrics
 from gateway.pa_keys import generate_private_jwk, public_jwks
+from gateway.process.ports import Listener, unavailable
 from gateway.protocol.urls import OAuthUrls
 
 DEFAULT_CONFIG: Final[Traversable] = resources.files("gateway") / "data" / "demo.yaml"
@@ -131,6 +132,15 @@ def _send(interface: str, message_id: str, text: str, context: bool, *, delegate
     return f"curl -s -X POST {interface}/message:send {headers} -d '{body}'"
 
 
+def _gateway_command() -> str:
+    """The CLI as the README spells it, ``…/bin/pact-gateway``, where the running interpreter has the
+    console script beside it (any install); ``python -m gateway`` from a bare source tree."""
+    script = Path(sys.executable).parent / "pact-gateway"
+    if script.is_file():
+        return shlex.quote(str(script))
+    return f"{shlex.quote(sys.executable)} -m gateway"
+
+
 def _python(program: str) -> str:
     return f"{shlex.quote(sys.executable)} -c {shlex.quote(program)}"
 
@@ -141,7 +151,7 @@ def session_text(config: GatewayConfig, key_file: Path) -> str:
     agent = config.personal_agents.registered[0]
     brand = next(iter(config.brands.values()))
     interface = f"{config.public_url}/a2a/{brand.id}"
-    gateway_cmd = f"{shlex.quote(sys.executable)} -m gateway"
+    gateway_cmd = _gateway_command()
     token_cmd = (
         f"{gateway_cmd} token --key {shlex.quote(str(key_file))} --iss {agent.issuer} "
         f"--sub {DEMO_SUB} --aud {config.provider.audience} --ttl 300"
@@ -156,7 +166,9 @@ def session_text(config: GatewayConfig, key_file: Path) -> str:
         f"TOKEN=$({token_cmd})",
         "",
         "# 3. First turn: no contextId, the gateway opens a conversation:",
-        f"CTX=$({_send(interface, 'm-1', 'Hi, where is my order?', False)} | tee /dev/stderr | {extract})",
+        # tee shows the reply as it comes; the echo ends its line, which the JSON body does not.
+        f"CTX=$({_send(interface, 'm-1', 'Hi, where is my order?', False)} | tee /dev/stderr | {extract});"
+        " echo >&2",
         "",
         "# 4. Second turn on the same contextId:",
         _send(interface, "m-2", "It is A-10001", True),
@@ -186,7 +198,7 @@ def _delegated_session(config: GatewayConfig, brand: BrandConfig, token_cmd: str
         "# 6. Delegated profile (§5): a fresh JWT, then ask for orders:read (RFC 8628 device authorization):",
         f"TOKEN=$({token_cmd})",
         f"DA=$(curl -s -X POST {urls.device_authorization} {pa_auth} {client} -d scope=orders:read"
-        " | tee /dev/stderr)",
+        " | tee /dev/stderr); echo >&2",
         "",
         "# 7. Open verification_uri_complete in a browser: the Brand's login (here a stand-in that takes",
         "#    any password), then tick the scopes to allow on the Provider's consent page:",
@@ -291,6 +303,14 @@ async def run_demo(config_path: str | None, *, port: int, bot_port: int, check: 
     private = generate_private_jwk("ES256")
     configure_logging(config.logging)  # the access lines, on stderr
     metrics = Metrics()
+    wanted = [Listener("--bot-port", "127.0.0.1", bot_port), Listener("--port", "127.0.0.1", port)]
+    taken = unavailable(wanted)
+    if taken:
+        choose = "a free one with" if len(taken) == 1 else "free ones with"
+        options = " and ".join(f"{each.listener.setting} PORT" for each in taken)
+        said = "; ".join(map(str, taken))
+        print(f"pact-gateway demo: {said}; choose {choose} {options}", file=sys.stderr)
+        return 2
     try:
         runners = await start_demo(config, private, bot_port, metrics=metrics)
     except PortUnavailable as busy:
@@ -305,14 +325,8 @@ async def run_demo(config_path: str | None, *, port: int, bot_port: int, check: 
         )
         if ops is not None:
             runners.append(ops.runner)
-        # Written once both ports are held, so a demo that could not start leaves no private key behind.
-        key_file = _write_key_file(private)
-        login_note = f", stand-in Brand login on {config.public_url}{LOGIN_PREFIX}/" if delegating else ""
-        bot_note = f"sample bot on 127.0.0.1:{bot_port}"
-        print(f"pact-gateway demo: gateway on {config.public_url}, {bot_note}{login_note}")
-        print(f"pact-gateway demo: {_ops_note(ops, config.metrics.port)}; access log on stderr\n")
-        print(session_text(config, key_file), flush=True)
         if check:
+            # Only the verdict: no session to paste, and so no key file for it to name.
             try:
                 await run_check(config, private, DEMO_SUB)
             except DemoCheckFailed as failed:
@@ -320,8 +334,16 @@ async def run_demo(config_path: str | None, *, port: int, bot_port: int, check: 
                 return 1
             if ops is not None:
                 counted = await count_requests(ops.metrics_url)
-                print(f"demo check: {ops.metrics_url} counts {counted:g} requests", file=sys.stderr)
+                note = _ops_note(ops, config.metrics.port)
+                print(f"demo check: {note}, counting {counted:g} requests", file=sys.stderr)
             return 0
+        # Written once both ports are held, so a demo that could not start leaves no private key behind.
+        key_file = _write_key_file(private)
+        login_note = f", stand-in Brand login on {config.public_url}{LOGIN_PREFIX}/" if delegating else ""
+        bot_note = f"sample bot on 127.0.0.1:{bot_port}"
+        print(f"pact-gateway demo: gateway on {config.public_url}, {bot_note}{login_note}")
+        print(f"pact-gateway demo: {_ops_note(ops, config.metrics.port)}; access log on stderr\n")
+        print(session_text(config, key_file), flush=True)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):

@@ -20,6 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from gateway.config import GatewayConfig
+from gateway.process.ports import Listener, unavailable
 
 __all__ = ["MULTIPROC_ENV", "serve"]
 
@@ -39,6 +40,13 @@ def _multiprocess_metrics() -> Iterator[str]:
         shutil.rmtree(directory, ignore_errors=True)
 
 
+def _listeners(config: GatewayConfig) -> list[Listener]:
+    listeners = [Listener("listen.port", config.listen.host, config.listen.port)]
+    if config.metrics.enabled:
+        listeners.append(Listener("metrics.port", config.metrics.host, config.metrics.port))
+    return listeners
+
+
 def serve(config_path: str, config: GatewayConfig, *, workers: int = 1, ready_fd: int | None = None) -> int:
     """Run until ``SIGTERM``/``SIGINT``; the process exit status (2: refused at start-up).
 
@@ -51,6 +59,11 @@ def serve(config_path: str, config: GatewayConfig, *, workers: int = 1, ready_fd
         return asyncio.run(run_worker(path, config, ready_fd))
     if workers < 1:
         print("pact-gateway: --workers must be at least 1", file=sys.stderr)
+        return 2
+    busy = unavailable(_listeners(config))
+    if busy:
+        said = "; ".join(map(str, busy))
+        print(f"pact-gateway serve: {said}; choose free ports in {config_path}", file=sys.stderr)
         return 2
     if workers == 1:
         from gateway.process.server import run_single

@@ -278,7 +278,7 @@ class TurnService:
         except BotBusy as busy:
             # §6: the bot is at its concurrency cap; it never saw the turn, so the retry must run it.
             await self._release(owner, claim, message, request_id)
-            raise RateLimited(busy.retry_after, "concurrency") from None
+            raise RateLimited(busy.retry_after, busy.limit) from None
         except asyncio.CancelledError:
             self._observe_bot(owner.brand_id, "cancelled", started)
             await asyncio.shield(self._release(owner, claim, message, request_id))

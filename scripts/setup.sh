@@ -39,3 +39,14 @@ if [ ! -x /usr/bin/chromium ]; then
     echo "setup.sh: install Debian's 'chromium' package; the consent browser test fails without it under CI=true." >&2
   fi
 fi
+# tests/bench/test_turn_count.py counts instructions per turn under Debian's valgrind (callgrind), the
+# CI guard of docs/performance.md's instruction count.
+if ! command -v valgrind >/dev/null 2>&1; then
+  if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+    apt-get update
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends valgrind
+  else
+    echo "setup.sh: valgrind is missing and cannot be installed here (needs root and apt-get)." >&2
+    echo "setup.sh: install Debian's 'valgrind' package; the instruction-count guard fails without it under CI=true." >&2
+  fi
+fi

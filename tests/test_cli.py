@@ -108,7 +108,8 @@ def test_demo_runs_its_own_curl_session() -> None:
     result = run_cli("demo", "--check", "--port", str(free_port()), "--bot-port", str(free_port()))
     assert result.returncode == 0, result.stderr
     assert "demo check passed" in result.stderr
-    assert "message:send" in result.stdout
+    # Issue 19 row 12: only the verdict; the paste-this session would name a key file deleted on exit.
+    assert result.stdout == ""
 
 
 def run_cli(
@@ -170,6 +171,21 @@ def test_demo_on_a_busy_port_says_which_and_leaves_no_key_behind(
     )
     assert "Unclosed" not in result.stderr
     assert list(temp.iterdir()) == []
+
+
+def test_demo_names_both_busy_ports_in_one_run(listening: int) -> None:
+    """Issue 19 row 10: the demo reported two busy ports one run at a time."""
+    with socket.socket() as other:
+        other.bind(("127.0.0.1", 0))
+        other.listen()
+        bot_port = other.getsockname()[1]
+        result = run_cli("demo", "--check", "--port", str(listening), "--bot-port", str(bot_port))
+    assert_one_line_refusal(
+        result,
+        f"127.0.0.1:{bot_port} (--bot-port) is already in use;",
+        f"127.0.0.1:{listening} (--port) is already in use;",
+        "choose free ones with --bot-port PORT and --port PORT",
+    )
 
 
 def test_demo_with_a_missing_or_foreign_config_names_the_file(tmp_path: Path) -> None:

@@ -5,6 +5,7 @@ The whole session is run over real HTTP by ``demo --check`` (tests/test_cli.py).
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -60,6 +61,18 @@ def test_s5_demo_session_walks_the_delegated_flow() -> None:
     positions = [text.index(step) for step in steps]
     assert positions == sorted(positions)
     assert "client_id=http://127.0.0.1:18080/demo-pa" in text
+
+
+def test_demo_session_spells_the_cli_as_the_readme_and_ends_teed_lines() -> None:
+    """Issue 19 row 13: ``…/bin/pact-gateway token`` as the README writes it, not ``python -m gateway``;
+    a reply shown through ``tee /dev/stderr`` gets its line ended."""
+    config = demo_config(DEFAULT_CONFIG, 18080, 19100, {SIGNING_KEY_ENV: new_signing_key()})
+    text = session_text(config, Path("/tmp/pact-demo-x/demo-pa.jwk.json"))
+    assert f"TOKEN=$({Path(sys.executable).parent / 'pact-gateway'} token --key" in text
+    assert "-m gateway" not in text
+    teed = [line for line in text.splitlines() if "tee /dev/stderr" in line]
+    assert len(teed) == 2
+    assert all(line.endswith("; echo >&2") for line in teed)
 
 
 def test_s5_3_check_reads_the_consent_form_as_a_browser_submits_it() -> None:

@@ -106,17 +106,36 @@ class RequestTimedOut(web.HTTPRequestTimeout):
 class GatewayConnection(RequestHandler):
     """aiohttp's connection protocol with a per-request read deadline and precise parser refusals.
 
-    The deadline is one timer per connection, armed when the connection opens and by the first
-    byte after the previous request was read, and disarmed once a request's body is all in. When
-    it fires, what is late decides the answer (see the module's docstring).
+    The deadline (``_due``) is set when the connection opens and by the first byte after the
+    previous request was read, and cleared once a request's body is all in. One timer per
+    connection enforces it: when the timer fires before the deadline in force (a later request's),
+    it is set again for that deadline, and when no request is being timed it is left unarmed. A
+    request on a kept-alive connection thus costs no timer of its own to schedule and cancel. When
+    a deadline passes, what is late decides the answer (see the module's docstring).
     """
 
-    __slots__ = ("_answering", "_arrived", "_body", "_deadline", "_late", "_request_timeout")
+    __slots__ = (
+        "_answering",
+        "_arrived",
+        "_body",
+        "_deadline",
+        "_due",
+        "_late",
+        "_make",
+        "_request_timeout",
+    )
 
     def __init__(self, manager: web.Server, *, request_timeout: RequestTimeout, **kwargs: Any) -> None:
         super().__init__(manager, **kwargs)
         self._request_timeout = request_timeout
+        # aiohttp makes each request through this factory: ours notes the request as it starts.
+        assert manager.request_factory is not None
+        self._make: RequestFactory = manager.request_factory
+        self._request_factory = self._request_started
         self._deadline: asyncio.TimerHandle | None = None
+        """The connection's timer, when armed."""
+        self._due: float | None = None
+        """The loop time by which the request being timed must be in; ``None`` when none is."""
         self._arrived = False
         """Some byte of the request being timed has arrived."""
         self._answering: web.BaseRequest | None = None
@@ -128,25 +147,41 @@ class GatewayConnection(RequestHandler):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
-        self._arm(arrived=False)
+        self._start(arrived=False)
 
     def connection_lost(self, exc: BaseException | None) -> None:
-        self._disarm()
+        self._due = None
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
         super().connection_lost(exc)
 
     def data_received(self, data: bytes) -> None:
         if data:
-            if self._deadline is None:
-                self._arm(arrived=True)
+            if self._due is None:
+                self._start(arrived=True)
             else:
                 self._arrived = True
         super().data_received(data)
 
-    def request_started(self, request: web.BaseRequest) -> None:
+    def _request_started(
+        self,
+        message: RawRequestMessage,
+        payload: StreamReader,
+        protocol: RequestHandler,
+        writer: AbstractStreamWriter,
+        task: asyncio.Task[None],
+    ) -> web.BaseRequest:
         """The request's line and headers are in and the app takes it; its body may still be coming."""
+        request = self._make(message, payload, protocol, writer, task)
         self._answering = request
-        self._body = request.content
-        request.content.on_eof(self._body_complete)  # at once when there is no body, or it is all in
+        content = request.content
+        if content.is_eof():
+            self._due = None  # no body, or all of it came with the headers (most requests)
+        else:
+            self._body = content
+            content.on_eof(self._body_complete)
+        return request
 
     def log_access(self, request: web.BaseRequest, response: web.StreamResponse, time: float | None) -> None:
         # aiohttp calls this once the answer is written, whatever it was: the handler is done.
@@ -173,21 +208,29 @@ class GatewayConnection(RequestHandler):
         response.force_close()
         return response
 
-    def _arm(self, *, arrived: bool) -> None:
+    def _start(self, *, arrived: bool) -> None:
+        """Time a request from now; the timer, if armed, is for an earlier deadline and re-arms itself."""
         self._arrived = arrived
-        self._deadline = self._loop.call_later(self._request_timeout(), self._expired)
-
-    def _disarm(self) -> None:
-        if self._deadline is not None:
-            self._deadline.cancel()
-            self._deadline = None
+        due = self._due = self._loop.time() + self._request_timeout()
+        if self._deadline is None:
+            self._deadline = self._loop.call_at(due, self._tick)
 
     def _body_complete(self) -> None:
         self._body = None
-        self._disarm()
+        self._due = None
+
+    def _tick(self) -> None:
+        self._deadline = None
+        due = self._due
+        if due is None:
+            return  # nothing being timed: the next request's first byte arms the timer again
+        if due > self._loop.time():
+            self._deadline = self._loop.call_at(due, self._tick)
+            return
+        self._due = None
+        self._expired()
 
     def _expired(self) -> None:
-        self._deadline = None
         body = self._body
         if body is not None and self._answering is not None:
             # The handler's next read of the body raises, and it answers 408.
@@ -221,7 +264,7 @@ class ConnectionServer(web.Server):
     ) -> None:
         super().__init__(
             handler,
-            request_factory=_started(request_factory),
+            request_factory=request_factory,
             handler_cancellation=handler_cancellation,
             **kwargs,
         )
@@ -235,22 +278,6 @@ class ConnectionServer(web.Server):
             request_timeout=self._request_timeout,
             **self._connection_args,
         )
-
-
-def _started(factory: RequestFactory) -> RequestFactory:
-    def make(
-        message: RawRequestMessage,
-        payload: StreamReader,
-        protocol: RequestHandler,
-        writer: AbstractStreamWriter,
-        task: asyncio.Task[None],
-    ) -> web.BaseRequest:
-        request = factory(message, payload, protocol, writer, task)
-        if isinstance(protocol, GatewayConnection):
-            protocol.request_started(request)
-        return request
-
-    return make
 
 
 class GatewayRunner(web.AppRunner):

@@ -12,7 +12,9 @@ and whether a turn was a replayed retry (``retry_served``) are read from what th
 noted on the request (:mod:`gateway.http.notes`), never from the body it answered; the trace
 id is the request's span (:mod:`gateway.ops.tracing`); the client's address is the one every
 per-address limit uses (:func:`~gateway.http.client_address.client_address`: the peer's, or
-what a trusted proxy says).
+what a trusted proxy says). Without OpenTelemetry this middleware
+starts that span itself (``starts_traces``), rather than a tracing middleware of its own before
+it: a middleware layer costs every request a coroutine and a call through aiohttp's chain.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from gateway.http.notes import REFUSAL, RETRY_SERVED
 from gateway.http.state import METRICS, RUNTIME
 from gateway.ops.logs import ACCESS_LOGGER, SubDigests, log_fields
 from gateway.ops.metrics import OTHER_OPERATION, UNMATCHED, brand_label, outcome_for_status
-from gateway.ops.tracing import current_trace
+from gateway.ops.tracing import CURRENT_TRACE, TRACE, TraceContext, start_trace
 
 __all__ = ["CLIENT_GONE", "AccessLog", "operation_name"]
 
@@ -73,14 +75,25 @@ class AccessLog:
 
     __middleware_version__ = 1  # aiohttp: a new-style ``(request, handler)`` middleware
 
-    def __init__(self, digests: SubDigests | None = None) -> None:
+    def __init__(self, digests: SubDigests | None = None, *, starts_traces: bool = True) -> None:
         self._log = logging.getLogger(ACCESS_LOGGER)
         self._digests = SubDigests() if digests is None else digests
+        self._starts_traces = starts_traces
+        """Whether this middleware gives each request its span; ``False`` where OpenTelemetry's
+        server-span middleware, before it, does (:mod:`gateway.ops.otel`)."""
 
     async def __call__(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         """Time the request, then count it and write its access line whatever way it ended."""
         started = time.perf_counter()
         status = 500
+        if self._starts_traces:
+            # The request's span: on the request, and for every record logged while it runs.
+            started_trace = start_trace(request.headers)
+            request[TRACE] = started_trace
+            token = CURRENT_TRACE.set(started_trace)
+            trace: TraceContext | None = started_trace
+        else:
+            trace = CURRENT_TRACE.get()
         try:
             response = await handler(request)
             status = response.status
@@ -92,9 +105,11 @@ class AccessLog:
             status = CLIENT_GONE
             raise
         finally:
-            self._record(request, status, time.perf_counter() - started)
+            self._record(request, status, time.perf_counter() - started, trace)
+            if self._starts_traces:
+                CURRENT_TRACE.reset(token)
 
-    def _record(self, request: web.Request, status: int, seconds: float) -> None:
+    def _record(self, request: web.Request, status: int, seconds: float, trace: TraceContext | None) -> None:
         app = request.app
         config = app[RUNTIME].current.config
         operation = operation_name(request)
@@ -111,7 +126,6 @@ class AccessLog:
         if not config.logging.access_log or not self._log.isEnabledFor(logging.INFO):
             return
         method = request.method
-        trace = current_trace()
         log_fields(
             self._log,
             logging.INFO,

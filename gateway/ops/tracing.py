@@ -14,9 +14,10 @@ access line and every other record logged while the request runs carry the trace
 
 Without OpenTelemetry (the default) that span is only an id: nothing is recorded or exported,
 and this module imports nothing of OpenTelemetry. With ``tracing.otlp_endpoint`` set,
-:mod:`gateway.ops.otel` records real spans instead (:class:`Spans`): the server span replaces
-:func:`trace_middleware`, and the verification, store and bot steps get spans of their own
-through :func:`traced`, which costs nothing when tracing is off.
+:mod:`gateway.ops.otel` records real spans instead (:class:`Spans`): its server-span middleware
+starts the request's span (otherwise the access middleware does, :func:`start_trace`), and the
+verification, store and bot steps get spans of their own through :func:`traced`, which costs
+nothing when tracing is off.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
     from gateway.config import TracingConfig
 
 __all__ = [
+    "CURRENT_TRACE",
     "SPANS",
     "TRACE",
     "TRACEPARENT",
@@ -51,7 +53,6 @@ __all__ = [
     "parse_tracestate",
     "start_trace",
     "trace_headers",
-    "trace_middleware",
     "traced",
     "using_trace",
 ]
@@ -180,7 +181,20 @@ def incoming_trace(headers: CIMultiDictProxy[str]) -> TraceContext | None:
 
 
 def start_trace(headers: CIMultiDictProxy[str]) -> TraceContext:
-    """The gateway's span for a request: a child of the caller's valid context, or a new trace."""
+    """The gateway's span for a request: a child of the caller's valid context, or a new trace.
+
+    Called on every request: a request without ``traceparent`` (most) gets its new trace here,
+    with no call through :func:`incoming_trace` and :func:`new_trace`.
+    """
+    if TRACEPARENT not in headers:
+        # Both ids from one draw, in hex by bytes.hex(), and the tuple made by tuple.__new__ in C:
+        # an int's format spec and NamedTuple's generated __new__ (Python code) cost about 3,000
+        # instructions each under callgrind, most of this function's 10,000 before.
+        ids = random.getrandbits(192).to_bytes(24).hex()
+        trace_id, span_id = ids[:32], ids[32:]
+        if trace_id == _ZERO_TRACE_ID or span_id == _ZERO_SPAN_ID:
+            return new_trace()  # W3C forbids all-zero ids: one draw in 2^64
+        return tuple.__new__(TraceContext, (trace_id, span_id, "00", None))
     parent = incoming_trace(headers)
     return new_trace() if parent is None else parent.child()
 
@@ -197,30 +211,26 @@ def trace_headers(trace: TraceContext | None) -> dict[str, str]:
     return {TRACEPARENT: trace.traceparent, TRACESTATE: trace.state}
 
 
-_CURRENT: ContextVar[TraceContext | None] = ContextVar("pact_gateway_trace", default=None)
+CURRENT_TRACE: ContextVar[TraceContext | None] = ContextVar("pact_gateway_trace", default=None)
+"""The span of the request being handled in this context; set by whichever middleware starts the
+request's span (:class:`gateway.ops.access.AccessLog`, or OpenTelemetry's through :func:`using_trace`)."""
 TRACE = web.RequestKey("trace", TraceContext)
-"""The gateway's span of the request, set by the tracing middleware before anything else runs."""
+"""The gateway's span of the request, set by the middleware that starts it, before any handler runs."""
 
 
 def current_trace() -> TraceContext | None:
     """The span of the request being handled in this context (a task of the request), if any."""
-    return _CURRENT.get()
+    return CURRENT_TRACE.get()
 
 
 async def using_trace(request: web.Request, trace: TraceContext, handler: Handler) -> web.StreamResponse:
     """Run ``handler`` with ``trace`` as the request's span: on the request, and for its log records."""
     request[TRACE] = trace
-    token = _CURRENT.set(trace)
+    token = CURRENT_TRACE.set(trace)
     try:
         return await handler(request)
     finally:
-        _CURRENT.reset(token)
-
-
-@web.middleware
-async def trace_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Give the request its span (a child of the caller's ``traceparent``, or a new trace)."""
-    return await using_trace(request, start_trace(request.headers), handler)
+        CURRENT_TRACE.reset(token)
 
 
 AttributeValue: TypeAlias = str | bool | int | float
@@ -232,7 +242,7 @@ class Spans(Protocol):
 
     @property
     def middleware(self) -> Middleware:
-        """The server-span middleware, in place of :func:`trace_middleware`."""
+        """The server-span middleware, before the access middleware, which then starts no span itself."""
         ...
 
     def span(

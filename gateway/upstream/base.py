@@ -122,9 +122,12 @@ class BotBusy(Exception):
     turn's in-flight marker must be released for the personal agent's retry to run it.
     """
 
-    def __init__(self, retry_after: int) -> None:
-        super().__init__(f"bot busy; retry after {retry_after} s")
+    def __init__(self, retry_after: int, limit: str) -> None:
+        super().__init__(f"bot busy ({limit}); retry after {retry_after} s")
         self.retry_after = retry_after
+        self.limit = limit
+        """Why the turn was held back (``concurrency``, ``upstream_retry_after``, …): the same bounded
+        name the metric counts it under, so the access line and the metric agree."""
 
 
 class BotAdapter(Protocol):

@@ -217,7 +217,7 @@ class GuardedBot:
         """
         if self._metrics is not None:
             self._metrics.rate_limited.labels(brand=self._brand_id, limit=limit).inc()
-        return BotBusy(max(1, math.ceil(wait)))
+        return BotBusy(max(1, math.ceil(wait)), limit)
 
     def _publish(self) -> None:
         state = self._breaker.state

@@ -148,10 +148,13 @@ async def read_capped(response: aiohttp.ClientResponse, limit: int = MAX_REPLY_B
     """
     if response.content_length is not None and response.content_length > limit:
         raise UpstreamError("bad_body", f"reply larger than {limit} bytes")
+    content = response.content
     chunks: list[bytes] = []
     size = 0
-    while size <= limit:
-        chunk = await response.content.read(limit + 1 - size)
+    # at_eof() ends the loop once the body is in: the usual one-piece reply takes one read, not a
+    # second that returns b"" (a call through aiohttp's timeout machinery on every turn).
+    while size <= limit and not content.at_eof():
+        chunk = await content.read(limit + 1 - size)
         if not chunk:
             break
         chunks.append(chunk)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from bench.run import MET, MISSED, NOT_MEASURED, WITHIN_NOISE, at_least, at_most, target, verdict
+from bench.figures import MET, MISSED, NOT_MEASURED, WITHIN_NOISE, at_least, at_most, target, verdict
 
 
 @pytest.mark.parametrize(

@@ -16,7 +16,10 @@ import orjson
 
 from tests.ops.conftest import CapturedLogs
 from tests.support.delegation import oauth_path, post_form
+from tests.support.fake_openai import FakeOpenAI
 from tests.support.gateway import AUDIENCE, Harness, MakeGateway
+from tests.upstream.test_openai import ENV as OPENAI_ENV
+from tests.upstream.test_openai import openai_upstream
 
 
 def line_for(logs: CapturedLogs, request_id: str) -> dict[str, Any]:
@@ -86,6 +89,20 @@ async def test_s6_429_reason_is_the_limit(make_gateway: MakeGateway, json_logs: 
     listed = await h.client.get("/a2a/acme/tasks", headers=h.auth())
     assert listed.status == 429
     assert line_for(json_logs, listed.headers["X-Request-Id"])["reason"] == "per_user"
+
+
+async def test_s6_a_bot_held_back_by_its_own_429_is_logged_as_that_limit(
+    make_gateway: MakeGateway, fake_openai: FakeOpenAI, json_logs: CapturedLogs
+) -> None:
+    """Issue 19: the access line named every bare 429 from the bot guard ``concurrency``, while the metric
+    counted the provider's own 429 as ``upstream_retry_after``; both now say the latter."""
+    h = await make_gateway(edit=openai_upstream(fake_openai), environ=OPENAI_ENV)
+    fake_openai.mode, fake_openai.status, fake_openai.headers = "status", 429, {"Retry-After": "7"}
+    refused = await h.send("Hello")
+    held_back = await h.send("Hello again", message_id="m-2")
+    for response in (refused, held_back):
+        assert response.status == 429
+        assert line_for(json_logs, response.headers["X-Request-Id"])["reason"] == "upstream_retry_after"
 
 
 async def test_no_reason_for_a_success_or_a_routing_miss(gw_memory: Harness, json_logs: CapturedLogs) -> None:

@@ -13,6 +13,7 @@ import copy
 import gc
 import os
 import signal
+import socket
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -238,6 +239,28 @@ def test_workers_must_be_at_least_1(
     path.write_text(yaml.safe_dump(raw), encoding="utf-8")
     assert main(["serve", "--config", str(path), "--workers", "0"]) == 2
     assert "--workers must be at least 1" in capsys.readouterr().err
+
+
+def test_serve_names_every_busy_port_in_one_line_and_exits_2(
+    tmp_path: Path, raw: dict[str, Any], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 19 row 10: both ports taken are named at once, by the setting that chooses them, with
+    exit 2 and no log line or traceback, as the demo answers."""
+    with socket.socket() as a2a, socket.socket() as ops:
+        for held in (a2a, ops):
+            held.bind(("127.0.0.1", 0))
+            held.listen()
+        raw["listen"] = {"host": "127.0.0.1", "port": a2a.getsockname()[1]}
+        raw["metrics"] = {"host": "127.0.0.1", "port": ops.getsockname()[1]}
+        path = tmp_path / "gw.yaml"
+        path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+        assert main(["serve", "--config", str(path)]) == 2
+    said = capsys.readouterr()
+    assert said.out == ""
+    assert said.err == (
+        f"pact-gateway serve: 127.0.0.1:{raw['listen']['port']} (listen.port) is already in use;"
+        f" 127.0.0.1:{raw['metrics']['port']} (metrics.port) is already in use; choose free ports in {path}\n"
+    )
 
 
 def test_settle_heap_freezes_start_up_and_raises_only_the_young_threshold() -> None:

@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from bench.run import DEFAULT_REDIS_URL
+from bench.fronts import DEFAULT_REDIS_URL
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 BENCH_REDIS_URL = os.environ.get("PACT_TEST_REDIS_URL", DEFAULT_REDIS_URL)

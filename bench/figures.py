@@ -1,0 +1,157 @@
+"""How the benchmark turns rounds into figures and figures into verdicts against their targets.
+
+Pure functions over the result dictionaries the fronts' rounds produce (:mod:`bench.fronts`): medians
+of repeats, same-repeat ratios, a target with its verdict, the line that prints it. Shared by
+:mod:`bench.run` and :mod:`bench.adapters`; it imports no bench module.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable, Sequence
+from typing import Any
+
+
+def median(values: Sequence[float]) -> float:
+    return float(statistics.median(values)) if values else 0.0
+
+
+def summarize_fronts(rounds: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Per front, the median over repeats of each figure (and the spread of throughput)."""
+    out: dict[str, dict[str, Any]] = {}
+    for name in dict.fromkeys(r["front"] for r in rounds):
+        mine = [r for r in rounds if r["front"] == name]
+        throughputs = [float(r["throughput_rps"]) for r in mine]
+        per_1000 = {
+            party: median([float(r["cpu_s_per_1000_turns"][party]) for r in mine])
+            for party in mine[0]["cpu_s_per_1000_turns"]
+        }
+        entry: dict[str, Any] = {
+            "throughput_rps": median(throughputs),
+            "throughput_min_rps": min(throughputs),
+            "throughput_max_rps": max(throughputs),
+            "latency_ms": {
+                q: median([float(r["latency_ms"][q]) for r in mine]) for q in ("p50", "p90", "p99")
+            },
+            "errors": sum(int(r["errors"]) for r in mine),
+            "turns": sum(int(r["turns_total"]) for r in mine),
+            "cpu_s_per_1000_turns": per_1000,
+            "machine_busy": median([float(r["machine_busy"]) for r in mine]),
+            "other_cpu_share": median([float(r["other_cpu_share"]) for r in mine]),
+        }
+        if "redis_commands_per_turn" in mine[0]:
+            entry["redis_commands_per_turn"] = median([float(r["redis_commands_per_turn"]) for r in mine])
+        out[name] = entry
+    return out
+
+
+def paired(
+    rounds: Sequence[dict[str, Any]],
+    top: str,
+    bottom: str,
+    combine: Callable[[dict[str, Any], dict[str, Any]], float | None],
+) -> list[float]:
+    """``combine(top's round, bottom's round)`` for every repeat that has both, in repeat order.
+
+    Each pair comes from one repeat, so both rounds share that repeat's drift; ``combine``
+    returns ``None`` for a pair it cannot combine (a ratio over zero), which is left out.
+    """
+    values = []
+    for repeat in sorted({int(r["repeat"]) for r in rounds}):
+        a = [r for r in rounds if r["repeat"] == repeat and r["front"] == top]
+        b = [r for r in rounds if r["repeat"] == repeat and r["front"] == bottom]
+        if a and b and (value := combine(a[0], b[0])) is not None:
+            values.append(value)
+    return values
+
+
+def ratio_of(
+    value: Callable[[dict[str, Any]], float],
+) -> Callable[[dict[str, Any], dict[str, Any]], float | None]:
+    return lambda a, b: value(a) / value(b) if value(b) > 0 else None
+
+
+def difference_of(
+    value: Callable[[dict[str, Any]], float],
+) -> Callable[[dict[str, Any], dict[str, Any]], float | None]:
+    return lambda a, b: value(a) - value(b)
+
+
+def rps(r: dict[str, Any]) -> float:
+    return float(r["throughput_rps"])
+
+
+def front_cpu(r: dict[str, Any]) -> float:
+    return float(r["cpu_s_per_1000_turns"].get("front", 0.0))
+
+
+def p50(r: dict[str, Any]) -> float:
+    return float(r["latency_ms"]["p50"])
+
+
+def p99(r: dict[str, Any]) -> float:
+    return float(r["latency_ms"]["p99"])
+
+
+MET, MISSED, WITHIN_NOISE, NOT_MEASURED = "met", "missed", "within noise", "not measured"
+
+
+def verdict(passes: Callable[[float], bool], measured: float | None, per_repeat: Sequence[float]) -> str:
+    """How far a time-based figure can be trusted against its target, from its repeats.
+
+    ``met`` or ``missed`` when every repeat agrees (or there is one figure), ``within noise``
+    when some repeats meet the target and others do not: on a shared machine the median
+    alone would then pass in one run and fail in the next.
+    """
+    if measured is None:
+        return NOT_MEASURED
+    if len(per_repeat) < 2:
+        return MET if passes(measured) else MISSED
+    meeting = sum(1 for value in per_repeat if passes(value))
+    if meeting == len(per_repeat):
+        return MET
+    return MISSED if meeting == 0 else WITHIN_NOISE
+
+
+def target(
+    name: str,
+    goal: str,
+    measured: float | None,
+    passes: Callable[[float], bool],
+    per_repeat: Sequence[float] = (),
+    note: str = "",
+) -> dict[str, Any]:
+    """One target: ``passed`` judges the median; ``verdict`` weighs the repeats as well."""
+    return {
+        "name": name,
+        "target": goal,
+        "measured": measured,
+        "passed": measured is not None and passes(measured),
+        "per_repeat": list(per_repeat),
+        "verdict": verdict(passes, measured, per_repeat),
+        "note": note,
+    }
+
+
+def at_least(bound: float) -> Callable[[float], bool]:
+    return lambda value: value >= bound
+
+
+def at_most(bound: float) -> Callable[[float], bool]:
+    return lambda value: value <= bound
+
+
+def fmt(value: float | None, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def target_line(t: dict[str, Any]) -> str:
+    """One target as the table shows it: its mark, figure, goal, repeats' spread and verdict."""
+    mark = "PASS" if t["passed"] else "FAIL"
+    spread = ""
+    if len(t["per_repeat"]) > 1:
+        spread = f", repeats {min(t['per_repeat']):.2f} to {max(t['per_repeat']):.2f}"
+    return (
+        f"  [{mark}] {t['name']}: {fmt(t['measured'])} (target {t['target']}{spread}: "
+        f"{t['verdict']}) {t['note']}".rstrip()
+    )

@@ -1,0 +1,588 @@
+"""The benchmark's fronts and the harness that starts and drives them, shared by every bench module.
+
+``python -m bench`` (:mod:`bench.run`), the adapters' costs (:mod:`bench.adapters`), the instruction
+counts (:mod:`bench.instructions`), the rate scan, the soak and the ablations all run the same sample
+bot, pass-through and gateway CLI the same way: :class:`Bench` starts them as children (each in its
+own process, so its CPU can be read from ``/proc``) and drives them with one load generator. Nothing
+here judges a figure (:mod:`bench.figures`) or imports a module that does, so any bench module can
+import this one without an import circle (``tests/bench/test_imports.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from bench.delegation import delegation_config
+from bench.procs import (
+    REPO_ROOT,
+    Child,
+    ChildFailed,
+    Children,
+    cpu_seconds,
+    free_port,
+    machine_busy,
+    machine_busy_seconds,
+    python_env,
+    read_machine_ticks,
+)
+from bench.profile import summarize
+from bench.redis_probe import RedisProbe
+from gateway.config import RATE_RULE_NAMES
+from gateway.pa_keys import generate_private_jwk, public_jwks
+
+ISSUER = "https://pa.bench.invalid"
+AUDIENCE = "pact-gateway-bench"
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/14"
+RESULTS_DIR = REPO_ROOT / "bench" / "results"
+
+DIRECT = "direct"
+PASSTHROUGH = "passthrough"
+GW_MEMORY = "gateway-memory"
+GW_REDIS = "gateway-redis"
+GW_REDIS_2W = "gateway-redis-2w"
+DELEGATED_MEMORY = "delegated-memory"
+DELEGATED_REDIS = "delegated-redis"
+DELEGATED_OF = {DELEGATED_MEMORY: GW_MEMORY, DELEGATED_REDIS: GW_REDIS}
+"""Each delegated front and the Identity front of the same gateway process it is compared with."""
+# §5.5 on top of §3: a delegated turn adds a cached token check, a grant check inside the store step
+# it makes anyway and a receipt signature; its throughput may be at most 15 % below the Identity turn's.
+DELEGATED_THROUGHPUT = 0.85
+PASSTHROUGH_AT_REDIS_RATE = "passthrough-at-redis-rate"
+# "Scales with cores": a second worker must add at least a quarter. The ideal is 2.0, but on a
+# 2-core machine the load generator, the bot and Redis share the cores the workers would use.
+WORKER_SCALING = 1.25
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How long and how hard each part runs; ``smoke`` only proves every path works."""
+
+    mode: str
+    duration: float
+    warmup: float
+    repeats: int
+    concurrency: int
+    turns: int
+    half_load_duration: float
+    half_load_repeats: int
+    half_load_concurrency: int
+    rtt_turns: int
+    memory_conversations: int
+    memory_traced: int
+    jwt_fresh: int
+    jwt_repeated: int
+    client_calls: int
+    profile_duration: float
+    instruction_turns: int
+    """Turns in the warm-up and the shorter callgrind window (the longer has twice as many); 0 skips."""
+    delegated_users: int = 256
+    """Users of the delegated fronts, one §5.3 grant and token each (the Identity fronts have 256 too)."""
+
+
+MODES: dict[str, Settings] = {
+    "smoke": Settings("smoke", 0.8, 0.3, 1, 16, 5, 0.8, 1, 32, 40, 2_000, 1_000, 30, 2_000, 640, 2.0, 20, 16),
+    "quick": Settings(
+        "quick", 1.6, 0.5, 2, 32, 5, 1.5, 1, 64, 200, 20_000, 3_000, 200, 20_000, 5_000, 5.0, 0
+    ),
+    "full": Settings(
+        "full", 12.0, 2.0, 4, 32, 5, 15.0, 3, 64, 1_000, 100_000, 20_000, 2_000, 100_000, 20_000, 15.0, 400
+    ),
+}
+
+
+@dataclass
+class Front:
+    """Something the load generator can drive; ``process`` is the front's own (``None`` for direct).
+
+    ``delegation`` is the token file of a delegated front (``bench.delegation``): every turn
+    then carries its user's delegation token. ``bot`` is the bot behind the front when it is not
+    the run's sample bot (an adapter's fake, ``bench.adapters``).
+    """
+
+    name: str
+    url: str
+    mode: str
+    process: Child | None
+    uses_redis: bool = False
+    delegation: Path | None = None
+    bot: Child | None = None
+
+    @classmethod
+    def a2a(cls, name: str, port: int, process: Child, uses_redis: bool = False) -> Front:
+        """A front that speaks A2A on ``port``: turns go to the bench Brand's ``message:send``."""
+        return cls(name, f"http://127.0.0.1:{port}/a2a/acme/message:send", "a2a", process, uses_redis)
+
+
+FrontArgv = Callable[[int], list[str]]
+"""The Python arguments that start an A2A front (``-m …``) listening on the given port."""
+
+
+class Bench:
+    def __init__(self, settings: Settings, children: Children, workdir: Path, redis: RedisProbe) -> None:
+        self.settings = settings
+        self.children = children
+        self.workdir = workdir
+        self.redis = redis
+        self.key_file = workdir / "pa-key.json"
+        private = generate_private_jwk("ES256")
+        self.key_file.write_text(json.dumps(private))
+        self.jwks = public_jwks(private)
+        # The Brand's login (its assertions' key, inline in the gateway's config) and the Provider's
+        # §5.4/§5.6 signing key: generated per run, kept in the run's directory only.
+        self.login_key_file = workdir / "login-key.json"
+        login = generate_private_jwk("ES256")
+        self.login_key_file.write_text(json.dumps(login))
+        self.login_jwks = public_jwks(login)
+        self.signing_key_file = workdir / "provider-key.json"
+        self.signing_key_file.write_text(json.dumps(generate_private_jwk("ES256")))
+        self.flows: dict[str, dict[str, Any]] = {}
+        self.bot: Child | None = None
+        self.bot_url = ""
+        self.fronts: dict[str, Front] = {}
+        self.workers_available = False
+        self.redis_pid = _local_redis_pid(redis)  # its CPU per turn is part of the price
+
+    # ---- processes ---------------------------------------------------------------------------
+
+    def start_bot(self) -> tuple[Child, int]:
+        port = free_port()
+        bot = self.children.python("bot", "-m", "examples.sample_bot", "--port", str(port))
+        self.bot = bot
+        self.bot_url = f"http://127.0.0.1:{port}/chat"
+        return bot, port
+
+    def gateway_config(self, port: int, cache_url: str, upstream: dict[str, Any] | None = None) -> Path:
+        """The gateway as an operator would run it: defaults everywhere but addresses, keys and cache.
+
+        The Brand delegates (§5): its scopes, its login's key set inline, the Provider's key.
+        ``upstream`` is the Brand's bot (default: the sample bot, ``adapter: pact``).
+        """
+        raw = {
+            "listen": {"host": "127.0.0.1", "port": port},
+            "public_url": f"http://127.0.0.1:{port}",
+            "provider": {"organization": "Bench", "url": "https://bench.invalid", "audience": AUDIENCE},
+            # Inline keys: verification is measured, never a JWKS fetch.
+            "personal_agents": {"policy": "allowlist", "registered": [{"issuer": ISSUER, "jwks": self.jwks}]},
+            "cache": {"url": cache_url},
+            # Checked on every turn as in production, but never refusing: one personal agent here
+            # stands for the whole load, far beyond the per-agent default of 50 turns/s, and one
+            # address signs in every delegated bench user (past the per-address hand-off limit).
+            "rate_limits": {name: {"rate": 1_000_000, "burst": 1_000_000} for name in RATE_RULE_NAMES},
+            "metrics": {"enabled": True, "host": "127.0.0.1", "port": free_port()},
+            "oauth": {"signing_keys": [{"file": str(self.signing_key_file)}]},
+            "brands": [
+                {
+                    "id": "acme",
+                    "name": "Acme Support",
+                    "description": "Order status.",
+                    "version": "1.0.0",
+                    "upstream": upstream or {"url": self.bot_url},
+                    "delegation": delegation_config(self.login_jwks),
+                }
+            ],
+        }
+        path = self.workdir / f"gateway-{port}.yaml"
+        path.write_text(yaml.safe_dump(raw, sort_keys=False))
+        return path
+
+    def passthrough_argv(self, port: int) -> list[str]:
+        return ["-m", "bench.passthrough", "--port", str(port), "--upstream", self.bot_url]
+
+    def gateway_argv(self, config: Path, workers: int | None = None) -> list[str]:
+        argv = ["-m", "gateway", "serve", "--config", str(config)]
+        return [*argv, "--workers", str(workers)] if workers is not None else argv
+
+    def start_gateway(
+        self,
+        name: str,
+        cache_url: str,
+        *,
+        workers: int | None = None,
+        profile_to: Path | None = None,
+        upstream: dict[str, Any] | None = None,
+    ) -> tuple[Front, int]:
+        port = free_port()
+        argv = self.gateway_argv(self.gateway_config(port, cache_url, upstream), workers)
+        if profile_to is not None:
+            argv = ["-m", "pyinstrument", "-r", "pyisession", "-o", str(profile_to), *argv]
+        child = self.children.python(name, *argv)
+        return Front.a2a(name, port, child, cache_url != "memory://"), port
+
+    def start_passthrough(self) -> tuple[Front, int]:
+        port = free_port()
+        return Front.a2a(
+            PASSTHROUGH, port, self.children.python(PASSTHROUGH, *self.passthrough_argv(port))
+        ), port
+
+    def detect_workers(self) -> bool:
+        """Whether the CLI has ``--workers`` yet (another change adds it); absent is reported, not fatal."""
+        out = subprocess.run(
+            [sys.executable, *self.gateway_argv(Path("unused.yaml")), "--help"],
+            cwd=REPO_ROOT,
+            env=python_env(),
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        return "--workers" in out.stdout
+
+    def start_all(self, redis_url: str) -> None:
+        bot, bot_port = self.start_bot()
+        waits: list[tuple[Child, int]] = [(bot, bot_port)]
+        passthrough, pt_port = self.start_passthrough()
+        assert passthrough.process is not None
+        waits.append((passthrough.process, pt_port))
+        self.fronts[DIRECT] = Front(DIRECT, self.bot_url, "bot", None)
+        self.fronts[PASSTHROUGH] = passthrough
+        self.workers_available = self.detect_workers()
+        gateways = [
+            (GW_MEMORY, "memory://", None),
+            (GW_REDIS, redis_url, 1 if self.workers_available else None),
+        ]
+        if self.workers_available:
+            gateways.append((GW_REDIS_2W, redis_url, 2))
+        ports: dict[str, int] = {}
+        for name, url, workers in gateways:
+            front, port = self.start_gateway(name, url, workers=workers)
+            self.fronts[name] = front
+            ports[name] = port
+            assert front.process is not None
+            waits.append((front.process, port))
+        for child, port in waits:
+            child.wait_port(port)
+        for delegated, identity in DELEGATED_OF.items():
+            self.delegate(delegated, identity, ports[identity])
+
+    def delegate(self, name: str, identity: str, port: int) -> None:
+        """Front ``name``: the gateway of front ``identity``, driven by users that hold real grants.
+
+        Each user's grant and token come from the §5.3 flow over HTTP (``bench.delegation``), once,
+        before any timed round, as a personal agent gets them once and then uses them for an hour.
+        """
+        tokens = self.workdir / f"{name}-tokens.json"
+        self.flows[name] = python_json(
+            [
+                "-m",
+                "bench.delegation",
+                "--url",
+                f"http://127.0.0.1:{port}",
+                "--users",
+                str(self.settings.delegated_users),
+                "--key-file",
+                str(self.key_file),
+                "--issuer",
+                ISSUER,
+                "--audience",
+                AUDIENCE,
+                "--login-key-file",
+                str(self.login_key_file),
+                "--out",
+                str(tokens),
+            ],
+            timeout=600,
+        )
+        self.fronts[name] = replace(self.fronts[identity], name=name, delegation=tokens)
+
+    # ---- load --------------------------------------------------------------------------------
+
+    def loadgen_argv(
+        self,
+        front: Front,
+        *,
+        duration: float,
+        concurrency: int,
+        rate: float = 0.0,
+        max_turns: int = 0,
+        users: int | None = None,
+    ) -> list[str]:
+        s = self.settings
+        return [
+            sys.executable,
+            "-m",
+            "bench.loadgen",
+            "--url",
+            front.url,
+            "--mode",
+            front.mode,
+            "--duration",
+            str(duration),
+            "--warmup",
+            str(s.warmup),
+            "--concurrency",
+            str(concurrency),
+            "--rate",
+            str(rate),
+            "--turns",
+            str(s.turns),
+            "--max-turns",
+            str(max_turns),
+            "--key-file",
+            str(self.key_file),
+            "--issuer",
+            ISSUER,
+            "--audience",
+            AUDIENCE,
+            *([] if users is None else ["--subs", str(users)]),
+            *([] if front.delegation is None else ["--delegation-file", str(front.delegation)]),
+        ]
+
+    def _party_cpu(self, front: Front) -> dict[str, float]:
+        bot = front.bot or self.bot
+        readings = {"bot": cpu_seconds(bot.pid) if bot is not None else 0.0}
+        if front.process is not None:
+            readings["front"] = cpu_seconds(front.process.pid)
+        if self.redis_pid is not None and Path(f"/proc/{self.redis_pid}").exists():
+            readings["redis"] = cpu_seconds(self.redis_pid)
+        return readings
+
+    def _check_alive(self, front: Front) -> None:
+        for child in (front.bot or self.bot, front.process):
+            if child is not None and not child.alive():
+                raise ChildFailed(f"{child.name} exited with {child.popen.returncode}:\n{child.tail()}")
+
+    def drive(
+        self,
+        front: Front,
+        *,
+        duration: float,
+        concurrency: int,
+        rate: float = 0.0,
+        max_turns: int = 0,
+        while_running: Callable[[], None] | None = None,
+        redis_stats: bool = True,
+        users: int | None = None,
+    ) -> dict[str, Any]:
+        """One load-generator run against ``front``, with the CPU every party spent during it.
+
+        ``redis_stats=False`` keeps the probe's own INFO commands out of a MONITOR count;
+        ``users`` overrides the load generator's number of users (one PA JWT each).
+        """
+        self._check_alive(front)
+        argv = self.loadgen_argv(
+            front, duration=duration, concurrency=concurrency, rate=rate, max_turns=max_turns, users=users
+        )
+        redis_stats = redis_stats and front.uses_redis
+        stats_before = self.redis.commandstats() if redis_stats else {}
+        cpu_before = self._party_cpu(front)
+        ticks_before = read_machine_ticks()
+        wall_before = time.monotonic()
+        children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        out_path = self.workdir / "loadgen.out"
+        err_path = self.workdir / "loadgen.err"
+        with out_path.open("wb") as out, err_path.open("wb") as err:
+            loadgen = subprocess.Popen(argv, cwd=REPO_ROOT, env=python_env(), stdout=out, stderr=err)
+            limit = time.monotonic() + self.settings.warmup + duration + 60
+            try:
+                while loadgen.poll() is None:
+                    if time.monotonic() > limit:
+                        raise ChildFailed(f"the load generator did not finish against {front.name}")
+                    if while_running is not None:
+                        while_running()
+                    else:
+                        time.sleep(0.05)
+            finally:
+                if loadgen.poll() is None:
+                    loadgen.kill()
+                    loadgen.wait(5)
+        ticks_after = read_machine_ticks()
+        wall = time.monotonic() - wall_before
+        children_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        # The load generator's whole life (start-up included), known once it has been reaped.
+        loadgen_process = (children_after.ru_utime - children_before.ru_utime) + (
+            children_after.ru_stime - children_before.ru_stime
+        )
+        cpu_after = self._party_cpu(front)
+        stats_after = self.redis.commandstats() if redis_stats else {}
+        if loadgen.returncode != 0:
+            raise ChildFailed(f"load generator failed against {front.name}:\n{err_path.read_text()[-2000:]}")
+        self._check_alive(front)
+        result: dict[str, Any] = json.loads(out_path.read_text())
+        turns = max(int(result["turns_total"]), 1)
+        cpu = {party: cpu_after[party] - cpu_before[party] for party in cpu_before}
+        cpu["loadgen"] = float(result["cpu_s"])
+        result["front"] = front.name
+        result["cpu_s"] = cpu
+        result["cpu_s_per_1000_turns"] = {party: seconds * 1000 / turns for party, seconds in cpu.items()}
+        result["machine_busy"] = machine_busy(ticks_before, ticks_after)
+        # CPU the machine spent on anything but this round's parties: other users of a shared machine.
+        ours = sum(v for k, v in cpu.items() if k != "loadgen") + max(loadgen_process, cpu["loadgen"])
+        others = max(machine_busy_seconds(ticks_before, ticks_after) - ours, 0.0)
+        result["other_cpu_share"] = others / (wall * (os.cpu_count() or 1)) if wall > 0 else 0.0
+        if redis_stats:
+            delta = {
+                k: v - stats_before.get(k, 0) for k, v in stats_after.items() if v != stats_before.get(k, 0)
+            }
+            delta.pop("info", None)  # our own readings
+            result["redis_commands_per_turn"] = sum(delta.values()) / turns
+            result["redis_commands"] = delta
+        return result
+
+    def peak_rounds(self, order: Sequence[str]) -> list[dict[str, Any]]:
+        rounds: list[dict[str, Any]] = []
+        for repeat in range(self.settings.repeats):
+            # Every other repeat runs the fronts in reverse: on a machine whose speed drifts during
+            # the run, a fixed order would always measure one front later than another (a bias a
+            # same-repeat ratio cannot see), while alternating it cancels a steady drift.
+            for name in order if repeat % 2 == 0 else order[::-1]:
+                result = self.drive(
+                    self.fronts[name], duration=self.settings.duration, concurrency=self.settings.concurrency
+                )
+                result["repeat"] = repeat
+                rounds.append(result)
+                progress(
+                    f"  round {repeat + 1}/{self.settings.repeats} {name:<17} "
+                    f"{result['throughput_rps']:8.1f} turns/s  p50 {result['latency_ms']['p50']:6.2f} ms  "
+                    f"errors {result['errors']}  others' CPU {result['other_cpu_share']:.0%}"
+                )
+        return rounds
+
+    def half_load(self, plan: Sequence[tuple[str, str, float]]) -> list[dict[str, Any]]:
+        """Open-loop rounds; ``plan`` is (series name, front, rate), interleaved per repeat like the peaks."""
+        rounds: list[dict[str, Any]] = []
+        for repeat in range(self.settings.half_load_repeats):
+            for series, name, rate in plan:
+                result = self.drive(
+                    self.fronts[name],
+                    duration=self.settings.half_load_duration,
+                    concurrency=self.settings.half_load_concurrency,
+                    rate=rate,
+                )
+                result["front"] = series
+                result["repeat"] = repeat
+                rounds.append(result)
+                progress(
+                    f"  half load {repeat + 1}/{self.settings.half_load_repeats} {series:<27} "
+                    f"at {rate:.0f}/s: p50 {result['latency_ms']['p50']:6.2f} ms  "
+                    f"p99 {result['latency_ms']['p99']:6.2f} ms  others' CPU {result['other_cpu_share']:.0%}"
+                )
+        return rounds
+
+    def redis_round_trips(self, name: str = GW_REDIS) -> dict[str, Any]:
+        """Round trips per turn on the hot path, counted exactly with MONITOR over a fixed number of turns."""
+        front = self.fronts[name]
+        monitor = self.redis.monitor()
+        try:
+            result = self.drive(
+                front,
+                duration=120.0,
+                concurrency=4,
+                max_turns=self.settings.rtt_turns,
+                while_running=lambda: monitor.poll(0.05),
+                redis_stats=False,
+            )
+            monitor.poll(0.5)  # the last replies' commands
+        finally:
+            monitor.close()
+        turns = max(int(result["turns_total"]), 1)
+        client = dict(monitor.client_commands)
+        return {
+            "turns": result["turns_total"],
+            "errors": result["errors"],
+            "turns_per_conversation": self.settings.turns,
+            "round_trips_per_turn": sum(client.values()) / turns,
+            "client_commands": client,
+            "script_internal_commands_per_turn": sum(monitor.script_commands.values()) / turns,
+            "script_internal_commands": dict(monitor.script_commands),
+        }
+
+    def gateway_front(self, cache_url: str, upstream: dict[str, Any] | None = None) -> FrontArgv:
+        """How :func:`bench.instructions.count` starts a gateway front on a port it picks."""
+        return lambda port: self.gateway_argv(self.gateway_config(port, cache_url, upstream))
+
+    def profile(self) -> dict[str, Any] | None:
+        """One gateway-memory round under pyinstrument; ``None`` (with a note) if it is not installed."""
+        probe = subprocess.run(
+            [sys.executable, "-c", "import pyinstrument"], capture_output=True, check=False, timeout=60
+        )
+        if probe.returncode != 0:
+            return {"available": False, "note": "pyinstrument is not installed (pip install pyinstrument)"}
+        session = self.workdir / "gateway.pyisession"
+        front, port = self.start_gateway("gateway-profiled", "memory://", profile_to=session)
+        assert front.process is not None
+        front.process.wait_port(port)
+        result = self.drive(
+            front, duration=self.settings.profile_duration, concurrency=self.settings.concurrency
+        )
+        self.children.stop(front.process, signal.SIGINT)
+        if not session.exists():
+            return {"available": False, "note": f"pyinstrument wrote no session:\n{front.process.tail()}"}
+        RESULTS_DIR.mkdir(parents=True, exist_ok=True)
+        stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
+        text_path = RESULTS_DIR / f"profile-{stamp}.txt"
+        pstats_path = self.workdir / "gateway.pstats"
+        render = [sys.executable, "-m", "pyinstrument", "--load", str(session)]
+        subprocess.run(
+            [*render, "-r", "text", "--show", "*/gateway/*", "-o", str(text_path)], check=True, timeout=120
+        )
+        subprocess.run([*render, "-r", "pstats", "-o", str(pstats_path)], check=True, timeout=120)
+        summary = summarize(pstats_path, int(result["turns_total"]))
+        return {
+            "available": True,
+            "text_report": str(text_path),
+            "throughput_rps_under_profiler": result["throughput_rps"],
+            **summary,
+        }
+
+
+def _local_redis_pid(redis: RedisProbe) -> int | None:
+    """The Redis server's pid when it runs on this machine (a remote pid could name any local process)."""
+    pid = redis.server_pid()
+    if pid is None:
+        return None
+    try:
+        command = Path(f"/proc/{pid}/comm").read_text()
+    except OSError:
+        return None
+    return pid if command.startswith("redis") else None
+
+
+def progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def python_json(argv: Sequence[str], timeout: float) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, *argv],
+        cwd=REPO_ROOT,
+        env=python_env(),
+        capture_output=True,
+        timeout=timeout,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise ChildFailed(f"{' '.join(argv)} failed:\n{done.stderr.decode(errors='replace')[-2000:]}")
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def settings_from(args: argparse.Namespace) -> Settings:
+    base = MODES["smoke" if args.smoke else "quick" if args.quick else "full"]
+    overrides: dict[str, Any] = {}
+    for name, field_name in (
+        ("duration", "duration"),
+        ("repeats", "repeats"),
+        ("concurrency", "concurrency"),
+        ("turns", "turns"),
+        ("conversations", "memory_conversations"),
+    ):
+        value = getattr(args, name)
+        if value is not None:
+            overrides[field_name] = value
+    if "duration" in overrides:
+        overrides["half_load_duration"] = overrides["duration"]
+    return Settings(**{**asdict(base), **overrides})
