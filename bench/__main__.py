@@ -15,6 +15,7 @@ CAPACITY: dict[str, str] = {
     "oauth_state": "bench.oauth_state",
     "owner_scale": "bench.owner_scale",
     "redis_bytes": "bench.redis_bytes",
+    "slow_bot": "bench.slow_bot",
 }
 
 

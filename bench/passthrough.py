@@ -60,7 +60,7 @@ def create_passthrough_app(upstream: str) -> web.Application:
 
     async def session(app: web.Application) -> AsyncIterator[None]:
         app[SESSION] = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, limit_per_host=256, keepalive_timeout=30),
+            connector=aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=30),
             timeout=aiohttp.ClientTimeout(total=10),
         )
         yield

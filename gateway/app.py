@@ -18,7 +18,7 @@ from gateway.http.state import METRICS, RUNTIME, Runtime, RuntimeRef
 from gateway.oauth.keys import ProviderKeys
 from gateway.oauth.server import AuthorizationServer
 from gateway.ops.access import AccessLog
-from gateway.ops.limits import RateLimits
+from gateway.ops.limits import BotCalls, RateLimits
 from gateway.ops.metrics import Metrics, issuer_label
 from gateway.ops.tracing import SPANS, Spans, open_spans
 from gateway.protocol.card import render_card
@@ -40,6 +40,9 @@ RATE_LIMITER = web.AppKey("rate_limiter", RateLimiter)
 OAUTH_STORE = web.AppKey("oauth_store", OAuthStore)
 ADAPTER_STATE = web.AppKey("adapter_state", AdapterState)
 """Bot adapters' per-conversation state (a Direct Line conversation, a model's history), beside the store."""
+CALL_CEILING = web.AppKey("call_ceiling", BotCalls)
+"""``limits.max_bot_calls``: one count of bot calls in flight for the app's life, shared by every
+Brand's guard and kept across reloads (which only set its limit), so calls in flight stay counted."""
 LOGIN_JWKS = web.AppKey("login_jwks", JwksCache)
 """The Brands' login key sets (§5.3 assertions), apart from the personal agents': neither evicts the other."""
 Clock = Callable[[], float]
@@ -70,6 +73,7 @@ def build_runtime(app: web.Application, config: GatewayConfig, *, previous: Runt
                 brand.upstream,
                 metrics=metrics,
                 clock=app[BREAKER_CLOCK],
+                ceiling=app[CALL_CEILING],
             )
     cards = {brand.id: render_card(config, brand) for brand in config.brands.values()}
     spans = app[SPANS]
@@ -89,6 +93,7 @@ def build_runtime(app: web.Application, config: GatewayConfig, *, previous: Runt
     else:
         verifier = previous.verifier
         verifier.update(config.personal_agents, config.provider.audience)
+    app[CALL_CEILING].limit = config.limits.max_bot_calls
     return Runtime(
         config=config,
         cards=cards,
@@ -159,6 +164,7 @@ def create_app(
         client_max_size=config.limits.max_body_bytes,
     )
     app[METRICS] = Metrics() if metrics is None else metrics
+    app[CALL_CEILING] = BotCalls(config.limits.max_bot_calls, metrics=app[METRICS])
     app[SPANS] = spans
     # The per-process circuit breakers' clock; a test moves it instead of sleeping.
     app[BREAKER_CLOCK] = clock or time.monotonic
@@ -181,8 +187,11 @@ def create_app(
         fetch_session = make_fetch_session(config.personal_agents.jwks, config.development)
         # One session carries every User's turns: a cookie the bot sets for one User must never
         # ride on another's call, so the session keeps none (and reads no proxy from the environment).
+        # No connection limit, per host or in all: each Brand's upstream.max_concurrency and the
+        # process's limits.max_bot_calls are the caps, in YAML, counted when they bite; a pool
+        # limit here would be a third one, hidden (a per-host 256 here once held every slow bot at 256).
         app[UPSTREAM_SESSION] = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, limit_per_host=256, keepalive_timeout=30),
+            connector=aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=30),
             auto_decompress=True,
             cookie_jar=aiohttp.DummyCookieJar(),
             trust_env=False,

@@ -131,6 +131,9 @@ class ListenConfig:
     port: int = 8080
     trusted_proxies: tuple[IPv4Network | IPv6Network, ...] = ()
     forwarded_header: ForwardedHeader = "X-Forwarded-For"
+    backlog: int = 4096
+    """Connections the kernel holds for the gateway before it accepts them (``listen(2)``), capped by
+    ``net.core.somaxconn``. aiohttp's own 128 refused a burst of thousands of slow turns at the door."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,6 +218,9 @@ class LimitsConfig:
     max_body_bytes: int = 65536
     request_timeout: float = 30.0
     shutdown_timeout: float = 20.0  # seconds in-flight requests get to finish after SIGTERM
+    max_bot_calls: int = 4000
+    """Bot calls in flight in this process, every Brand together: what bounds the memory turns in
+    flight hold (each Brand's ``upstream.max_concurrency`` bounds only its own bot's share)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -404,13 +410,18 @@ ADAPTERS: tuple[AdapterName, ...] = ("pact", "rasa", "openai", "directline", "ht
 block of its own name under ``upstream`` (gateway/upstream/factory.py picks the module)."""
 
 
+MAX_CONCURRENCY: Final = 2000
+"""``upstream.max_concurrency``'s default: bot calls in flight per Brand and process. In flight is
+turns/s × the bot's latency, so 2000 serves 400 to 2000 turns/s of a bot taking 1 to 5 s."""
+
+
 @dataclass(frozen=True, slots=True)
 class UpstreamConfig:
     url: str
     timeout: float = 10.0
     headers: Mapping[str, str] = field(default_factory=dict, repr=False)
     """Static headers on every bot call, typically the bot's credential: kept out of ``repr``."""
-    max_concurrency: int = 64
+    max_concurrency: int = MAX_CONCURRENCY
     queue_timeout: float = 1.0
     circuit_breaker: CircuitBreakerConfig = field(default_factory=CircuitBreakerConfig)
     adapter: AdapterName = "pact"
@@ -627,6 +638,7 @@ SCHEMA: dict[str, Any] = _obj(
                 "port": {"type": "integer", "minimum": 0, "maximum": 65535},
                 "trusted_proxies": {"type": "array", "items": _STR},
                 "forwarded_header": {"enum": ["X-Forwarded-For", "Forwarded"]},
+                "backlog": {"type": "integer", "minimum": 1, "maximum": 65535},
             }
         ),
         "public_url": {**_STR, "pattern": _HTTP_URL},
@@ -679,7 +691,12 @@ SCHEMA: dict[str, Any] = _obj(
             }
         ),
         "limits": _obj(
-            {"max_body_bytes": _POS_INT, "request_timeout": _POS_NUM, "shutdown_timeout": _POS_NUM}
+            {
+                "max_body_bytes": _POS_INT,
+                "request_timeout": _POS_NUM,
+                "shutdown_timeout": _POS_NUM,
+                "max_bot_calls": _POS_INT,
+            }
         ),
         "rate_limits": _RATE_LIMITS,
         "metrics": _obj(
@@ -1100,7 +1117,7 @@ def _upstream(raw: Mapping[str, Any], path: str, environ: Mapping[str, str]) -> 
         url=raw["url"],
         timeout=timeout,
         headers=headers,
-        max_concurrency=raw.get("max_concurrency", 64),
+        max_concurrency=raw.get("max_concurrency", MAX_CONCURRENCY),
         queue_timeout=float(raw.get("queue_timeout", 1.0)),
         circuit_breaker=CircuitBreakerConfig(**raw.get("circuit_breaker", {})),
         adapter=adapter,
@@ -1236,6 +1253,7 @@ def _listen(raw: Mapping[str, Any]) -> ListenConfig:
         port=raw.get("port", 8080),
         trusted_proxies=tuple(networks),
         forwarded_header=raw.get("forwarded_header", "X-Forwarded-For"),
+        backlog=raw.get("backlog", 4096),
     )
 
 

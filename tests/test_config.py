@@ -421,7 +421,7 @@ def test_every_problem_is_reported_in_one_run_with_its_yaml_path(tmp_path: Path)
             "colour",
             [
                 "limits.colour: unknown setting; this block takes max_body_bytes, request_timeout,"
-                " shutdown_timeout"
+                " shutdown_timeout, max_bot_calls"
             ],
         ),
     ],

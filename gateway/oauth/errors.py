@@ -14,13 +14,13 @@ from collections.abc import Awaitable, Callable, Mapping
 from enum import Enum
 from typing import Any, Final
 
-import orjson
 from aiohttp import web
 
 from gateway.http.middlewares import REQUEST_ID
 from gateway.http.notes import refused
 from gateway.http.state import METRICS
 from gateway.store.base import StoreError
+from gateway.wire import json_bytes
 
 __all__ = [
     "NO_STORE",
@@ -94,7 +94,7 @@ def json_answer(
 ) -> web.Response:
     """An OAuth JSON answer (an object, or one already serialized): ``application/json`` (never the
     A2A media type), uncacheable."""
-    serialized = body if isinstance(body, bytes) else orjson.dumps(body)
+    serialized = body if isinstance(body, bytes) else json_bytes(body)
     return web.Response(
         body=serialized, status=status, headers={**NO_STORE, **(headers or {}), "Content-Type": JSON}
     )

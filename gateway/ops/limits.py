@@ -15,6 +15,9 @@ identity (the Delegated profile's OAuth endpoints, keyed by client address) reus
 unchanged. A budget of failures (wrong ``user_code``s, RFC 8628 §5.1) is the same counter
 looked at before an attempt (:meth:`RateLimits.check_budget`) and spent only when the attempt
 failed (:meth:`RateLimits.spend`).
+
+:class:`BotCalls` is the one limit that is not §6's: the process's ceiling on bot calls in
+flight, every Brand together (``limits.max_bot_calls``). It refuses the same way, a bare ``429``.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ from gateway.store.gcra import US
 from gateway.store.limits import Hit, RateLimiter, Rule
 
 __all__ = [
+    "BOT_CALLS",
+    "BotCalls",
     "Charge",
     "Limit",
     "RateLimited",
@@ -59,6 +64,8 @@ CONSENT_DECISION = "consent_decision"
 WRONG_USER_CODE_PER_USER = "wrong_user_code_per_user"
 WRONG_USER_CODE_PER_ADDRESS = "wrong_user_code_per_address"
 WRONG_USER_CODE_PER_BRAND = "wrong_user_code_per_brand"
+BOT_CALLS = "bot_calls"
+"""The ``limit`` label of a turn refused at the process's ceiling on bot calls in flight."""
 
 
 class RateLimited(Exception):
@@ -284,3 +291,32 @@ class RateLimits:
 
     async def close(self) -> None:
         await self._limiter.close()
+
+
+class BotCalls:
+    """``limits.max_bot_calls``: bot calls in flight in this process, every Brand together.
+
+    Each Brand's ``upstream.max_concurrency`` protects its own bot; this bounds what the process
+    holds for all of them at once (a turn in flight keeps two connections, its request and its
+    bot call: docs/capacity.md, "Slow bots"), so a process fronting many Brands cannot be driven
+    out of memory by their caps added up. One object lives as long as the app: a reload sets the
+    new :attr:`limit`, and calls already in flight stay counted. A call over the ceiling is
+    refused at once rather than queued: queueing would hold the very memory the ceiling bounds.
+    """
+
+    def __init__(self, limit: int, *, metrics: Metrics | None = None) -> None:
+        self.limit = limit
+        self.in_flight = 0
+        self._metrics = metrics
+
+    def enter(self, brand_id: str) -> bool:
+        """Count one more call for ``brand_id``; ``False`` (counted as refused) at the ceiling."""
+        if self.in_flight >= self.limit:
+            if self._metrics is not None:
+                self._metrics.rate_limited.labels(brand=brand_id, limit=BOT_CALLS).inc()
+            return False
+        self.in_flight += 1
+        return True
+
+    def leave(self) -> None:
+        self.in_flight -= 1

@@ -91,7 +91,15 @@ class GatewayServer:
         await self._runner.setup()
         if self._listen:
             listen = self.config.listen
-            site = web.TCPSite(self._runner, listen.host, listen.port, reuse_port=self._reuse_port or None)
+            # listen.backlog, not aiohttp's 128: thousands of agents connecting at once queue in
+            # the kernel until accepted instead of being refused (or retried after 1 s) at the door.
+            site = web.TCPSite(
+                self._runner,
+                listen.host,
+                listen.port,
+                backlog=listen.backlog,
+                reuse_port=self._reuse_port or None,
+            )
             try:
                 await site.start()
             except OSError:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from enum import Enum
 from typing import Any
 
-import orjson
+from gateway.wire import json_bytes
 
 A2A_CONTENT_TYPE = "application/a2a+json"
 
@@ -68,7 +68,7 @@ def envelope(reason: Reason, message: str) -> bytes:
             ],
         }
     }
-    return orjson.dumps(doc)
+    return json_bytes(doc)
 
 
 # Messages peers use (conformance notes, "Messages").

@@ -15,6 +15,7 @@ import orjson
 
 from gateway.protocol import errors
 from gateway.protocol.errors import A2AError, Reason
+from gateway.wire import json_bytes
 
 MAX_ID_LENGTH = 256
 
@@ -96,8 +97,7 @@ def render_reply(reply_id: str, context_id: str, text: str, metadata: dict[str, 
     """The §4.2 synchronous reply, serialized once: these bytes are stored and replayed (§4.3).
 
     ``metadata`` is the message's (a §5.6 receipt); without it the reply has no such member.
-    The result is copied because orjson's output keeps its whole growth buffer (about 4 KiB)
-    allocated; a stored reply should cost its own length, not the serializer's scratch space.
+    A stored reply costs its own length, not the serializer's scratch space (:mod:`gateway.wire`).
     """
     message: dict[str, Any] = {
         "messageId": reply_id,
@@ -107,4 +107,4 @@ def render_reply(reply_id: str, context_id: str, text: str, metadata: dict[str, 
     }
     if metadata is not None:
         message["metadata"] = metadata
-    return bytes(memoryview(orjson.dumps({"message": message})))
+    return json_bytes({"message": message})

@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-import orjson
+from gateway.wire import json_bytes
 
 __all__ = ["new_task_id", "render_step_up"]
 
@@ -41,7 +41,7 @@ def render_step_up(
     ``userCode``, ``interval``, ``expiresIn``), so the personal agent polls the token endpoint
     for this authorization without asking for another one.
     """
-    return orjson.dumps(
+    return json_bytes(
         {
             "task": {
                 "id": task_id,

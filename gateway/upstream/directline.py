@@ -75,6 +75,7 @@ from gateway.store.base import StoreError
 from gateway.upstream.base import BotReply, Turn, UpstreamError, UpstreamThrottled, retry_after_seconds
 from gateway.upstream.json_call import JsonAnswer, request_json, status_detail
 from gateway.upstream.wire import MAX_REPLY_BYTES, user_handle
+from gateway.wire import json_bytes
 
 __all__ = ["AnswerReader", "DirectLineAdapter", "Line", "render_activity"]
 
@@ -101,7 +102,7 @@ class Line:
     watermark: str | None = None
 
     def dump(self) -> bytes:
-        return orjson.dumps([self.conversation_id, self.token, self.refresh_at, self.watermark])
+        return json_bytes([self.conversation_id, self.token, self.refresh_at, self.watermark])
 
     @classmethod
     def load(cls, raw: bytes) -> Line:
@@ -217,7 +218,7 @@ class DirectLineAdapter:
         if turn.trace is not None:
             # Direct Line forwards no HTTP header to the bot, but the activity's channelData reaches it.
             activity["channelData"] = trace_headers(turn.trace)
-        body = orjson.dumps(activity)
+        body = json_bytes(activity)
         answer = await self._call("POST", self._activities(line), line.token, turn.request_id, body)
         if answer.status in (401, 403, 404):
             if answer.status == 404:

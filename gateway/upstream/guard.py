@@ -8,6 +8,9 @@ never knows it is there. It speaks the adapter protocol's own failures:
   a bare ``429`` with ``Retry-After: 1`` (§6), nothing was sent to the bot, and the turn's
   in-flight marker is released so the retry runs it. A bot that is merely slow is not
   drowned by the requests queueing in front of it.
+* **The process's ceiling** (``limits.max_bot_calls``, a :class:`~gateway.ops.limits.BotCalls`
+  shared by every Brand's guard). A call that has its Brand's slot but would pass the ceiling
+  is refused at once the same way, counted under ``limit="bot_calls"``.
 * **Circuit breaker** (``upstream.circuit_breaker``). After ``failures`` consecutive failed
   calls within ``window`` seconds it opens: turns fail fast with ``UpstreamError`` (so
   ``INTERNAL``, nothing stored, marker released, exactly like a failed call) without
@@ -40,6 +43,7 @@ from collections.abc import Callable
 from enum import Enum, IntEnum
 
 from gateway.config import CircuitBreakerConfig, UpstreamConfig
+from gateway.ops.limits import BOT_CALLS, BotCalls
 from gateway.ops.metrics import Metrics
 from gateway.upstream.base import BotAdapter, BotBusy, BotReply, Turn, UpstreamError, UpstreamThrottled
 
@@ -131,8 +135,10 @@ class GuardedBot:
         *,
         metrics: Metrics | None = None,
         clock: Callable[[], float] = time.monotonic,
+        ceiling: BotCalls | None = None,
     ) -> None:
         self._inner = inner
+        self._ceiling = ceiling
         self._brand_id = brand_id
         self._queue_timeout = upstream.queue_timeout
         self._slots = asyncio.Semaphore(upstream.max_concurrency)
@@ -166,6 +172,11 @@ class GuardedBot:
             self._breaker.abandoned(permit)
             self._publish()
             raise
+        if self._ceiling is not None and not self._ceiling.enter(self._brand_id):
+            self._slots.release()
+            self._breaker.abandoned(permit)
+            self._publish()
+            raise BotBusy(BUSY_RETRY_AFTER, BOT_CALLS)
         try:
             reply = await self._inner.send(turn)
         except UpstreamThrottled as throttled:
@@ -191,6 +202,8 @@ class GuardedBot:
             self._breaker.succeeded(permit)
             return reply
         finally:
+            if self._ceiling is not None:
+                self._ceiling.leave()
             self._slots.release()
             self._publish()
 

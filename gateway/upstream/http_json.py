@@ -31,6 +31,7 @@ from gateway.ops.tracing import trace_headers
 from gateway.upstream.base import Action, BotReply, Turn, UpstreamError
 from gateway.upstream.wire import MAX_REPLY_BYTES as MAX_REPLY_BYTES
 from gateway.upstream.wire import connection_failure, loads_reply, probe_endpoint, read_capped
+from gateway.wire import json_bytes
 
 MAX_LIST_ITEMS: Final = 64
 """At most this many scopes or actions in one reply: a turn's receipt stays small."""
@@ -50,7 +51,7 @@ class HttpJsonAdapter:
 
     async def send(self, turn: Turn) -> BotReply:
         delegation = turn.delegation
-        body = orjson.dumps(
+        body = json_bytes(
             {
                 "brand": turn.brand_id,
                 "conversation_id": turn.conversation_id,

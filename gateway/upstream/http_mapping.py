@@ -38,6 +38,7 @@ from gateway.ops.tracing import trace_headers
 from gateway.upstream.base import BotReply, Turn, UpstreamError
 from gateway.upstream.http_json import parse_actions, parse_scopes
 from gateway.upstream.wire import exchange, loads_reply, probe_endpoint, user_handle
+from gateway.wire import json_bytes
 
 __all__ = ["HttpMappingAdapter", "ReplyMapping", "compile_template", "turn_values"]
 
@@ -61,7 +62,7 @@ class HttpMappingAdapter:
         self._session = session
 
     async def send(self, turn: Turn) -> BotReply:
-        body = orjson.dumps(self._fill(turn_values(turn)))
+        body = json_bytes(self._fill(turn_values(turn)))
         answer = await exchange(
             self._session,
             self._method,

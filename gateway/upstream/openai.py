@@ -44,6 +44,7 @@ from gateway.store.adapter_state import AdapterState
 from gateway.store.base import StoreError
 from gateway.upstream.base import BotReply, Turn, UpstreamError, UpstreamThrottled, retry_after_seconds
 from gateway.upstream.json_call import JsonAnswer, error_label, request_json, status_detail
+from gateway.wire import json_bytes
 
 __all__ = ["Message", "OpenAIAdapter", "completion_text", "load_history", "trim_history"]
 
@@ -92,7 +93,7 @@ class OpenAIAdapter:
         # A new conversation has no history yet: skip the store's round trip.
         history = await self._history(key) if keeps_history and not turn.new_conversation else []
         asked: Message = {"role": "user", "content": turn.text}
-        body = orjson.dumps({**self._options, "messages": [*self._system, *history, asked]})
+        body = json_bytes({**self._options, "messages": [*self._system, *history, asked]})
         headers = {
             **self._headers,
             "Content-Type": "application/json",
@@ -108,7 +109,7 @@ class OpenAIAdapter:
                 max_chars=self._settings.max_history_chars,
             )
             try:
-                await self._state.put(key, orjson.dumps(kept), self._ttl)
+                await self._state.put(key, json_bytes(kept), self._ttl)
             except StoreError as exc:
                 raise UpstreamError("store", f"history not saved: {exc}") from None
         return BotReply(text)

@@ -33,6 +33,7 @@ from gateway.config import RasaSettings, UpstreamConfig
 from gateway.ops.tracing import trace_headers
 from gateway.upstream.base import BotReply, Turn, UpstreamError
 from gateway.upstream.wire import exchange, loads_reply, user_handle
+from gateway.wire import json_bytes
 
 __all__ = ["RasaAdapter", "render_messages"]
 
@@ -60,7 +61,7 @@ class RasaAdapter:
             self._webhook,
             headers={**self._headers, "X-Request-Id": turn.request_id, **trace_headers(turn.trace)},
             within=self._timeout,
-            body=orjson.dumps(doc),
+            body=json_bytes(doc),
         )
         if not 200 <= reply.status < 300:
             raise UpstreamError("status", f"HTTP {reply.status}")

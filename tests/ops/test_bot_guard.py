@@ -8,13 +8,16 @@ a :class:`ManualClock`, so cool-downs pass without sleeping.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
+import aiohttp
 import orjson
 import pytest
 from aiohttp import ClientResponse
 
+from gateway.app import reload_runtime
 from gateway.config import CircuitBreakerConfig, UpstreamConfig
 from gateway.http.state import METRICS
 from gateway.ops.metrics import Metrics
@@ -126,6 +129,77 @@ async def test_a_queued_turn_runs_when_a_slot_frees_in_time(make_gateway: MakeGa
     for response in await asyncio.gather(*tasks):
         await message(response)
     assert len(gw.bot.calls) == 4
+
+
+async def test_the_process_ceiling_on_bot_calls_is_a_bare_429_across_brands_and_counted(
+    make_gateway: MakeGateway,
+) -> None:
+    """limits.max_bot_calls bounds every Brand's calls together, refuses like the per-Brand cap
+    (a bare 429, nothing sent to the bot) and is counted as limit="bot_calls"."""
+    gw = await make_gateway(edit=lambda raw: raw.setdefault("limits", {}).update(max_bot_calls=2))
+    gate, held = await hold_at_the_bot(
+        gw, gw.send(message_id="a-1"), gw.send(message_id="g-1", brand="globex"), calls=2
+    )
+    refused = await gw.send("Hello", message_id="a-2", sub="bob")
+    assert refused.status == 429
+    assert refused.headers["Retry-After"] == "1"
+    assert await refused.read() == b""
+    assert len(gw.bot.calls) == 2
+    app = gw.client.app
+    assert app is not None
+    labels = {"brand": "acme", "limit": "bot_calls"}
+    assert app[METRICS].registry.get_sample_value("pact_rate_limited_total", labels) == 1
+    gate.set()
+    for response in await asyncio.gather(*held):
+        await message(response)
+    # The calls that finished left the count: the refused turn's retry runs.
+    await message(await gw.send("Hello", message_id="a-2", sub="bob"))
+
+
+async def test_a_reload_sets_the_ceiling_and_calls_in_flight_stay_counted(make_gateway: MakeGateway) -> None:
+    gw = await make_gateway(edit=lambda raw: raw.setdefault("limits", {}).update(max_bot_calls=1))
+    app = gw.client.app
+    assert app is not None
+    gate, [held] = await hold_at_the_bot(gw, gw.send(message_id="m-1"), calls=1)
+    assert (await gw.send(message_id="m-2", sub="bob")).status == 429
+    # A new Brand setting makes new guards; the count of the call in flight is the app's, not theirs.
+    more = dataclasses.replace(gw.config.limits, max_bot_calls=2)
+    acme = gw.config.brands["acme"]
+    moved = dataclasses.replace(acme, upstream=dataclasses.replace(acme.upstream, timeout=9.0))
+    reload_runtime(
+        app, dataclasses.replace(gw.config, limits=more, brands={**gw.config.brands, "acme": moved})
+    )
+    second = asyncio.create_task(gw.send(message_id="m-3", sub="bob"))
+    await until(lambda: len(gw.bot.calls) == 2)
+    assert (await gw.send(message_id="m-4", sub="carol")).status == 429
+    gate.set()
+    await message(await held)
+    await message(await second)
+
+
+async def test_no_connection_pool_cap_between_the_gateway_and_one_bot(make_gateway: MakeGateway) -> None:
+    """upstream.max_concurrency is the only cap: more than 256 calls (the per-host limit the
+    upstream connector once had) reach one bot at once."""
+    calls = 300
+    gw = await make_gateway(edit=upstream(max_concurrency=calls))
+    headers = {**gw.auth(), "A2A-Version": "1.0"}
+    url = gw.client.make_url("/a2a/acme/message:send")
+
+    async def turn(session: aiohttp.ClientSession, index: int) -> int:
+        doc = {"message": {"messageId": f"m-{index}", "role": "ROLE_USER", "parts": [{"text": "Hi"}]}}
+        async with session.post(url, json=doc, headers=headers) as response:
+            await response.read()
+            return response.status
+
+    gate = gw.bot.gate = asyncio.Event()
+    # The test client's own pool holds 100 connections: this one has no limit either.
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+        tasks = [asyncio.create_task(turn(session, index)) for index in range(calls)]
+        try:
+            await until(lambda: len(gw.bot.calls) == calls, limit=20)
+        finally:
+            gate.set()
+        assert await asyncio.gather(*tasks) == [200] * calls
 
 
 # Circuit breaker.

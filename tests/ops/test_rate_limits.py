@@ -349,7 +349,9 @@ def test_config_defaults_documented_in_the_readme() -> None:
     )
     assert config.brands["acme"].rate_limits == config.rate_limits
     upstream = config.brands["acme"].upstream
-    assert (upstream.max_concurrency, upstream.queue_timeout) == (64, 1.0)
+    # Sized for a bot of 1 to 5 s a turn: 2000 in flight is 400 to 2000 turns/s (README, "sizing").
+    assert (upstream.max_concurrency, upstream.queue_timeout) == (2000, 1.0)
+    assert (config.limits.max_bot_calls, config.listen.backlog) == (4000, 4096)
     assert upstream.circuit_breaker == CircuitBreakerConfig(
         enabled=True, failures=5, window=30.0, cooldown=15.0
     )
@@ -384,6 +386,10 @@ def test_config_brand_overrides_setting_by_setting() -> None:
             minimal(brand={"upstream": {"url": "http://b/", "circuit_breaker": {"failures": 0}}}),
             "brands[0].upstream.circuit_breaker.failures",
         ),
+        (minimal(limits={"max_bot_calls": 0}), "limits.max_bot_calls"),
+        (minimal(limits={"max_bot_calls": "many"}), "limits.max_bot_calls"),
+        (minimal(listen={"backlog": 0}), "listen.backlog"),
+        (minimal(listen={"backlog": 70000}), "listen.backlog"),
     ],
 )
 def test_config_rejects_bad_limits_with_their_path(raw: dict[str, Any], path: str) -> None:

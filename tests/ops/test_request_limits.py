@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -310,6 +311,31 @@ async def test_a_malformed_request_is_a_bare_400_that_quotes_nothing(
     answer = await refusal_of(edge, request_head("GET", CARD, f"Authorization: {secret}\x00"))
     assert_bare(answer, 400)
     assert "secret-part" not in json_logs.text
+
+
+async def test_listen_backlog_holds_a_burst_of_connections_the_process_has_not_accepted_yet(
+    jwks_server: FakeJwksServer, pa_issuer: str, bot: ControlledBot, tmp_path: Path
+) -> None:
+    """listen.backlog reaches listen(2): aiohttp's own 128 let the kernel drop the 130th connection
+    of a burst that arrived while the event loop was busy (its client then waits a SYN retry)."""
+    burst = 300
+    raw = base_config(pa_issuer, jwks_server.jwks_uri, bot.url, "memory://")
+    raw["listen"] = {"host": "127.0.0.1", "port": free_port(), "backlog": 1024}
+    config = load_config(raw, {})
+    server = GatewayServer(tmp_path / "gw.yaml", config, metrics=Metrics())
+    await server.start()
+    held: list[socket.socket] = []
+    try:
+        # No await in this loop: the gateway shares it, so it accepts nothing until the burst is in.
+        for _ in range(burst):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            held.append(sock)
+            sock.settimeout(0.5)
+            assert sock.connect_ex(("127.0.0.1", config.listen.port)) == 0, f"connection {len(held)} dropped"
+    finally:
+        for sock in held:
+            sock.close()
+        await server.stop()
 
 
 # The real process: the settings reach the listener `pact-gateway serve` opens.
