@@ -36,6 +36,7 @@ from gateway.redis_url import parse_redis_url
 __all__ = [
     "ADAPTERS",
     "ADMIN_TOKEN_MIN",
+    "MAX_AGENT_NAME",
     "AdapterName",
     "AdminConfig",
     "BrandConfig",
@@ -149,6 +150,8 @@ class PersonalAgentConfig:
     jwks_uri: str | None
     enabled: bool = True
     jwks: Mapping[str, Any] | None = None
+    name: str | None = None
+    """What the consent page calls this agent (§5.3), beside its issuer host; ``None`` shows the host only."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -235,6 +238,8 @@ class MetricsConfig:
 ADMIN_TOKEN_MIN = 32
 """Characters the admin API's bearer token, and every bearer secret the gateway checks (a Brand's
 introspection secret), must have at least (``openssl rand -hex 32`` makes 64)."""
+MAX_AGENT_NAME = 80
+"""Characters a registered personal agent's display ``name`` may have: one line on a phone's consent page."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -659,6 +664,7 @@ SCHEMA: dict[str, Any] = _obj(
                             "jwks_uri": _STR,
                             "enabled": {"type": "boolean"},
                             "jwks": _JWKS_OBJECT,
+                            "name": {**_STR, "minLength": 1, "maxLength": MAX_AGENT_NAME},
                         },
                         ["issuer"],
                     ),
@@ -1313,8 +1319,15 @@ def _registered_agent(
         raise ConfigError(f"{path}.jwks_uri", "is required unless an inline jwks is given")
     if jwks_uri is not None:
         _check_fetch_url(jwks_uri, f"{path}.jwks_uri", development)
+    name = raw.get("name")
+    if name is not None and (not name.isprintable() or not name.strip()):
+        raise ConfigError(f"{path}.name", "must be printable text, not only spaces")
     return PersonalAgentConfig(
-        issuer=raw["issuer"], jwks_uri=jwks_uri, enabled=raw.get("enabled", True), jwks=raw.get("jwks")
+        issuer=raw["issuer"],
+        jwks_uri=jwks_uri,
+        enabled=raw.get("enabled", True),
+        jwks=raw.get("jwks"),
+        name=name,
     )
 
 

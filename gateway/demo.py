@@ -109,11 +109,11 @@ def demo_config(
 
 def login_app(config: GatewayConfig) -> web.Application:
     """The stand-in login for every delegating Brand: it returns only to their consent URLs."""
-    consent_urls = [
-        OAuthUrls.of(config.public_url, brand.id).consent
+    consent_urls = {
+        OAuthUrls.of(config.public_url, brand.id).consent: brand.name
         for brand in config.brands.values()
         if brand.delegation is not None
-    ]
+    }
     return create_login_app(f"{config.public_url}{LOGIN_PREFIX}", consent_urls)
 
 

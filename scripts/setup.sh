@@ -39,6 +39,21 @@ if [ ! -x /usr/bin/chromium ]; then
     echo "setup.sh: install Debian's 'chromium' package; the consent browser test fails without it under CI=true." >&2
   fi
 fi
+# The browser tests inject axe-core (npm, MPL-2.0) into every page they open and require no WCAG 2.1
+# AA violation; the pinned version goes into .venv/node, beside the Python tools, never into the repo.
+AXE_VERSION=4.14.1
+if [ ! -f .venv/node/node_modules/axe-core/axe.min.js ] \
+  || ! grep -q "\"version\": \"$AXE_VERSION\"" .venv/node/node_modules/axe-core/package.json; then
+  if ! command -v npm >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+    apt-get update
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends npm
+  fi
+  if command -v npm >/dev/null 2>&1; then
+    npm install --silent --no-save --no-audit --no-fund --prefix .venv/node "axe-core@$AXE_VERSION"
+  else
+    echo "setup.sh: npm is missing, so axe-core is not installed; the browser tests fail without it under CI=true." >&2
+  fi
+fi
 # tests/bench/test_turn_count.py counts instructions per turn under Debian's valgrind (callgrind), the
 # CI guard of docs/performance.md's instruction count.
 if ! command -v valgrind >/dev/null 2>&1; then

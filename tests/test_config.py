@@ -11,6 +11,7 @@ import yaml
 
 from gateway.config import (
     _PATTERN_RULES,
+    MAX_AGENT_NAME,
     SCHEMA,
     ConfigError,
     RateRule,
@@ -325,6 +326,24 @@ def test_duplicates_are_rejected() -> None:
     raw["personal_agents"]["registered"][1]["issuer"] = raw["personal_agents"]["registered"][0]["issuer"]
     with pytest.raises(ConfigError, match=r"registered\[1\]\.issuer: duplicate issuer"):
         load_config(raw, ENV)
+
+
+def test_s5_3_a_registered_agent_name_is_checked_where_it_is_written() -> None:
+    """Issue 18: the consent page's name for an agent is one printable line."""
+    raw = example()
+    raw["personal_agents"]["registered"][0]["name"] = "Jane's Helper"
+    assert load_config(raw, ENV).personal_agents.registered[0].name == "Jane's Helper"
+    for bad, why in (
+        ("two\nlines", "must be printable text"),
+        ("   ", "must be printable text"),
+        ("", "personal_agents.registered[0].name"),
+        ("x" * (MAX_AGENT_NAME + 1), "personal_agents.registered[0].name"),
+    ):
+        raw["personal_agents"]["registered"][0]["name"] = bad
+        with pytest.raises(ConfigError) as caught:
+            load_config(raw, ENV)
+        assert str(caught.value.problems[0]).startswith("personal_agents.registered[0].name")
+        assert why in str(caught.value.problems[0])
 
 
 def test_allowlist_needs_an_agent_and_a_key_source() -> None:

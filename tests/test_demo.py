@@ -77,6 +77,10 @@ def test_demo_session_spells_the_cli_as_the_readme_and_ends_teed_lines() -> None
 
 def test_s5_3_check_reads_the_consent_form_as_a_browser_submits_it() -> None:
     html = pages.consent_page(
+        agent_name=None,
+        signed_in_as="jane",
+        user_code="WDJB-MJHT",
+        carried=[],
         pa_origin="http://127.0.0.1:18080",
         brand_name="Acme",
         scopes=[("orders:read", "Look up your orders & their status")],
@@ -86,5 +90,5 @@ def test_s5_3_check_reads_the_consent_form_as_a_browser_submits_it() -> None:
     form = read_form(html, "http://127.0.0.1:18080/a2a/acme/oauth/consent")
     assert form.action == "http://127.0.0.1:18080/a2a/acme/oauth/consent/decision"
     assert form.fields == [("session", "WDJB-MJHT.secret"), ("scope", "orders:read")]
-    assert form.buttons == [("decision", "allow"), ("decision", "deny")]
+    assert form.buttons == [("decision", "deny"), ("decision", "allow")]  # Deny first: implicit submission
     assert form.submission(button=("decision", "allow")) == [*form.fields, ("decision", "allow")]

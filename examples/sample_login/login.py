@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from html import escape
 from typing import Any, Final
@@ -43,13 +43,15 @@ h1{font-size:1.4rem;margin:0 0 12px}
 .standin{background:#fff3c4;border:1px solid #e0b400;border-radius:10px;padding:10px 12px;margin:0 0 20px}
 label{display:block;font-weight:600;margin:0 0 4px}
 input{display:block;width:100%;min-height:48px;padding:10px 12px;margin:0 0 16px;font:inherit;
-border:1px solid #c0c0c8;border-radius:10px;background:#fff}
+border:1px solid #6b6b76;border-radius:10px;background:#fff;color:#1a1a1a}
 button{width:100%;min-height:48px;padding:12px 16px;font:inherit;font-weight:600;border-radius:10px;
 border:1px solid #1d4ed8;background:#1d4ed8;color:#fff;cursor:pointer}
-.error{color:#b00020}
+:focus-visible{outline:3px solid #1d4ed8;outline-offset:2px}
+button:focus-visible{outline-color:#1a1a1a}
+.error{color:#b00020;font-weight:600}
 """
 _STANDIN: Final = (
-    '<p class="standin"><strong>Demo only:</strong> this page is a stand-in for the Brand\'s real login. '
+    '<p class="standin"><strong>Demo only:</strong> this page stands in for {brand}\'s real login. '
     "Any password works.</p>\n"
 )
 _HANDOFF_SCRIPT: Final = 'document.getElementById("handoff").submit();'
@@ -60,16 +62,15 @@ class LoginSite:
     """The stand-in's whole state: who it signs as, with which key, and where it may return to."""
 
     issuer: str
-    consent_urls: frozenset[str]
+    consent_urls: Mapping[str, str]
+    """Each consent URL it may return to, and the name of the Brand it stands in for there."""
     key: ec.EllipticCurvePrivateKey
     kid: str
 
     @classmethod
-    def generate(cls, issuer: str, consent_urls: Collection[str]) -> LoginSite:
+    def generate(cls, issuer: str, consent_urls: Mapping[str, str]) -> LoginSite:
         """A fresh ES256 key, made at start-up and never written anywhere."""
-        return cls(
-            issuer, frozenset(consent_urls), ec.generate_private_key(ec.SECP256R1()), secrets.token_hex(8)
-        )
+        return cls(issuer, dict(consent_urls), ec.generate_private_key(ec.SECP256R1()), secrets.token_hex(8))
 
     def jwks(self) -> dict[str, Any]:
         public = ECAlgorithm.to_jwk(self.key.public_key(), as_dict=True)
@@ -130,17 +131,26 @@ def _headers(nonce: str, form_action: str) -> dict[str, str]:
 
 
 def _page(
-    title: str, body: str, *, status: int = 200, form_action: str = "'self'", script: str = ""
+    title: str,
+    body: str,
+    *,
+    brand: str,
+    status: int = 200,
+    form_action: str = "'self'",
+    script: str = "",
 ) -> web.Response:
-    """A whole page; ``body`` must already be safe HTML, ``script`` runs under this answer's nonce."""
+    """A whole page naming the Brand it stands in for (``brand``, escaped here, in the title and the
+    notice); ``body`` must already be safe HTML, ``script`` runs under this answer's nonce."""
     nonce = secrets.token_urlsafe(16)
     tail = f'<script nonce="{nonce}">{script}</script>\n' if script else ""
+    notice = _STANDIN.replace("{brand}", escape(brand))
     html = (
         '<!doctype html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
         '<meta name="viewport" content="width=device-width, initial-scale=1">\n'
         '<meta name="robots" content="noindex">\n'
-        f'<title>{escape(title)}</title>\n<style nonce="{nonce}">{_STYLE}</style>\n</head>\n'
-        f"<body>\n<main>\n{_STANDIN}{body}</main>\n{tail}</body>\n</html>\n"
+        f"<title>{escape(title)} - {escape(brand)} (stand-in login)</title>\n"
+        f'<style nonce="{nonce}">{_STYLE}</style>\n</head>\n'
+        f"<body>\n<main>\n{notice}{body}</main>\n{tail}</body>\n</html>\n"
     )
     return web.Response(body=html.encode(), status=status, headers=_headers(nonce, form_action))
 
@@ -151,13 +161,14 @@ def _refuse_return_to() -> web.Response:
         "<p>This sign-in link does not lead back to a known consent page. "
         "Start again from your assistant.</p>\n"
     )
-    return _page("Cannot continue", body, status=400)
+    return _page("Cannot continue", body, brand="the Brand", status=400)
 
 
-def _login_form(action: str, return_to: str, user: str, user_code: str, error: str = "") -> str:
-    notice = f'<p class="error">{escape(error)}</p>\n' if error else ""
+def _login_form(action: str, return_to: str, brand: str, user: str, user_code: str, error: str = "") -> str:
+    # role=alert: a screen reader announces the error as the page with it loads.
+    notice = f'<p class="error" role="alert">{escape(error)}</p>\n' if error else ""
     return (
-        "<h1>Sign in</h1>\n"
+        f"<h1>Sign in to {escape(brand)}</h1>\n"
         f"{notice}"
         f'<form method="post" action="{escape(action)}">\n'
         f'<input type="hidden" name="return_to" value="{escape(return_to)}">\n'
@@ -176,10 +187,12 @@ def _login_form(action: str, return_to: str, user: str, user_code: str, error: s
 async def show_login(request: web.Request) -> web.Response:
     """``GET login?return_to=…``: the form, the user code taken from ``return_to`` when it has one."""
     return_to = request.query.get("return_to", "")
-    target = consent_target(return_to, request.app[SITE].consent_urls)
+    consent_urls = request.app[SITE].consent_urls
+    target = consent_target(return_to, consent_urls)
     if target is None:
         return _refuse_return_to()
-    return _page("Sign in", _login_form(request.path, return_to, DEFAULT_USER, target[1]))
+    brand = consent_urls[target[0]]
+    return _page("Sign in", _login_form(request.path, return_to, brand, DEFAULT_USER, target[1]), brand=brand)
 
 
 def _handoff(consent_url: str, assertion: str, user: str) -> str:
@@ -205,14 +218,18 @@ async def sign_in(request: web.Request) -> web.Response:
     if target is None:
         return _refuse_return_to()
     consent_url = target[0]
+    brand = site.consent_urls[consent_url]
     if not user or not user_code:
-        body = _login_form(request.path, return_to, user, user_code, "Enter your user id and the code.")
-        return _page("Sign in", body, status=400)
+        body = _login_form(
+            request.path, return_to, brand, user, user_code, "Enter your user id and the code."
+        )
+        return _page("Sign in", body, brand=brand, status=400)
     assertion = site.assertion(user=user, user_code=user_code, consent_url=consent_url, now=time.time())
     parts = urlsplit(consent_url)
     return _page(
         "Signed in",
         _handoff(consent_url, assertion, user),
+        brand=brand,
         form_action=f"{parts.scheme}://{parts.netloc}",
         script=_HANDOFF_SCRIPT,
     )
@@ -224,11 +241,11 @@ async def jwks(request: web.Request) -> web.Response:
     return web.Response(body=body, content_type="application/json", headers={"Cache-Control": "max-age=300"})
 
 
-def create_login_app(issuer: str, consent_urls: Collection[str]) -> web.Application:
+def create_login_app(issuer: str, consent_urls: Mapping[str, str]) -> web.Application:
     """The stand-in as an aiohttp app: ``GET|POST login`` and ``GET jwks.json``, to mount anywhere.
 
-    ``issuer`` is the ``login.issuer`` the gateway is configured with; ``consent_urls`` are
-    the consent URLs of the Brands whose login this is.
+    ``issuer`` is the ``login.issuer`` the gateway is configured with; ``consent_urls`` maps the
+    consent URL of each Brand whose login this is to that Brand's name, which its pages show.
     """
     app = web.Application()
     app[SITE] = LoginSite.generate(issuer, consent_urls)

@@ -55,5 +55,6 @@ def add_routes(router: web.UrlDispatcher) -> None:
     router.add_get(f"{oauth}/jwks.json", metadata.jwks, name="OAuthJwks")
     # §5.3 the User's browser: the Brand login's hand-off, the consent decision, the landing page.
     router.add_post(f"{oauth}/consent", consent.consent, name="OAuthConsent")
+    router.add_get(f"{oauth}/consent", consent.consent_opened, allow_head=False, name="OAuthConsentOpened")
     router.add_post(f"{oauth}/consent/decision", consent.decision, name="OAuthConsentDecision")
     router.add_get(f"{oauth}/done", consent.landing, allow_head=False, name="OAuthLanding")

@@ -5,7 +5,10 @@
 approves at once when a live grant already covers the request (§5.3 "MAY be skipped").
 ``POST {urls.consent_decision}`` takes the form's single-use ``session`` and settles the
 pending authorization; ``GET {urls.landing}`` is the "you can close this page" page the
-decision redirects to when the Brand has no landing page of its own.
+decision redirects to when the Brand has no landing page of its own. That page says what the
+decision made true from a single-use record the decision left in the store, named by an
+unguessable id in the redirect: never from its query string. A ``GET`` on the consent URL
+(the address opened by hand) is a page saying where a person should start.
 
 Everything here answers a browser, so every refusal is the same short HTML page (the reason
 goes to the log, never to the page), and every answer carries the same anti-framing, no-cache,
@@ -27,7 +30,7 @@ from urllib.parse import parse_qsl
 from aiohttp import web
 from yarl import URL
 
-from gateway.config import BrandConfig, DelegationConfig, RateLimitsConfig
+from gateway.config import BrandConfig, DelegationConfig, PersonalAgentsConfig, RateLimitsConfig
 from gateway.http import responses
 from gateway.http.caller import read_body
 from gateway.http.client_address import client_address
@@ -49,15 +52,24 @@ from gateway.ops.limits import (
     wrong_user_code_limits,
 )
 from gateway.ops.metrics import Metrics
+from gateway.protocol.claims import MAX_CLOCK_SKEW
 from gateway.protocol.urls import OAuthUrls, with_query
 from gateway.store.base import StoreError
-from gateway.store.oauth import AuthorizationStatus, ConsentSession, DeviceAuthorization, Grant
+from gateway.store.oauth import (
+    AuthorizationStatus,
+    ConsentSession,
+    DeviceAuthorization,
+    Grant,
+    LandingRecord,
+)
 
 __all__ = [
+    "LANDING_TTL",
     "MAX_FORM_BYTES",
     "SESSION_TTL",
     "carried_scopes",
     "consent",
+    "consent_opened",
     "decision",
     "landing",
     "origin_of",
@@ -72,6 +84,8 @@ MAX_FORM_BYTES: Final = 65536
 """A posted form is read whole up to this size: an assertion is at most 8 KiB, a decision a few scopes."""
 SESSION_TTL: Final = 600.0
 """A consent form is good for at most 10 minutes (and never past its authorization's expiry)."""
+LANDING_TTL: Final = 300.0
+"""The landing page's record of a decision is shown at most once, within 5 minutes of the decision."""
 _MAX_FIELDS: Final = 256
 
 
@@ -91,6 +105,7 @@ class _Delegating(NamedTuple):
     delegation: DelegationConfig
     urls: OAuthUrls
     headers: Mapping[str, str]
+    agents: PersonalAgentsConfig
     limits: RateLimits
     address: str
     """The client's address (:func:`~gateway.http.client_address.client_address`), for per-address limits."""
@@ -201,6 +216,7 @@ def _delegating(request: web.Request) -> _Delegating | None:
         brand.delegation,
         runtime.oauth.urls(brand),
         headers,
+        runtime.config.personal_agents,
         runtime.limits,
         client_address(request, runtime.config.listen),
     )
@@ -229,25 +245,44 @@ async def _answer(
         raise
     except _Refused as refusal:
         _log.info("%s refused for brand %s: %s", step, ctx.brand.id, refusal.reason)
-        return _page(ctx, pages.error_page(), 400)
+        return _page(ctx, pages.error_page(ctx.brand.name), 400)
     except RateLimited as limited:
         _log.info("%s refused for brand %s: rate limited by %s", step, ctx.brand.id, limited.limit)
         refused(request, limited.limit)
-        response = _page(ctx, pages.too_many_attempts_page(limited.retry_after), 429)
+        response = _page(ctx, pages.too_many_attempts_page(ctx.brand.name, limited.retry_after), 429)
         response.headers["Retry-After"] = str(limited.retry_after)
         return response
     except StoreError as exc:
         request.app[METRICS].store_error("oauth")
         _log.error("%s for brand %s failed, store unavailable: %s", step, ctx.brand.id, exc)
-        return _page(ctx, pages.unavailable_page(), 503)
+        return _page(ctx, pages.unavailable_page(ctx.brand.name), 503)
     except Exception:
         _log.exception("%s for brand %s failed", step, ctx.brand.id)
-        return _page(ctx, pages.unavailable_page(), 500)
+        return _page(ctx, pages.unavailable_page(ctx.brand.name), 500)
 
 
-def _redirect(ctx: _Delegating, **params: str) -> web.Response:
-    """303 to the landing page: the Brand's configured one, else ours; never a URL from the request."""
-    target = with_query(ctx.delegation.landing_url or ctx.urls.landing, **params)
+def _scope_texts(ctx: _Delegating, scopes: Iterable[str]) -> list[str]:
+    """The card's descriptions of ``scopes``, in card order; ids no longer on the card are left out."""
+    return [ctx.delegation.scopes[scope] for scope in scopes_in_card_order(ctx.delegation, scopes)]
+
+
+async def _redirect(ctx: _Delegating, record: LandingRecord) -> web.Response:
+    """303 to the landing page: the Brand's configured one, else ours; never a URL from the request.
+
+    Both get the conformance notes' ``status=approved&scope=…`` or ``status=denied`` (the Brand's
+    page may show them as it likes). Ours also gets ``r``, the id of ``record``, kept in the store
+    for :data:`LANDING_TTL` and shown once: our page says only what the record says, never what
+    the query claims.
+    """
+    params = {"status": "denied"}
+    if record.outcome == "approved":
+        params = {"status": "approved", "scope": " ".join(record.scopes)}
+    if ctx.delegation.landing_url is not None:
+        target = with_query(ctx.delegation.landing_url, **params)
+    else:
+        record_id = secrets.token_urlsafe(32)
+        await ctx.server.store.put_landing(ctx.brand.id, code_hash(record_id), record)
+        target = with_query(ctx.urls.landing, **params, r=record_id)
     return web.Response(status=303, headers={**ctx.headers, "Location": target})
 
 
@@ -289,7 +324,7 @@ def _new_session(user_code: str) -> str:
 async def _accept_assertion(
     ctx: _Delegating, fields: Sequence[tuple[str, str]], now: float, metrics: Metrics
 ) -> tuple[LoginAssertion, DeviceAuthorization]:
-    """The verified, first-time-used assertion and the pending authorization it names."""
+    """The verified, first-time-used assertion and the authorization it names (pending or already decided)."""
     server, brand, login = ctx.server, ctx.brand, ctx.delegation.login
     try:
         assertion = await verify_assertion(
@@ -303,9 +338,10 @@ async def _accept_assertion(
         )
     except InvalidAssertion as invalid:
         raise _Refused(invalid.reason) from None
-    # Single use by jti, remembered until the assertion could no longer be valid (exp is ≤ 5 min away).
+    # Single use by jti, remembered until no replica could still take the assertion as valid: its exp
+    # (≤ 5 min away) plus the §3.2 clock skew another replica's clock may be behind ours by.
     marker = code_hash(f"{login.issuer}\0{assertion.jti}")
-    if not await server.store.use_once(brand.id, marker, assertion.expires_at - now):
+    if not await server.store.use_once(brand.id, marker, assertion.expires_at - now + MAX_CLOCK_SKEW):
         raise _Refused("replayed_jti")
     # RFC 8628 §5.1: past its budget of wrong codes, the Brand user, the address or the whole
     # Brand is paused *before* the code is looked up, so the pause is the same answer whether
@@ -326,8 +362,6 @@ async def _accept_assertion(
                 ctx.address,
             )
         raise _Refused("unknown_user_code")
-    if authorization.status is not AuthorizationStatus.PENDING:
-        raise _Refused("not_pending")
     return assertion, authorization
 
 
@@ -338,11 +372,25 @@ async def _approve(
     scopes: tuple[str, ...],
     carried: tuple[str, ...],
     now: float,
+    dropped: tuple[str, ...] = (),
 ) -> web.Response:
     store = ctx.server.store
     if not await store.approve(ctx.brand.id, authorization.device_hash, user, scopes, now, carried=carried):
         raise _Refused("not_pending")
-    return _redirect(ctx, status="approved", scope=" ".join(scopes))
+    record = LandingRecord("approved", scopes, carried, dropped, now + LANDING_TTL)
+    return await _redirect(ctx, record)
+
+
+def _settled(ctx: _Delegating, assertion: LoginAssertion, authorization: DeviceAuthorization) -> web.Response:
+    """A valid sign-in for a request already decided (its link opened again): what is true now.
+
+    What an approval allowed is shown only to the Brand user who approved it.
+    """
+    if authorization.status is AuthorizationStatus.DENIED:
+        return _page(ctx, pages.settled_page(brand_name=ctx.brand.name, outcome="denied", scopes=()))
+    mine = authorization.user == assertion.user
+    scopes = _scope_texts(ctx, authorization.approved) if mine else []
+    return _page(ctx, pages.settled_page(brand_name=ctx.brand.name, outcome="approved", scopes=scopes))
 
 
 async def _hand_off(request: web.Request, ctx: _Delegating) -> web.Response:
@@ -351,6 +399,8 @@ async def _hand_off(request: web.Request, ctx: _Delegating) -> web.Response:
     await ctx.enforce(named_limit(LOGIN_ASSERTION, ctx.rate_limits.login_assertion, ctx.address))
     metrics = request.app[METRICS]
     assertion, authorization = await _accept_assertion(ctx, await _read_form(request), now, metrics)
+    if authorization.status is not AuthorizationStatus.PENDING:
+        return _settled(ctx, assertion, authorization)
     # The slot's grant only: the hand-off costs the same whatever else this user has approved.
     grant = await store.live_grant_of(ctx.brand.id, assertion.user, authorization.owner_digest, now)
     skipped = skip_consent_scopes(ctx.delegation, authorization, grant)
@@ -366,10 +416,16 @@ async def _hand_off(request: web.Request, ctx: _Delegating) -> web.Response:
         code_hash(session),
         ConsentSession(device_hash=authorization.device_hash, user=assertion.user, expires_at=expires_at),
     )
+    agent = ctx.agents.find(authorization.client_id)
+    carried = carried_scopes(ctx.delegation, authorization, grant, authorization.scopes)
     html = pages.consent_page(
+        agent_name=None if agent is None else agent.name,
         pa_origin=origin_of(authorization.client_id),
         brand_name=ctx.brand.name,
+        signed_in_as=assertion.display or assertion.user,
+        user_code=authorization.user_code,
         scopes=[(scope, ctx.delegation.scopes.get(scope, scope)) for scope in authorization.scopes],
+        carried=[(scope, ctx.delegation.scopes[scope]) for scope in carried],
         session=session,
         action=ctx.urls.consent_decision,
     )
@@ -384,6 +440,17 @@ async def consent(request: web.Request) -> web.Response:
     return await _answer(ctx, request, "login hand-off", _hand_off(request, ctx))
 
 
+async def consent_opened(request: web.Request) -> web.Response:
+    """``GET {urls.consent}``: the address opened by hand. Still a ``405`` (only the Brand login's
+    ``POST`` does anything here), but with a page saying where to start, not the browser's own."""
+    ctx = _delegating(request)
+    if ctx is None:
+        return responses.not_found()
+    response = _page(ctx, pages.wrong_method_page(ctx.brand.name), 405)
+    response.headers["Allow"] = "POST"
+    return response
+
+
 async def _settle(request: web.Request, ctx: _Delegating) -> web.Response:
     """The User's answer on the consent form, settled once; the redirect to the landing page."""
     store, now = ctx.server.store, ctx.server.clock()
@@ -394,6 +461,7 @@ async def _settle(request: web.Request, ctx: _Delegating) -> web.Response:
     if choice not in {"allow", "deny"}:
         raise _Refused("bad_decision")
     ticked = [value for key, value in fields if key == "scope"]
+    kept = {value for key, value in fields if key == "keep"}
     user_code, dot, _ = session.partition(".")
     if not dot or normalize_user_code(user_code) != user_code:
         raise _Refused("unknown_session")
@@ -406,19 +474,26 @@ async def _settle(request: web.Request, ctx: _Delegating) -> web.Response:
         raise _Refused("unknown_authorization")
     if authorization.status is not AuthorizationStatus.PENDING:
         raise _Refused("not_pending")
+    grant = await store.live_grant_of(ctx.brand.id, taken.user, authorization.owner_digest, now)
     if choice == "deny" or not ticked:  # the notes: no scope ticked counts as denied
         if not await store.deny(ctx.brand.id, authorization.device_hash, now):
             raise _Refused("not_pending")
         request.app[METRICS].delegation_event(ctx.brand.id, "authorization_denied")
-        return _redirect(ctx, status="denied")
+        # The earlier grant is untouched by a denial: the page says what it still allows.
+        standing = () if grant is None or not _same_owner(grant, authorization) else grant.scopes
+        outcome = "denied" if choice == "deny" else "nothing_ticked"
+        return await _redirect(ctx, LandingRecord(outcome, standing, (), (), now + LANDING_TTL))
     if not set(ticked) <= set(authorization.scopes):
         raise _Refused("unrequested_scope")
-    grant = await store.live_grant_of(ctx.brand.id, taken.user, authorization.owner_digest, now)
-    carried = carried_scopes(ctx.delegation, authorization, grant, ticked)
+    # §5.3 step-up: the new grant supersedes the live one and keeps only what the User left ticked
+    # under "keep" (a scope missing from the form is dropped, never carried by default).
+    offered = carried_scopes(ctx.delegation, authorization, grant, ticked)
+    carried = tuple(scope for scope in offered if scope in kept)
+    dropped = tuple(scope for scope in offered if scope not in kept)
     scopes = scopes_in_card_order(ctx.delegation, {*ticked, *carried})
     if not scopes:  # everything ticked left the card with a reload since the page was shown
         raise _Refused("unrequested_scope")
-    response = await _approve(ctx, authorization, taken.user, scopes, carried, now)
+    response = await _approve(ctx, authorization, taken.user, scopes, carried, now, dropped)
     request.app[METRICS].delegation_event(ctx.brand.id, "authorization_approved")
     return response
 
@@ -431,20 +506,29 @@ async def decision(request: web.Request) -> web.Response:
     return await _answer(ctx, request, "consent decision", _settle(request, ctx))
 
 
-async def landing(request: web.Request) -> web.Response:
-    """``GET {urls.landing}``: "you're connected, you can close this page" (no Brand landing page set).
+async def _show_landing(request: web.Request, ctx: _Delegating) -> web.Response:
+    record_id = request.query.get("r", "")
+    record = None
+    if record_id:
+        record = await ctx.server.store.take_landing(ctx.brand.id, code_hash(record_id), ctx.server.clock())
+    html = pages.landing_page(
+        brand_name=ctx.brand.name,
+        outcome=None if record is None else record.outcome,
+        scopes=[] if record is None else _scope_texts(ctx, record.scopes),
+        carried=[] if record is None else _scope_texts(ctx, record.carried),
+        dropped=[] if record is None else _scope_texts(ctx, record.dropped),
+    )
+    return _page(ctx, html)
 
-    ``status`` only picks a fixed text and only the card's descriptions of known scope ids are
-    shown, so a crafted link cannot put words of its choosing on a page under our name.
+
+async def landing(request: web.Request) -> web.Response:
+    """``GET {urls.landing}``: what the User's decision made true (no Brand landing page set).
+
+    Rendered from the decision's single-use record named by ``r``, so a crafted link cannot
+    make a page under our name claim a grant: an unknown, spent or expired ``r`` shows only
+    that there is nothing to show.
     """
     ctx = _delegating(request)
     if ctx is None:
         return responses.not_found()
-    descriptions = [
-        ctx.delegation.scopes[scope]
-        for scope in scopes_in_card_order(ctx.delegation, request.query.get("scope", "").split())
-    ]
-    html = pages.landing_page(
-        brand_name=ctx.brand.name, status=request.query.get("status", ""), scopes=descriptions
-    )
-    return _page(ctx, html)
+    return await _answer(ctx, request, "landing page", _show_landing(request, ctx))

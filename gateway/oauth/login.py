@@ -28,7 +28,9 @@ from gateway.oauth.device import normalize_user_code
 from gateway.protocol.claims import MAX_CLOCK_SKEW, AuthFailure, check_header, split_unverified
 
 __all__ = [
+    "DISPLAY_CLAIM",
     "MAX_ASSERTION_LIFETIME",
+    "MAX_DISPLAY_LENGTH",
     "AssertionReason",
     "InvalidAssertion",
     "LoginAssertion",
@@ -39,6 +41,13 @@ __all__ = [
 
 MAX_ASSERTION_LIFETIME: Final = 300.0
 """An assertion's ``exp`` may be at most this far ahead of now (the notes: "about 2 minutes, at most 5")."""
+
+DISPLAY_CLAIM: Final = "preferred_username"
+"""The optional claim the Brand login may add to name the signed-in account on the consent page
+("Signed in as …"), e.g. an e-mail address; OpenID Connect Core §5.1's name for it. Without it
+(or when it is unusable) the page shows ``sub``."""
+MAX_DISPLAY_LENGTH: Final = 200
+"""Longer display names are ignored (``sub`` is shown instead): the page stays one readable line."""
 
 AssertionReason = Literal[
     "malformed",
@@ -83,6 +92,8 @@ class LoginAssertion:
     user_code: str
     jti: str
     expires_at: float
+    display: str | None = None
+    """:data:`DISPLAY_CLAIM` when the login sent a usable one: shown (escaped), never logged."""
 
 
 def _numeric_date(payload: Mapping[str, Any], name: str) -> float | None:
@@ -95,6 +106,15 @@ def _numeric_date(payload: Mapping[str, Any], name: str) -> float | None:
 def _nonempty(payload: Mapping[str, Any], name: str) -> str | None:
     value = payload.get(name)
     return value if isinstance(value, str) and value else None
+
+
+def _display(payload: Mapping[str, Any]) -> str | None:
+    """:data:`DISPLAY_CLAIM` when it is a short printable string; anything else is ignored, not refused,
+    since it only changes what the page calls the account (the account itself is ``sub``)."""
+    value = _nonempty(payload, DISPLAY_CLAIM)
+    if value is None or len(value) > MAX_DISPLAY_LENGTH or not value.isprintable() or not value.strip():
+        return None
+    return value
 
 
 def check_assertion_claims(
@@ -139,7 +159,7 @@ def check_assertion_claims(
         raise InvalidAssertion("expired")
     if exp > now + MAX_ASSERTION_LIFETIME:
         raise InvalidAssertion("exp_too_far")
-    return LoginAssertion(user=user, user_code=user_code, jti=jti, expires_at=exp)
+    return LoginAssertion(user=user, user_code=user_code, jti=jti, expires_at=exp, display=_display(payload))
 
 
 @dataclass(frozen=True, slots=True)

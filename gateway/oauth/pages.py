@@ -13,7 +13,15 @@ from collections.abc import Sequence
 from html import escape
 from typing import Final
 
-__all__ = ["consent_page", "error_page", "landing_page", "too_many_attempts_page", "unavailable_page"]
+__all__ = [
+    "consent_page",
+    "error_page",
+    "landing_page",
+    "settled_page",
+    "too_many_attempts_page",
+    "unavailable_page",
+    "wrong_method_page",
+]
 
 _STYLE: Final = """
 *{box-sizing:border-box}
@@ -23,16 +31,20 @@ background:#f4f4f6;overflow-wrap:anywhere}
 main{max-width:32rem;margin:0 auto;padding:24px 16px 32px}
 h1{font-size:1.45rem;line-height:1.25;margin:0 0 12px}
 p{margin:0 0 16px}
-.who{font-weight:600}
+.who,.code{font-weight:600}
+.code{font-family:ui-monospace,SFMono-Regular,Menlo,Consolas,monospace;letter-spacing:.08em;white-space:nowrap}
 fieldset{border:0;margin:0 0 20px;padding:0}
 legend{font-weight:600;margin-bottom:8px;padding:0}
 label.scope{display:flex;gap:12px;align-items:flex-start;min-height:48px;padding:12px;margin:0 0 8px;
-background:#fff;border:1px solid #d0d0d8;border-radius:10px;cursor:pointer}
+background:#fff;border:1px solid #767680;border-radius:10px;cursor:pointer}
+label.scope:focus-within{outline:3px solid #1d4ed8;outline-offset:2px}
 label.scope input{flex:none;width:24px;height:24px;margin:0}
-.actions{display:flex;flex-direction:column;gap:12px;margin-bottom:20px}
-button{width:100%;min-height:48px;padding:12px 16px;font:inherit;font-weight:600;border-radius:10px;
+.actions{display:flex;gap:12px;margin-bottom:20px}
+button{flex:1;min-height:48px;padding:12px 16px;font:inherit;font-weight:600;border-radius:10px;
 border:1px solid #1d4ed8;background:#1d4ed8;color:#fff;cursor:pointer}
 button.secondary{background:#fff;color:#1d4ed8}
+:focus-visible{outline:3px solid #1d4ed8;outline-offset:2px}
+button:focus-visible{outline-color:#1a1a1a}
 ul{padding-left:1.25rem;margin:0 0 16px}
 .small{font-size:.9rem;color:#555}
 """
@@ -49,58 +61,92 @@ def _document(title: str, body: str) -> str:
     )
 
 
-def consent_page(
-    *,
-    pa_origin: str,
-    brand_name: str,
-    scopes: Sequence[tuple[str, str]],
-    session: str,
-    action: str,
-) -> str:
-    """The §5.3 consent form: who asks (the personal agent's issuer origin), for which Brand, and
-    each requested scope as a checkbox, ticked by default, with the Brand's description verbatim."""
-    boxes = "".join(
-        f'<label class="scope"><input type="checkbox" name="scope" value="{escape(scope_id)}" checked>'
+def _boxes(name: str, scopes: Sequence[tuple[str, str]]) -> str:
+    return "".join(
+        f'<label class="scope"><input type="checkbox" name="{name}" value="{escape(scope_id)}" checked>'
         f"<span>{escape(description)}</span></label>\n"
         for scope_id, description in scopes
     )
+
+
+def _list(descriptions: Sequence[str]) -> str:
+    return "<ul>\n" + "".join(f"<li>{escape(text)}</li>\n" for text in descriptions) + "</ul>\n"
+
+
+def consent_page(
+    *,
+    agent_name: str | None,
+    pa_origin: str,
+    brand_name: str,
+    signed_in_as: str,
+    user_code: str,
+    scopes: Sequence[tuple[str, str]],
+    carried: Sequence[tuple[str, str]],
+    session: str,
+    action: str,
+) -> str:
+    """The §5.3 consent form: who asks (the registered agent's name, its issuer origin, and the
+    RFC 8628 §3.3.1 ``user_code`` to compare with the assistant's), as which Brand account, and
+    each requested scope as a checkbox, ticked by default, with the Brand's description verbatim.
+
+    ``carried`` are the scopes of the User's live grant for this agent that the new grant would
+    keep (it supersedes that grant): shown ticked under ``keep``, so the User may drop them.
+
+    Deny comes first in the form: a browser's implicit submission (Enter in a checkbox) presses
+    a form's first submit button, and that must never be Allow.
+    """
     brand = escape(brand_name)
+    who = escape(pa_origin)
+    agent = (
+        f'The assistant <span class="who">{escape(agent_name)}</span> at <span class="who">{who}</span>'
+        if agent_name
+        else f'The assistant at <span class="who">{who}</span>'
+    )
+    kept = (
+        f"<fieldset>\n<legend>It may already, and will keep unless you untick it:</legend>\n"
+        f"{_boxes('keep', carried)}</fieldset>\n"
+        if carried
+        else ""
+    )
     body = (
         f"<h1>Allow access to your {brand} account?</h1>\n"
-        f'<p>The assistant at <span class="who">{escape(pa_origin)}</span> is asking to act for you '
-        f"with {brand}.</p>\n"
-        f'<form method="post" action="{escape(action)}">\n'
-        f'<input type="hidden" name="session" value="{escape(session)}">\n'
-        f"<fieldset>\n<legend>It may:</legend>\n{boxes}</fieldset>\n"
-        '<div class="actions">\n'
-        '<button type="submit" name="decision" value="allow">Allow</button>\n'
-        '<button type="submit" name="decision" value="deny" class="secondary">Deny</button>\n'
-        "</div>\n</form>\n"
-        '<p class="small">Untick anything you do not want to share. '
+        f'<p>Signed in to {brand} as <span class="who">{escape(signed_in_as)}</span>.</p>\n'
+        f"<p>{agent} is asking to act for you with {brand}.</p>\n"
+        f'<p>Your assistant should show the code <span class="code">{escape(user_code)}</span>. '
+        "If it does not, press Deny.</p>\n"
+        f'<form method="post" action="{escape(action)}" aria-describedby="consent-help">\n'
+        '<p id="consent-help" class="small">Untick anything you do not want to share. '
         "Your assistant never sees your password.</p>\n"
+        f'<input type="hidden" name="session" value="{escape(session)}">\n'
+        f"<fieldset>\n<legend>It asks to:</legend>\n{_boxes('scope', scopes)}</fieldset>\n"
+        f"{kept}"
+        '<div class="actions">\n'
+        '<button type="submit" name="decision" value="deny" class="secondary">Deny</button>\n'
+        '<button type="submit" name="decision" value="allow">Allow</button>\n'
+        "</div>\n</form>\n"
     )
-    return _document(f"Allow access to {brand_name}?", body)
+    return _document(f"Allow access to your {brand_name} account? - {brand_name}", body)
 
 
-def error_page() -> str:
+def error_page(brand_name: str) -> str:
     """The one answer to anything wrong with a hand-off or a consent form: nothing an attacker could use."""
     body = (
         "<h1>This sign-in link is invalid or has expired</h1>\n"
         "<p>Nothing was shared. Start again from your assistant.</p>\n"
     )
-    return _document("Sign-in link invalid or expired", body)
+    return _document(f"Sign-in link invalid or expired - {brand_name}", body)
 
 
-def unavailable_page() -> str:
+def unavailable_page(brand_name: str) -> str:
     """The Provider could not decide (its store failed): a retry may work, nothing was shared."""
     body = (
         "<h1>Something went wrong on our side</h1>\n"
         "<p>Nothing was shared. Please try again from your assistant in a moment.</p>\n"
     )
-    return _document("Temporarily unavailable", body)
+    return _document(f"Temporarily unavailable - {brand_name}", body)
 
 
-def too_many_attempts_page(retry_after: int) -> str:
+def too_many_attempts_page(brand_name: str, retry_after: int) -> str:
     """Sign-in links paused (RFC 8628 §5.1): the one answer whatever the link named, so a
     paused guesser learns nothing about which codes exist; ``retry_after`` is the ``Retry-After``."""
     minutes = max(1, -(-retry_after // 60))
@@ -111,29 +157,93 @@ def too_many_attempts_page(retry_after: int) -> str:
         "after too many that did not work.</p>\n"
         f"<p>Please wait about {wait}, then start again from your assistant.</p>\n"
     )
-    return _document("Too many attempts", body)
+    return _document(f"Too many attempts - {brand_name}", body)
 
 
-def landing_page(*, brand_name: str, status: str, scopes: Sequence[str]) -> str:
-    """Where the User ends up when the Brand sets no landing page of its own.
+def wrong_method_page(brand_name: str) -> str:
+    """A ``GET`` on the consent URL: someone opened the address by hand (or bookmarked it); only the
+    Brand's login can bring a person here, by posting its sign-in proof."""
+    brand = escape(brand_name)
+    body = (
+        "<h1>Open this from your assistant</h1>\n"
+        f"<p>This page only works when {brand}'s sign-in page sends you here. "
+        f"Go back to your assistant and open its link again: it takes you to {brand}'s sign-in "
+        "first. Nothing was shared.</p>\n"
+    )
+    return _document(f"Open this from your assistant - {brand_name}", body)
 
-    ``status`` only picks one of the fixed texts, and ``scopes`` are descriptions the caller
-    looked up: nothing from the query string is ever shown as it came.
+
+def settled_page(*, brand_name: str, outcome: str, scopes: Sequence[str]) -> str:
+    """A valid sign-in for a request that was already decided (the link re-opened): what is true now.
+
+    ``outcome`` is ``approved`` (``scopes``: what that approval allows, shown only to the Brand
+    user who approved it) or ``denied``.
     """
     brand = escape(brand_name)
-    if status == "approved":
-        items = "".join(f"<li>{escape(description)}</li>\n" for description in scopes)
-        allowed = f"<p>Your assistant may now:</p>\n<ul>\n{items}</ul>\n" if items else ""
+    if outcome == "approved":
+        allowed = f"<p>It allows your assistant to:</p>\n{_list(scopes)}" if scopes else ""
         body = (
-            f"<h1>You're connected</h1>\n<p>Your assistant can now act for you with {brand}.</p>\n"
-            f"{allowed}<p>You can close this page.</p>\n"
+            "<h1>Already approved</h1>\n"
+            f"<p>This request was already approved, so there is nothing more to decide. "
+            f"Your assistant can act for you with {brand}.</p>\n{allowed}<p>You can close this page.</p>\n"
         )
-        return _document("You're connected", body)
-    if status == "denied":
+        return _document(f"Already approved - {brand_name}", body)
+    body = (
+        "<h1>Already declined</h1>\n"
+        "<p>This request was already declined: it shared nothing, and it cannot be approved now. "
+        "To connect, start again from your assistant. You can close this page.</p>\n"
+    )
+    return _document(f"Already declined - {brand_name}", body)
+
+
+def landing_page(
+    *,
+    brand_name: str,
+    outcome: str | None,
+    scopes: Sequence[str],
+    carried: Sequence[str] = (),
+    dropped: Sequence[str] = (),
+) -> str:
+    """Where the User ends up when the Brand sets no landing page of its own: what is now true.
+
+    Every argument comes from the server-side record of the decision (``outcome`` ``None`` when
+    the link's record is unknown, spent or expired) and scope descriptions the caller looked up
+    on the Brand's card: nothing from the query string is ever shown.
+    """
+    brand = escape(brand_name)
+    if outcome == "approved":
+        kept = f"<p>Of these, kept from your earlier approval:</p>\n{_list(carried)}" if carried else ""
+        gone = (
+            "<p>Your earlier approval is replaced by this one, so once your assistant connects it "
+            f"can no longer:</p>\n{_list(dropped)}"
+            if dropped
+            else ""
+        )
         body = (
-            "<h1>Nothing was shared</h1>\n"
-            f"<p>You declined, so your assistant cannot act for you with {brand}. "
-            "You can close this page.</p>\n"
+            f"<h1>You're connected</h1>\n<p>Your assistant can now act for you with {brand}. "
+            f"It may:</p>\n{_list(scopes)}{kept}{gone}<p>You can close this page.</p>\n"
         )
-        return _document("Nothing was shared", body)
-    return _document("All done", "<h1>All done</h1>\n<p>You can close this page.</p>\n")
+        return _document(f"You're connected - {brand_name}", body)
+    if outcome in {"denied", "nothing_ticked"}:
+        what = (
+            "You pressed Allow with nothing ticked, so this request was declined and nothing new was shared."
+            if outcome == "nothing_ticked"
+            else "You declined this request, so nothing new was shared."
+        )
+        if scopes:
+            still = (
+                "<p>Your earlier approval still stands: your assistant can still act for you with "
+                f"{brand}, and may:</p>\n{_list(scopes)}"
+            )
+            title = "Request declined"
+        else:
+            still = f"<p>Your assistant cannot act for you with {brand}.</p>\n"
+            title = "Nothing was shared"
+        body = f"<h1>{title}</h1>\n<p>{what}</p>\n{still}<p>You can close this page.</p>\n"
+        return _document(f"{title} - {brand_name}", body)
+    body = (
+        "<h1>This page has expired</h1>\n"
+        "<p>This page shows a decision only once, just after it is made, and this link has none "
+        "to show. Opening it changed nothing. You can close this page.</p>\n"
+    )
+    return _document(f"Page expired - {brand_name}", body)

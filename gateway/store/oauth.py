@@ -10,6 +10,8 @@ What is kept, each with its own lifetime and never a secret in clear:
   leaves its index once its authorization expires, so an index holds at most the
   authorizations of the last ``expires_in`` seconds;
 * **consent sessions**: the consent page's hidden ``session``, by its hash, single use;
+* **landing records**: what the landing page after a consent decision says, by the hash of an
+  unguessable id in its URL, single use and short-lived (the page never believes its query string);
 * **used assertion ``jti``s** (the Brand login's hand-off), single use, kept until the
   assertion could no longer be valid;
 * **grants**: what a User approved for one personal agent (and one of its ``sub``s); they live
@@ -42,6 +44,7 @@ __all__ = [
     "ConsentSession",
     "DeviceAuthorization",
     "Grant",
+    "LandingRecord",
     "OAuthStore",
     "PollOutcome",
     "PollResult",
@@ -96,6 +99,26 @@ class ConsentSession:
 
     device_hash: str
     user: str
+    expires_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class LandingRecord:
+    """What the User just decided on the consent page, for the landing page to say (§5.3).
+
+    Kept server-side so the landing page states only what the gateway did: a link cannot make
+    the gateway's page claim a grant that does not exist.
+    """
+
+    outcome: str
+    """``approved``, ``denied`` or ``nothing_ticked`` (Allow pressed with no requested scope ticked)."""
+    scopes: tuple[str, ...]
+    """Approved: every scope of the new grant. Otherwise the scopes of the User's earlier live grant
+    for this personal agent, which still stands (empty when there is none)."""
+    carried: tuple[str, ...]
+    """Approved: those of :attr:`scopes` kept from the earlier grant."""
+    dropped: tuple[str, ...]
+    """Approved: scopes of the earlier grant the User unticked, which the new grant does not carry."""
     expires_at: float
 
 
@@ -266,6 +289,14 @@ class OAuthStore(ABC):
         self, brand_id: str, session_hash: str, now: float
     ) -> ConsentSession | None:
         """The live session, removed in the same step: a second take gets ``None``."""
+
+    @abstractmethod
+    async def put_landing(self, brand_id: str, record_hash: str, record: LandingRecord) -> None:
+        """Keep ``record`` until its ``expires_at``."""
+
+    @abstractmethod
+    async def take_landing(self, brand_id: str, record_hash: str, now: float) -> LandingRecord | None:
+        """The live record, removed in the same step: a second take gets ``None``."""
 
     @abstractmethod
     async def use_once(self, brand_id: str, marker: str, ttl: float) -> bool:

@@ -47,6 +47,7 @@ from gateway.store.oauth import (
     ConsentSession,
     DeviceAuthorization,
     Grant,
+    LandingRecord,
     OAuthStore,
     PollOutcome,
     PollResult,
@@ -290,6 +291,18 @@ class MemoryOAuthStore(OAuthStore):
         self._keyspace.entries[key] = (-math.inf, entry[1])
         session: ConsentSession = entry[1]
         return session
+
+    async def put_landing(self, brand_id: str, record_hash: str, record: LandingRecord) -> None:
+        self._keyspace.put(keys.oauth_key(brand_id, "landing", record_hash), (record.expires_at, record))
+
+    async def take_landing(self, brand_id: str, record_hash: str, now: float) -> LandingRecord | None:
+        key = keys.oauth_key(brand_id, "landing", record_hash)
+        entry = self._live(key, now)
+        if entry is None:
+            return None
+        self._keyspace.entries[key] = (-math.inf, entry[1])
+        record: LandingRecord = entry[1]
+        return record
 
     async def use_once(self, brand_id: str, marker: str, ttl: float) -> bool:
         key = keys.oauth_key(brand_id, "once", marker)

@@ -62,6 +62,7 @@ from gateway.store.oauth import (
     ConsentSession,
     DeviceAuthorization,
     Grant,
+    LandingRecord,
     OAuthStore,
     PollOutcome,
     PollResult,
@@ -200,6 +201,15 @@ local v = redis.call('HMGET', KEYS[1], 'd', 'u', 'e')
 if not v[1] then return false end
 redis.call('DEL', KEYS[1])
 if tonumber(v[3]) <= tonumber(ARGV[1]) then return false end
+return v
+""")
+
+# KEYS[1] landing record. ARGV: now. Taken (deleted) whether live or not, like a consent session.
+_TAKE_LANDING = Script("""
+local v = redis.call('HMGET', KEYS[1], 'o', 's', 'c', 'x', 'e')
+if not v[1] then return false end
+redis.call('DEL', KEYS[1])
+if tonumber(v[5]) <= tonumber(ARGV[1]) then return false end
 return v
 """)
 
@@ -485,6 +495,35 @@ class RedisOAuthStore(OAuthStore):
             return None
         device_hash, user, expires = taken
         return ConsentSession(device_hash=device_hash.decode(), user=user.decode(), expires_at=float(expires))
+
+    async def put_landing(self, brand_id: str, record_hash: str, record: LandingRecord) -> None:
+        await self._redis.run(
+            _PUT_HASH,
+            [keys.oauth_key(brand_id, "landing", record_hash)],
+            [
+                _ttl_ms(record.expires_at, self._clock()),
+                "o", record.outcome,
+                "s", " ".join(record.scopes),
+                "c", " ".join(record.carried),
+                "x", " ".join(record.dropped),
+                "e", _time(record.expires_at),
+            ],
+        )  # fmt: skip
+
+    async def take_landing(self, brand_id: str, record_hash: str, now: float) -> LandingRecord | None:
+        taken = await self._redis.run(
+            _TAKE_LANDING, [keys.oauth_key(brand_id, "landing", record_hash)], [_time(now)]
+        )
+        if taken is None:
+            return None
+        outcome, scopes, carried, dropped, expires = taken
+        return LandingRecord(
+            outcome=outcome.decode(),
+            scopes=_scopes(scopes),
+            carried=_scopes(carried),
+            dropped=_scopes(dropped),
+            expires_at=float(expires),
+        )
 
     async def use_once(self, brand_id: str, marker: str, ttl: float) -> bool:
         now = self._clock()

@@ -18,6 +18,10 @@ from gateway.oauth.pages import consent_page
 
 def test_s5_3_consent_form_posts_the_session_and_every_ticked_scope() -> None:
     page = consent_page(
+        agent_name=None,
+        signed_in_as="jane",
+        user_code="WDJB-MJHT",
+        carried=[],
         pa_origin="https://pa.bench.invalid",
         brand_name="Acme & Sons",
         scopes=list(SCOPES.items()),

@@ -50,7 +50,7 @@ def inputs(html: str) -> Inputs:
 async def login() -> AsyncIterator[tuple[aiohttp.ClientSession, str]]:
     """The stand-in under ``/demo-login`` of a real server, and a client for it."""
     app = web.Application()
-    app.add_subapp("/demo-login", create_login_app(ISSUER, [CONSENT]))
+    app.add_subapp("/demo-login", create_login_app(ISSUER, {CONSENT: "Acme & Sons"}))
     server = TestServer(app, host="127.0.0.1")
     await server.start_server()
     async with aiohttp.ClientSession() as http:
@@ -79,7 +79,10 @@ async def test_s5_3_login_page_prefills_the_user_code_from_return_to(
         assert response.status == 200
         assert response.headers["X-Frame-Options"] == "DENY"
         assert "frame-ancestors 'none'" in response.headers["Content-Security-Policy"]
-    assert "a stand-in for the Brand's real login" in page
+    # Issue 18: the stand-in names the Brand it stands in for, escaped, in its title and notice.
+    assert "this page stands in for Acme &amp; Sons's real login" in page
+    assert "<title>Sign in - Acme &amp; Sons (stand-in login)</title>" in page
+    assert "<h1>Sign in to Acme &amp; Sons</h1>" in page
     found = inputs(page)
     assert found.values == {
         "return_to": f"{CONSENT}?user_code=WDJB-MJHT",
@@ -97,6 +100,16 @@ async def test_s5_3_login_page_without_user_code_asks_for_it(
     async with http.get(login_url(base, CONSENT)) as response:
         assert response.status == 200
         assert inputs(await response.text()).values["user_code"] == ""
+
+
+async def test_s5_3_login_error_is_announced(login: tuple[aiohttp.ClientSession, str]) -> None:
+    """Issue 18 (accessibility): the error is a ``role=alert``, so a screen reader says it."""
+    http, base = login
+    fields = {"return_to": f"{CONSENT}?user_code=WDJB-MJHT", "user": "", "password": "x", "user_code": ""}
+    async with http.post(f"{base}/login", data=fields) as response:
+        page = await response.text()
+        assert response.status == 400
+    assert '<p class="error" role="alert">Enter your user id and the code.</p>' in page
 
 
 @pytest.mark.parametrize(

@@ -735,3 +735,34 @@ async def test_s5_3_any_consent_post_is_the_error_page_never_a_failure(
     assert answer.media_type == "text/html"
     assert answer.headers["Cache-Control"] == "no-store"
     examples.assert_no_traceback_since(since)
+
+
+@budget(60)
+@given(
+    query=st.lists(
+        st.tuples(
+            st.sampled_from(["status", "scope", "r", "x"]),
+            st.one_of(
+                st.sampled_from(["approved", "denied", "orders:cancel", "orders:read profile:read"]),
+                st.text(max_size=60),
+            ),
+        ),
+        max_size=5,
+    )
+)
+async def test_s5_3_no_landing_link_claims_a_grant(
+    gw: Harness, examples: Examples, query: list[tuple[str, str]]
+) -> None:
+    """Issue 18: no crafted ``/oauth/done`` link makes the gateway's page say a grant was made or
+    refused: without a decision's record, the page says only that there is nothing to show."""
+    since = examples.start()
+    response = await gw.client.get("/a2a/acme/oauth/done", params=query, allow_redirects=False)
+    answer = await answer_of(response)
+    assert_sane(answer)
+    assert answer.status == 200, (answer.status, answer.body[:200])
+    assert answer.media_type == "text/html"
+    text = answer.body.decode()
+    assert "<h1>This page has expired</h1>" in text
+    assert "connected" not in text
+    assert "<li>" not in text
+    examples.assert_no_traceback_since(since)

@@ -15,6 +15,9 @@ import pytest
 from aiohttp import ClientResponse
 
 from gateway.http.state import METRICS
+from gateway.oauth.device import code_hash
+from gateway.oauth.login import DISPLAY_CLAIM
+from gateway.protocol.claims import MAX_CLOCK_SKEW
 from gateway.store.base import Owner
 from gateway.store.oauth import AuthorizationStatus
 from tests.http.test_delegated_turns import assert_invalid_token
@@ -22,11 +25,13 @@ from tests.support.consent import (
     CONSENT_USER,
     authorization,
     device_authorization,
+    landing_id,
     local,
     oauth_store,
     oauth_urls,
     parse_consent_form,
     poll_token,
+    post_assertion,
     post_decision,
     redirect_query,
     sign_in,
@@ -34,7 +39,7 @@ from tests.support.consent import (
 )
 from tests.support.delegation import LOGIN_URL, SCOPES, BrandLogin, delegated, enable_delegation, refresh
 from tests.support.gateway import PUBLIC_URL, Harness, MakeGateway
-from tests.support.pa import OMIT, FakeJwksServer, PAKey
+from tests.support.pa import OMIT, FakeJwksServer, ManualClock, PAKey
 
 ERROR_TEXT = "This sign-in link is invalid or has expired"
 
@@ -84,7 +89,8 @@ async def test_s5_3_valid_assertion_shows_the_consent_page(dgw: Harness, brand_l
     assert form.labels == SCOPES  # verbatim, as the browser shows them
     assert "See your name &amp; &lt;email&gt; address" in html  # and escaped in the markup
     assert "<email>" not in html
-    assert form.decisions == ["allow", "deny"]
+    # Deny first: a browser's implicit submission (Enter in a checkbox) presses the first button.
+    assert form.decisions == ["deny", "allow"]
     assert len(form.session) > 43
     assert await status_of(dgw, started["user_code"]) is AuthorizationStatus.PENDING
 
@@ -201,13 +207,40 @@ async def test_s5_3_assertion_is_single_use_by_jti(dgw: Harness, brand_login: Br
     await assert_error_page(await dgw.client.post(consent_url, data={"assertion": assertion}))
 
 
-async def test_s5_3_assertion_for_a_settled_authorization_is_refused(
+async def test_s5_3_reopening_a_declined_link_says_it_was_declined(
     dgw: Harness, brand_login: BrandLogin
 ) -> None:
+    """Issue 18: re-opening a decided link says what is true, and decides nothing again."""
     started, form = await consent_page(dgw, brand_login)
     assert (await post_decision(dgw, form.session, "deny", [])).status == 303
-    await assert_error_page(await sign_in(dgw, brand_login, started["user_code"]))
+    response = await sign_in(dgw, brand_login, started["user_code"])
+    assert response.status == 200
+    assert_browser_headers(response)
+    html = await response.text()
+    assert "<h1>Already declined</h1>" in html
+    assert "This request was already declined: it shared nothing, and it cannot be approved now." in html
+    assert "session" not in html  # no form
     assert await status_of(dgw, started["user_code"]) is AuthorizationStatus.DENIED
+
+
+async def test_s5_3_reopening_an_approved_link_says_what_it_allows(
+    dgw: Harness, brand_login: BrandLogin
+) -> None:
+    """Issue 18: re-opening an approved link no longer says "Nothing was shared"; what the approval
+    allows is shown only to the Brand user who gave it."""
+    started, form = await consent_page(dgw, brand_login)
+    assert (await post_decision(dgw, form.session, "allow", ["orders:read"])).status == 303
+    html = await (await sign_in(dgw, brand_login, started["user_code"])).text()
+    assert "<h1>Already approved</h1>" in html
+    assert "Nothing was shared" not in html
+    assert "<li>Look up your orders and their status</li>" in html
+    assert (await poll_token(dgw, started["device_code"]))[0] == 200
+    redeemed = await (await sign_in(dgw, brand_login, started["user_code"])).text()
+    assert "<h1>Already approved</h1>" in redeemed
+    other = await (await sign_in(dgw, brand_login, started["user_code"], user="someone-else")).text()
+    assert "<h1>Already approved</h1>" in other
+    assert "Look up your orders" not in other
+    assert await status_of(dgw, started["user_code"]) is AuthorizationStatus.REDEEMED
 
 
 async def test_s5_3_missing_or_malformed_assertion_field_is_refused(dgw_memory: Harness) -> None:
@@ -323,7 +356,8 @@ async def test_s5_3_consent_is_not_skipped_when_the_grant_does_not_cover_it(
     await _grant(dgw, brand_login, ("orders:read",))
     started, form = await consent_page(dgw, brand_login, ("orders:cancel",))
     assert form.scopes == {"orders:cancel": True}  # only what is asked now is shown
-    response = await post_decision(dgw, form.session, "allow", ["orders:cancel"])
+    assert form.keep == {"orders:read": True}  # the earlier grant's scope, shown and ticked
+    response = await post_decision(dgw, form.session, "allow", ["orders:cancel"], keep=["orders:read"])
     # Step-up: the grant carries the earlier scope too, in the card's order.
     assert redirect_query(response) == {"status": ["approved"], "scope": ["orders:read orders:cancel"]}
     status, answer = await poll_token(dgw, started["device_code"])
@@ -340,7 +374,8 @@ async def test_s5_3_step_up_supersedes_the_earlier_grant_and_records_what_it_car
     first = await _grant(dgw, brand_login, ("orders:read",))
     assert (await dgw.send("list my orders", headers=delegated(first["access_token"]))).status == 200
     started, form = await consent_page(dgw, brand_login, ("orders:cancel",))
-    assert (await post_decision(dgw, form.session, "allow", ["orders:cancel"])).status == 303
+    decided = await post_decision(dgw, form.session, "allow", ["orders:cancel"], keep=["orders:read"])
+    assert decided.status == 303
     status, second = await poll_token(dgw, started["device_code"])
     assert status == 200
     assert second["scope"] == "orders:read orders:cancel"
@@ -415,28 +450,189 @@ async def test_s5_3_landing_url_gets_the_result_and_no_open_redirect(
     assert redirect_query(decided) == {"from": ["pact"], "status": ["approved"], "scope": ["orders:cancel"]}
 
 
-async def test_s5_3_landing_page_says_connected_and_escapes(dgw: Harness) -> None:
-    landing = local(oauth_urls(dgw).landing)
-    response = await dgw.client.get(
-        landing, params={"status": "approved", "scope": "profile:read orders:read"}
-    )
+async def landing_text(gw: Harness, decided: ClientResponse) -> str:
+    """The gateway's own landing page the 303 leads to, as the browser gets it."""
+    response = await gw.client.get(local(decided.headers["Location"]))
     assert response.status == 200
     assert_browser_headers(response)
+    return await response.text()
+
+
+async def test_s5_3_landing_page_says_connected_from_the_decision(
+    dgw: Harness, brand_login: BrandLogin
+) -> None:
+    _, form = await consent_page(dgw, brand_login)
+    decided = await post_decision(dgw, form.session, "allow", ["orders:read", "profile:read"])
+    assert len(landing_id(decided)) >= 43  # 256 random bits
+    html = await landing_text(dgw, decided)
+    assert "<h1>You&#x27;re connected</h1>" in html or "<h1>You're connected</h1>" in html
+    assert "<title>You&#x27;re connected - Acme Support</title>" in html
+    assert "<li>See your name &amp; &lt;email&gt; address</li>" in html
+    assert "<li>Look up your orders and their status</li>" in html
+    assert "Cancel" not in html
+    # Single use: the same link again shows nothing of the decision.
+    again = await (await dgw.client.get(local(decided.headers["Location"]))).text()
+    assert "connected" not in again
+    assert "<h1>This page has expired</h1>" in again
+
+
+async def test_s5_3_landing_page_never_believes_its_query(dgw: Harness) -> None:
+    """Issue 18: ``?status=approved&scope=…`` alone once showed "You're connected" with no grant;
+    the page now shows only what a decision's server-side record says."""
+    landing = local(oauth_urls(dgw).landing)
+    for params in (
+        {"status": "approved", "scope": "orders:cancel"},
+        {"status": "approved", "scope": "orders:cancel", "r": "x" * 43},
+        {"status": "denied"},
+        {"status": "<script>alert(1)</script>", "scope": "<b>x</b> orders:read"},
+    ):
+        response = await dgw.client.get(landing, params=params)
+        assert response.status == 200
+        assert_browser_headers(response)
+        html = await response.text()
+        assert "<h1>This page has expired</h1>" in html
+        assert "connected" not in html
+        assert "Cancel" not in html
+        assert "Nothing was shared" not in html
+        assert "<script>" not in html
+        assert "<b>" not in html
+
+
+async def test_s5_3_denial_with_an_earlier_grant_says_it_still_stands(
+    dgw: Harness, brand_login: BrandLogin
+) -> None:
+    """Issue 18: denying a later request leaves the earlier grant live; the page says what it allows."""
+    first = await _grant(dgw, brand_login, ("orders:read",))
+    _, form = await consent_page(dgw, brand_login, ("orders:cancel",))
+    decided = await post_decision(dgw, form.session, "deny", ["orders:cancel"], keep=["orders:read"])
+    assert redirect_query(decided) == {"status": ["denied"]}
+    html = await landing_text(dgw, decided)
+    assert "<h1>Request declined</h1>" in html
+    assert "You declined this request, so nothing new was shared." in html
+    assert "Your earlier approval still stands" in html
+    assert "<li>Look up your orders and their status</li>" in html
+    assert "cannot act for you" not in html
+    assert (await dgw.send("list my orders", headers=delegated(first["access_token"]))).status == 200
+
+
+async def test_s5_3_denial_without_a_grant_says_nothing_was_shared(
+    dgw: Harness, brand_login: BrandLogin
+) -> None:
+    _, form = await consent_page(dgw, brand_login)
+    html = await landing_text(dgw, await post_decision(dgw, form.session, "deny", list(SCOPES)))
+    assert "<h1>Nothing was shared</h1>" in html
+    assert "You declined this request, so nothing new was shared." in html
+    assert "Your assistant cannot act for you with Acme Support." in html
+
+
+async def test_s5_3_allow_with_nothing_ticked_says_precisely_what_happened(
+    dgw: Harness, brand_login: BrandLogin
+) -> None:
+    """Issue 18: not "You declined" but what the person did, and that it counted as declining."""
+    _, form = await consent_page(dgw, brand_login)
+    html = await landing_text(dgw, await post_decision(dgw, form.session, "allow", []))
+    assert "You pressed Allow with nothing ticked, so this request was declined" in html
+    assert "You declined" not in html
+
+
+async def test_s5_3_step_up_shows_carried_scopes_and_drops_the_unticked(
+    dgw: Harness, brand_login: BrandLogin
+) -> None:
+    """Issue 18 I3: the earlier grant's scopes are listed, ticked, and unticking one drops it from the
+    new grant (which supersedes the earlier one); the landing page says what it can no longer do."""
+    await _grant(dgw, brand_login, ("orders:read", "profile:read"))
+    started, form = await consent_page(dgw, brand_login, ("orders:cancel",))
+    assert form.scopes == {"orders:cancel": True}
+    assert form.keep == {"orders:read": True, "profile:read": True}
+    decided = await post_decision(dgw, form.session, "allow", ["orders:cancel"], keep=["profile:read"])
+    assert redirect_query(decided) == {"status": ["approved"], "scope": ["orders:cancel profile:read"]}
+    html = await landing_text(dgw, decided)
+    assert "can no longer:</p>\n<ul>\n<li>Look up your orders and their status</li>" in html
+    assert "kept from your earlier approval:</p>\n<ul>\n<li>See your name" in html
+    status, answer = await poll_token(dgw, started["device_code"])
+    assert status == 200
+    assert answer["scope"] == "orders:cancel profile:read"
+    owner = Owner("acme", dgw.issuer, "alice").digest
+    grant = await oauth_store(dgw).live_grant_of("acme", CONSENT_USER, owner, time.time())
+    assert grant is not None
+    assert (grant.scopes, grant.carried) == (("orders:cancel", "profile:read"), ("profile:read",))
+
+
+async def test_s5_3_a_keep_not_offered_is_not_granted(dgw_memory: Harness, brand_login: BrandLogin) -> None:
+    """``keep`` only narrows what the earlier grant holds: it never adds a scope."""
+    _, form = await consent_page(dgw_memory, brand_login, ("orders:read",))
+    assert form.keep == {}
+    decided = await post_decision(dgw_memory, form.session, "allow", ["orders:read"], keep=["orders:cancel"])
+    assert redirect_query(decided) == {"status": ["approved"], "scope": ["orders:read"]}
+
+
+async def test_s5_3_consent_page_names_agent_code_and_account(
+    make_gateway: MakeGateway, cache_url: str, brand_login: BrandLogin, provider_key_pem: str
+) -> None:
+    """Issue 18: the registered agent's name, its host, the RFC 8628 §3.3.1 ``user_code`` and the
+    signed-in account (the login's display claim, escaped, else ``sub``)."""
+    delegate = enable_delegation(brand_login, provider_key_pem)
+
+    def edit(raw: dict[str, Any]) -> None:
+        delegate(raw)
+        raw["personal_agents"]["registered"][0]["name"] = "Jane's <Helper>"
+
+    gw = await make_gateway(cache_url, edit=edit)
+    started = await device_authorization(gw)
+    claims = {DISPLAY_CLAIM: "jane@example.com <b>"}
+    html = await (await sign_in(gw, brand_login, started["user_code"], claims=claims)).text()
+    assert '<span class="who">Jane&#x27;s &lt;Helper&gt;</span>' in html
+    assert f'at <span class="who">{gw.issuer}</span>' in html
+    assert f'<span class="code">{started["user_code"]}</span>' in html
+    assert 'Signed in to Acme Support as <span class="who">jane@example.com &lt;b&gt;</span>' in html
+    plain = await device_authorization(gw)
+    html = await (await sign_in(gw, brand_login, plain["user_code"])).text()
+    assert f'as <span class="who">{CONSENT_USER}</span>' in html  # no display claim: the sub
+    unusable = await device_authorization(gw)
+    bad = {DISPLAY_CLAIM: "a\nb"}
+    html = await (await sign_in(gw, brand_login, unusable["user_code"], claims=bad)).text()
+    assert f'as <span class="who">{CONSENT_USER}</span>' in html
+
+
+async def test_s5_3_help_text_is_tied_to_the_form(dgw_memory: Harness, brand_login: BrandLogin) -> None:
+    """Issue 18 (accessibility): the help comes before the buttons and describes the form."""
+    started = await device_authorization(dgw_memory)
+    html = await (await sign_in(dgw_memory, brand_login, started["user_code"])).text()
+    assert '<form method="post"' in html
+    assert 'aria-describedby="consent-help"' in html
+    assert html.index('id="consent-help"') < html.index("<button")
+    assert "<title>Allow access to your Acme Support account? - Acme Support</title>" in html
+
+
+async def test_s5_3_get_on_the_consent_url_is_a_page_not_a_bare_405(dgw: Harness) -> None:
+    """Issue 18: opened by hand, the consent URL explains where to start (still 405, Allow: POST)."""
+    response = await dgw.client.get(local(oauth_urls(dgw).consent), params={"user_code": "WDJB-MJHT"})
+    assert response.status == 405
+    assert response.headers["Allow"] == "POST"
+    assert_browser_headers(response)
     html = await response.text()
-    assert "You&#x27;re connected" in html or "You're connected" in html
-    assert "You can close this page" in html
-    assert "See your name &amp; &lt;email&gt; address" in html
-    assert "Look up your orders and their status" in html
-    denied = await (await dgw.client.get(landing, params={"status": "denied"})).text()
-    assert "Nothing was shared" in denied
-    crafted = await dgw.client.get(
-        landing, params={"status": "<script>alert(1)</script>", "scope": "<b>x</b> orders:read"}
-    )
-    assert crafted.status == 200
-    text = await crafted.text()
-    assert "<script>" not in text
-    assert "<b>" not in text
-    assert "alert(1)" not in text
+    assert "<h1>Open this from your assistant</h1>" in html
+    assert "This page only works when Acme Support's sign-in page sends you here." in html
+
+
+async def test_s5_3_assertion_marker_outlives_exp_by_the_clock_skew(
+    make_gateway: MakeGateway, cache_url: str, brand_login: BrandLogin, provider_key_pem: str
+) -> None:
+    """Issue 18 I5: a used ``jti`` is remembered until ``exp`` + the §3.2 30 s skew, so a replica whose
+    clock is behind still refuses the replay."""
+    clock = ManualClock(float(int(time.time())))
+    gw = await make_gateway(cache_url, edit=enable_delegation(brand_login, provider_key_pem), clock=clock)
+    started = await device_authorization(gw)
+    assertion = brand_login.assertion(
+        user=CONSENT_USER, user_code=started["user_code"], audience=oauth_urls(gw).consent,
+        jti="jti-skew", iat=clock(), ttl=120,
+    )  # fmt: skip
+    assert (await post_assertion(gw, assertion)).status == 200
+    marker = code_hash(f"{brand_login.issuer}\0jti-skew")
+    clock.advance(120 + MAX_CLOCK_SKEW - 1)
+    assert not await oauth_store(gw).use_once("acme", marker, 1)  # still remembered
+    clock.advance(2)
+    assert await oauth_store(gw).use_once("acme", marker, 1)
 
 
 async def test_s5_3_brand_without_delegation_is_404(dgw: Harness, brand_login: BrandLogin) -> None:

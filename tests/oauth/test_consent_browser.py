@@ -5,7 +5,8 @@ HTTP, the User opens ``verification_uri_complete`` in the browser, a stand-in Br
 loopback signs them in and auto-posts its assertion to the consent URL, the User unticks a
 scope and allows, the browser follows the 303 to the landing page (which the page's CSP
 ``form-action`` must allow), and the personal agent's next token poll gets exactly the scopes
-left ticked.
+left ticked. Every page the User sees is checked with axe-core (WCAG 2.1 AA) at a phone's size and
+a desktop's.
 
 The browser is Debian's ``chromium`` (scripts/setup.sh installs it), never Playwright's own
 download. Without it the tests skip on a workstation and fail under ``CI=true``.
@@ -23,9 +24,17 @@ from urllib.parse import parse_qs, urlsplit, urlunsplit
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
-from playwright.async_api import Browser, Page, ViewportSize, async_playwright
+from playwright.async_api import Browser, BrowserContext, Page, ViewportSize, async_playwright
 
-from tests.support.consent import device_authorization, oauth_urls, poll_token
+from tests.support.axe import assert_accessible
+from tests.support.consent import (
+    device_authorization,
+    oauth_urls,
+    parse_consent_form,
+    poll_token,
+    post_decision,
+    sign_in,
+)
 from tests.support.delegation import SCOPES, BrandLogin, enable_delegation
 from tests.support.gateway import Harness, MakeGateway
 
@@ -41,6 +50,9 @@ CHROMIUM_ARGS = [
     "--disable-sync",
 ]
 PHONE = ViewportSize(width=390, height=844)
+DESKTOP = ViewportSize(width=1280, height=800)
+SIZES = pytest.mark.parametrize("size", [PHONE, DESKTOP], ids=["phone", "desktop"])
+"""Issue 18: every page at a phone's size and a desktop's."""
 BROWSER_WAIT_MS = 60_000
 """A bound, not a timing claim: the slowest step (Chromium's first page) on a busy 2-core machine."""
 USER = "jane-4471"
@@ -132,25 +144,46 @@ async def open_consent(page: Page, verification_uri_complete: str) -> None:
     await page.locator('input[name="scope"]').first.wait_for(timeout=BROWSER_WAIT_MS)
 
 
-async def assert_fits_the_phone(page: Page, screenshot: Path) -> None:
+async def new_page(browser: Browser, size: ViewportSize) -> tuple[BrowserContext, Page]:
+    phone = size == PHONE
+    context = await browser.new_context(viewport=size, is_mobile=phone, has_touch=phone)
+    return context, await context.new_page()
+
+
+async def assert_fits(page: Page, size: ViewportSize, screenshot: Path) -> None:
+    """Readable at ``size`` with no sideways scrolling and comfortable tap targets; no axe violation."""
     assert await page.screenshot(path=str(screenshot), full_page=True)  # kept in tmp_path to look at
     widths = await page.evaluate(
         "() => [document.documentElement.scrollWidth, document.body.scrollWidth, window.innerWidth]"
     )
-    assert max(widths[:2]) <= widths[2] == PHONE["width"]  # no horizontal scroll
+    assert max(widths[:2]) <= widths[2] == size["width"]  # no horizontal scroll
     for button in await page.locator("button").all():
         box = await button.bounding_box()
         assert box is not None
         assert box["height"] >= 44  # a comfortable tap target
+    assert "Acme Support" in await page.title()  # the title names the Brand
+    await assert_accessible(page)
 
 
-async def test_s5_3_consent_in_a_phone_browser_grants_what_stays_ticked(
-    make_gateway: MakeGateway, stand_in: StandInLogin, provider_key_pem: str, browser: Browser, tmp_path: Path
+def landing_query(url: str) -> dict[str, list[str]]:
+    """The conformance notes' part of the landing URL (all but ``r``, the record's id)."""
+    query = parse_qs(urlsplit(url).query)
+    assert len(query.pop("r", [""])[0]) >= 43
+    return query
+
+
+@SIZES
+async def test_s5_3_consent_in_a_browser_grants_what_stays_ticked(
+    make_gateway: MakeGateway,
+    stand_in: StandInLogin,
+    provider_key_pem: str,
+    browser: Browser,
+    tmp_path: Path,
+    size: ViewportSize,
 ) -> None:
     gw = await delegating_gateway(make_gateway, stand_in, provider_key_pem)
     started = await device_authorization(gw)
-    context = await browser.new_context(viewport=PHONE, is_mobile=True, has_touch=True)
-    page = await context.new_page()
+    context, page = await new_page(browser, size)
     await open_consent(page, started["verification_uri_complete"])
 
     boxes = page.locator('input[type="checkbox"][name="scope"]')
@@ -162,21 +195,151 @@ async def test_s5_3_consent_in_a_phone_browser_grants_what_stays_ticked(
         assert await box.is_checked()
     assert await page.get_by_text(SCOPES["profile:read"], exact=True).is_visible()  # verbatim
     assert await page.get_by_text("Acme Support").first.is_visible()
-    await assert_fits_the_phone(page, tmp_path / "consent.png")
+    assert await page.get_by_text(started["user_code"], exact=True).is_visible()  # RFC 8628 §3.3.1
+    assert await page.get_by_text(USER, exact=True).is_visible()  # "Signed in to Acme Support as …"
+    await assert_fits(page, size, tmp_path / "consent.png")
 
     await page.locator('input[name="scope"][value="orders:cancel"]').uncheck()
     await page.locator('button[name="decision"][value="allow"]').click()
     landing = oauth_urls(gw).landing
     await page.wait_for_url(lambda url: url.startswith(landing), timeout=BROWSER_WAIT_MS)
-    query = parse_qs(urlsplit(page.url).query)
-    assert query == {"status": ["approved"], "scope": ["orders:read profile:read"]}
+    assert landing_query(page.url) == {"status": ["approved"], "scope": ["orders:read profile:read"]}
     assert await page.get_by_role("heading", name="You're connected").is_visible()
-    await assert_fits_the_phone(page, tmp_path / "landing.png")
+    assert await page.get_by_role("listitem").count() == 2
+    await assert_fits(page, size, tmp_path / "landing.png")
     await context.close()
 
     status, answer = await poll_token(gw, started["device_code"])
     assert status == 200
     assert answer["scope"] == "orders:read profile:read"
+
+
+@SIZES
+async def test_s5_3_enter_in_a_scope_checkbox_never_allows_everything(
+    make_gateway: MakeGateway,
+    stand_in: StandInLogin,
+    provider_key_pem: str,
+    browser: Browser,
+    tmp_path: Path,
+    size: ViewportSize,
+) -> None:
+    """Issue 18 (serious): a person tabs to a checkbox and presses Enter to untick it. The browser's
+    implicit submission presses the form's first button; that used to be Allow, granting every
+    ticked scope. Deny is first now: the request is declined and no grant is made."""
+    gw = await delegating_gateway(make_gateway, stand_in, provider_key_pem)
+    started = await device_authorization(gw)
+    context, page = await new_page(browser, size)
+    await open_consent(page, started["verification_uri_complete"])
+    for _ in range(10):
+        await page.keyboard.press("Tab")
+        if await page.evaluate("() => document.activeElement.type === 'checkbox'"):
+            break
+    focused = await page.evaluate(
+        "() => { const box = document.activeElement; const card = box.closest('label');"
+        " return [box.value, getComputedStyle(card).outlineStyle, getComputedStyle(box).outlineStyle]; }"
+    )
+    assert focused == [
+        "orders:read",
+        "solid",
+        "solid",
+    ]  # :focus-within on the card, :focus-visible on the box
+    await page.screenshot(path=str(tmp_path / "focused.png"))
+    await page.keyboard.press("Enter")
+    landing = oauth_urls(gw).landing
+    await page.wait_for_url(lambda url: url.startswith(landing), timeout=BROWSER_WAIT_MS)
+    assert landing_query(page.url) == {"status": ["denied"]}
+    assert await page.get_by_role("heading", name="Nothing was shared").is_visible()
+    await assert_fits(page, size, tmp_path / "landing.png")
+    await context.close()
+    assert await poll_token(gw, started["device_code"]) == (400, {"error": "access_denied"})
+
+
+async def grant(gw: Harness, login: BrandLogin, scopes: tuple[str, ...]) -> dict[str, Any]:
+    """A live grant of the stand-in's user for ``scopes``, made over HTTP: its token answer."""
+    started = await device_authorization(gw, scopes)
+    form = parse_consent_form(await (await sign_in(gw, login, started["user_code"], user=USER)).text())
+    assert (await post_decision(gw, form.session, "allow", list(scopes))).status == 303
+    status, answer = await poll_token(gw, started["device_code"])
+    assert status == 200
+    return answer
+
+
+@SIZES
+async def test_s5_3_step_up_lets_the_person_drop_a_carried_scope(
+    make_gateway: MakeGateway,
+    stand_in: StandInLogin,
+    provider_key_pem: str,
+    browser: Browser,
+    tmp_path: Path,
+    size: ViewportSize,
+) -> None:
+    """Issue 18 I3: the earlier grant's scopes are on the page, ticked; unticking one leaves it out of
+    the new grant, and the landing page says the assistant can no longer do it."""
+    gw = await delegating_gateway(make_gateway, stand_in, provider_key_pem)
+    await grant(gw, stand_in.login, ("orders:read", "profile:read"))
+    started = await device_authorization(gw, ("orders:cancel",))
+    context, page = await new_page(browser, size)
+    await open_consent(page, started["verification_uri_complete"])
+    keep = page.locator('input[type="checkbox"][name="keep"]')
+    assert [await box.get_attribute("value") for box in await keep.all()] == ["orders:read", "profile:read"]
+    assert all([await box.is_checked() for box in await keep.all()])
+    await assert_fits(page, size, tmp_path / "consent.png")
+    await page.get_by_label(SCOPES["orders:read"]).uncheck()
+    await page.locator('button[name="decision"][value="allow"]').click()
+    await page.wait_for_url(lambda url: url.startswith(oauth_urls(gw).landing), timeout=BROWSER_WAIT_MS)
+    assert await page.get_by_text("can no longer:").is_visible()
+    await assert_fits(page, size, tmp_path / "landing.png")
+    await context.close()
+    status, answer = await poll_token(gw, started["device_code"])
+    assert (status, answer["scope"]) == (200, "orders:cancel profile:read")
+
+
+@SIZES
+async def test_s5_3_every_end_state_says_what_is_true(
+    make_gateway: MakeGateway,
+    stand_in: StandInLogin,
+    provider_key_pem: str,
+    browser: Browser,
+    tmp_path: Path,
+    size: ViewportSize,
+) -> None:
+    """Issue 18: denying while an earlier grant lives, re-opening a decided link, a crafted landing
+    link, the consent URL opened by hand and a bad link each say what is now true."""
+    gw = await delegating_gateway(make_gateway, stand_in, provider_key_pem)
+    await grant(gw, stand_in.login, ("orders:read",))
+    started = await device_authorization(gw, ("orders:cancel",))
+    context, page = await new_page(browser, size)
+    await open_consent(page, started["verification_uri_complete"])
+    await page.locator('button[name="decision"][value="deny"]').click()
+    urls = oauth_urls(gw)
+    await page.wait_for_url(lambda url: url.startswith(urls.landing), timeout=BROWSER_WAIT_MS)
+    assert await page.get_by_role("heading", name="Request declined").is_visible()
+    assert await page.get_by_text("Your earlier approval still stands").is_visible()
+    assert await page.get_by_role("listitem").all_inner_texts() == [SCOPES["orders:read"]]
+    await assert_fits(page, size, tmp_path / "declined.png")
+
+    await page.goto(started["verification_uri_complete"], timeout=BROWSER_WAIT_MS)
+    await page.get_by_role("heading", name="Already declined").wait_for(timeout=BROWSER_WAIT_MS)
+    await assert_fits(page, size, tmp_path / "reopened.png")
+
+    await page.goto(f"{urls.landing}?status=approved&scope=orders:cancel", timeout=BROWSER_WAIT_MS)
+    assert await page.get_by_role("heading", name="This page has expired").is_visible()
+    assert await page.get_by_text("connected").count() == 0
+    await assert_fits(page, size, tmp_path / "spoofed.png")
+
+    response = await page.goto(urls.consent, timeout=BROWSER_WAIT_MS)
+    assert response is not None
+    assert response.status == 405
+    assert await page.get_by_role("heading", name="Open this from your assistant").is_visible()
+    await assert_fits(page, size, tmp_path / "opened.png")
+
+    bad = started["verification_uri_complete"].replace(started["user_code"], "BCDF-GHJK")
+    await page.goto(bad, timeout=BROWSER_WAIT_MS)
+    await page.get_by_role("heading", name="This sign-in link is invalid or has expired").wait_for(
+        timeout=BROWSER_WAIT_MS
+    )
+    await assert_fits(page, size, tmp_path / "invalid.png")
+    await context.close()
 
 
 async def test_s5_3_consent_without_javascript_lands_on_the_brand_page(

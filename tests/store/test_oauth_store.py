@@ -27,6 +27,7 @@ from gateway.store.oauth import (
     ConsentSession,
     DeviceAuthorization,
     Grant,
+    LandingRecord,
     OAuthStore,
     PollOutcome,
     RefreshOutcome,
@@ -395,6 +396,28 @@ async def test_s5_3_consent_session_expires(oauth: OAuthStore, clock: ManualCloc
     await oauth.put_consent_session(BRAND, sha("session-1"), session)
     clock.advance(300)
     assert await oauth.take_consent_session(BRAND, sha("session-1"), clock()) is None
+
+
+async def test_s5_3_landing_record_is_taken_once_and_expires(oauth: OAuthStore, clock: ManualClock) -> None:
+    """The landing page's record: single use, per Brand, gone at its ``expires_at``."""
+    record = LandingRecord(
+        outcome="approved",
+        scopes=("orders:read", "profile:read"),
+        carried=("profile:read",),
+        dropped=("orders:cancel",),
+        expires_at=clock() + 300,
+    )
+    await oauth.put_landing(BRAND, sha("landing-1"), record)
+    assert await oauth.take_landing("globex", sha("landing-1"), clock()) is None
+    assert await oauth.take_landing(BRAND, sha("landing-1"), clock()) == record
+    assert await oauth.take_landing(BRAND, sha("landing-1"), clock()) is None
+    empty = LandingRecord(outcome="denied", scopes=(), carried=(), dropped=(), expires_at=clock() + 300)
+    await oauth.put_landing(BRAND, sha("landing-2"), empty)
+    clock.advance(299)
+    assert await oauth.take_landing(BRAND, sha("landing-2"), clock()) == empty
+    await oauth.put_landing(BRAND, sha("landing-3"), dataclasses.replace(empty, expires_at=clock() + 10))
+    clock.advance(10)
+    assert await oauth.take_landing(BRAND, sha("landing-3"), clock()) is None
 
 
 async def test_s5_3_assertion_jti_is_used_once_within_its_ttl(oauth: OAuthStore, clock: ManualClock) -> None:

@@ -30,6 +30,7 @@ __all__ = [
     "ConsentForm",
     "authorization",
     "device_authorization",
+    "landing_id",
     "local",
     "oauth_store",
     "oauth_urls",
@@ -90,19 +91,41 @@ async def sign_in(
 
 
 async def post_decision(
-    gw: Harness, session: str, decision: str, scopes: Sequence[str], *, brand: str = "acme"
+    gw: Harness,
+    session: str,
+    decision: str,
+    scopes: Sequence[str],
+    *,
+    keep: Sequence[str] = (),
+    brand: str = "acme",
 ) -> ClientResponse:
-    """The consent form as a browser submits it: ``session``, the pressed button, the ticked boxes."""
+    """The consent form as a browser submits it: ``session``, the pressed button, the ticked boxes
+    (``scope`` for what is asked now, ``keep`` for the earlier grant's scopes left ticked)."""
     remember("a consent session", session)
-    fields = [("session", session), ("decision", decision), *(("scope", scope) for scope in scopes)]
+    fields = [
+        ("session", session),
+        ("decision", decision),
+        *(("scope", scope) for scope in scopes),
+        *(("keep", scope) for scope in keep),
+    ]
     return await gw.client.post(
         local(oauth_urls(gw, brand).consent_decision), data=fields, allow_redirects=False
     )
 
 
 def redirect_query(response: ClientResponse) -> dict[str, list[str]]:
-    """The query of a 303's ``Location``."""
-    return parse_qs(urlsplit(response.headers["Location"]).query)
+    """The conformance notes' part of a 303's ``Location`` query: all of it but ``r``, the id of the
+    gateway's own landing record (:func:`landing_id`)."""
+    query = parse_qs(urlsplit(response.headers["Location"]).query)
+    query.pop("r", None)
+    return query
+
+
+def landing_id(response: ClientResponse) -> str:
+    """The single ``r`` of a 303 to the gateway's own landing page: its record's unguessable id."""
+    (record_id,) = parse_qs(urlsplit(response.headers["Location"]).query)["r"]
+    remember("a landing record id", record_id)
+    return record_id
 
 
 async def poll_token(
@@ -136,6 +159,8 @@ class ConsentForm:
     labels: dict[str, str] = field(default_factory=dict)
     """Each scope's label text, unescaped as a browser shows it."""
     decisions: list[str] = field(default_factory=list)
+    keep: dict[str, bool] = field(default_factory=dict)
+    """Each ``keep`` checkbox (a scope of the earlier grant the new one would carry), and whether ticked."""
 
 
 class _FormParser(HTMLParser):
@@ -155,6 +180,8 @@ class _FormParser(HTMLParser):
             self.form.scopes[value] = "checked" in {name for name, _ in attrs}
             self.form.labels[value] = ""
             self._label_of = value
+        elif tag == "input" and attr.get("name") == "keep" and attr.get("type") == "checkbox":
+            self.form.keep[attr.get("value", "")] = "checked" in {name for name, _ in attrs}
         elif tag == "button" and attr.get("name") == "decision":
             self.form.decisions.append(attr.get("value", ""))
 

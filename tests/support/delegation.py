@@ -97,12 +97,15 @@ class BrandLogin:
         iat: float | None = None,
         ttl: float = 120,
         key: PAKey | None = None,
+        claims: Mapping[str, object] | None = None,
     ) -> str:
-        """An assertion for ``user`` bound to ``user_code``, for the consent URL ``audience``."""
+        """An assertion for ``user`` bound to ``user_code``, for the consent URL ``audience``, with
+        ``claims`` added (e.g. the optional display name)."""
         issued = int(time.time()) if iat is None else iat
         extra: dict[str, object] = {
             "user_code": user_code,
             "jti": secrets.token_hex(8) if jti is None else jti,
+            **(claims or {}),
         }
         assertion = (key or self.key).mint(
             iss or self.issuer, user, audience, iat=issued, exp=issued + ttl, extra_claims=extra
