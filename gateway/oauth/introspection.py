@@ -103,16 +103,16 @@ async def introspect(request: web.Request) -> web.Response:
     failures = failure_limit(brand.delegation.introspection_failures, address)
     if failures is not None:
         try:
-            await runtime.limits.refuse_if_spent(
-                brand.brand.id, failures, fail_open=brand.brand.rate_limits.fail_open
+            await runtime.limits.check_budget(
+                brand.brand.id, [failures], fail_open=brand.brand.rate_limits.fail_open
             )
         except RateLimited as limited:
             refused(request, limited.limit)
             return responses.too_many_requests(limited.retry_after)
     if not authorized(request.headers.get("Authorization"), secret):
         if failures is not None:
-            await runtime.limits.count_failure(
-                brand.brand.id, failures, fail_open=brand.brand.rate_limits.fail_open
+            await runtime.limits.spend(
+                brand.brand.id, [failures], fail_open=brand.brand.rate_limits.fail_open
             )
         raise invalid_client("introspection needs the Brand's bearer credential")
     token = required(await read_form(request, runtime.config.limits.max_body_bytes), "token")

@@ -22,7 +22,6 @@ flight, every Brand together (``limits.max_bot_calls``). It refuses the same way
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import logging
 import math
@@ -36,7 +35,6 @@ from gateway.protocol import errors
 from gateway.protocol.errors import A2AError, Reason
 from gateway.store import keys
 from gateway.store.base import StoreError
-from gateway.store.gcra import US
 from gateway.store.limits import Hit, RateLimiter, Rule
 
 __all__ = [
@@ -47,7 +45,6 @@ __all__ = [
     "RateLimited",
     "RateLimits",
     "a2a_limits",
-    "failure_probe",
     "named_limit",
     "retry_after",
     "subject_digest",
@@ -118,16 +115,6 @@ def retry_after(wait: float) -> int:
 
 def _rule(rule: RateRule) -> Rule | None:
     return Rule(rule.rate, rule.burst) if rule.enabled else None
-
-
-def failure_probe(rule: Rule) -> Rule:
-    """The rule under which one hit is refused exactly when one more hit under ``rule`` would be.
-
-    A hit under ``rule`` is refused once ``tat > now + tolerance - interval``; one under a rule of
-    one microsecond per request and a tolerance of ``tolerance - interval + 1`` µs, at the same key,
-    is refused at that very point (GCRA arithmetic, :func:`gateway.store.gcra.gcra`).
-    """
-    return Rule(US, rule.tolerance_us - rule.interval_us + 1)
 
 
 def a2a_limits(settings: RateLimitsConfig, issuer: str, sub: str) -> list[Limit]:
@@ -260,23 +247,6 @@ class RateLimits:
             self._metrics.rate_limited.labels(brand=charge.brand_id, limit=binding).inc()
         log.debug("rate limited by %s for %.3f s", binding, wait, extra={"brand": charge.brand_id})
         return RateLimited(retry_after(wait), binding)
-
-    async def refuse_if_spent(self, brand_id: str, failures: Limit, *, fail_open: bool) -> None:
-        """Raise :class:`RateLimited` if ``failures`` (a budget of failed attempts) has none left.
-
-        Checked *before* the attempt is judged, so a subject out of budget learns nothing of
-        whether its next guess was right. GCRA has no read-only look, so this charges the same
-        counter under :func:`failure_probe`'s rule, which is refused exactly when one more failure
-        would be and otherwise moves the counter by a microsecond (a second every million checks).
-        """
-        probe = Limit(failures.name, failures.subject, failure_probe(failures.rule))
-        await self.enforce(brand_id, [probe], fail_open=fail_open)
-
-    async def count_failure(self, brand_id: str, failures: Limit, *, fail_open: bool) -> None:
-        """Charge one failed attempt to ``failures``. The attempt is already refused for what it was,
-        so a charge refused here (the last failure of the budget) changes nothing but the count."""
-        with contextlib.suppress(RateLimited):
-            await self.enforce(brand_id, [failures], fail_open=fail_open)
 
     async def check_a2a(self, brand_id: str, settings: RateLimitsConfig, issuer: str, sub: str) -> None:
         """§6 for an A2A operation, after authentication and the Brand lookup, before the body.

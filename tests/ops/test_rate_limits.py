@@ -13,8 +13,6 @@ from typing import Any
 import orjson
 import pytest
 from aiohttp import ClientResponse
-from hypothesis import given
-from hypothesis import strategies as st
 
 from gateway.config import CircuitBreakerConfig, ConfigError, RateLimitsConfig, RateRule, load_config
 from gateway.http.state import METRICS
@@ -23,14 +21,12 @@ from gateway.ops.limits import (
     RateLimited,
     RateLimits,
     a2a_limits,
-    failure_probe,
     retry_after,
     subject_digest,
     wrong_user_code_limits,
 )
 from gateway.ops.metrics import Metrics
 from gateway.store.base import StoreError
-from gateway.store.gcra import gcra
 from gateway.store.limits import Hit, MemoryRateLimiter, RateLimiter, Rule
 from gateway.store.memory import MemoryKeyspace
 from tests.support.gateway import OTHER_PA, MakeGateway
@@ -396,22 +392,6 @@ def test_config_rejects_bad_limits_with_their_path(raw: dict[str, Any], path: st
     with pytest.raises(ConfigError) as error:
         load_config(raw, {})
     assert error.value.path == path
-
-
-@given(
-    rate=st.floats(min_value=0.001, max_value=1000),
-    burst=st.integers(min_value=1, max_value=1000),
-    ahead=st.integers(min_value=-(10**9), max_value=10**10),
-)
-def test_failure_probe_is_refused_exactly_when_one_more_failure_would_be(
-    rate: float, burst: int, ahead: int
-) -> None:
-    """Issue 18 F7: a budget of failures is checked before the attempt is judged, by a hit that
-    GCRA refuses at the very point a failure would be (``ahead``: the counter's lead on now, µs)."""
-    rule = Rule(rate, burst)
-    now = 10**12
-    tat = now + ahead
-    assert (gcra(tat, now, failure_probe(rule))[1] > 0) == (gcra(tat, now, rule)[1] > 0)
 
 
 async def test_rfc8628_5_1_a_failure_budget_is_looked_at_then_spent_and_says_when_it_ran_out(
