@@ -141,59 +141,78 @@ def _gateway_command() -> str:
     return f"{shlex.quote(sys.executable)} -m gateway"
 
 
-def _python(program: str) -> str:
-    return f"{shlex.quote(sys.executable)} -c {shlex.quote(program)}"
+POLLS: Final = 60
+"""Step 8's token polls, 5 s apart: five minutes for the person to approve, inside the device
+code's ten (RFC 8628 ``expires_in``), and a loop that ends on its own when nobody does."""
+
+# One reader for every JSON answer the session picks a field from. A body that is not the JSON
+# expected (a bare 401 once a JWT has expired, a pending authorization) is said back in one line
+# with a non-zero exit, never as a traceback (issue 19 row 9). No single quote: it is quoted so.
+_JSON_FIELD: Final = """import json, sys
+body = sys.stdin.read()
+try:
+    value = json.loads(body)
+    for key in sys.argv[1:]:
+        value = value[key]
+except (ValueError, KeyError, TypeError):
+    sys.exit("no " + ".".join(sys.argv[1:]) + " in the answer: " + (body.strip()[:300] or "(empty)"))
+print(value)"""
 
 
-def session_text(config: GatewayConfig, key_file: Path) -> str:
+def session_text(
+    config: GatewayConfig, key_file: Path, *, python: str | None = None, cli: str | None = None
+) -> str:
     """The ready-to-paste curl session: card, first turn, second turn, a retry; then, when the
-    Brand delegates, the §5 flow: device authorization, login and consent, token, delegated turns."""
+    Brand delegates, the §5 flow: device authorization, login and consent, token, delegated turns.
+
+    ``python`` and ``cli`` are shell words for the interpreter and the ``pact-gateway`` command;
+    by default the running ones, so the demo prints paths that work as pasted. The README renders
+    the same session with ``.venv/bin/…`` spellings and a placeholder ``key_file`` (its test holds
+    the two equal, so they cannot drift).
+    """
+    python = shlex.quote(sys.executable) if python is None else python
+    cli = _gateway_command() if cli is None else cli
     agent = config.personal_agents.registered[0]
     brand = next(iter(config.brands.values()))
     interface = f"{config.public_url}/a2a/{brand.id}"
-    gateway_cmd = _gateway_command()
     token_cmd = (
-        f"{gateway_cmd} token --key {shlex.quote(str(key_file))} --iss {agent.issuer} "
+        f"{cli} token --key {shlex.quote(str(key_file))} --iss {agent.issuer} "
         f"--sub {DEMO_SUB} --aud {config.provider.audience} --ttl 300"
     )
-    extract = _python('import json,sys; print(json.load(sys.stdin)["message"]["contextId"])')
 
     lines = [
+        # Each answer that curl shows gets its line ended, as the JSON body does not.
         "# 1. The Agent Card (public, no token):",
-        f"curl -s {interface}/.well-known/agent-card.json",
+        f"curl -s {interface}/.well-known/agent-card.json; echo",
         "",
         "# 2. A personal-agent JWT (valid 300 s; run again for a fresh one):",
         f"TOKEN=$({token_cmd})",
         "",
-        "# 3. First turn: no contextId, the gateway opens a conversation:",
-        # tee shows the reply as it comes; the echo ends its line, which the JSON body does not.
-        f"CTX=$({_send(interface, 'm-1', 'Hi, where is my order?', False)} | tee /dev/stderr | {extract});"
-        " echo >&2",
+        "# 3. First turn: no contextId, the gateway opens a conversation. json_field prints one field of",
+        "#    a JSON answer, or says what came back instead:",
+        f'json_field() {{ {python} -c {shlex.quote(_JSON_FIELD)} "$@"; }}',
+        f"CTX=$({_send(interface, 'm-1', 'Hi, where is my order?', False)} | tee /dev/stderr"
+        " | json_field message contextId); echo >&2",
         "",
         "# 4. Second turn on the same contextId:",
-        _send(interface, "m-2", "It is A-10001", True),
+        f"{_send(interface, 'm-2', 'It is A-10001', True)}; echo",
         "",
         "# 5. A retry of m-2: the stored reply, byte for byte, without calling the bot:",
-        _send(interface, "m-2", "It is A-10001", True),
+        f"{_send(interface, 'm-2', 'It is A-10001', True)}; echo",
     ]
     if brand.delegation is not None:
-        lines += ["", *_delegated_session(config, brand, token_cmd)]
+        lines += ["", *_delegated_session(config, brand, token_cmd, python)]
     return "\n".join(lines)
 
 
-def _delegated_session(config: GatewayConfig, brand: BrandConfig, token_cmd: str) -> list[str]:
+def _delegated_session(config: GatewayConfig, brand: BrandConfig, token_cmd: str, python: str) -> list[str]:
     """§5 as curl: the personal agent's calls, and the one step only the User can take (the browser)."""
     agent = config.personal_agents.registered[0]
     urls = OAuthUrls.of(config.public_url, brand.id)
     client = f'--data-urlencode "client_id={agent.issuer}"'
     pa_auth = '-H "Authorization: Bearer $TOKEN"'
-    field = _python("import json,sys; print(json.loads(sys.argv[1])[sys.argv[2]])")
-    # Prints the access token once approved; until then exits non-zero with the RFC 8628 error.
-    access = _python(
-        "import json,sys; d=json.load(sys.stdin); "
-        'print(d["access_token"]) if "access_token" in d else sys.exit(d.get("error", d))'
-    )
-    pretty = f"{shlex.quote(sys.executable)} -m json.tool"
+    pretty = f"{python} -m json.tool"
+    minutes = POLLS * 5 // 60
     return [
         "# 6. Delegated profile (§5): a fresh JWT, then ask for orders:read (RFC 8628 device authorization):",
         f"TOKEN=$({token_cmd})",
@@ -202,14 +221,17 @@ def _delegated_session(config: GatewayConfig, brand: BrandConfig, token_cmd: str
         "",
         "# 7. Open verification_uri_complete in a browser: the Brand's login (here a stand-in that takes",
         "#    any password), then tick the scopes to allow on the Provider's consent page:",
-        f'{field} "$DA" verification_uri_complete',
+        'echo "$DA" | json_field verification_uri_complete',
         "",
-        "# 8. Poll the token endpoint every 5 s until you approve; DTOKEN is the delegation token (§5.4):",
-        f'DEVICE_CODE=$({field} "$DA" device_code)',
-        f"until DTOKEN=$(curl -s -X POST {urls.token} {pa_auth} -d grant_type={DEVICE_CODE_GRANT} \\",
-        f'    -d "device_code=$DEVICE_CODE" {client} | {access}); do',
+        "# 8. Poll the token endpoint every 5 s (a fresh JWT each time) until you approve, for up to",
+        f"#    {minutes} minutes; DTOKEN is the delegation token (§5.4):",
+        'DEVICE_CODE=$(echo "$DA" | json_field device_code)',
+        f"for poll in $(seq {POLLS}); do",
+        f"  DTOKEN=$(curl -s -X POST {urls.token} {pa_auth} -d grant_type={DEVICE_CODE_GRANT} \\",
+        f'    -d "device_code=$DEVICE_CODE" {client} | json_field access_token) && break',
         f"  sleep 5; TOKEN=$({token_cmd})",
         "done",
+        f'[ -n "$DTOKEN" ] || echo "No delegation token after {minutes} minutes: start again at step 6." >&2',
         "",
         "# 9. A delegated turn, both tokens sent: the reply's metadata carries a signed pact.receipt (§5.6):",
         f"{_send(urls.interface, 'd-1', DELEGATED_TEXT, False, delegated=True)} | {pretty}",

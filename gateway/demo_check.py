@@ -35,6 +35,7 @@ __all__ = [
     "DemoCheckFailed",
     "Form",
     "FormReader",
+    "log_in_and_allow",
     "read_form",
     "run_check",
 ]
@@ -198,8 +199,12 @@ async def _browser_post(
         return page, str(response.url)
 
 
-async def _log_in_and_allow(browser: aiohttp.ClientSession, started: Mapping[str, Any]) -> None:
-    """The User's part of §5.3: the Brand's login, its hand-off, then Allow on the consent page."""
+async def log_in_and_allow(browser: aiohttp.ClientSession, started: Mapping[str, Any]) -> None:
+    """The User's part of §5.3: the Brand's login, its hand-off, then Allow on the consent page.
+
+    ``started`` is the device-authorization answer. Public: the test that runs the README's
+    session plays the person's browser with it, as the check does.
+    """
     login_url = started["verification_uri_complete"]
     async with browser.get(login_url) as response:
         _expect(response.status == 200, f"the login page answered {response.status}")
@@ -288,7 +293,7 @@ async def _delegation(
     started = await _authorize(http, endpoints.device_authorization, client_id, mint)
     # The browser is another party: its own cookies, and the PA's JWT is never in it (§5.3).
     async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as browser:
-        await _log_in_and_allow(browser, started)
+        await log_in_and_allow(browser, started)
     issued = await _poll(http, endpoints.token, client_id, started, mint)
     _expect(issued.get("scope") == READ_SCOPE, f"the token grants {issued.get('scope')!r}")
     headers = {

@@ -5,16 +5,26 @@ The whole session is run over real HTTP by ``demo --check`` (tests/test_cli.py).
 
 from __future__ import annotations
 
+import shlex
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from gateway.config import ConfigError
-from gateway.demo import DEFAULT_CONFIG, SIGNING_KEY_ENV, demo_config, new_signing_key, session_text
+from gateway.demo import (
+    DEFAULT_CONFIG,
+    POLLS,
+    SIGNING_KEY_ENV,
+    demo_config,
+    new_signing_key,
+    session_text,
+)
 from gateway.demo_check import read_form
 from gateway.oauth import pages
 from gateway.oauth.keys import parse_signing_key
+from tests.test_cli import CLI_TIMEOUT, free_port
 
 
 def test_s5_demo_brand_delegates_with_its_login_on_the_chosen_port() -> None:
@@ -92,3 +102,54 @@ def test_s5_3_check_reads_the_consent_form_as_a_browser_submits_it() -> None:
     assert form.fields == [("session", "WDJB-MJHT.secret"), ("scope", "orders:read")]
     assert form.buttons == [("decision", "deny"), ("decision", "allow")]  # Deny first: implicit submission
     assert form.submission(button=("decision", "allow")) == [*form.fields, ("decision", "allow")]
+
+
+def _session_part(text: str, first: str, end: str) -> str:
+    """The session's lines from the one starting ``first`` up to (not including) the one starting ``end``."""
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith(first))
+    stop = next(i for i, line in enumerate(lines) if i > start and line.startswith(end))
+    return "\n".join(lines[start:stop])
+
+
+def _bash(script: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", "-eu", "-o", "pipefail", "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT,
+        check=False,
+    )
+
+
+def test_issue19_session_reader_says_what_came_back_instead_of_a_traceback() -> None:
+    """A bare 401 (an expired JWT) or a page that is not JSON: one line naming it, a non-zero exit."""
+    config = demo_config(DEFAULT_CONFIG, 18080, 19100, {SIGNING_KEY_ENV: new_signing_key()})
+    reader = _session_part(session_text(config, Path("/tmp/k.json")), "json_field() {", "CTX=")
+    for body, said in [("", "(empty)"), ("<html>Bad Gateway</html>", "<html>Bad Gateway</html>")]:
+        result = _bash(f"{reader}\nprintf %s {shlex.quote(body)} | json_field access_token")
+        assert result.returncode == 1
+        assert result.stderr == f"no access_token in the answer: {said}\n"
+    pending = _bash(f'{reader}\necho \'{{"error":"authorization_pending"}}\' | json_field access_token')
+    assert pending.stderr == 'no access_token in the answer: {"error":"authorization_pending"}\n'
+    assert (
+        _bash(f'{reader}\necho \'{{"message":{{"contextId":"c-1"}}}}\' | json_field message contextId').stdout
+        == "c-1\n"
+    )
+
+
+def test_issue19_session_token_loop_ends_with_a_message() -> None:
+    """Step 8 polls a fixed number of times, minting a JWT before each retry, then says so and ends:
+    run against a port nothing listens on, with ``sleep`` and the CLI made instant."""
+    config = demo_config(DEFAULT_CONFIG, free_port(), free_port(), {SIGNING_KEY_ENV: new_signing_key()})
+    text = session_text(config, Path("/tmp/k.json"), cli="echo")
+    reader = _session_part(text, "json_field() {", "CTX=")
+    step8 = _session_part(text, "# 8.", "# 9.")
+    before = ["sleep() { :; }", "TOKEN=expired", reader, """DA='{"device_code":"x"}'"""]
+    result = _bash("\n".join([*before, step8, 'echo "TOKEN=$TOKEN"']))
+    assert result.returncode == 0, result.stderr
+    said = result.stderr.splitlines()
+    assert said == ["no access_token in the answer: (empty)"] * POLLS + [
+        "No delegation token after 5 minutes: start again at step 6."
+    ]
+    assert result.stdout.startswith("TOKEN=token --key /tmp/k.json")  # minted afresh in the loop
