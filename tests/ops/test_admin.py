@@ -538,3 +538,49 @@ async def test_served_by_pact_gateway_serve_on_its_own_loopback_port(
     (audit,) = [record for record in served.logs() if record["logger"] == AUDIT_LOGGER]
     assert (audit["action"], audit["conversations"]) == ("erase", 1)
     assert SUB not in served.log_file.read_text()
+
+
+async def test_i10_a_sighup_that_turns_it_on_opens_its_listener_and_a_moved_port_needs_a_restart(
+    processes: Processes,
+    monkeypatch: pytest.MonkeyPatch,
+    pa_issuer: str,
+    jwks_server: FakeJwksServer,
+    bot: ControlledBot,
+) -> None:
+    """The real reload wiring (``GatewayServer.reload``): off at start, nothing listens on
+    ``admin.port``; a reload turning it on opens it there; a reload moving it is logged as needing a
+    restart and the listener stays where it is."""
+    remember("the admin token", TOKEN)
+    monkeypatch.setenv("PACT_ADMIN_TOKEN", TOKEN)
+    served = await processes.new(base_config(pa_issuer, jwks_server.jwks_uri, bot.url, "memory://")).start()
+    await served.ready()
+    people = {"brand": "acme", "pa": pa_issuer, "sub": SUB}
+    async with aiohttp.ClientSession() as session:
+        with pytest.raises(aiohttp.ClientConnectionError):
+            await session.post(f"{served.admin_url}/admin/erase", json=people, headers=BEARER)
+        on = {**served.raw, "admin": {**served.raw["admin"], "enabled": True, "token": "${PACT_ADMIN_TOKEN}"}}
+        served.write_config(on)
+        served.send(signal.SIGHUP)
+
+        async def answers() -> bool:
+            try:
+                async with session.post(f"{served.admin_url}/admin/erase", json=people, headers=BEARER) as r:
+                    return r.status == 200
+            except aiohttp.ClientConnectionError:
+                return False
+
+        await until(answers, 10, "the admin listener opened by the reload")
+        admin_url = served.admin_url
+        served.write_config({**on, "admin": {**on["admin"], "port": free_port()}})
+        served.send(signal.SIGHUP)
+
+        async def warned() -> bool:
+            return any(record.get("restart_needed") for record in served.logs())
+
+        await until(warned, 10, "the restart warning")
+        (warning,) = [record for record in served.logs() if record.get("restart_needed")]
+        assert warning["restart_needed"] == ["admin.port"]
+        async with session.post(f"{admin_url}/admin/erase", json=people, headers=BEARER) as kept:
+            assert kept.status == 200
+    served.send(signal.SIGTERM)
+    assert await served.wait() == 0
