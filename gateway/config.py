@@ -244,11 +244,14 @@ MAX_AGENT_NAME = 80
 
 @dataclass(frozen=True, slots=True)
 class AdminConfig:
-    """The operator API on the ops listener (gateway/process/admin.py): a person's conversations,
-    and forgetting them. Off unless ``enabled``; then every request needs
-    ``Authorization: Bearer {token}``."""
+    """The operator API (gateway/process/admin.py): a person's conversations, and forgetting them.
+    Off unless ``enabled``; then served on its own listener ``host:port`` (loopback by default: the
+    ops listener binds every interface for the scrapers, the admin API must not ride along), and
+    every request needs ``Authorization: Bearer {token}``."""
 
     enabled: bool = False
+    host: str = "127.0.0.1"
+    port: int = 9091
     token: str = field(default="", repr=False)
     """Only ever from ``${NAME}``, never written in the file; kept out of ``repr``."""
 
@@ -712,7 +715,14 @@ SCHEMA: dict[str, Any] = _obj(
                 "port": {"type": "integer", "minimum": 0, "maximum": 65535},
             }
         ),
-        "admin": _obj({"enabled": {"type": "boolean"}, "token": _STR}),
+        "admin": _obj(
+            {
+                "enabled": {"type": "boolean"},
+                "host": _STR,
+                "port": {"type": "integer", "minimum": 0, "maximum": 65535},
+                "token": _STR,
+            }
+        ),
         "logging": _obj(
             {
                 "level": {"enum": ["DEBUG", "INFO", "WARNING", "ERROR"]},
@@ -1397,19 +1407,41 @@ def _bearer_secret(reference: str, path: str, environ: Mapping[str, str]) -> str
     return value
 
 
-def _admin(raw: Mapping[str, Any], metrics: Mapping[str, Any], environ: _Environment) -> AdminConfig:
+def _admin(
+    raw: Mapping[str, Any], listen: Mapping[str, Any], metrics: Mapping[str, Any], environ: _Environment
+) -> AdminConfig:
     """The operator API: its token only ever ``${NAME}``, needed once enabled (and only then read, so a
-    file may name it while the API stays off), too long to guess, and a listener to be served on."""
+    file may name it while the API stays off), too long to guess, and a listener of its own that
+    shares no port with the A2A or ops listener."""
     token = raw.get("token")
     if token is not None:
         _env_reference(token, "admin.token")
+    defaults = AdminConfig()
+    where = {"host": raw.get("host", defaults.host), "port": raw.get("port", defaults.port)}
     if not raw.get("enabled", False):
-        return AdminConfig()
+        return AdminConfig(**where)
     if token is None:
         raise ConfigError("admin.token", "is required when admin.enabled is true: write ${NAME}")
-    if metrics.get("enabled", True) is False:
-        raise ConfigError("admin.enabled", "needs metrics.enabled: the ops listener serves the admin API")
-    return AdminConfig(enabled=True, token=_bearer_secret(token, "admin.token", environ))
+    others: list[tuple[str, Mapping[str, Any], ListenConfig | MetricsConfig]] = [
+        ("listen", listen, ListenConfig())
+    ]
+    if metrics.get("enabled", True) is not False:
+        others.append(("metrics", metrics, MetricsConfig()))
+    for name, other, default in others:
+        host, port = other.get("host", default.host), other.get("port", default.port)
+        if port == where["port"] != 0 and _hosts_overlap(host, where["host"]):
+            raise ConfigError(
+                "admin.port", f"is {name}.port on the same address ({host}:{port}): choose another"
+            )
+    return AdminConfig(enabled=True, token=_bearer_secret(token, "admin.token", environ), **where)
+
+
+_WILDCARDS = frozenset(("0.0.0.0", "::", ""))  # noqa: S104 - compared, never bound
+
+
+def _hosts_overlap(one: str, other: str) -> bool:
+    """Whether two listeners' hosts can clash on one port: the same, or either binds every address."""
+    return one == other or one in _WILDCARDS or other in _WILDCARDS
 
 
 def _skills(raw: Sequence[Mapping[str, Any]], path: str) -> tuple[SkillConfig, ...]:
@@ -1514,7 +1546,9 @@ def _build(raw: Mapping[str, Any], environ: _Environment, problems: _Problems) -
     if cache is not None and not problems.broken("brands") and len(brands) == len(raw["brands"]):
         problems.attempt("cache.pending_ttl", _check_pending_ttl, cache, brands)
     oauth = _oauth(raw, environ, problems)
-    admin = problems.attempt("admin", _admin, raw.get("admin", {}), raw.get("metrics", {}), environ)
+    admin = problems.attempt(
+        "admin", _admin, raw.get("admin", {}), raw.get("listen", {}), raw.get("metrics", {}), environ
+    )
     tracing = problems.attempt("tracing", _tracing, raw.get("tracing", {}), environ)
     listen = problems.attempt("listen", _listen, raw.get("listen", {}))
     if (

@@ -44,6 +44,8 @@ def _listeners(config: GatewayConfig) -> list[Listener]:
     listeners = [Listener("listen.port", config.listen.host, config.listen.port)]
     if config.metrics.enabled:
         listeners.append(Listener("metrics.port", config.metrics.host, config.metrics.port))
+    if config.admin.enabled:
+        listeners.append(Listener("admin.port", config.admin.host, config.admin.port))
     return listeners
 
 

@@ -664,7 +664,27 @@ def test_admin_api_is_off_by_default_and_its_token_is_read_only_when_on(tmp_path
     [
         ({"enabled": True}, True, "admin.token: is required when admin.enabled is true"),
         ({"enabled": False, "token": "s3cret-in-the-file"}, True, "admin.token: must be an environment"),
-        ({"enabled": True, "token": "${PACT_ADMIN_TOKEN}"}, False, "admin.enabled: needs metrics.enabled"),
+        (
+            {"enabled": True, "token": "${PACT_ADMIN_TOKEN}", "port": 8080},
+            True,
+            "admin.port: is listen.port on",
+        ),
+        (
+            {"enabled": True, "token": "${PACT_ADMIN_TOKEN}", "port": 9090},
+            True,
+            "admin.port: is metrics.port on",
+        ),
+        (
+            {"enabled": True, "token": "${PACT_ADMIN_TOKEN}", "port": 70000},
+            True,
+            "admin.port: 70000 is greater",
+        ),
+        (
+            {"enabled": True, "token": "${PACT_ADMIN_TOKEN}", "port": "9091"},
+            True,
+            "admin.port: '9091' is not of",
+        ),
+        ({"enabled": True, "token": "${PACT_ADMIN_TOKEN}", "host": 1}, True, "admin.host: 1 is not of type"),
         ({"enabled": True, "token": "${SHORT_TOKEN}"}, True, "admin.token: must be at least 32 characters"),
         ({"enabled": "yes"}, True, "admin.enabled: 'yes' is not of type 'boolean'"),
         ({"enable": True}, True, "admin.enable: unknown setting; did you mean enabled?"),
@@ -677,6 +697,27 @@ def test_admin_api_settings_are_checked(admin: dict[str, Any], metrics: bool, pr
     with pytest.raises(ConfigError) as caught:
         load_config(raw, {**ENV, "PACT_ADMIN_TOKEN": "t" * 64, "SHORT_TOKEN": "t" * 31})
     assert str(caught.value).startswith(problem)
+
+
+def test_i10_admin_api_has_its_own_loopback_listener_which_needs_no_ops_listener() -> None:
+    """Issue 18 row I10: ``admin.host`` defaults to loopback, ``admin.port`` to 9091; a port shared with
+    another listener is refused only where the two can meet (same host, or either on every interface)."""
+    raw = example()
+    raw["admin"] = {"enabled": True, "token": "${PACT_ADMIN_TOKEN}"}
+    raw["metrics"]["enabled"] = False
+    environ = {**ENV, "PACT_ADMIN_TOKEN": "t" * 32}
+    admin = load_config(raw, environ).admin
+    assert (admin.enabled, admin.host, admin.port) == (True, "127.0.0.1", 9091)
+    raw["metrics"] = {"enabled": True, "host": "10.0.0.5", "port": 9300}
+    raw["admin"].update(host="127.0.0.1", port=9300)
+    assert load_config(raw, environ).admin.port == 9300  # other address: no clash
+    raw["metrics"]["host"] = "0.0.0.0"  # noqa: S104 - a setting, never bound
+    with pytest.raises(
+        ConfigError, match=r"^admin.port: is metrics.port on the same address \(0.0.0.0:9300\)"
+    ):
+        load_config(raw, environ)
+    raw["metrics"]["enabled"] = False
+    assert load_config(raw, environ).admin.port == 9300  # no ops listener to clash with
 
 
 NOT_A_TOKEN = "is not a valid header name (RFC 9110 §5.1: a token, no spaces)"

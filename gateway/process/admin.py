@@ -1,8 +1,11 @@
 """The admin API: a person's conversations listed, closed or erased over HTTP (:mod:`gateway.ops.erasure`).
 
-Served under ``/admin/`` by the ops listener only (:func:`gateway.process.health.create_ops_app`),
-never by the A2A listener, which the Ingress exposes. While ``admin.enabled`` is false every
-path answers ``404`` as an unknown one does; otherwise each request needs
+Served under ``/admin/`` on a listener of its own (:class:`AdminListener`, ``admin.host:admin.port``,
+loopback by default), never by the A2A listener, which the Ingress exposes, nor by the ops
+listener, which binds every interface for the scrapers. The listener is opened when the process
+starts with ``admin.enabled``, or by the first reload that turns it on; ``admin.host`` and
+``admin.port`` need a restart (:data:`gateway.process.reload.RESTART_ONLY`). While ``admin.enabled``
+is false every path answers ``404`` as an unknown one does; otherwise each request needs
 ``Authorization: Bearer {admin.token}``. Both are read from the configuration in force at each
 request, so a reload turns the API on or off and rotates the token.
 
@@ -20,6 +23,7 @@ request to a route, ``pact_erasures_total{brand}`` every erasure.
 from __future__ import annotations
 
 import hmac
+import logging
 from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -28,7 +32,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter
 
 from gateway.app import OAUTH_STORE, STORE, WALL_CLOCK
-from gateway.config import GatewayConfig
+from gateway.config import AdminConfig, GatewayConfig
 from gateway.http.state import METRICS, RUNTIME
 from gateway.ops.erasure import ADAPTER_STATE_NAMES, PersonRecords
 from gateway.ops.logs import sub_digest
@@ -36,7 +40,9 @@ from gateway.store.admin import ConversationInfo
 from gateway.store.base import Owner, StoreError
 from gateway.store.factory import open_conversation_admin
 
-__all__ = ["ADMIN_METRICS", "GATEWAY", "AdminError", "AdminMetrics", "create_admin_app"]
+__all__ = ["ADMIN_METRICS", "GATEWAY", "AdminError", "AdminListener", "AdminMetrics", "create_admin_app"]
+
+log = logging.getLogger("pact_gateway.admin")
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -221,3 +227,46 @@ def create_admin_app(gateway: web.Application) -> web.Application:
     app.router.add_post("/conversations/{context_id:[^/:]+}:close", close_conversation, name="close")
     app.router.add_post("/erase", erase, name="erase")
     return app
+
+
+class AdminListener:
+    """The admin API's own listener: opened only while ``admin.enabled``, on ``admin.host:admin.port``.
+
+    Off at start-up, nothing listens (no port to find, none to keep free); :meth:`apply` after a
+    reload that turns the API on opens it. Turned off again, the listener stays and answers ``404``
+    (:func:`enabled_middleware`) until the process restarts: closing it under a request in flight
+    would gain nothing the ``404`` does not give.
+    """
+
+    def __init__(self, gateway: web.Application) -> None:
+        self._gateway = gateway
+        self._runner: web.AppRunner | None = None
+
+    @property
+    def addresses(self) -> list[tuple[str, int]]:
+        """Where it listens, ``(host, port)`` each (``0`` resolved); empty while closed."""
+        if self._runner is None:
+            return []
+        return [(address[0], address[1]) for address in self._runner.addresses]
+
+    async def apply(self, config: AdminConfig) -> None:
+        """Open the listener if ``config`` enables the API and it is not open yet; raises ``OSError``
+        when the address cannot be bound (the caller says so: at start-up it is fatal)."""
+        if not config.enabled or self._runner is not None:
+            return
+        root = web.Application()
+        root.add_subapp("/admin", create_admin_app(self._gateway))
+        runner = web.AppRunner(root, access_log=None, shutdown_timeout=1.0)
+        await runner.setup()
+        try:
+            await web.TCPSite(runner, config.host, config.port).start()
+        except BaseException:
+            await runner.cleanup()
+            raise
+        self._runner = runner
+        log.info("admin API on %s", ", ".join(f"{host}:{port}" for host, port in self.addresses))
+
+    async def close(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None

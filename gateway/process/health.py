@@ -1,5 +1,6 @@
-"""The operations listener: ``/metrics``, ``/healthz`` and ``/readyz``, on its own port, no PA token;
-and, given the gateway app, the admin API under ``/admin/`` (:mod:`gateway.process.admin`, its own token).
+"""The operations listener: ``/metrics``, ``/healthz`` and ``/readyz``, on its own port, no PA token.
+The admin API is not here: it has a loopback listener of its own
+(:class:`gateway.process.admin.AdminListener`), since this one binds every interface for the scrapers.
 
 It is a separate aiohttp app on ``metrics.host:metrics.port`` so probes and scrapes never go
 through the A2A middlewares, never need a token, and are never exposed by the Ingress.
@@ -28,7 +29,6 @@ from gateway.auth.jwks import JwksCache
 from gateway.config import GatewayConfig, MetricsConfig
 from gateway.http.state import RUNTIME
 from gateway.ops.exposition import WithoutCreated
-from gateway.process.admin import create_admin_app
 from gateway.store.base import StoreError
 
 __all__ = [
@@ -121,12 +121,9 @@ class GatewayReadiness:
         return f"no keys for {', '.join(missing)}" if missing else None
 
 
-def create_ops_app(
-    registry: CollectorRegistry, readiness: Readiness, *, gateway: web.Application | None = None
-) -> web.Application:
+def create_ops_app(registry: CollectorRegistry, readiness: Readiness) -> web.Application:
     """The ops app: Prometheus text from ``registry`` (without ``_created`` samples, see
-    :mod:`gateway.ops.exposition`), liveness, ``readiness`` as JSON, and with the (started)
-    ``gateway`` app the admin API over its store (answering only once ``admin.enabled``)."""
+    :mod:`gateway.ops.exposition`), liveness, and ``readiness`` as JSON."""
     exposed = WithoutCreated(registry)
 
     async def metrics(request: web.Request) -> web.Response:
@@ -147,8 +144,6 @@ def create_ops_app(
     app.router.add_get("/metrics", metrics)
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
-    if gateway is not None:
-        app.add_subapp("/admin", create_admin_app(gateway))
     return app
 
 
@@ -156,11 +151,9 @@ async def start_ops_listener(
     config: MetricsConfig,
     registry: CollectorRegistry,
     readiness: Readiness,
-    *,
-    gateway: web.Application | None = None,
 ) -> web.AppRunner:
     """Serve :func:`create_ops_app` on ``config.host:config.port``; the caller cleans the runner up."""
-    app = create_ops_app(registry, readiness, gateway=gateway)
+    app = create_ops_app(registry, readiness)
     runner = web.AppRunner(app, access_log=None, shutdown_timeout=1.0)
     await runner.setup()
     try:

@@ -21,8 +21,9 @@ import gc
 import logging
 import os
 import signal
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 
@@ -33,6 +34,7 @@ from gateway.http.state import RUNTIME
 from gateway.ops.exposition import serve_process_metrics
 from gateway.ops.logs import configure_logging
 from gateway.ops.metrics import Metrics
+from gateway.process.admin import AdminListener
 from gateway.process.health import GatewayReadiness, prefetch_keys, start_ops_listener
 from gateway.process.reload import ConfigWatcher, reload_app
 
@@ -59,9 +61,12 @@ class GatewayServer:
         metrics: Metrics,
         listen: bool = True,
         reuse_port: bool = False,
+        admin: bool = False,
     ) -> None:
         self.config_path = config_path
         self.app = create_app(config, metrics=metrics)
+        # The one process that serves the admin API (single, or the supervisor; never a worker).
+        self.admin = AdminListener(self.app) if admin else None
         self.draining = False
         self._listen = listen
         self._reuse_port = reuse_port
@@ -121,7 +126,26 @@ class GatewayServer:
             return False
         configure_logging(config.logging)
         self._prefetch()
+        if self.admin is not None:
+            self._background_task(self._open_admin(self.admin, config))
         return True
+
+    async def start_admin(self) -> None:
+        """Open the admin API's listener if ``admin.enabled``; ``OSError`` when its address is taken."""
+        if self.admin is not None:
+            await self.admin.apply(self.config.admin)
+
+    async def _open_admin(self, admin: AdminListener, config: GatewayConfig) -> None:
+        """After a reload that turned the admin API on: a taken port is logged, the reload stands."""
+        try:
+            await admin.apply(config.admin)
+        except OSError as error:
+            log.error(
+                "cannot listen for the admin API on %s:%d: %s",
+                config.admin.host,
+                config.admin.port,
+                error.strerror or error,
+            )
 
     async def stop(self) -> None:
         """Stop accepting, let running requests finish within the bound, close everything."""
@@ -131,6 +155,8 @@ class GatewayServer:
         await asyncio.gather(*self._background, return_exceptions=True)
         for site in list(self._runner.sites):
             await site.stop()
+        if self.admin is not None:
+            await self.admin.close()
         # A connection the kernel accepted just before the listener closed becomes an aiohttp
         # connection a few loop turns later; without this pause the drain below would not see
         # it, and its client would hang until the process exits.
@@ -138,7 +164,10 @@ class GatewayServer:
         await self._runner.cleanup()
 
     def _prefetch(self) -> None:
-        task: asyncio.Task[object] = asyncio.create_task(prefetch_keys(self.app[JWKS], self.config))
+        self._background_task(prefetch_keys(self.app[JWKS], self.config))
+
+    def _background_task(self, work: Coroutine[Any, Any, object]) -> None:
+        task: asyncio.Task[object] = asyncio.create_task(work)
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
@@ -208,7 +237,7 @@ async def run_single(config_path: Path, config: GatewayConfig) -> int:
     """One process: A2A listener, ops listener (when enabled), reload, drain. The exit status."""
     configure_logging(config.logging)
     metrics = Metrics()
-    server = GatewayServer(config_path, config, metrics=metrics)
+    server = GatewayServer(config_path, config, metrics=metrics, admin=True)
     signals = ProcessSignals(server.reload)
     try:
         return await _serve_single(server, signals, metrics)
@@ -231,19 +260,26 @@ async def _serve_single(server: GatewayServer, signals: ProcessSignals, metrics:
                 config.metrics,
                 metrics.registry,
                 GatewayReadiness(server.app, extra=server.status),
-                gateway=server.app,
             )
         except OSError as error:
             await server.stop()
             return _cannot_listen("operations", config.metrics.host, config.metrics.port, error)
+    try:
+        await server.start_admin()
+    except OSError as error:
+        await server.stop()
+        if ops is not None:
+            await ops.cleanup()
+        return _cannot_listen("the admin API", config.admin.host, config.admin.port, error)
     watcher = asyncio.create_task(
         ConfigWatcher(server.config_path, lambda: server.config.reload, server.reload).run()
     )
     log.info(
-        "serving on %s:%d%s",
+        "serving on %s:%d%s%s",
         config.listen.host,
         config.listen.port,
         f", operations on {config.metrics.host}:{config.metrics.port}" if ops is not None else "",
+        f", admin API on {config.admin.host}:{config.admin.port}" if config.admin.enabled else "",
     )
     try:
         await signals.stop.wait()

@@ -72,7 +72,7 @@ class Supervisor:
         self._generation = 0
         # The supervisor's own gateway app listens nowhere: it is what /readyz checks (store,
         # key sets, configuration) and what validates a reloaded file before the workers see it.
-        self._gateway = GatewayServer(config_path, config, metrics=Metrics(), listen=False)
+        self._gateway = GatewayServer(config_path, config, metrics=Metrics(), listen=False, admin=True)
 
     def status(self) -> dict[str, str]:
         """Readiness failures of the process group: draining, or workers not (yet) serving."""
@@ -121,12 +121,18 @@ class Supervisor:
                     metrics,
                     registry,
                     GatewayReadiness(self._gateway.app, extra=self.status),
-                    gateway=self._gateway.app,
                 )
-            return await self._serve(signals)
         except OSError as error:
             log.error("cannot listen for operations on %s:%d: %s", metrics.host, metrics.port, error)
             return 1
+        else:
+            try:
+                await self._gateway.start_admin()
+            except OSError as error:
+                admin = self._config.admin
+                log.error("cannot listen for the admin API on %s:%d: %s", admin.host, admin.port, error)
+                return 1
+            return await self._serve(signals)
         finally:
             self._stopping = True
             # Normally all stopped already; after an unexpected error, never leave one behind.

@@ -173,6 +173,10 @@ class ServeProcess:
     def ops_url(self) -> str:
         return f"http://127.0.0.1:{self.raw['metrics']['port']}"
 
+    @property
+    def admin_url(self) -> str:
+        return f"http://127.0.0.1:{self.raw['admin']['port']}"
+
     def write_config(self, raw: dict[str, Any]) -> None:
         self.raw = raw
         self.config_file.write_text(yaml.safe_dump(raw), encoding="utf-8")
@@ -239,11 +243,13 @@ class Processes:
     started: list[ServeProcess] = field(default_factory=list)
 
     def new(self, raw: dict[str, Any], name: str = "gw") -> ServeProcess:
-        """A process for ``raw`` with fresh loopback ports for its two listeners."""
+        """A process for ``raw`` with fresh loopback ports for its listeners (the admin API's on its
+        default host, loopback)."""
         raw = {
             **raw,
             "listen": {"host": "127.0.0.1", "port": free_port()},
             "metrics": {"enabled": True, "host": "127.0.0.1", "port": free_port()},
+            "admin": {**raw.get("admin", {}), "port": free_port()},
         }
         tmpdir = self.tmp_path / f"{name}-tmp"
         tmpdir.mkdir()

@@ -263,6 +263,26 @@ def test_serve_names_every_busy_port_in_one_line_and_exits_2(
     )
 
 
+def test_serve_names_a_busy_admin_port_too_when_the_admin_api_is_on(
+    tmp_path: Path, raw: dict[str, Any], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 18 row I10: the admin API's own listener is asked about with the others before start."""
+    monkeypatch.setenv("PACT_ADMIN_TOKEN", "t" * 32)
+    with socket.socket() as admin:
+        admin.bind(("127.0.0.1", 0))
+        admin.listen()
+        raw["admin"] = {"enabled": True, "token": "${PACT_ADMIN_TOKEN}", "port": admin.getsockname()[1]}
+        raw["listen"] = {"host": "127.0.0.1", "port": 0}  # any free port: never busy
+        raw["metrics"] = {"host": "127.0.0.1", "port": 0}
+        path = tmp_path / "gw.yaml"
+        path.write_text(yaml.safe_dump(raw), encoding="utf-8")
+        assert main(["serve", "--config", str(path)]) == 2
+    assert capsys.readouterr().err == (
+        f"pact-gateway serve: 127.0.0.1:{raw['admin']['port']} (admin.port) is already in use;"
+        f" choose free ports in {path}\n"
+    )
+
+
 def test_settle_heap_freezes_start_up_and_raises_only_the_young_threshold() -> None:
     """What every serving process does once started (in-process here, and undone afterwards)."""
     before = gc.get_threshold()
