@@ -689,7 +689,9 @@ def test_upstream_header_with_a_tab_and_dots_in_its_name_loads() -> None:
 
 def test_a_stream_is_the_config_or_the_chart_configmap_carrying_it() -> None:
     """``check-config -`` (issue 19 row 14): the gateway YAML, or ``helm template`` output."""
-    assert config_document_from_stream("public_url: https://x.example\n") == {"public_url": "https://x.example"}
+    assert config_document_from_stream("public_url: https://x.example\n") == {
+        "public_url": "https://x.example"
+    }
     configmap = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: pg}\ndata:\n  config.yaml: |\n"
     carried = configmap + "    public_url: https://x.example\n"
     service = "apiVersion: v1\nkind: Service\nmetadata: {name: pg-pact-gateway}\n"
