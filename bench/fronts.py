@@ -41,6 +41,7 @@ from bench.procs import (
 )
 from bench.profile import summarize
 from bench.redis_probe import RedisProbe
+from gateway.config import RATE_RULE_NAMES
 from gateway.pa_keys import generate_private_jwk, public_jwks
 
 ISSUER = "https://pa.bench.invalid"
@@ -178,11 +179,9 @@ class Bench:
             "personal_agents": {"policy": "allowlist", "registered": [{"issuer": ISSUER, "jwks": self.jwks}]},
             "cache": {"url": cache_url},
             # Checked on every turn as in production, but never refusing: one personal agent here
-            # stands for the whole load, far beyond the per-agent default of 50 turns/s.
-            "rate_limits": {
-                "per_agent": {"rate": 1_000_000, "burst": 1_000_000},
-                "per_user": {"rate": 1_000_000, "burst": 1_000_000},
-            },
+            # stands for the whole load, far beyond the per-agent default of 50 turns/s, and one
+            # address signs in every delegated bench user (past the per-address hand-off limit).
+            "rate_limits": {name: {"rate": 1_000_000, "burst": 1_000_000} for name in RATE_RULE_NAMES},
             "metrics": {"enabled": True, "host": "127.0.0.1", "port": free_port()},
             "oauth": {"signing_keys": [{"file": str(self.signing_key_file)}]},
             "brands": [

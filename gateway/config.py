@@ -21,6 +21,7 @@ import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from importlib.resources.abc import Traversable
+from ipaddress import IPv4Network, IPv6Network, ip_network
 from pathlib import Path
 from typing import Any, Final, Literal, ParamSpec, TypeVar
 from urllib.parse import urlsplit
@@ -115,10 +116,24 @@ class ConfigError(ValueError):
         return cls(first.path, first.reason, *more)
 
 
+ForwardedHeader = Literal["X-Forwarded-For", "Forwarded"]
+"""The header a trusted proxy appends the address it received a request from to."""
+
+
 @dataclass(frozen=True, slots=True)
 class ListenConfig:
+    """The public listener, and which peers may tell it who the client is.
+
+    ``trusted_proxies`` (none by default) are the networks whose ``forwarded_header`` is believed
+    (:func:`gateway.http.client_address.client_address`): a request from anywhere else is its
+    peer's. One header, not both: a proxy that appends to one passes the other through as the
+    client wrote it.
+    """
+
     host: str = "0.0.0.0"  # noqa: S104 - a gateway in a container listens on every interface
     port: int = 8080
+    trusted_proxies: tuple[IPv4Network | IPv6Network, ...] = ()
+    forwarded_header: ForwardedHeader = "X-Forwarded-For"
     backlog: int = 4096
     """Connections the kernel holds for the gateway before it accepts them (``listen(2)``), capped by
     ``net.core.somaxconn``. aiohttp's own 128 refused a burst of thousands of slow turns at the door."""
@@ -296,6 +311,18 @@ class RateLimitsConfig:
 
     per_agent: RateRule = field(default_factory=lambda: RateRule(rate=50.0, burst=100))
     per_user: RateRule = field(default_factory=lambda: RateRule(rate=2.0, burst=10))
+    device_authorization: RateRule = field(default_factory=lambda: RateRule(rate=1 / 12, burst=5))
+    """RFC 8628 §3.1 per (personal agent, ``sub``): each one asks a person to sign in (5 a minute)."""
+    login_assertion: RateRule = field(default_factory=lambda: RateRule(rate=1.0, burst=20))
+    """§5.3 hand-offs to the consent URL per client address: each costs a signature check."""
+    consent_decision: RateRule = field(default_factory=lambda: RateRule(rate=1.0, burst=20))
+    """§5.3 consent decisions per client address."""
+    wrong_user_code_per_user: RateRule = field(default_factory=lambda: RateRule(rate=1 / 60, burst=5))
+    """RFC 8628 §5.1 wrong ``user_code``s per Brand login user: 5, then one a minute."""
+    wrong_user_code_per_address: RateRule = field(default_factory=lambda: RateRule(rate=1 / 30, burst=10))
+    """RFC 8628 §5.1 wrong ``user_code``s per client address: 10, then one every 30 s."""
+    wrong_user_code_per_brand: RateRule = field(default_factory=lambda: RateRule(rate=0.2, burst=60))
+    """RFC 8628 §5.1 wrong ``user_code``s at one Brand from everyone: 60, then 12 a minute."""
     fail_open: bool = True
 
 
@@ -516,7 +543,18 @@ _STR = {"type": "string", "minLength": 1}
 _POS_NUM = {"type": "number", "exclusiveMinimum": 0}
 _POS_INT = {"type": "integer", "minimum": 1}
 _RATE_RULE = _obj({"enabled": {"type": "boolean"}, "rate": _POS_NUM, "burst": _POS_INT})
-_RATE_LIMITS = _obj({"per_agent": _RATE_RULE, "per_user": _RATE_RULE, "fail_open": {"type": "boolean"}})
+RATE_RULE_NAMES: Final = (
+    "per_agent",
+    "per_user",
+    "device_authorization",
+    "login_assertion",
+    "consent_decision",
+    "wrong_user_code_per_user",
+    "wrong_user_code_per_address",
+    "wrong_user_code_per_brand",
+)
+"""Every named rule of ``rate_limits`` (each also a ``limit`` label of ``pact_rate_limited_total``)."""
+_RATE_LIMITS = _obj({**dict.fromkeys(RATE_RULE_NAMES, _RATE_RULE), "fail_open": {"type": "boolean"}})
 _JWKS_OBJECT = {
     "type": "object",
     "required": ["keys"],
@@ -605,6 +643,8 @@ SCHEMA: dict[str, Any] = _obj(
             {
                 "host": _STR,
                 "port": {"type": "integer", "minimum": 0, "maximum": 65535},
+                "trusted_proxies": {"type": "array", "items": _STR},
+                "forwarded_header": {"enum": ["X-Forwarded-For", "Forwarded"]},
                 "backlog": {"type": "integer", "minimum": 1, "maximum": 65535},
             }
         ),
@@ -1200,6 +1240,31 @@ def _directline(
     return settings
 
 
+def _listen(raw: Mapping[str, Any]) -> ListenConfig:
+    """The public listener; each ``trusted_proxies`` entry an address or a network in CIDR notation."""
+    networks: list[IPv4Network | IPv6Network] = []
+    problems: list[ConfigProblem] = []
+    for index, entry in enumerate(raw.get("trusted_proxies", [])):
+        try:
+            networks.append(ip_network(entry, strict=True))
+        except ValueError as exc:
+            problems.append(
+                ConfigProblem(
+                    f"listen.trusted_proxies[{index}]",
+                    f"must be an IP address or a network in CIDR notation (10.0.0.0/8, fd00::/8): {exc}",
+                )
+            )
+    if problems:
+        raise ConfigError.of(problems)
+    return ListenConfig(
+        host=raw.get("host", "0.0.0.0"),  # noqa: S104
+        port=raw.get("port", 8080),
+        trusted_proxies=tuple(networks),
+        forwarded_header=raw.get("forwarded_header", "X-Forwarded-For"),
+        backlog=raw.get("backlog", 4096),
+    )
+
+
 def _rate_rule(raw: Mapping[str, Any], default: RateRule) -> RateRule:
     """A rate rule's settings over ``default``, setting by setting."""
     return RateRule(
@@ -1217,8 +1282,7 @@ def _rate_limits(top: Mapping[str, Any], brand: Mapping[str, Any]) -> RateLimits
         return _rate_rule({**top.get(name, {}), **brand.get(name, {})}, default)
 
     return RateLimitsConfig(
-        per_agent=rule("per_agent", defaults.per_agent),
-        per_user=rule("per_user", defaults.per_user),
+        **{name: rule(name, getattr(defaults, name)) for name in RATE_RULE_NAMES},
         fail_open=bool(brand.get("fail_open", top.get("fail_open", defaults.fail_open))),
     )
 
@@ -1454,11 +1518,19 @@ def _build(raw: Mapping[str, Any], environ: _Environment, problems: _Problems) -
     oauth = _oauth(raw, environ, problems)
     admin = problems.attempt("admin", _admin, raw.get("admin", {}), raw.get("metrics", {}), environ)
     tracing = problems.attempt("tracing", _tracing, raw.get("tracing", {}), environ)
-    if problems.found or personal_agents is None or cache is None or admin is None or tracing is None:
+    listen = problems.attempt("listen", _listen, raw.get("listen", {}))
+    if (
+        problems.found
+        or personal_agents is None
+        or cache is None
+        or admin is None
+        or tracing is None
+        or listen is None
+    ):
         raise problems.error()
 
     return GatewayConfig(
-        listen=ListenConfig(**raw.get("listen", {})),
+        listen=listen,
         public_url=raw["public_url"].rstrip("/"),
         development=development,
         security_scheme_name=raw.get("security_scheme_name", "paJwt"),

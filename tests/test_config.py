@@ -131,6 +131,23 @@ def test_minimal_file_gets_documented_defaults() -> None:
     assert config.cache.url == "memory://"
     assert config.cache.conversation_ttl == 86400
     assert config.metrics.port == 9090
+    assert config.listen.trusted_proxies == ()  # no forwarded address is believed by default
+    assert config.listen.forwarded_header == "X-Forwarded-For"
+    limits = config.rate_limits
+    assert (
+        limits.device_authorization.burst,
+        limits.login_assertion.burst,
+        limits.consent_decision.burst,
+    ) == (
+        5,
+        20,
+        20,
+    )
+    assert (
+        limits.wrong_user_code_per_user.burst,
+        limits.wrong_user_code_per_address.burst,
+        limits.wrong_user_code_per_brand.burst,
+    ) == (5, 10, 60)
 
 
 def _mutate(path: list[str | int], value: Any) -> dict[str, Any]:
@@ -160,6 +177,15 @@ def _mutate(path: list[str | int], value: Any) -> dict[str, Any]:
         (["provider", "audience"], 7, "provider.audience", "is not of type 'string'"),
         (["cache", "url"], "mongodb://x", "cache.url", "must start with memory://, redis://"),
         (["listen", "port"], 70000, "listen.port", "is greater than the maximum"),
+        (["listen", "trusted_proxies"], ["10.0.0.0/8", "10.0.0.1/8"], "listen.trusted_proxies[1]", "CIDR"),
+        (["listen", "trusted_proxies"], ["ingress"], "listen.trusted_proxies[0]", "CIDR"),
+        (["listen", "forwarded_header"], "X-Real-IP", "listen.forwarded_header", "is not one of"),
+        (
+            ["rate_limits", "wrong_user_code_per_user"],
+            {"rate": 0},
+            "rate_limits.wrong_user_code_per_user.rate",
+            "less than or equal to the minimum",
+        ),
         (["personal_agents", "policy"], "trust-me", "personal_agents.policy", "is not one of"),
         (
             ["personal_agents", "registered", 0, "jwks_uri"],

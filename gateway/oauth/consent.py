@@ -12,8 +12,11 @@ unguessable id in the redirect: never from its query string. A ``GET`` on the co
 
 Everything here answers a browser, so every refusal is the same short HTML page (the reason
 goes to the log, never to the page), and every answer carries the same anti-framing, no-cache,
-no-referrer headers. The landing URL is always built from configuration, never taken from the
-request, so no parameter can turn the redirect into an open one.
+no-referrer headers. Hand-offs and decisions are limited per client address, and wrong
+``user_code``s spend RFC 8628 §5.1 budgets (per Brand user, per address, per Brand) that are
+looked at before a code is: over any of them the answer is one "Too many attempts" page (429).
+The landing URL is always built from configuration, never taken from the request, so no
+parameter can turn the redirect into an open one.
 """
 
 from __future__ import annotations
@@ -27,15 +30,28 @@ from urllib.parse import parse_qsl
 from aiohttp import web
 from yarl import URL
 
-from gateway.config import BrandConfig, DelegationConfig, PersonalAgentsConfig
+from gateway.config import BrandConfig, DelegationConfig, PersonalAgentsConfig, RateLimitsConfig
 from gateway.http import responses
 from gateway.http.caller import read_body
+from gateway.http.client_address import client_address
+from gateway.http.notes import refused
 from gateway.http.state import METRICS, RUNTIME
 from gateway.oauth import pages
 from gateway.oauth.device import code_hash, normalize_user_code
 from gateway.oauth.forms import FORM_TYPE
 from gateway.oauth.login import InvalidAssertion, LoginAssertion, verify_assertion
 from gateway.oauth.server import AuthorizationServer
+from gateway.ops.limits import (
+    CONSENT_DECISION,
+    LOGIN_ASSERTION,
+    Limit,
+    RateLimited,
+    RateLimits,
+    named_limit,
+    subject_digest,
+    wrong_user_code_limits,
+)
+from gateway.ops.metrics import Metrics
 from gateway.protocol.claims import MAX_CLOCK_SKEW
 from gateway.protocol.urls import OAuthUrls, with_query
 from gateway.store.base import StoreError
@@ -90,6 +106,17 @@ class _Delegating(NamedTuple):
     urls: OAuthUrls
     headers: Mapping[str, str]
     agents: PersonalAgentsConfig
+    limits: RateLimits
+    address: str
+    """The client's address (:func:`~gateway.http.client_address.client_address`), for per-address limits."""
+
+    @property
+    def rate_limits(self) -> RateLimitsConfig:
+        return self.brand.rate_limits
+
+    async def enforce(self, limits: Sequence[Limit]) -> None:
+        """Charge ``limits`` at this Brand or raise :class:`RateLimited` (the "too many" page)."""
+        await self.limits.enforce(self.brand.id, limits, fail_open=self.rate_limits.fail_open)
 
 
 def origin_of(url: str) -> str:
@@ -190,6 +217,8 @@ def _delegating(request: web.Request) -> _Delegating | None:
         runtime.oauth.urls(brand),
         headers,
         runtime.config.personal_agents,
+        runtime.limits,
+        client_address(request, runtime.config.listen),
     )
 
 
@@ -203,18 +232,26 @@ async def _answer(
     """``work``'s answer, or the page a person should see when it refused or failed.
 
     A refusal is the one error page, its reason logged with the Brand id only (never the
-    assertion, the session or the user id). A store failure, or anything unexpected, is the
-    Provider's: a "try again" page, logged once, so a browser never gets a JSON envelope. An
-    HTTP answer raised on the way (the bare ``408`` of a body that came too slowly,
-    :class:`~gateway.http.connection.RequestTimedOut`) is the edge's, and passes through as it is.
+    assertion, the session or the user id); a rate limit or a spent budget is the "Too many
+    attempts" page with ``Retry-After``, its limit noted for the access line. A store failure,
+    or anything unexpected, is the Provider's: a "try again" page, logged once, so a browser
+    never gets a JSON envelope. An HTTP answer raised on the way (the bare ``408`` of a body
+    that came too slowly, :class:`~gateway.http.connection.RequestTimedOut`) is the edge's, and
+    passes through as it is.
     """
     try:
         return await work
     except web.HTTPException:
         raise
-    except _Refused as refused:
-        _log.info("%s refused for brand %s: %s", step, ctx.brand.id, refused.reason)
+    except _Refused as refusal:
+        _log.info("%s refused for brand %s: %s", step, ctx.brand.id, refusal.reason)
         return _page(ctx, pages.error_page(ctx.brand.name), 400)
+    except RateLimited as limited:
+        _log.info("%s refused for brand %s: rate limited by %s", step, ctx.brand.id, limited.limit)
+        refused(request, limited.limit)
+        response = _page(ctx, pages.too_many_attempts_page(ctx.brand.name, limited.retry_after), 429)
+        response.headers["Retry-After"] = str(limited.retry_after)
+        return response
     except StoreError as exc:
         request.app[METRICS].store_error("oauth")
         _log.error("%s for brand %s failed, store unavailable: %s", step, ctx.brand.id, exc)
@@ -285,7 +322,7 @@ def _new_session(user_code: str) -> str:
 
 
 async def _accept_assertion(
-    ctx: _Delegating, fields: Sequence[tuple[str, str]], now: float
+    ctx: _Delegating, fields: Sequence[tuple[str, str]], now: float, metrics: Metrics
 ) -> tuple[LoginAssertion, DeviceAuthorization]:
     """The verified, first-time-used assertion and the authorization it names (pending or already decided)."""
     server, brand, login = ctx.server, ctx.brand, ctx.delegation.login
@@ -297,6 +334,7 @@ async def _accept_assertion(
             keys=server.login_keys,
             audience=ctx.urls.consent,
             now=now,
+            refused=server.refused_assertions,
         )
     except InvalidAssertion as invalid:
         raise _Refused(invalid.reason) from None
@@ -305,8 +343,24 @@ async def _accept_assertion(
     marker = code_hash(f"{login.issuer}\0{assertion.jti}")
     if not await server.store.use_once(brand.id, marker, assertion.expires_at - now + MAX_CLOCK_SKEW):
         raise _Refused("replayed_jti")
+    # RFC 8628 §5.1: past its budget of wrong codes, the Brand user, the address or the whole
+    # Brand is paused *before* the code is looked up, so the pause is the same answer whether
+    # the code exists or not: no oracle, and no guess is tried.
+    wrong = wrong_user_code_limits(ctx.rate_limits, assertion.user, ctx.address)
+    await ctx.limits.check_budget(brand.id, wrong, fail_open=ctx.rate_limits.fail_open)
     authorization = await server.store.authorization_by_user_code(brand.id, assertion.user_code, now)
     if authorization is None:
+        metrics.delegation_event(brand.id, "wrong_user_code")
+        spent = await ctx.limits.spend(brand.id, wrong, fail_open=ctx.rate_limits.fail_open)
+        if spent:
+            # Once per budget spent; never the code, and the Brand user only as a digest.
+            _log.warning(
+                "wrong user_code budget spent at brand %s (%s): user %s, address %s paused",
+                brand.id,
+                ", ".join(spent),
+                subject_digest(brand.id, assertion.user)[:16],
+                ctx.address,
+            )
         raise _Refused("unknown_user_code")
     return assertion, authorization
 
@@ -341,7 +395,10 @@ def _settled(ctx: _Delegating, assertion: LoginAssertion, authorization: DeviceA
 
 async def _hand_off(request: web.Request, ctx: _Delegating) -> web.Response:
     store, now = ctx.server.store, ctx.server.clock()
-    assertion, authorization = await _accept_assertion(ctx, await _read_form(request), now)
+    # Before the body and the signature check: an assertion costs an ES256 verification.
+    await ctx.enforce(named_limit(LOGIN_ASSERTION, ctx.rate_limits.login_assertion, ctx.address))
+    metrics = request.app[METRICS]
+    assertion, authorization = await _accept_assertion(ctx, await _read_form(request), now, metrics)
     if authorization.status is not AuthorizationStatus.PENDING:
         return _settled(ctx, assertion, authorization)
     # The slot's grant only: the hand-off costs the same whatever else this user has approved.
@@ -397,6 +454,7 @@ async def consent_opened(request: web.Request) -> web.Response:
 async def _settle(request: web.Request, ctx: _Delegating) -> web.Response:
     """The User's answer on the consent form, settled once; the redirect to the landing page."""
     store, now = ctx.server.store, ctx.server.clock()
+    await ctx.enforce(named_limit(CONSENT_DECISION, ctx.rate_limits.consent_decision, ctx.address))
     fields = await _read_form(request)
     session = _one(fields, "session")
     choice = _one(fields, "decision")

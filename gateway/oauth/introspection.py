@@ -31,6 +31,7 @@ from aiohttp import web
 from gateway.auth.pa_jwt import AuthFailure, bearer_token
 from gateway.config import RateRule
 from gateway.http import responses
+from gateway.http.client_address import client_address
 from gateway.http.notes import refused
 from gateway.http.state import RUNTIME
 from gateway.oauth.access_token import InvalidToken, verify_access_token
@@ -41,7 +42,7 @@ from gateway.oauth.server import AuthorizationServer, DelegatingBrand
 from gateway.ops.limits import Limit, RateLimited, subject_digest
 from gateway.store.limits import Rule
 
-__all__ = ["INTROSPECTION_FAILURES", "authorized", "client_address", "failure_limit", "introspect"]
+__all__ = ["INTROSPECTION_FAILURES", "authorized", "failure_limit", "introspect"]
 
 INTROSPECTION_FAILURES: Final = "introspection_failures"
 """The limit's name in ``pact_rate_limited_total{limit}`` and the access line's ``reason``."""
@@ -54,12 +55,6 @@ def authorized(authorization: str | None, secret: str) -> bool:
     except AuthFailure:
         return False
     return hmac.compare_digest(presented.encode(), secret.encode())
-
-
-def client_address(request: web.Request) -> str:
-    """The address failed attempts are counted against: the TCP peer's (one place to change it
-    once proxies' forwarding headers are trusted)."""
-    return request.remote or ""
 
 
 def failure_limit(rule: RateRule, address: str) -> Limit | None:
@@ -103,19 +98,21 @@ async def introspect(request: web.Request) -> web.Response:
     if found is None or secret is None:
         return responses.not_found()
     server, brand = found
-    failures = failure_limit(brand.delegation.introspection_failures, client_address(request))
+    # The client's address as every per-address limit sees it (``listen.trusted_proxies``).
+    address = client_address(request, runtime.config.listen)
+    failures = failure_limit(brand.delegation.introspection_failures, address)
     if failures is not None:
         try:
-            await runtime.limits.refuse_if_spent(
-                brand.brand.id, failures, fail_open=brand.brand.rate_limits.fail_open
+            await runtime.limits.check_budget(
+                brand.brand.id, [failures], fail_open=brand.brand.rate_limits.fail_open
             )
         except RateLimited as limited:
             refused(request, limited.limit)
             return responses.too_many_requests(limited.retry_after)
     if not authorized(request.headers.get("Authorization"), secret):
         if failures is not None:
-            await runtime.limits.count_failure(
-                brand.brand.id, failures, fail_open=brand.brand.rate_limits.fail_open
+            await runtime.limits.spend(
+                brand.brand.id, [failures], fail_open=brand.brand.rate_limits.fail_open
             )
         raise invalid_client("introspection needs the Brand's bearer credential")
     token = required(await read_form(request, runtime.config.limits.max_body_bytes), "token")

@@ -20,7 +20,9 @@ from typing import Any, Final, Literal
 import jwt
 
 from gateway.auth.jwks import JwksCache
+from gateway.auth.pa_jwt import REJECTED_TTL
 from gateway.auth.signature import SIGNATURE_ONLY
+from gateway.auth.token_cache import TokenCache
 from gateway.config import LoginConfig
 from gateway.oauth.device import normalize_user_code
 from gateway.protocol.claims import MAX_CLOCK_SKEW, AuthFailure, check_header, split_unverified
@@ -32,6 +34,7 @@ __all__ = [
     "AssertionReason",
     "InvalidAssertion",
     "LoginAssertion",
+    "RefusedAssertion",
     "check_assertion_claims",
     "verify_assertion",
 ]
@@ -65,6 +68,12 @@ AssertionReason = Literal[
     "exp_too_far",
 ]
 """Why an assertion was refused: a bounded set, for the log line only (the User sees one generic page)."""
+
+_UNSETTLED: Final[frozenset[AssertionReason]] = frozenset(
+    {"jwks_unavailable", "unknown_key", "iat_future", "nbf_future"}
+)
+"""Refusals the same assertion may later pass with no change of keys (the key set fetched, a
+rotation published, the clock catching up): never remembered, as for personal-agent JWTs."""
 
 
 class InvalidAssertion(Exception):
@@ -153,15 +162,51 @@ def check_assertion_claims(
     return LoginAssertion(user=user, user_code=user_code, jti=jti, expires_at=exp, display=_display(payload))
 
 
+@dataclass(frozen=True, slots=True)
+class RefusedAssertion:
+    """A refused assertion's verdict, good while the Brand's login keys are those it was reached with."""
+
+    reason: AssertionReason
+    key_version: int | None
+
+
 async def verify_assertion(
-    assertion: str, *, brand_id: str, login: LoginConfig, keys: JwksCache, audience: str, now: float
+    assertion: str,
+    *,
+    brand_id: str,
+    login: LoginConfig,
+    keys: JwksCache,
+    audience: str,
+    now: float,
+    refused: TokenCache[RefusedAssertion],
 ) -> LoginAssertion:
     """Verify the Brand login's ``assertion`` for the consent URL ``audience``.
 
     The key comes from ``keys`` under the Brand's id: its inline set (preloaded at start-up) or
     its ``jwks_uri``, refetched at most once per cool-down on an unknown ``kid`` (rotation).
     Only the header's one allowed ``alg`` is tried, and only with a key of that type.
+
+    A refusal is remembered in ``refused`` (by the assertion's digest) for
+    :data:`~gateway.auth.pa_jwt.REJECTED_TTL`, exactly as refused personal-agent JWTs are: a
+    junk assertion naming a known ``kid``, posted again and again, costs a lookup, not an
+    ES256 verification each time. A verdict holds only while the Brand's keys are unchanged.
     """
+    version = keys.version(brand_id)
+    known = refused.get(assertion, now)
+    if known is not None and known.key_version == version:
+        raise InvalidAssertion(known.reason)
+    try:
+        return await _verify(assertion, brand_id=brand_id, login=login, keys=keys, audience=audience, now=now)
+    except InvalidAssertion as invalid:
+        if invalid.reason not in _UNSETTLED:
+            verdict = RefusedAssertion(invalid.reason, keys.version(brand_id))
+            refused.put(assertion, verdict, issuer=brand_id, expires_at=now + REJECTED_TTL)
+        raise
+
+
+async def _verify(
+    assertion: str, *, brand_id: str, login: LoginConfig, keys: JwksCache, audience: str, now: float
+) -> LoginAssertion:
     try:
         header, _ = split_unverified(assertion)
         checked = check_header(header)

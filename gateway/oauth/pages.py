@@ -18,6 +18,7 @@ __all__ = [
     "error_page",
     "landing_page",
     "settled_page",
+    "too_many_attempts_page",
     "unavailable_page",
     "wrong_method_page",
 ]
@@ -143,6 +144,20 @@ def unavailable_page(brand_name: str) -> str:
         "<p>Nothing was shared. Please try again from your assistant in a moment.</p>\n"
     )
     return _document(f"Temporarily unavailable - {brand_name}", body)
+
+
+def too_many_attempts_page(brand_name: str, retry_after: int) -> str:
+    """Sign-in links paused (RFC 8628 §5.1): the one answer whatever the link named, so a
+    paused guesser learns nothing about which codes exist; ``retry_after`` is the ``Retry-After``."""
+    minutes = max(1, -(-retry_after // 60))
+    wait = "a minute" if minutes == 1 else f"{minutes} minutes"
+    body = (
+        "<h1>Too many attempts</h1>\n"
+        "<p>Nothing was shared. To keep accounts safe, sign-in links are paused here for a while "
+        "after too many that did not work.</p>\n"
+        f"<p>Please wait about {wait}, then start again from your assistant.</p>\n"
+    )
+    return _document(f"Too many attempts - {brand_name}", body)
 
 
 def wrong_method_page(brand_name: str) -> str:

@@ -6,13 +6,19 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from gateway.auth.jwks import JwksCache
+from gateway.auth.token_cache import TokenCache
 from gateway.config import BrandConfig, DelegationConfig, GatewayConfig
 from gateway.oauth.keys import ProviderKeys
+from gateway.oauth.login import RefusedAssertion
 from gateway.oauth.metadata import render_metadata
 from gateway.protocol.urls import OAuthUrls
 from gateway.store.oauth import OAuthStore
 
-__all__ = ["AuthorizationServer", "DelegatingBrand"]
+__all__ = ["REFUSED_ASSERTIONS", "AuthorizationServer", "DelegatingBrand"]
+
+REFUSED_ASSERTIONS = 10000
+"""Refused login assertions remembered at once (least recently seen first out), as many as the
+personal-agent verifier keeps refused tokens: about 150 bytes each."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +47,10 @@ class AuthorizationServer:
     clock: Callable[[], float]
     brands: Mapping[str, DelegatingBrand] = field(init=False, repr=False, compare=False)
     """The delegating Brands by id, built with the runtime (a reload builds a new server)."""
+    refused_assertions: TokenCache[RefusedAssertion] = field(
+        init=False, repr=False, compare=False, default_factory=lambda: TokenCache(REFUSED_ASSERTIONS)
+    )
+    """§5.3 login assertions refused lately; a reload starts afresh (the login settings may have changed)."""
 
     def __post_init__(self) -> None:
         brands: dict[str, DelegatingBrand] = {}

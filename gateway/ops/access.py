@@ -10,7 +10,9 @@ logger is enabled), and the hashed ``sub`` comes from a small per-app cache, sin
 personal agent's turns come from the same few Users. Why a request was refused (``reason``)
 and whether a turn was a replayed retry (``retry_served``) are read from what the handling
 noted on the request (:mod:`gateway.http.notes`), never from the body it answered; the trace
-id is the request's span (:mod:`gateway.ops.tracing`). Without OpenTelemetry this middleware
+id is the request's span (:mod:`gateway.ops.tracing`); the client's address is the one every
+per-address limit uses (:func:`~gateway.http.client_address.client_address`: the peer's, or
+what a trusted proxy says). Without OpenTelemetry this middleware
 starts that span itself (``starts_traces``), rather than a tracing middleware of its own before
 it: a middleware layer costs every request a coroutine and a call through aiohttp's chain.
 """
@@ -25,6 +27,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from gateway.http.caller import AUTH_FAILURE, PA_IDENTITY
+from gateway.http.client_address import client_address
 from gateway.http.middlewares import REQUEST_ID
 from gateway.http.notes import REFUSAL, RETRY_SERVED
 from gateway.http.state import METRICS, RUNTIME
@@ -130,6 +133,7 @@ class AccessLog:
             {
                 "request_id": request.get(REQUEST_ID),
                 "method": method,
+                "client_address": client_address(request, config.listen),
                 "operation": operation,
                 "brand": brand,
                 "status": status,

@@ -11,8 +11,10 @@ refusals and store failures, decides what a store failure means (``rate_limits.f
 and turns waits into a :class:`RateLimited` verdict, whether the waits came from its own
 charge or from a ``message:send`` turn that charged them inside the store's begin step. The
 same :meth:`RateLimits.enforce` takes any named :class:`Limit`, so endpoints without a PA
-identity (the Delegated profile's OAuth endpoints, keyed by device code or client address)
-reuse it unchanged.
+identity (the Delegated profile's OAuth endpoints, keyed by client address) reuse it
+unchanged. A budget of failures (wrong ``user_code``s, RFC 8628 §5.1) is the same counter
+looked at before an attempt (:meth:`RateLimits.check_budget`) and spent only when the attempt
+failed (:meth:`RateLimits.spend`).
 
 :class:`BotCalls` is the one limit that is not §6's: the process's ceiling on bot calls in
 flight, every Brand together (``limits.max_bot_calls``). It refuses the same way, a bare ``429``.
@@ -20,7 +22,6 @@ flight, every Brand together (``limits.max_bot_calls``). It refuses the same way
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import logging
 import math
@@ -34,7 +35,6 @@ from gateway.protocol import errors
 from gateway.protocol.errors import A2AError, Reason
 from gateway.store import keys
 from gateway.store.base import StoreError
-from gateway.store.gcra import US
 from gateway.store.limits import Hit, RateLimiter, Rule
 
 __all__ = [
@@ -45,15 +45,22 @@ __all__ = [
     "RateLimited",
     "RateLimits",
     "a2a_limits",
-    "failure_probe",
+    "named_limit",
     "retry_after",
     "subject_digest",
+    "wrong_user_code_limits",
 ]
 
 log = logging.getLogger("pact_gateway.limits")
 
 PER_AGENT = "per_agent"
 PER_USER = "per_user"
+DEVICE_AUTHORIZATION = "device_authorization"
+LOGIN_ASSERTION = "login_assertion"
+CONSENT_DECISION = "consent_decision"
+WRONG_USER_CODE_PER_USER = "wrong_user_code_per_user"
+WRONG_USER_CODE_PER_ADDRESS = "wrong_user_code_per_address"
+WRONG_USER_CODE_PER_BRAND = "wrong_user_code_per_brand"
 BOT_CALLS = "bot_calls"
 """The ``limit`` label of a turn refused at the process's ceiling on bot calls in flight."""
 
@@ -84,6 +91,23 @@ def subject_digest(*parts: str) -> str:
     return hashlib.sha256("\x00".join(parts).encode()).hexdigest()[:32]
 
 
+def named_limit(name: str, rule: RateRule, *subject: str) -> list[Limit]:
+    """``[Limit]`` for ``rule`` on the subject named by ``subject`` (hashed), or ``[]`` when disabled."""
+    charged = _rule(rule)
+    return [] if charged is None else [Limit(name, subject_digest(*subject), charged)]
+
+
+def wrong_user_code_limits(settings: RateLimitsConfig, user: str, address: str) -> list[Limit]:
+    """RFC 8628 §5.1: the budgets a wrong ``user_code`` at one Brand spends, per Brand login user
+    (``user``, its ``sub``), per client address, and the Brand's own (the whole Brand's guessing
+    rate, whoever guesses: what makes a distributed search of the code space slow)."""
+    return [
+        *named_limit(WRONG_USER_CODE_PER_USER, settings.wrong_user_code_per_user, "user", user),
+        *named_limit(WRONG_USER_CODE_PER_ADDRESS, settings.wrong_user_code_per_address, "address", address),
+        *named_limit(WRONG_USER_CODE_PER_BRAND, settings.wrong_user_code_per_brand, "brand"),
+    ]
+
+
 def retry_after(wait: float) -> int:
     """``Retry-After`` is whole seconds: round up, and never 0 (which would invite an instant retry)."""
     return max(1, math.ceil(wait))
@@ -91,16 +115,6 @@ def retry_after(wait: float) -> int:
 
 def _rule(rule: RateRule) -> Rule | None:
     return Rule(rule.rate, rule.burst) if rule.enabled else None
-
-
-def failure_probe(rule: Rule) -> Rule:
-    """The rule under which one hit is refused exactly when one more hit under ``rule`` would be.
-
-    A hit under ``rule`` is refused once ``tat > now + tolerance - interval``; one under a rule of
-    one microsecond per request and a tolerance of ``tolerance - interval + 1`` µs, at the same key,
-    is refused at that very point (GCRA arithmetic, :func:`gateway.store.gcra.gcra`).
-    """
-    return Rule(US, rule.tolerance_us - rule.interval_us + 1)
 
 
 def a2a_limits(settings: RateLimitsConfig, issuer: str, sub: str) -> list[Limit]:
@@ -175,10 +189,19 @@ class RateLimits:
         await self._apply(self.charge(brand_id, limits), fail_open=fail_open)
 
     async def _apply(self, charge: Charge, *, fail_open: bool) -> None:
+        waits = await self._waits(charge, fail_open=fail_open, spend=True)
+        if any(wait > 0 for wait in waits):
+            raise self.refusal(charge, waits)
+
+    async def _waits(self, charge: Charge, *, fail_open: bool, spend: bool) -> Sequence[float]:
+        """The limiter's waits for ``charge`` (charged when ``spend``); none when it could not count
+        and ``fail_open`` says to serve anyway, else its :class:`StoreError`."""
         if not charge.hits:
-            return
+            return ()
         try:
-            waits = await self._limiter.hit_all(charge.hits)
+            if spend:
+                return await self._limiter.hit_all(charge.hits)
+            return await self._limiter.waits(charge.hits)
         except StoreError as exc:
             if self._metrics is not None:
                 self._metrics.store_error("rate_limit")
@@ -189,10 +212,30 @@ class RateLimits:
                 extra={"brand": charge.brand_id},
             )
             if fail_open:
-                return
+                return ()
             raise
+
+    async def check_budget(self, brand_id: str, limits: Sequence[Limit], *, fail_open: bool) -> None:
+        """Raise :class:`RateLimited` when any of ``limits`` is spent, charging nothing.
+
+        The other half of :meth:`spend`: a budget of failures is looked at before an attempt
+        and spent only when the attempt failed.
+        """
+        charge = self.charge(brand_id, limits)
+        waits = await self._waits(charge, fail_open=fail_open, spend=False)
         if any(wait > 0 for wait in waits):
             raise self.refusal(charge, waits)
+
+    async def spend(self, brand_id: str, limits: Sequence[Limit], *, fail_open: bool) -> tuple[str, ...]:
+        """Charge one failure to each of ``limits``; the names of the budgets that this spent to
+        the last, so the next :meth:`check_budget` refuses (the caller says so once, when it
+        happens). Nothing is refused here: the failure already had its answer."""
+        charge = self.charge(brand_id, limits)
+        waits = await self._waits(charge, fail_open=fail_open, spend=True)
+        if not waits or any(wait > 0 for wait in waits):
+            return ()  # not counted, or a budget was already spent (and said so then)
+        after = await self._waits(charge, fail_open=fail_open, spend=False)
+        return tuple(name for name, wait in zip(charge.names, after, strict=False) if wait > 0)
 
     def refusal(self, charge: Charge, waits: Sequence[float]) -> RateLimited:
         """The verdict for a refused ``charge`` (some wait > 0), counted once, for the caller to raise.
@@ -204,23 +247,6 @@ class RateLimits:
             self._metrics.rate_limited.labels(brand=charge.brand_id, limit=binding).inc()
         log.debug("rate limited by %s for %.3f s", binding, wait, extra={"brand": charge.brand_id})
         return RateLimited(retry_after(wait), binding)
-
-    async def refuse_if_spent(self, brand_id: str, failures: Limit, *, fail_open: bool) -> None:
-        """Raise :class:`RateLimited` if ``failures`` (a budget of failed attempts) has none left.
-
-        Checked *before* the attempt is judged, so a subject out of budget learns nothing of
-        whether its next guess was right. GCRA has no read-only look, so this charges the same
-        counter under :func:`failure_probe`'s rule, which is refused exactly when one more failure
-        would be and otherwise moves the counter by a microsecond (a second every million checks).
-        """
-        probe = Limit(failures.name, failures.subject, failure_probe(failures.rule))
-        await self.enforce(brand_id, [probe], fail_open=fail_open)
-
-    async def count_failure(self, brand_id: str, failures: Limit, *, fail_open: bool) -> None:
-        """Charge one failed attempt to ``failures``. The attempt is already refused for what it was,
-        so a charge refused here (the last failure of the budget) changes nothing but the count."""
-        with contextlib.suppress(RateLimited):
-            await self.enforce(brand_id, [failures], fail_open=fail_open)
 
     async def check_a2a(self, brand_id: str, settings: RateLimitsConfig, issuer: str, sub: str) -> None:
         """§6 for an A2A operation, after authentication and the Brand lookup, before the body.

@@ -66,6 +66,7 @@ DelegationEvent = Literal[
     "delegated_turn",
     "receipt_signed",
     "invalid_delegation_token",
+    "wrong_user_code",
 ]
 """The ``event`` label of ``pact_delegation_events``: a fixed set."""
 
@@ -197,7 +198,8 @@ class Metrics:
             "pact_delegation_events",
             "Delegation flow events by Brand: authorizations started, approved, denied, expired; "
             "tokens issued, refreshed; refreshes retried within the grace; refresh reuse detected; "
-            "grants revoked; step-ups; delegated turns; receipts signed; invalid delegation tokens.",
+            "grants revoked; step-ups; delegated turns; receipts signed; invalid delegation tokens; "
+            "wrong user codes at the consent hand-off.",
             ["brand", "event"],
             registry=r,
         )

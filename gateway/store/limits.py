@@ -49,6 +49,14 @@ class RateLimiter(ABC):
         """
 
     @abstractmethod
+    async def waits(self, hits: Sequence[Hit]) -> list[float]:
+        """What :meth:`hit_all` would answer now, charging nothing: a budget looked at, not spent.
+
+        For budgets charged only after the fact (a wrong ``user_code`` is known to be wrong only
+        once looked up), which must be checked before the next attempt is even looked at.
+        """
+
+    @abstractmethod
     async def close(self) -> None:
         """Release what this limiter owns (not a connection or container it shares)."""
 
@@ -65,6 +73,10 @@ class MemoryRateLimiter(RateLimiter):
     async def hit_all(self, hits: Sequence[Hit]) -> list[float]:
         waits = self._keyspace.charge(hits, now_us(self._keyspace.clock))
         return [wait / US for wait in waits]
+
+    async def waits(self, hits: Sequence[Hit]) -> list[float]:
+        entries, now = self._keyspace.entries, now_us(self._keyspace.clock)
+        return [gcra(_tat(entries.get(hit.key)), now, hit.rule)[1] / US for hit in hits]
 
     async def close(self) -> None:
         return None
@@ -95,8 +107,21 @@ class RedisRateLimiter(RateLimiter):
         waits = await self._redis.run(_HIT_ALL, keys, args)
         return [int(wait) / US for wait in waits]
 
+    async def waits(self, hits: Sequence[Hit]) -> list[float]:
+        # The same GCRA step as the script, on the counters as they stand: one read, no write.
+        tats = await self._redis.execute("MGET", *(hit.key for hit in hits))
+        now = now_us(self._clock)
+        return [gcra(_tat(tat), now, hit.rule)[1] / US for tat, hit in zip(tats, hits, strict=True)]
+
     async def close(self) -> None:
         return None
+
+
+def _tat(stored: object) -> int | None:
+    """A counter's theoretical arrival time as either backend keeps it (int, or Redis' digits)."""
+    if type(stored) is int:
+        return stored
+    return int(stored) if isinstance(stored, bytes) else None
 
 
 def open_rate_limiter(store: ConversationStore) -> RateLimiter:

@@ -985,6 +985,7 @@ ALERTS = {
     "PactGatewayStoreFull",
     "PactGatewayAuthFailures",
     "PactGatewayHighLatency",
+    "PactGatewayUserCodeGuessing",
 }
 
 _DURATION = {"type": "string", "pattern": r"^(0|([0-9]+(ms|s|m|h|d|w|y))+)$"}
@@ -1208,7 +1209,13 @@ def test_alert_thresholds_follow_the_values(chart: helm.Chart, rendered: dict[st
         "PactGatewayStoreFull": "5m",
         "PactGatewayAuthFailures": "10m",
         "PactGatewayHighLatency": "15m",
+        "PactGatewayUserCodeGuessing": "1m",
     }
+    # RFC 8628 §5.1: any paused hand-off alerts, by Brand and by the budget that paused it.
+    guessing = defaults["PactGatewayUserCodeGuessing"]["expr"]
+    assert _comparison(guessing) == (0, timedelta(minutes=10))
+    assert 'limit=~"wrong_user_code_.*"' in guessing
+    assert "by (namespace, service, brand, limit)" in guessing
 
     full = _rules(rendered["full"])["PactGatewayBotErrors"]
     assert _comparison(full["expr"]) == (0.2, timedelta(minutes=10))
@@ -1238,7 +1245,15 @@ def test_alert_thresholds_follow_the_values(chart: helm.Chart, rendered: dict[st
 
 
 def test_prometheus_rule_needs_an_alert(chart: helm.Chart) -> None:
-    names = ("botErrors", "circuitOpen", "storeErrors", "storeFull", "authFailures", "latency")
+    names = (
+        "botErrors",
+        "circuitOpen",
+        "storeErrors",
+        "storeFull",
+        "authFailures",
+        "latency",
+        "userCodeGuessing",
+    )
     off = {name: {"enabled": False} for name in names}
     with pytest.raises(helm.HelmRenderError, match=re.escape("every alert under metrics.prometheusRule")):
         _render_text(chart, {"metrics": {"prometheusRule": {"enabled": True, "alerts": off}}})

@@ -42,7 +42,7 @@ from multidict import CIMultiDictProxy
 from yarl import URL
 
 from gateway.app import create_app
-from gateway.config import load_config
+from gateway.config import RATE_RULE_NAMES, load_config
 from gateway.protocol.errors import A2A_CONTENT_TYPE, Reason
 from gateway.protocol.messages import MAX_ID_LENGTH
 from tests.support.bot import running_bot
@@ -253,10 +253,8 @@ async def gw() -> AsyncIterator[Harness]:
         jwks.set_keys(key)
         raw = base_config(jwks.issuer, jwks.jwks_uri, bot.url, "memory://")
         # Thousands of requests from one User: the limits must never be what answers.
-        raw["rate_limits"] = {
-            "per_agent": {"rate": 1_000_000, "burst": 1_000_000},
-            "per_user": {"rate": 1_000_000, "burst": 1_000_000},
-        }
+        unlimited = {"rate": 1_000_000, "burst": 1_000_000}
+        raw["rate_limits"] = dict.fromkeys(RATE_RULE_NAMES, unlimited)
         edit = enable_delegation(BrandLogin(), new_provider_key_pem(), introspection={"secret": "${SECRET}"})
         edit(raw)
         config = load_config(raw, {"SECRET": "introspection-secret-" + "1234" * 4})

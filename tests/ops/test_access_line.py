@@ -166,3 +166,19 @@ async def test_text_format_shows_reason_and_retry(gw_memory: Harness, text_logs:
     assert "retry_served=True" in lines[1]
     assert "reason=INVALID_PARAMS" in lines[2]
     assert "retry_served" not in lines[2]
+
+
+async def test_client_address_is_the_peer_or_what_a_trusted_proxy_says(
+    make_gateway: MakeGateway, json_logs: CapturedLogs
+) -> None:
+    forwarded = {"X-Forwarded-For": "198.51.100.1, 203.0.113.9"}
+    plain = await make_gateway()
+    untrusted = await plain.client.get("/a2a/acme/.well-known/agent-card.json", headers=forwarded)
+    assert line_for(json_logs, untrusted.headers["X-Request-Id"])["client_address"] == "127.0.0.1"
+
+    def behind_ingress(raw: dict[str, Any]) -> None:
+        raw["listen"] = {"trusted_proxies": ["127.0.0.0/8"]}
+
+    proxied = await make_gateway(edit=behind_ingress)
+    trusted = await proxied.client.get("/a2a/acme/.well-known/agent-card.json", headers=forwarded)
+    assert line_for(json_logs, trusted.headers["X-Request-Id"])["client_address"] == "203.0.113.9"

@@ -12,6 +12,7 @@ import json
 import socket
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -153,6 +154,33 @@ def rows(out: str) -> dict[tuple[str, str], list[str]]:
 
 
 @pytest.fixture
+def probe_file(
+    tmp_path: Path,
+    jwks_server: FakeJwksServer,
+    login_keys: FakeJwksServer,
+    bot: ControlledBot,
+    fake_rasa: FakeRasa,
+    fake_http_bot: FakeHttpBot,
+    es256_key: PAKey,
+) -> Callable[[str], Path]:
+    """``probe_file(cache_url)``: the gateway file naming every fake of this module, written once."""
+
+    def write(cache_url: str) -> Path:
+        return gateway_file(
+            tmp_path,
+            cache_url=cache_url,
+            pa=jwks_server,
+            login=login_keys,
+            bot=bot,
+            rasa=fake_rasa,
+            http_bot=fake_http_bot,
+            es256_key=es256_key,
+        )
+
+    return write
+
+
+@pytest.fixture
 async def login_keys(brand_login: BrandLogin) -> Any:
     async with FakeJwksServer() as server:
         server.set_keys(brand_login.jwks()["keys"][0])
@@ -160,25 +188,14 @@ async def login_keys(brand_login: BrandLogin) -> Any:
 
 
 async def test_probe_reports_every_target_and_how_fast(
-    tmp_path: Path,
+    probe_file: Callable[[str], Path],
     redis_url: str,
     jwks_server: FakeJwksServer,
-    login_keys: FakeJwksServer,
     bot: ControlledBot,
     fake_rasa: FakeRasa,
     fake_http_bot: FakeHttpBot,
-    es256_key: PAKey,
 ) -> None:
-    path = gateway_file(
-        tmp_path,
-        cache_url=redis_url,
-        pa=jwks_server,
-        login=login_keys,
-        bot=bot,
-        rasa=fake_rasa,
-        http_bot=fake_http_bot,
-        es256_key=es256_key,
-    )
+    path = probe_file(redis_url)
     code, out, err = await check_config(path)
     assert (code, err) == (0, ""), err
     table = rows(out)
@@ -206,28 +223,17 @@ async def test_probe_reports_every_target_and_how_fast(
 
 
 async def test_probe_failures_are_rows_and_exit_2_never_a_traceback(
-    tmp_path: Path,
+    probe_file: Callable[[str], Path],
     jwks_server: FakeJwksServer,
     login_keys: FakeJwksServer,
-    bot: ControlledBot,
     fake_rasa: FakeRasa,
     fake_http_bot: FakeHttpBot,
-    es256_key: PAKey,
 ) -> None:
     jwks_server.fail("error")
     login_keys.fail("not_json")
     fake_rasa.mode = "no_health"
     fake_http_bot.healthy = False
-    path = gateway_file(
-        tmp_path,
-        cache_url=f"redis://:hunter2@127.0.0.1:{closed_port()}/3",
-        pa=jwks_server,
-        login=login_keys,
-        bot=bot,
-        rasa=fake_rasa,
-        http_bot=fake_http_bot,
-        es256_key=es256_key,
-    )
+    path = probe_file(f"redis://:hunter2@127.0.0.1:{closed_port()}/3")
     raw = yaml.safe_load(path.read_text())
     refusing = closed_port()
     raw["brands"][0]["upstream"]["url"] = f"http://127.0.0.1:{refusing}/chat"
@@ -273,31 +279,14 @@ class ContractBot(http.server.BaseHTTPRequestHandler):
         """Quiet: the test reads the probe's table, not the bot's log."""
 
 
-async def test_a_bot_that_follows_the_contract_passes_the_probe(
-    tmp_path: Path,
-    jwks_server: FakeJwksServer,
-    login_keys: FakeJwksServer,
-    bot: ControlledBot,
-    fake_rasa: FakeRasa,
-    fake_http_bot: FakeHttpBot,
-    es256_key: PAKey,
-) -> None:
+async def test_a_bot_that_follows_the_contract_passes_the_probe(probe_file: Callable[[str], Path]) -> None:
     """Issue 19 row 7: the contract promises ``POST``; a ``501`` to the probe's ``OPTIONS`` still shows the
     bot's server is there, so the row is ok and the command exits 0."""
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), ContractBot)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        path = gateway_file(
-            tmp_path,
-            cache_url="memory://",
-            pa=jwks_server,
-            login=login_keys,
-            bot=bot,
-            rasa=fake_rasa,
-            http_bot=fake_http_bot,
-            es256_key=es256_key,
-        )
+        path = probe_file("memory://")
         raw = yaml.safe_load(path.read_text())
         raw["brands"][0]["upstream"]["url"] = f"http://127.0.0.1:{server.server_address[1]}/chat"
         path.write_text(yaml.safe_dump(raw))

@@ -13,8 +13,6 @@ from typing import Any
 import orjson
 import pytest
 from aiohttp import ClientResponse
-from hypothesis import given
-from hypothesis import strategies as st
 
 from gateway.config import CircuitBreakerConfig, ConfigError, RateLimitsConfig, RateRule, load_config
 from gateway.http.state import METRICS
@@ -23,13 +21,12 @@ from gateway.ops.limits import (
     RateLimited,
     RateLimits,
     a2a_limits,
-    failure_probe,
     retry_after,
     subject_digest,
+    wrong_user_code_limits,
 )
 from gateway.ops.metrics import Metrics
 from gateway.store.base import StoreError
-from gateway.store.gcra import gcra
 from gateway.store.limits import Hit, MemoryRateLimiter, RateLimiter, Rule
 from gateway.store.memory import MemoryKeyspace
 from tests.support.gateway import OTHER_PA, MakeGateway
@@ -262,6 +259,9 @@ class BrokenLimiter(RateLimiter):
     async def hit_all(self, hits: Any) -> list[float]:
         raise StoreError("redis: ConnectionError")
 
+    async def waits(self, hits: Any) -> list[float]:
+        raise StoreError("redis: ConnectionError")
+
     async def close(self) -> None:
         return None
 
@@ -394,17 +394,29 @@ def test_config_rejects_bad_limits_with_their_path(raw: dict[str, Any], path: st
     assert error.value.path == path
 
 
-@given(
-    rate=st.floats(min_value=0.001, max_value=1000),
-    burst=st.integers(min_value=1, max_value=1000),
-    ahead=st.integers(min_value=-(10**9), max_value=10**10),
-)
-def test_failure_probe_is_refused_exactly_when_one_more_failure_would_be(
-    rate: float, burst: int, ahead: int
+async def test_rfc8628_5_1_a_failure_budget_is_looked_at_then_spent_and_says_when_it_ran_out(
+    clock: ManualClock,
 ) -> None:
-    """Issue 18 F7: a budget of failures is checked before the attempt is judged, by a hit that
-    GCRA refuses at the very point a failure would be (``ahead``: the counter's lead on now, µs)."""
-    rule = Rule(rate, burst)
-    now = 10**12
-    tat = now + ahead
-    assert (gcra(tat, now, failure_probe(rule))[1] > 0) == (gcra(tat, now, rule)[1] > 0)
+    metrics = Metrics()
+    service = RateLimits(MemoryRateLimiter(MemoryKeyspace(clock)), metrics=metrics)
+    settings = RateLimitsConfig(wrong_user_code_per_user=RateRule(0.01, 2))
+    budgets = wrong_user_code_limits(settings, "jane", "192.0.2.1")
+    assert [limit.name for limit in budgets] == [
+        "wrong_user_code_per_user",
+        "wrong_user_code_per_address",
+        "wrong_user_code_per_brand",
+    ]
+    await service.check_budget("acme", budgets, fail_open=True)
+    assert await service.spend("acme", budgets, fail_open=True) == ()
+    assert await service.spend("acme", budgets, fail_open=True) == ("wrong_user_code_per_user",)
+    with pytest.raises(RateLimited) as paused:
+        await service.check_budget("acme", budgets, fail_open=True)
+    assert paused.value.limit == "wrong_user_code_per_user"
+    assert paused.value.retry_after == 100
+    sample = metrics.registry.get_sample_value
+    assert sample("pact_rate_limited_total", {"brand": "acme", "limit": "wrong_user_code_per_user"}) == 1.0
+    broken = RateLimits(BrokenLimiter(), metrics=metrics)
+    await broken.check_budget("acme", budgets, fail_open=True)  # cannot count: served, as A2A limits are
+    assert await broken.spend("acme", budgets, fail_open=True) == ()
+    with pytest.raises(StoreError):
+        await broken.check_budget("acme", budgets, fail_open=False)

@@ -180,3 +180,19 @@ async def test_redis_script_is_one_round_trip_for_every_limit(redis_store: Redis
     with recorded_commands(redis_store.redis) as commands:
         await limiter.hit_all([Hit("a", Rule(1, 1)), Hit("b", Rule(1, 1)), Hit("c", Rule(1, 1))])
     assert commands == ["EVALSHA"]
+
+
+async def test_waits_looks_at_a_budget_without_spending_it(limiter: RateLimiter, clock: ManualClock) -> None:
+    """The wrong-``user_code`` budgets are looked at before an attempt and spent only after a failure."""
+    rule = Rule(rate=0.5, burst=2)
+    hits = [Hit("budget:a", rule), Hit("budget:b", rule)]
+    for _ in range(5):
+        assert await limiter.waits(hits) == [0.0, 0.0]  # looking costs nothing
+    assert await limiter.hit_all([hits[0]]) == [0.0]
+    assert await limiter.hit_all([hits[0]]) == [0.0]
+    spent = await limiter.waits(hits)
+    assert spent[0] == pytest.approx(2.0)  # what the next charge would be told
+    assert spent[1] == 0.0
+    assert await limiter.hit_all([hits[0]]) == spent[:1]
+    clock.advance(2.0)
+    assert await limiter.waits(hits) == [0.0, 0.0]
