@@ -1,10 +1,10 @@
 # syntax=docker/dockerfile:1
 #
 # pact-gateway container image.
-#   docker build -t ghcr.io/example/pact-gateway:0.1.0 .
+#   docker build -t REGISTRY/pact-gateway:TAG .      (no public image is published)
 #   docker run --rm -p 8080:8080 -p 9090:9090 \
 #     -v "$PWD/config/example.yaml:/etc/pact-gateway/config.yaml:ro" \
-#     ghcr.io/example/pact-gateway:0.1.0
+#     REGISTRY/pact-gateway:TAG
 # The Helm chart in deploy/helm/pact-gateway runs this image as user 10001 with a read-only
 # root filesystem, passing `serve --config /etc/pact-gateway/config.yaml [--workers N]`.
 

@@ -19,7 +19,15 @@ from typing import Any, Final, NoReturn
 
 import jwt
 
-from gateway.config import ConfigError, GatewayConfig, check_config_file, load_config_file
+from gateway.config import (
+    ConfigError,
+    GatewayConfig,
+    check_config,
+    config_document_from_stream,
+    load_config,
+    load_config_file,
+    read_config_document,
+)
 from gateway.pa_keys import generate_private_jwk, mint_token, public_jwks
 
 VERBS = {"serve", "check-config", "keys", "token", "grants", "conversations", "demo"}
@@ -77,7 +85,11 @@ def _parser() -> argparse.ArgumentParser:
 
     check = verbs.add_parser("check-config", help="validate a file and print what it would serve")
     # The path as serve takes it (--config) or positional: an operator who just ran serve types the former.
-    check.add_argument("path", nargs="?", help="path of the gateway YAML")
+    check.add_argument(
+        "path",
+        nargs="?",
+        help="path of the gateway YAML; - reads it from stdin (the YAML, or what helm template renders)",
+    )
     check.add_argument("--config", dest="config_path", default=None, help="the same path, as serve takes it")
     check.add_argument(
         "--probe",
@@ -192,17 +204,34 @@ def _load(path: str) -> GatewayConfig:
         raise SystemExit(2) from None
 
 
+STDIN_PATH = "-"
+"""``check-config -``: the config (or ``helm template`` output) on standard input."""
+
+
+def _read_stdin_document() -> Any:
+    """The gateway YAML on stdin, taken out of the chart's ConfigMap when helm rendered it."""
+    try:
+        text = sys.stdin.read()
+    except UnicodeDecodeError:
+        raise ConfigError("", "standard input is not UTF-8 text") from None
+    return config_document_from_stream(text)
+
+
 def _check_config(path: str, probe: bool) -> int:
+    shown = "<stdin>" if path == STDIN_PATH else path
+    try:
+        document = _read_stdin_document() if path == STDIN_PATH else read_config_document(path)
+        if probe:
+            # The probe talks to what the file names, so it needs the secrets serve would use.
+            config = load_config(document)
+        else:
+            checked = check_config(document)
+    except ConfigError as error:
+        _report(shown, error)
+        return 2
     if probe:
-        # The probe talks to what the file names, so it needs the secrets serve would use.
-        config = _load(path)
         print(_describe(config))
         return _probe(config)
-    try:
-        checked = check_config_file(path)
-    except ConfigError as error:
-        _report(path, error)
-        return 2
     print(_describe(checked.config))
     if checked.unset:
         print(f"configuration OK; serve will need {', '.join(checked.unset)} set in its environment")

@@ -68,7 +68,9 @@ __all__ = [
     "SkillConfig",
     "TracingConfig",
     "UpstreamConfig",
+    "check_config",
     "check_config_file",
+    "config_document_from_stream",
     "load_config",
     "load_config_file",
     "read_config_document",
@@ -1631,6 +1633,47 @@ def read_config_document(source: str | os.PathLike[str] | Traversable) -> Any:
     return raw
 
 
+CHART_CONFIG_KEY = "config.yaml"
+"""The key of the Helm chart's ConfigMap that holds the gateway's config.yaml."""
+
+
+def config_document_from_stream(text: str) -> Any:
+    """The gateway YAML in ``text``: the file itself, or what ``helm template`` renders.
+
+    ``helm template … | pact-gateway check-config -`` checks a release's config before rollout,
+    when no pod exists yet to check it in. A stream holding Kubernetes manifests is read for the
+    one ConfigMap carrying ``data["config.yaml"]`` (the chart's); anything else is the gateway
+    YAML itself. Failures are a :class:`ConfigError` with an empty ``path``, as for a file.
+    """
+    try:
+        documents = [doc for doc in yaml.safe_load_all(text) if doc is not None]
+    except yaml.YAMLError as exc:
+        raise ConfigError("", _yaml_trouble(exc)) from None
+    if not documents:
+        raise ConfigError("", "the input is empty" if not text.strip() else "the input holds only comments")
+    manifests = [doc for doc in documents if isinstance(doc, dict) and "apiVersion" in doc and "kind" in doc]
+    if not manifests:
+        if len(documents) > 1:
+            raise ConfigError("", f"the input holds {len(documents)} YAML documents; a config is one")
+        return documents[0]
+    carried = [
+        doc["data"][CHART_CONFIG_KEY]
+        for doc in manifests
+        if doc["kind"] == "ConfigMap"
+        and isinstance(doc.get("data"), dict)
+        and isinstance(doc["data"].get(CHART_CONFIG_KEY), str)
+    ]
+    if len(carried) != 1:
+        found = "no ConfigMap" if not carried else f"{len(carried)} ConfigMaps"
+        raise ConfigError(
+            "",
+            f"the input holds Kubernetes manifests but {found} with data[{CHART_CONFIG_KEY!r}];"
+            " render one release of the pact-gateway chart"
+            " (helm template … --show-only templates/configmap.yaml)",
+        )
+    return config_document_from_stream(carried[0])
+
+
 def load_config_file(path: str | Path, environ: Mapping[str, str] | None = None) -> GatewayConfig:
     """Read, parse and validate a YAML configuration file as :func:`load_config` does."""
     return load_config(read_config_document(path), environ)
@@ -1643,6 +1686,11 @@ def check_config_file(path: str | Path, environ: Mapping[str, str] | None = None
     names what ``serve`` will need, and what only those values could be checked against (a
     signing key's PEM, a Redis URL with a password in a variable) is left unchecked.
     """
+    return check_config(read_config_document(path), environ)
+
+
+def check_config(raw: Any, environ: Mapping[str, str] | None = None) -> CheckedConfig:
+    """:func:`check_config_file` for a document already parsed (``check-config -`` reads stdin)."""
     lenient = _Environment(os.environ if environ is None else environ, require=False)
-    config = _load(read_config_document(path), lenient)
+    config = _load(raw, lenient)
     return CheckedConfig(config=config, unset=tuple(sorted(lenient.unset)))

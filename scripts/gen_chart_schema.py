@@ -41,8 +41,15 @@ DESCRIPTION = (
 
 
 def config_schema() -> dict[str, Any]:
-    """``SCHEMA`` as JSON (tuples become lists), with a note of where it came from."""
+    """``SCHEMA`` as JSON (tuples become lists), with a note of where it came from.
+
+    Its top-level ``required`` is left out: values.yaml's ``config`` is empty on purpose (helm would
+    merge example data into a real config), and the chart's template refuses a config missing those
+    keys with a message that points at values-example.yaml, where helm's schema error would only
+    say "missing property". Deeper ``required`` lists stay.
+    """
     copied: dict[str, Any] = json.loads(json.dumps(SCHEMA))
+    copied.pop("required", None)
     return {"$comment": GENERATED_BY, "description": DESCRIPTION, **copied}
 
 

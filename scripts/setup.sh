@@ -65,3 +65,15 @@ if ! command -v valgrind >/dev/null 2>&1; then
     echo "setup.sh: install Debian's 'valgrind' package; the instruction-count guard fails without it under CI=true." >&2
   fi
 fi
+# tests/deploy/test_prometheus_rules.py checks the chart's PrometheusRule with Debian's promtool
+# (`promtool check rules`, and `promtool test rules` firing every alert); the `prometheus` package
+# brings it.
+if ! command -v promtool >/dev/null 2>&1; then
+  if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+    apt-get update
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus
+  else
+    echo "setup.sh: promtool is missing and cannot be installed here (needs root and apt-get)." >&2
+    echo "setup.sh: install Debian's 'prometheus' package; the alert-rule tests fail without it under CI=true." >&2
+  fi
+fi

@@ -19,6 +19,7 @@ from typing import Any
 
 import jwt
 import pytest
+import yaml
 
 from gateway.cli import main
 from gateway.demo import DEFAULT_CONFIG
@@ -113,11 +114,12 @@ def test_demo_runs_its_own_curl_session() -> None:
 
 
 def run_cli(
-    *args: str, cwd: Path = ROOT, env: Mapping[str, str] | None = None
+    *args: str, cwd: Path = ROOT, env: Mapping[str, str] | None = None, stdin: str = ""
 ) -> subprocess.CompletedProcess[str]:
-    """``pact-gateway ARGS`` as an operator runs it, in its own process."""
+    """``pact-gateway ARGS`` as an operator runs it, in its own process (``stdin`` piped to it)."""
     return subprocess.run(
         [sys.executable, "-m", "gateway", *args],
+        input=stdin,
         capture_output=True,
         text=True,
         timeout=CLI_TIMEOUT,
@@ -318,6 +320,40 @@ def test_check_config_takes_the_file_as_serve_does() -> None:
     result = run_cli("check-config", "--config", "config/example.yaml")
     assert result.returncode == 0, result.stderr
     assert "configuration OK" in result.stdout
+
+
+def test_check_config_reads_stdin_for_a_dash() -> None:
+    """Issue 19 row 14: ``… | pact-gateway check-config -`` checks a config no file holds yet."""
+    text = (ROOT / "config" / "example.yaml").read_text(encoding="utf-8")
+    result = run_cli("check-config", "-", stdin=text)
+    assert result.returncode == 0, result.stderr
+    assert "acme: Acme Support" in result.stdout
+    assert "configuration OK" in result.stdout
+
+    bad = run_cli("check-config", "-", stdin=text.replace("\nbrands:\n", "\nbrnads:\n", 1))
+    assert bad.returncode == 2
+    assert bad.stderr.startswith("pact-gateway: invalid configuration <stdin>: ")
+    assert "brnads: unknown setting; did you mean brands?" in bad.stderr
+
+    empty = run_cli("check-config", "-", stdin="")
+    assert empty.returncode == 2
+    assert empty.stderr == "pact-gateway: invalid configuration <stdin>: the input is empty\n"
+
+
+def test_check_config_dash_takes_the_config_out_of_rendered_manifests() -> None:
+    """``helm template … | pact-gateway check-config -``: the ConfigMap's config.yaml is what is checked."""
+    text = (ROOT / "config" / "example.yaml").read_text(encoding="utf-8")
+    configmap = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "pg-pact-gateway"}}
+    service = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "pg-pact-gateway"}}
+    dashboard = {**configmap, "data": {"pact-gateway.json": "{}"}}
+    stream = yaml.safe_dump_all([service, dashboard, {**configmap, "data": {"config.yaml": text}}])
+    result = run_cli("check-config", "-", stdin=stream)
+    assert result.returncode == 0, result.stderr
+    assert "acme: Acme Support" in result.stdout
+
+    bad = run_cli("check-config", "-", stdin=yaml.safe_dump_all([service, dashboard]))
+    assert bad.returncode == 2
+    assert "holds Kubernetes manifests but no ConfigMap with data['config.yaml']" in bad.stderr
 
 
 def test_token_help_documents_every_option() -> None:

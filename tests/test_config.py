@@ -16,6 +16,7 @@ from gateway.config import (
     ConfigError,
     RateRule,
     check_config_file,
+    config_document_from_stream,
     load_config,
     load_config_file,
     read_config_document,
@@ -751,3 +752,22 @@ def test_upstream_header_with_a_tab_and_dots_in_its_name_loads() -> None:
     raw = example()
     raw["brands"][0]["upstream"]["headers"] = {"X.Key_1": "a\tb c"}
     assert load_config(raw, ENV).brands["acme"].upstream.headers == {"X.Key_1": "a\tb c"}
+
+
+def test_a_stream_is_the_config_or_the_chart_configmap_carrying_it() -> None:
+    """``check-config -`` (issue 19 row 14): the gateway YAML, or ``helm template`` output."""
+    assert config_document_from_stream("public_url: https://x.example\n") == {
+        "public_url": "https://x.example"
+    }
+    configmap = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: pg}\ndata:\n  config.yaml: |\n"
+    carried = configmap + "    public_url: https://x.example\n"
+    service = "apiVersion: v1\nkind: Service\nmetadata: {name: pg-pact-gateway}\n"
+    assert config_document_from_stream(f"{service}---\n{carried}") == {"public_url": "https://x.example"}
+    with pytest.raises(ConfigError, match="2 ConfigMaps with data"):
+        config_document_from_stream(f"{carried}---\n{carried}")
+    with pytest.raises(ConfigError, match="holds 2 YAML documents; a config is one"):
+        config_document_from_stream("a: 1\n---\nb: 2\n")
+    with pytest.raises(ConfigError, match="the input holds only comments"):
+        config_document_from_stream("# nothing\n")
+    with pytest.raises(ConfigError, match="not valid YAML at line 2"):
+        config_document_from_stream("a: [\n")

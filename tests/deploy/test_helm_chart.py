@@ -201,8 +201,13 @@ EXISTING_SECRET_VALUES: dict[str, Any] = {
     "signingKeys": {"existingSecret": "pact-gateway-signing-keys"},
 }
 
+EXAMPLE_FILE = CHART_DIR / "values-example.yaml"
+EXAMPLE_VALUES: dict[str, Any] = yaml.safe_load(EXAMPLE_FILE.read_text(encoding="utf-8"))
+"""The chart's example release: values.yaml ships no config and no image (issue 19 rows 5 and 6),
+so every render here starts from it, as ``helm … -f values-example.yaml -f more.yaml`` would."""
+
 SCENARIOS: dict[str, dict[str, Any]] = {
-    "default": {},
+    "example": {},
     "full": FULL_VALUES,
     "existing-secrets": EXISTING_SECRET_VALUES,
 }
@@ -230,8 +235,13 @@ def _parse(rendered: Mapping[str, str]) -> list[Manifest]:
     return docs
 
 
+def _render_text(chart: helm.Chart, values: Mapping[str, Any]) -> dict[str, str]:
+    """``helm template -f values-example.yaml`` with ``values`` layered over the example."""
+    return chart.render(_merge(EXAMPLE_VALUES, values), name=RELEASE, namespace=NAMESPACE)
+
+
 def _render(chart: helm.Chart, values: Mapping[str, Any]) -> list[Manifest]:
-    return _parse(chart.render(dict(values), name=RELEASE, namespace=NAMESPACE))
+    return _parse(_render_text(chart, values))
 
 
 def _all(docs: list[Manifest], kind: str) -> list[Manifest]:
@@ -308,9 +318,10 @@ def rendered(chart: helm.Chart) -> dict[str, list[Manifest]]:
 # ---- lint and schema ---------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("scenario", ["default", "full", "existing-secrets"])
+@pytest.mark.parametrize("scenario", ["example", "full", "existing-secrets"])
 def test_helm_lint_passes(scenario: str) -> None:
-    report = helm.lint(CHART_DIR, SCENARIOS[scenario] or None, strict=True, kube_version=f"v{KUBE_VERSION}")
+    values = _merge(EXAMPLE_VALUES, SCENARIOS[scenario])
+    report = helm.lint(CHART_DIR, values, strict=True, kube_version=f"v{KUBE_VERSION}")
     assert report["total_charts_linted"] == 1
     assert report["errors"] == []
     # Severity 2 is a warning, 3 an error; strict lint fails on either.
@@ -353,7 +364,7 @@ def test_lint_reports_a_broken_value() -> None:
 )
 def test_values_schema_rejects_typos(chart: helm.Chart, values: dict[str, Any], needle: str) -> None:
     with pytest.raises(helm.HelmValuesError, match=re.escape(needle)):
-        chart.render(values, name=RELEASE, namespace=NAMESPACE)
+        _render_text(chart, values)
 
 
 def test_lint_refuses_a_gateway_config_typo() -> None:
@@ -369,7 +380,9 @@ def test_chart_config_schema_is_the_gateway_schema(chart: helm.Chart) -> None:
     config = dict(schema["properties"]["config"])
     assert "scripts/gen_chart_schema.py" in config.pop("$comment")
     config.pop("description")
-    assert config == json.loads(json.dumps(SCHEMA)), "run python scripts/gen_chart_schema.py"
+    # All but the top-level `required`, which the chart's template checks with a better message.
+    gateway = {key: value for key, value in json.loads(json.dumps(SCHEMA)).items() if key != "required"}
+    assert config == gateway, "run python scripts/gen_chart_schema.py"
     # Read with the draft the gateway validates with (gateway.config uses Draft202012Validator).
     assert schema["$schema"] == jsonschema.Draft202012Validator.META_SCHEMA["$id"]
     assert chart.schema == schema
@@ -406,7 +419,7 @@ def test_schema_script_finds_and_fixes_a_stale_copy(tmp_path: Path) -> None:
 
 def test_config_ports_must_be_fixed(chart: helm.Chart) -> None:
     with pytest.raises(helm.HelmRenderError, match=re.escape("must be fixed ports (1-65535)")):
-        chart.render({"config": {"listen": {"port": 0}}}, name=RELEASE, namespace=NAMESPACE)
+        _render_text(chart, {"config": {"listen": {"port": 0}}})
 
 
 def test_chart_metadata(chart: helm.Chart) -> None:
@@ -423,7 +436,7 @@ def test_chart_metadata(chart: helm.Chart) -> None:
 # ---- every manifest is valid Kubernetes --------------------------------------------------------
 
 
-@pytest.mark.parametrize("scenario", ["default", "full", "existing-secrets"])
+@pytest.mark.parametrize("scenario", ["example", "full", "existing-secrets"])
 def test_manifests_validate_against_kubernetes_schema(
     rendered: dict[str, list[Manifest]], scenario: str
 ) -> None:
@@ -443,7 +456,7 @@ def test_manifests_validate_against_kubernetes_schema(
 @pytest.mark.parametrize(
     ("scenario", "kinds"),
     [
-        ("default", ["ConfigMap", "Deployment", "Service", "ServiceAccount"]),
+        ("example", ["ConfigMap", "Deployment", "Service", "ServiceAccount"]),
         (
             "full",
             [
@@ -485,7 +498,7 @@ def test_standard_labels_everywhere(rendered: dict[str, list[Manifest]]) -> None
 
 
 def test_pod_is_locked_down(rendered: dict[str, list[Manifest]]) -> None:
-    docs = rendered["default"]
+    docs = rendered["example"]
     pod = _one(docs, "Deployment")["spec"]["template"]["spec"]
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["runAsUser"] == 10001
@@ -515,7 +528,7 @@ def _pod_termination(docs: list[Manifest]) -> tuple[int, dict[str, Any] | None]:
 
 def test_default_prestop_pause_lets_endpoints_drain(rendered: dict[str, list[Manifest]]) -> None:
     """The gateway stops accepting on SIGTERM, so by default the pod keeps serving 5 s before it."""
-    assert _pod_termination(rendered["default"]) == (30, {"preStop": {"sleep": {"seconds": 5}}})
+    assert _pod_termination(rendered["example"]) == (30, {"preStop": {"sleep": {"seconds": 5}}})
     assert _pod_termination(rendered["existing-secrets"]) == (30, {"preStop": {"sleep": {"seconds": 5}}})
 
 
@@ -568,7 +581,7 @@ def test_grace_period_must_outlast_pause_and_drain(
 ) -> None:
     """Kubernetes kills the pod when the grace period (preStop included) ends, mid-request if need be."""
     with pytest.raises(helm.HelmRenderError, match=re.escape(needle)):
-        chart.render(values, name=RELEASE, namespace=NAMESPACE)
+        _render_text(chart, values)
 
 
 def test_grace_period_just_above_pause_and_drain_renders(chart: helm.Chart) -> None:
@@ -583,15 +596,16 @@ def test_grace_period_just_above_pause_and_drain_renders(chart: helm.Chart) -> N
 
 
 def test_image_defaults_to_app_version(chart: helm.Chart, rendered: dict[str, list[Manifest]]) -> None:
-    assert _container(rendered["default"])["image"] == "ghcr.io/example/pact-gateway:0.1.0"
+    repository = EXAMPLE_VALUES["image"]["repository"]
+    assert _container(_render(chart, {"image": {"tag": ""}}))["image"] == f"{repository}:0.1.0"
     digest = "sha256:" + "ab" * 32
     docs = _render(chart, {"image": {"tag": "0.2.0", "digest": digest, "repository": "registry.local/gw"}})
     assert _container(docs)["image"] == f"registry.local/gw@{digest}"
 
 
 def test_probes_hit_the_ops_listener(rendered: dict[str, list[Manifest]]) -> None:
-    container = _container(rendered["default"])
-    assert dict(_iter_named_ports(rendered["default"])) == {"http": 8080, "metrics": 9090}
+    container = _container(rendered["example"])
+    assert dict(_iter_named_ports(rendered["example"])) == {"http": 8080, "metrics": 9090}
     assert container["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
     assert container["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
     assert "enabled" not in container["livenessProbe"]
@@ -603,7 +617,7 @@ def test_probes_hit_the_ops_listener(rendered: dict[str, list[Manifest]]) -> Non
 
 
 def test_command_line_and_mounts(rendered: dict[str, list[Manifest]]) -> None:
-    docs = rendered["default"]
+    docs = rendered["example"]
     container = _container(docs)
     assert "command" not in container  # the image's ENTRYPOINT is pact-gateway
     assert container["args"] == ["serve", "--config", "/etc/pact-gateway/config.yaml"]
@@ -648,11 +662,11 @@ def test_command_line_and_mounts(rendered: dict[str, list[Manifest]]) -> None:
 
 
 def test_service_and_ports(rendered: dict[str, list[Manifest]]) -> None:
-    service = _one(rendered["default"], "Service")
+    service = _one(rendered["example"], "Service")
     ports = {port["name"]: port for port in service["spec"]["ports"]}
     assert (ports["http"]["port"], ports["http"]["targetPort"]) == (8080, "http")
     assert (ports["metrics"]["port"], ports["metrics"]["targetPort"]) == (9090, "metrics")
-    pod_labels = _one(rendered["default"], "Deployment")["spec"]["template"]["metadata"]["labels"]
+    pod_labels = _one(rendered["example"], "Deployment")["spec"]["template"]["metadata"]["labels"]
     assert service["spec"]["selector"].items() <= pod_labels.items()
 
 
@@ -670,12 +684,12 @@ def test_config_ports_follow_the_gateway_config(chart: helm.Chart) -> None:
 
 
 def test_checksums_roll_the_pods_on_change(chart: helm.Chart, rendered: dict[str, list[Manifest]]) -> None:
-    base = _pod_annotations(rendered["default"])["checksum/config"]
+    base = _pod_annotations(rendered["example"])["checksum/config"]
     assert re.fullmatch(r"[0-9a-f]{64}", base)
     assert _pod_annotations(_render(chart, {}))["checksum/config"] == base  # deterministic
     changed = _render(chart, {"config": {"logging": {"level": "DEBUG"}}})
     assert _pod_annotations(changed)["checksum/config"] != base
-    assert "checksum/secret" not in _pod_annotations(rendered["default"])
+    assert "checksum/secret" not in _pod_annotations(rendered["example"])
 
     full = _pod_annotations(rendered["full"])
     assert full["example.com/scrape"] == "false"
@@ -687,14 +701,107 @@ def test_checksums_roll_the_pods_on_change(chart: helm.Chart, rendered: dict[str
 # ---- the rendered gateway config ---------------------------------------------------------------
 
 
-def test_default_config_loads_with_the_gateway_loader(rendered: dict[str, list[Manifest]]) -> None:
-    docs = rendered["default"]
+def test_example_config_loads_with_the_gateway_loader(rendered: dict[str, list[Manifest]]) -> None:
+    docs = rendered["example"]
     config = load_config(_gateway_config(docs), environ=_pod_environ(docs))
     assert config.listen.port == 8080
     assert config.metrics.port == 9090
     assert config.metrics.enabled is True
     assert config.cache.backend == "memory"
     assert list(config.brands) == ["acme"]
+
+
+# ---- issue 19 rows 5, 6 and 14: nothing placeholder in values.yaml; checked before rollout ----
+
+
+def test_values_yaml_ships_no_config_and_no_image(chart: helm.Chart) -> None:
+    """Helm merges maps: anything in values.yaml's ``config`` would leak into a real release."""
+    assert chart.values["config"] == {}
+    assert chart.values["image"]["repository"] == ""
+
+
+def test_an_open_policy_inherits_no_placeholder_issuer(chart: helm.Chart) -> None:
+    """Issue 19 row 6: ``personal_agents: {policy: open}`` used to keep the chart's placeholder
+    ``https://pa.example.com`` in ``registered``, and /readyz stayed 503 waiting for its keys."""
+    config = {key: EXAMPLE_VALUES["config"][key] for key in ("public_url", "provider", "brands")}
+    config["personal_agents"] = {"policy": "open"}
+    text = chart.render(
+        {"image": EXAMPLE_VALUES["image"], "config": config}, name=RELEASE, namespace=NAMESPACE
+    )
+    docs = _parse(text)
+    raw = _gateway_config(docs)
+    assert raw["personal_agents"] == {"policy": "open"}
+    assert "pa.example.com" not in "".join(text.values())
+    loaded = load_config(raw, environ=_pod_environ(docs))
+    assert loaded.personal_agents.policy == "open"
+    assert loaded.personal_agents.registered == ()
+
+
+def test_no_config_fails_to_render_naming_the_example(chart: helm.Chart) -> None:
+    with pytest.raises(helm.HelmRenderError) as refused:
+        chart.render({"image": EXAMPLE_VALUES["image"]}, name=RELEASE, namespace=NAMESPACE)
+    message = str(refused.value)
+    assert "config.public_url, config.provider, config.brands not set" in message
+    assert "values-example.yaml" in message
+
+
+@pytest.mark.parametrize("key", SCHEMA["required"])
+def test_the_chart_requires_what_the_gateway_requires(chart: helm.Chart, key: str) -> None:
+    """The template's list is gateway.config.SCHEMA's ``required``: a key added there fails here."""
+    config = {name: value for name, value in EXAMPLE_VALUES["config"].items() if name != key}
+    with pytest.raises(helm.HelmRenderError, match=re.escape(f"config.{key} not set")):
+        chart.render({**EXAMPLE_VALUES, "config": config}, name=RELEASE, namespace=NAMESPACE)
+
+
+def test_no_image_fails_to_render_saying_how_to_build_it(chart: helm.Chart) -> None:
+    """Issue 19 row 5: no public image exists, so an unset repository is refused, not ImagePullBackOff."""
+    with pytest.raises(helm.HelmRenderError) as refused:
+        chart.render({"config": EXAMPLE_VALUES["config"]}, name=RELEASE, namespace=NAMESPACE)
+    message = str(refused.value)
+    assert "image.repository is not set" in message
+    assert "docker build -t REGISTRY/pact-gateway:TAG ." in message
+    assert "docker push REGISTRY/pact-gateway:TAG" in message
+
+
+def _check_config_stdin(stream: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "gateway", "check-config", "-"],
+        input=stream,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=REPO_ROOT,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize("scenario", ["example", "full"])
+def test_s19_rendered_release_checks_before_rollout(chart: helm.Chart, scenario: str) -> None:
+    """NOTES step 3: ``helm template … | pact-gateway check-config -``, with no pod running.
+
+    The whole release (the dashboard's ConfigMap included, in ``full``) and the ConfigMap alone
+    (``--show-only templates/configmap.yaml``) both check; a config the gateway refuses fails.
+    """
+    text = _render_text(chart, SCENARIOS[scenario])
+    notes = next(body for path, body in text.items() if path.endswith("NOTES.txt"))
+    assert "--show-only templates/configmap.yaml | pact-gateway check-config -" in notes
+    manifests = {path: body for path, body in text.items() if not path.endswith("NOTES.txt")}
+    whole = _check_config_stdin("\n---\n".join(manifests.values()))
+    assert whole.returncode == 0, whole.stderr
+    assert "configuration OK" in whole.stdout
+    (configmap,) = [body for path, body in manifests.items() if path.endswith("templates/configmap.yaml")]
+    alone = _check_config_stdin(configmap)
+    assert alone.returncode == 0, alone.stderr
+    assert alone.stdout == whole.stdout
+
+    # Beyond the schema: the gateway's own rule that an allowlist needs an issuer.
+    refused = _render_text(
+        chart, _merge(SCENARIOS[scenario], {"config": {"personal_agents": {"registered": []}}})
+    )
+    bad = _check_config_stdin(next(body for path, body in refused.items() if path.endswith("configmap.yaml")))
+    assert bad.returncode == 2
+    assert bad.stderr.startswith("pact-gateway: invalid configuration <stdin>: ")
+    assert "personal_agents" in bad.stderr
 
 
 @pytest.mark.parametrize(
@@ -770,11 +877,11 @@ def test_existing_bot_secret_with_inline_redis_password(chart: helm.Chart) -> No
 def test_unprovided_env_reference_fails_to_render(chart: helm.Chart) -> None:
     values = {"config": _GATEWAY_CONFIG, "redis": {"password": "pw"}}
     with pytest.raises(helm.HelmRenderError, match=re.escape("config references ${ACME_BOT_TOKEN}")):
-        chart.render(values, name=RELEASE, namespace=NAMESPACE)
+        _render_text(chart, values)
     values["secrets"] = {"env": {"ACME_BOT_TOKEN": "a", "GLOBEX_BOT_TOKEN": "g"}}
     del values["redis"]
     with pytest.raises(helm.HelmRenderError, match=re.escape("config references ${REDIS_PASSWORD}")):
-        chart.render(values, name=RELEASE, namespace=NAMESPACE)
+        _render_text(chart, values)
 
 
 # ---- replicas and the cache --------------------------------------------------------------------
@@ -796,7 +903,7 @@ def test_memory_cache_refuses_more_than_one_process(
     chart: helm.Chart, values: dict[str, Any], needle: str
 ) -> None:
     with pytest.raises(helm.HelmRenderError, match=re.escape(needle)):
-        chart.render(values, name=RELEASE, namespace=NAMESPACE)
+        _render_text(chart, values)
 
 
 def test_redis_cache_allows_replicas(chart: helm.Chart) -> None:
@@ -807,7 +914,7 @@ def test_redis_cache_allows_replicas(chart: helm.Chart) -> None:
 
 def test_metrics_listener_cannot_be_disabled(chart: helm.Chart) -> None:
     with pytest.raises(helm.HelmRenderError, match=re.escape("config.metrics.enabled is false")):
-        chart.render({"config": {"metrics": {"enabled": False}}}, name=RELEASE, namespace=NAMESPACE)
+        _render_text(chart, {"config": {"metrics": {"enabled": False}}})
 
 
 # ---- optional resources ------------------------------------------------------------------------
@@ -1038,7 +1145,7 @@ def _dashboard_queries(dashboard: Mapping[str, Any]) -> Iterator[tuple[str, str]
 
 
 def test_dashboard_and_alerts_are_off_by_default(rendered: dict[str, list[Manifest]]) -> None:
-    for scenario in ("default", "existing-secrets"):
+    for scenario in ("example", "existing-secrets"):
         assert _all(rendered[scenario], "PrometheusRule") == []
         assert [doc["metadata"]["name"] for doc in _all(rendered[scenario], "ConfigMap")] == [FULLNAME]
 
@@ -1149,11 +1256,7 @@ def test_prometheus_rule_needs_an_alert(chart: helm.Chart) -> None:
     )
     off = {name: {"enabled": False} for name in names}
     with pytest.raises(helm.HelmRenderError, match=re.escape("every alert under metrics.prometheusRule")):
-        chart.render(
-            {"metrics": {"prometheusRule": {"enabled": True, "alerts": off}}},
-            name=RELEASE,
-            namespace=NAMESPACE,
-        )
+        _render_text(chart, {"metrics": {"prometheusRule": {"enabled": True, "alerts": off}}})
 
 
 def test_dashboard_configmap_for_the_grafana_sidecar(
@@ -1287,7 +1390,7 @@ def test_dockerfile_matches_the_chart(rendered: dict[str, list[Manifest]]) -> No
     assert re.search(r'^ENTRYPOINT \["pact-gateway"\]$', text, flags=re.MULTILINE)
     cmd = re.search(r"^CMD (\[.*\])$", text, flags=re.MULTILINE)
     assert cmd is not None
-    container = _container(rendered["default"])
+    container = _container(rendered["example"])
     assert yaml.safe_load(cmd.group(1)) == container["args"]
     assert container["securityContext"]["runAsUser"] == 10001
 
@@ -1317,7 +1420,7 @@ def test_s5_signing_key_files_come_from_the_mounted_secret(chart: helm.Chart, tm
         "secrets": {"env": {"ACME_BOT_TOKEN": "a", "GLOBEX_BOT_TOKEN": "g"}},
     }
     with pytest.raises(helm.HelmRenderError, match=re.escape("signingKeys.existingSecret is not set")):
-        chart.render(values, name=RELEASE, namespace=NAMESPACE)
+        _render_text(chart, values)
     docs = _render(chart, {**values, "signingKeys": {"existingSecret": "pact-gateway-signing-keys"}})
     mounts = {mount["name"]: mount["mountPath"] for mount in _container(docs)["volumeMounts"]}
     assert mounts["signing-keys"] == "/etc/pact-gateway/keys"
@@ -1335,7 +1438,7 @@ def test_s5_signing_key_from_the_environment_must_be_provided(chart: helm.Chart)
     config = _delegating_config({"value": "${PACT_SIGNING_KEY}"})
     tokens = {"ACME_BOT_TOKEN": "a", "GLOBEX_BOT_TOKEN": "g"}
     with pytest.raises(helm.HelmRenderError, match=re.escape("config references ${PACT_SIGNING_KEY}")):
-        chart.render({"config": config, "secrets": {"env": tokens}}, name=RELEASE, namespace=NAMESPACE)
+        _render_text(chart, {"config": config, "secrets": {"env": tokens}})
     pem = new_provider_key_pem()
     docs = _render(chart, {"config": config, "secrets": {"env": {**tokens, "PACT_SIGNING_KEY": pem}}})
     assert load_config(_gateway_config(docs), environ=_pod_environ(docs)).oauth.signing_keys

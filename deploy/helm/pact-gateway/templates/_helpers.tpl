@@ -85,10 +85,11 @@ Name of the ServiceAccount to use.
 The gateway image: repository@digest when a digest is given, else repository:tag (tag defaults to appVersion).
 */}}
 {{- define "pact-gateway.image" -}}
+{{- $repository := required "pact-gateway: image.repository is not set, and no public image is published. Build the image from the repository's Dockerfile (docker build -t REGISTRY/pact-gateway:TAG .), push it (docker push REGISTRY/pact-gateway:TAG), then set image.repository=REGISTRY/pact-gateway (and image.tag=TAG)." .Values.image.repository }}
 {{- if .Values.image.digest }}
-{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- printf "%s@%s" $repository .Values.image.digest }}
 {{- else }}
-{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion | toString) }}
+{{- printf "%s:%s" $repository (.Values.image.tag | default .Chart.AppVersion | toString) }}
 {{- end }}
 {{- end }}
 
@@ -163,6 +164,17 @@ Refuse values the gateway cannot run with, with a message that names the fix.
 */}}
 {{- define "pact-gateway.validateValues" -}}
 {{- $config := .Values.config | default dict }}
+{{- /* gateway.config.SCHEMA's top-level required keys (scripts/gen_chart_schema.py leaves them out
+of values.schema.json so this message, not "missing property", is what an empty config gets). */}}
+{{- $missing := list }}
+{{- range list "public_url" "provider" "brands" }}
+{{- if not (hasKey $config .) }}
+{{- $missing = append $missing (printf "config.%s" .) }}
+{{- end }}
+{{- end }}
+{{- if $missing }}
+{{- fail (printf "pact-gateway: %s not set: config is the gateway's config.yaml and the chart ships none (values.yaml leaves it empty so no placeholder leaks into a real release). Start from the chart's values-example.yaml (helm install REL CHART -f values-example.yaml -f my-values.yaml, or copy it) and see config/example.yaml." (join ", " $missing)) }}
+{{- end }}
 {{- $cacheUrl := dig "cache" "url" "memory://" $config | toString }}
 {{- if hasPrefix "memory://" $cacheUrl }}
 {{- if .Values.autoscaling.enabled }}
