@@ -28,52 +28,38 @@ if [ ! -f "$VENV/.installed-$hash" ]; then
   "$VENV/bin/python" -m pip install --quiet -e ".[test,lint,otel]"
   rm -f "$VENV"/.installed-* && touch "$VENV/.installed-$hash"
 fi
-# The consent-page browser test (tests/oauth/test_consent_browser.py) drives Debian's Chromium through
-# Playwright; Playwright's own browser download (`playwright install`) is never used.
-if [ ! -x /usr/bin/chromium ]; then
+# Debian packages the tests drive, each installed only when its command is missing (root and apt-get
+# needed; elsewhere a message says what to install). `apt-get update` runs once, if anything is missing.
+APT_UPDATED=no
+debian_package() {  # COMMAND PACKAGE WHAT-FAILS-WITHOUT-IT
+  command -v "$1" >/dev/null 2>&1 && return 0
   if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
-    apt-get update
-    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends chromium
+    if [ "$APT_UPDATED" = no ]; then
+      apt-get update
+      APT_UPDATED=yes
+    fi
+    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$2"
   else
-    echo "setup.sh: /usr/bin/chromium is missing and cannot be installed here (needs root and apt-get)." >&2
-    echo "setup.sh: install Debian's 'chromium' package; the consent browser test fails without it under CI=true." >&2
+    echo "setup.sh: $1 is missing and cannot be installed here (needs root and apt-get)." >&2
+    echo "setup.sh: install Debian's '$2' package; $3 fail(s) without it under CI=true." >&2
   fi
-fi
+}
+# The consent-page browser tests drive Debian's Chromium through Playwright (Playwright's own browser
+# download, `playwright install`, is never used).
+debian_package /usr/bin/chromium chromium "the browser tests"
+# tests/bench/test_turn_count.py counts instructions per turn under valgrind (callgrind), the CI guard
+# of docs/performance.md's instruction count.
+debian_package valgrind valgrind "the instruction-count guard"
+# tests/deploy/test_prometheus_rules.py checks the chart's PrometheusRule with promtool (`check rules`,
+# and `test rules` firing every alert); Debian's `prometheus` package brings it.
+debian_package promtool prometheus "the alert-rule tests"
 # The browser tests inject axe-core (npm, MPL-2.0) into every page they open and require no WCAG 2.1
 # AA violation; the pinned version goes into .venv/node, beside the Python tools, never into the repo.
 AXE_VERSION=4.14.1
 if [ ! -f .venv/node/node_modules/axe-core/axe.min.js ] \
   || ! grep -q "\"version\": \"$AXE_VERSION\"" .venv/node/node_modules/axe-core/package.json; then
-  if ! command -v npm >/dev/null 2>&1 && [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
-    apt-get update
-    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends npm
-  fi
+  debian_package npm npm "the browser tests' accessibility audits"
   if command -v npm >/dev/null 2>&1; then
     npm install --silent --no-save --no-audit --no-fund --prefix .venv/node "axe-core@$AXE_VERSION"
-  else
-    echo "setup.sh: npm is missing, so axe-core is not installed; the browser tests fail without it under CI=true." >&2
-  fi
-fi
-# tests/bench/test_turn_count.py counts instructions per turn under Debian's valgrind (callgrind), the
-# CI guard of docs/performance.md's instruction count.
-if ! command -v valgrind >/dev/null 2>&1; then
-  if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
-    apt-get update
-    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends valgrind
-  else
-    echo "setup.sh: valgrind is missing and cannot be installed here (needs root and apt-get)." >&2
-    echo "setup.sh: install Debian's 'valgrind' package; the instruction-count guard fails without it under CI=true." >&2
-  fi
-fi
-# tests/deploy/test_prometheus_rules.py checks the chart's PrometheusRule with Debian's promtool
-# (`promtool check rules`, and `promtool test rules` firing every alert); the `prometheus` package
-# brings it.
-if ! command -v promtool >/dev/null 2>&1; then
-  if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
-    apt-get update
-    DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus
-  else
-    echo "setup.sh: promtool is missing and cannot be installed here (needs root and apt-get)." >&2
-    echo "setup.sh: install Debian's 'prometheus' package; the alert-rule tests fail without it under CI=true." >&2
   fi
 fi
