@@ -25,7 +25,8 @@ def _github_slug(heading: str) -> str:
     return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
 
 
-def _anchors(path: Path) -> set[str]:
+def markdown_anchors(path: Path) -> set[str]:
+    """The anchors GitHub gives a Markdown file: one per heading, and each explicit ``<a id>``."""
     text = _FENCE.sub("", path.read_text(encoding="utf-8"))
     found = {_github_slug(heading) for heading in _HEADING.findall(text)}
     found.update(re.findall(r"<a id=\"([^\"]+)\"", text))
@@ -44,7 +45,7 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
         where = f"{page.file.src_uri}: link {target}{anchor}"
         if not resolved.is_relative_to(root) or not resolved.exists():
             raise PluginError(f"{where} names no file of the repository")
-        if anchor and resolved.suffix == ".md" and anchor[1:] not in _anchors(resolved):
+        if anchor and resolved.suffix == ".md" and anchor[1:] not in markdown_anchors(resolved):
             raise PluginError(f"{where}: {resolved.name} has no heading for {anchor}")
         shown = f"`{resolved.relative_to(root).as_posix()}{anchor}`"
         return shown if text.strip("`") in (resolved.name, shown.strip("`")) else f"{text} ({shown})"

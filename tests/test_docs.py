@@ -122,3 +122,27 @@ def test_every_schema_key_is_in_the_reference() -> None:
         assert f"| `{name}` |" in text, name
     for name in SCHEMA["properties"]["brands"]["items"]["properties"]:
         assert f"| `brands[].{name}` |" in text, name
+
+
+OUTSIDE_PAGES = ("README.md", "THREAT_MODEL.md", "deploy/helm/pact-gateway/README.md")
+"""Markdown files outside docs/ that link into it (or into each other): GitHub renders them, MkDocs not."""
+
+
+def test_links_outside_the_site_resolve() -> None:
+    """Every relative link of the README, the threat model and the chart's README names a file of
+    the repository and, into a Markdown file, one of its headings in GitHub's spelling: moving a
+    section to docs/ must move the links to it too."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from mkdocs_hooks import markdown_anchors
+
+    broken = []
+    for name in OUTSIDE_PAGES:
+        page = ROOT / name
+        text = page.read_text(encoding="utf-8")
+        for target, anchor in re.findall(r"\]\((?!https?:|mailto:)([^)#\s]*)(?:#([^)\s]*))?\)", text):
+            resolved = (page.parent / target).resolve() if target else page
+            if not resolved.exists():
+                broken.append(f"{name}: {target}")
+            elif anchor and resolved.suffix == ".md" and anchor not in markdown_anchors(resolved):
+                broken.append(f"{name}: {target}#{anchor}")
+    assert not broken, broken
