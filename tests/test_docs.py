@@ -15,7 +15,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-MKDOCS = Path(sys.executable).with_name("mkdocs")
+MKDOCS = (sys.executable, "-m", "mkdocs")
+"""The mkdocs of the interpreter running the tests (the `test` extra installs it)."""
 REFERENCE_SCRIPT = ROOT / "scripts" / "gen_config_reference.py"
 BUILD_TIMEOUT = 120
 """Seconds a build may take: about one on an idle machine, many more on a busy shared one."""
@@ -23,15 +24,7 @@ BUILD_TIMEOUT = 120
 
 def _build(site: Path) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [
-            str(MKDOCS),
-            "build",
-            "--strict",
-            "--config-file",
-            str(ROOT / "mkdocs.yml"),
-            "--site-dir",
-            str(site),
-        ],
+        [*MKDOCS, "build", "--strict", "--config-file", str(ROOT / "mkdocs.yml"), "--site-dir", str(site)],
         capture_output=True,
         text=True,
         timeout=BUILD_TIMEOUT,
@@ -74,7 +67,7 @@ def test_site_build_fails_on_a_broken_anchor(tmp_path: Path) -> None:
     config = config.replace("scripts/mkdocs_hooks.py", str(ROOT / "scripts" / "mkdocs_hooks.py"))
     (tmp_path / "mkdocs.yml").write_text(config, encoding="utf-8")
     built = subprocess.run(
-        [str(MKDOCS), "build", "--strict", "--config-file", str(tmp_path / "mkdocs.yml")],
+        [*MKDOCS, "build", "--strict", "--config-file", str(tmp_path / "mkdocs.yml")],
         capture_output=True,
         text=True,
         timeout=BUILD_TIMEOUT,
