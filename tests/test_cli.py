@@ -296,8 +296,8 @@ def test_help_is_plain_text(args: list[str]) -> None:
 
 
 def test_readme_check_config_instruction_succeeds_with_no_environment() -> None:
-    """README: `pact-gateway check-config config/example.yaml`, as written, on a machine holding none
-    of the file's secrets; serve needs them, and refuses the same file naming both."""
+    """docs/configuration.md: `pact-gateway check-config config/example.yaml`, as written, on a
+    machine holding none of the file's secrets; serve needs them, and refuses the same file naming both."""
     env = {
         name: value
         for name, value in os.environ.items()

@@ -28,7 +28,7 @@ from gateway.demo_check import log_in_and_allow
 from tests.test_cli import ROOT, free_port
 
 README = ROOT / "README.md"
-HEADING = "## A curl walk-through"
+HEADING = "## A five-minute tour"
 # The README's spellings: the demo's default ports, the scripts' venv, the demo's key directory.
 README_PORT = 8080
 README_BOT_PORT = 9100

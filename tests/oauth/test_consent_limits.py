@@ -1,4 +1,4 @@
-"""RFC 8628 §5.1 and the README's rules for the §5.3 endpoints, over HTTP on both stores.
+"""RFC 8628 §5.1 and docs/operations.md's rules for the §5.3 endpoints, over HTTP on both stores.
 
 Wrong ``user_code``s at the consent hand-off are counted per Brand login user, per client
 address and per Brand; past a budget the hand-off is paused with one page whatever the code

@@ -263,8 +263,8 @@ async def test_probe_failures_are_rows_and_exit_2_never_a_traceback(
 
 
 class ContractBot(http.server.BaseHTTPRequestHandler):
-    """The README's bot contract in a few lines of the standard library, as a Brand would first write it:
-    ``POST`` only, so ``OPTIONS`` gets ``http.server``'s own ``501``."""
+    """The bot contract (docs/adapters.md) in a few lines of the standard library, as a Brand would
+    first write it: ``POST`` only, so ``OPTIONS`` gets ``http.server``'s own ``501``."""
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers["Content-Length"]))

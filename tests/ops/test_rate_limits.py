@@ -345,7 +345,8 @@ def test_config_defaults_documented_in_the_readme() -> None:
     )
     assert config.brands["acme"].rate_limits == config.rate_limits
     upstream = config.brands["acme"].upstream
-    # Sized for a bot of 1 to 5 s a turn: 2000 in flight is 400 to 2000 turns/s (README, "sizing").
+    # Sized for a bot of 1 to 5 s a turn: 2000 in flight is 400 to 2000 turns/s (docs/operations.md,
+    # "Sizing for a slow bot").
     assert (upstream.max_concurrency, upstream.queue_timeout) == (2000, 1.0)
     assert (config.limits.max_bot_calls, config.listen.backlog) == (4000, 4096)
     assert upstream.circuit_breaker == CircuitBreakerConfig(

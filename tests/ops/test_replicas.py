@@ -152,7 +152,7 @@ async def test_redis_round_trips_per_message_send(make_gateway: MakeGateway, red
     """The hot path with rate limiting on takes exactly 2 round trips, the perf issue's target: one
     begin-turn script (which charges the §6 limits first) and one complete-turn script.
 
-    The rarer paths, as the README documents them: a retry answered from the store takes 1; a
+    The rarer paths, as docs/operations.md documents them: a retry answered from the store takes 1; a
     first message retried without ``contextId`` takes 2 (open finds the earlier conversation,
     continue claims it); a ``messageId`` reused by a different first message takes 3 (open finds
     the other first message, a second open without the retry check, complete).

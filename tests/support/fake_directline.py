@@ -28,7 +28,7 @@ Errors are Bot Framework ErrorResponses (``{"error": {"code", "message"}}``): ``
 credential, ``403`` ``TokenExpired`` for a token :meth:`FakeDirectLine.expire_tokens` expired, ``403``
 for a token of another conversation, ``404`` for a conversation :meth:`FakeDirectLine.forget` dropped.
 
-Every request is checked against what the adapter promises (README "Microsoft Direct Line"): the
+Every request is checked against what the adapter promises (docs/adapters.md "Microsoft Direct Line"): the
 secret only where a conversation is started, reconnected or a token generated, ``X-Request-Id``
 on a turn's calls, a ``message`` activity of exactly ``type``, ``from: {id: "pact-<32 hex>"}``,
 ``text`` and ``channelData: {traceparent[, tracestate]}``, watermarks this service issued. A request
@@ -389,7 +389,7 @@ def request_id_problem(request: web.Request) -> str:
 
 
 def activity_problem(content_type: str, raw: bytes) -> str:
-    """What is wrong with a posted activity, against the reference and the README ("" if nothing)."""
+    """What is wrong with a posted activity, against the reference and docs/adapters.md ("" if nothing)."""
     if content_type != "application/json":
         return f"Content-Type {content_type}"
     try:

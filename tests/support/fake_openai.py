@@ -3,7 +3,7 @@
 ``GET /v1/models`` (``{"object": "list", "data": [model objects]}``).
 
 Every request is checked against the shape the reference documents and the adapter promises
-(README "OpenAI-compatible bots"): the key in its header, JSON, ``model``, ``messages`` of
+(docs/adapters.md "OpenAI-compatible assistants"): the key in its header, JSON, ``model``, ``messages`` of
 ``{role, content}`` with the system prompt first and this turn's user message last, the optional
 ``max_tokens`` and ``temperature``, nothing else. A request that does not fit is answered ``400``
 with an ``invalid_request_error`` and recorded in ``violations``, which the fixture asserts empty.
@@ -141,7 +141,8 @@ def error(
 
 
 def request_problem(content_type: str, raw: bytes) -> str:
-    """What is wrong with a chat completion request, against the reference and the README ("" if nothing)."""
+    """What is wrong with a chat completion request, against the reference and docs/adapters.md
+    ("" if nothing)."""
     if content_type != "application/json":
         return f"Content-Type {content_type}"
     try:

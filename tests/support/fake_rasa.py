@@ -5,7 +5,7 @@ health, ``{"status": "ok"}``) and ``POST /webhooks/rest/webhook``, which takes `
 "message"}`` (and an optional ``metadata`` object) and answers a JSON list of bot messages, each
 ``{"recipient_id", "text"?, "buttons"?, "image"?, "attachment"?, "custom"?}``.
 
-Every request is checked against the shape the adapter promises (README "Rasa"): JSON, the two
+Every request is checked against the shape the adapter promises (docs/adapters.md "Rasa"): JSON, the two
 strings, ``metadata`` only as an object, nothing else. One that does not fit is answered ``400``
 and recorded in ``violations``, which the fixture asserts empty.
 

@@ -1,7 +1,7 @@
 """The ``rasa`` adapter against a fake of Rasa's REST channel, through the real gateway over HTTP.
 
-The wire shapes are Rasa's (tests/support/fake_rasa.py); what the User reads is what README
-"Rasa" documents; the §4 behaviour is every adapter's (tests/support/adapters.py).
+The wire shapes are Rasa's (tests/support/fake_rasa.py); what the User reads is what
+docs/adapters.md "Rasa" documents; the §4 behaviour is every adapter's (tests/support/adapters.py).
 """
 
 from __future__ import annotations

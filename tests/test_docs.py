@@ -1,0 +1,141 @@
+"""The documentation site builds without a warning, and its configuration reference is current (issue 19).
+
+``mkdocs build --strict`` (mkdocs.yml) fails on a link to a missing page or anchor, a page left out
+of the nav, and (scripts/mkdocs_hooks.py) a link from docs/ to a repository file that does not
+exist or a README heading that is gone; docs/configuration.md's table of keys is generated from
+``gateway.config.SCHEMA`` by scripts/gen_config_reference.py, the source of the chart's schema too.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+MKDOCS = (sys.executable, "-m", "mkdocs")
+"""The mkdocs of the interpreter running the tests (the `test` extra installs it)."""
+REFERENCE_SCRIPT = ROOT / "scripts" / "gen_config_reference.py"
+BUILD_TIMEOUT = 120
+"""Seconds a build may take: about one on an idle machine, many more on a busy shared one."""
+
+
+def _build(site: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*MKDOCS, "build", "--strict", "--config-file", str(ROOT / "mkdocs.yml"), "--site-dir", str(site)],
+        capture_output=True,
+        text=True,
+        timeout=BUILD_TIMEOUT,
+        cwd=ROOT,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+        check=False,
+    )
+
+
+def _reference_script(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, str(REFERENCE_SCRIPT), *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_site_builds_strict(tmp_path: Path) -> None:
+    built = _build(tmp_path / "site")
+    assert built.returncode == 0, built.stderr
+    assert (tmp_path / "site" / "configuration" / "index.html").is_file()
+
+
+def test_site_build_fails_on_a_broken_anchor(tmp_path: Path) -> None:
+    """The strictness the first test relies on: a stale anchor in a copy of the pages is an error."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    for page in (ROOT / "docs").glob("*.md"):  # what the pages link to outside docs/, at its place
+        for linked in re.findall(r"\]\(\.\./([^)#\s]+)", page.read_text(encoding="utf-8")):
+            (tmp_path / linked).parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / linked).write_bytes((ROOT / linked).read_bytes())
+    for page in (ROOT / "docs").glob("*.md"):
+        (docs / page.name).write_text(page.read_text(encoding="utf-8"), encoding="utf-8")
+    with (docs / "index.md").open("a", encoding="utf-8") as index:
+        index.write("\nSee [the old section](adapters.md#no-such-section).\n")
+    config = (ROOT / "mkdocs.yml").read_text(encoding="utf-8")
+    config = config.replace("docs_dir: docs", f"docs_dir: {docs}")
+    config = config.replace("scripts/mkdocs_hooks.py", str(ROOT / "scripts" / "mkdocs_hooks.py"))
+    (tmp_path / "mkdocs.yml").write_text(config, encoding="utf-8")
+    built = subprocess.run(
+        [*MKDOCS, "build", "--strict", "--config-file", str(tmp_path / "mkdocs.yml")],
+        capture_output=True,
+        text=True,
+        timeout=BUILD_TIMEOUT,
+        cwd=tmp_path,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+        check=False,
+    )
+    assert built.returncode != 0
+    assert "no-such-section" in built.stderr
+
+
+def test_configuration_reference_is_current() -> None:
+    checked = _reference_script("--check")
+    assert checked.returncode == 0, checked.stderr
+
+
+def test_reference_script_finds_and_fixes_a_stale_copy(tmp_path: Path) -> None:
+    current = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
+    prose, generated = current.split("<!-- Generated below", 1)
+    # As if SCHEMA had renamed a key since; the hand-written part above the marker is kept as is.
+    stale = (
+        prose
+        + "<!-- Generated below"
+        + generated.replace("| `cache.retry_window` |", "| `cache.retry_windw` |")
+    )
+    assert stale != current
+    copy_path = tmp_path / "configuration.md"
+    copy_path.write_text(stale, encoding="utf-8")
+
+    checked = _reference_script("--check", "--file", str(copy_path))
+    assert checked.returncode == 1
+    assert "python scripts/gen_config_reference.py" in checked.stderr
+    written = _reference_script("--file", str(copy_path))
+    assert written.returncode == 0, written.stderr
+    assert copy_path.read_text(encoding="utf-8") == current
+
+
+def test_every_schema_key_is_in_the_reference() -> None:
+    """Each top-level key and each Brand key of the schema has its row (the walk misses none)."""
+    sys.path.insert(0, str(ROOT))
+    from gateway.config import SCHEMA
+
+    text = (ROOT / "docs" / "configuration.md").read_text(encoding="utf-8")
+    for name in SCHEMA["properties"]:
+        assert f"| `{name}` |" in text, name
+    for name in SCHEMA["properties"]["brands"]["items"]["properties"]:
+        assert f"| `brands[].{name}` |" in text, name
+
+
+OUTSIDE_PAGES = ("README.md", "THREAT_MODEL.md", "deploy/helm/pact-gateway/README.md")
+"""Markdown files outside docs/ that link into it (or into each other): GitHub renders them, MkDocs not."""
+
+
+def test_links_outside_the_site_resolve() -> None:
+    """Every relative link of the README, the threat model and the chart's README names a file of
+    the repository and, into a Markdown file, one of its headings in GitHub's spelling: moving a
+    section to docs/ must move the links to it too."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from mkdocs_hooks import markdown_anchors
+
+    broken = []
+    for name in OUTSIDE_PAGES:
+        page = ROOT / name
+        text = page.read_text(encoding="utf-8")
+        for target, anchor in re.findall(r"\]\((?!https?:|mailto:)([^)#\s]*)(?:#([^)\s]*))?\)", text):
+            resolved = (page.parent / target).resolve() if target else page
+            if not resolved.exists():
+                broken.append(f"{name}: {target}")
+            elif anchor and resolved.suffix == ".md" and anchor not in markdown_anchors(resolved):
+                broken.append(f"{name}: {target}#{anchor}")
+    assert not broken, broken
