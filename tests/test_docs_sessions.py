@@ -112,7 +112,7 @@ NOT_RUN: Final = {
         ),
     ),
     ("docs/operations.md", "kubectl -n support port-forward deploy/support-pact-gateway 9091:9091   # the release above: any pod (they share the store)"): NotRun(  # noqa: E501 - a block's first line, as the docs have it
-        "needs a cluster running the chart (the Deployment named as the chart names it for release `support`)",
+        "needs a cluster running the chart (the Deployment the chart names for release `support`)",
         ("deploy/helm/pact-gateway/templates/deployment.yaml",),
     ),
 }  # fmt: skip
