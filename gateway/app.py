@@ -13,7 +13,6 @@ from gateway.auth.jwks import JwksCache, make_fetch_session
 from gateway.auth.pa_jwt import PAVerifier
 from gateway.config import GatewayConfig
 from gateway.http.middlewares import error_middleware, request_id_middleware
-from gateway.http.routes import add_routes
 from gateway.http.state import METRICS, RUNTIME, Runtime, RuntimeRef
 from gateway.oauth.keys import ProviderKeys
 from gateway.oauth.server import AuthorizationServer
@@ -22,6 +21,7 @@ from gateway.ops.limits import BotCalls, RateLimits
 from gateway.ops.metrics import Metrics, issuer_label
 from gateway.ops.tracing import SPANS, Spans, open_spans
 from gateway.protocol.card import render_card
+from gateway.routes import add_routes
 from gateway.store import ConversationStore, open_store
 from gateway.store.adapter_state import AdapterState
 from gateway.store.factory import open_adapter_state, open_oauth_store

@@ -14,7 +14,6 @@ own and edited by hand. Exit status: 0 up to date (or written), 1 out of date, 2
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -25,6 +24,8 @@ import jsonschema
 REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:  # run as a file, the gateway package sits beside this folder
     sys.path.insert(0, str(REPO_ROOT))
+
+import generated  # noqa: E402 - scripts/generated.py, beside this file
 
 from gateway.config import SCHEMA  # noqa: E402 - needs the path set above
 
@@ -64,28 +65,14 @@ def render(values_schema: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="only report whether the file is up to date")
-    parser.add_argument("--file", type=Path, default=CHART_SCHEMA, help="the values.schema.json to update")
-    args = parser.parse_args(argv)
-    path: Path = args.file
-    try:
-        current = path.read_text(encoding="utf-8")
-        wanted = render(json.loads(current))
-    except (OSError, ValueError, KeyError) as error:
-        print(f"{path}: cannot read it as the chart's values schema ({error})", file=sys.stderr)
-        return 2
-    if current == wanted:
-        return 0
-    if args.check:
-        print(
-            f"{path} is out of date with gateway.config.SCHEMA: run python scripts/gen_chart_schema.py",
-            file=sys.stderr,
-        )
-        return 1
-    path.write_text(wanted, encoding="utf-8")
-    print(f"wrote {path}")
-    return 0
+    return generated.main(
+        argv,
+        description=__doc__.splitlines()[0],
+        default=CHART_SCHEMA,
+        render=lambda current: render(json.loads(current)),
+        script="scripts/gen_chart_schema.py",
+        unreadable="cannot read it as the chart's values schema",
+    )
 
 
 if __name__ == "__main__":

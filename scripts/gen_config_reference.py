@@ -16,7 +16,6 @@ written), 1 out of date, 2 a usage error.
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import sys
 import typing
@@ -27,6 +26,8 @@ from typing import Any
 REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:  # run as a file, the gateway package sits beside this folder
     sys.path.insert(0, str(REPO_ROOT))
+
+import generated  # noqa: E402 - scripts/generated.py, beside this file
 
 from gateway import config  # noqa: E402 - needs the path set above
 
@@ -198,27 +199,14 @@ def render(current: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--check", action="store_true", help="only report whether the page is up to date")
-    parser.add_argument("--file", type=Path, default=REFERENCE, help="the page to update")
-    args = parser.parse_args(argv)
-    path: Path = args.file
-    try:
-        current = path.read_text(encoding="utf-8")
-    except OSError as error:
-        print(f"{path}: cannot read it ({error})", file=sys.stderr)
-        return 2
-    wanted = render(current)
-    if current == wanted:
-        return 0
-    if args.check:
-        print(
-            f"{path} is out of date with gateway.config.SCHEMA: run python scripts/gen_config_reference.py",
-            file=sys.stderr,
-        )
-        return 1
-    path.write_text(wanted, encoding="utf-8")
-    return 0
+    return generated.main(
+        argv,
+        description=__doc__.splitlines()[0],
+        default=REFERENCE,
+        render=render,
+        script="scripts/gen_config_reference.py",
+        unreadable="cannot read it",
+    )
 
 
 if __name__ == "__main__":

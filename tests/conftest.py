@@ -7,6 +7,7 @@ pytest_plugins = [
     "tests.support.pa",
     "tests.support.redis",
     "tests.support.redis_servers",
+    "tests.support.redis_sentinel",
     "tests.support.bot",
     "tests.support.gateway",
     "tests.support.delegation",

@@ -44,7 +44,7 @@ _TURN = "SendMessage"
 
 
 def operation_name(request: web.Request) -> str:
-    """The route's name (an A2A method, see :mod:`gateway.http.routes`), or a fixed stand-in."""
+    """The route's name (an A2A method, see :mod:`gateway.routes`), or a fixed stand-in."""
     match_info = request.match_info
     if match_info.http_exception is not None:
         return UNMATCHED

@@ -1,4 +1,4 @@
-"""The store under test, once per backend (memory, then the real Redis), on a clock tests move."""
+"""The store under test once per backend (memory, Redis, a Sentinel-watched primary), on the tests' clock."""
 
 from __future__ import annotations
 
@@ -22,6 +22,16 @@ SETTINGS: dict[str, Any] = {
     "retry_window": 30,
     "pending_ttl": 10,
 }
+
+
+@pytest.fixture(params=["memory", "redis", "sentinel"])
+def cache_url(request: pytest.FixtureRequest) -> str:
+    """Every store test once per backend (issue 20): memory, the shared Redis, and a primary found
+    through a sentinel, written with ``WAIT`` for its replica as Sentinel deployments are."""
+    if request.param == "memory":
+        return "memory://"
+    url: str = request.getfixturevalue(f"{request.param}_url")
+    return url
 
 
 @pytest.fixture
