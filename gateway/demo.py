@@ -5,6 +5,8 @@ The demo personal agent's key is generated at start-up; the gateway process serv
 public JWKS itself, so nothing else has to run. The printed curl session mints tokens
 with ``pact-gateway token`` from the key file written here. The access lines go to stderr and
 ``/metrics`` is served on loopback (:mod:`gateway.demo_ops`), as a deployed gateway would show them.
+The admin API (:mod:`gateway.process.admin`) is served on loopback too, with a fresh token written
+beside the key, so the operations guide's erasure example runs against the demo as pasted.
 
 The ``acme`` Brand delegates (§5): the Provider's signing key is generated at start-up too and
 reaches the configuration only through the environment mapping given to
@@ -19,9 +21,11 @@ The configuration ships inside the package (``gateway/data/demo.yaml``, read thr
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import errno
 import json
 import os
+import secrets
 import shlex
 import signal
 import sys
@@ -38,13 +42,21 @@ from aiohttp import web
 from examples.sample_bot import create_bot_app
 from examples.sample_login import create_login_app
 from gateway.app import create_app
-from gateway.config import BrandConfig, ConfigError, GatewayConfig, load_config, read_config_document
+from gateway.config import (
+    AdminConfig,
+    BrandConfig,
+    ConfigError,
+    GatewayConfig,
+    load_config,
+    read_config_document,
+)
 from gateway.demo_check import DELEGATED_TEXT, STEP_UP_TEXT, DemoCheckFailed, run_check
-from gateway.demo_ops import DemoOps, count_requests, start_demo_ops
+from gateway.demo_ops import LOOPBACK, DemoOps, count_requests, start_demo_ops
 from gateway.oauth.metadata import DEVICE_CODE_GRANT
 from gateway.ops.logs import configure_logging
 from gateway.ops.metrics import Metrics
 from gateway.pa_keys import generate_private_jwk, public_jwks
+from gateway.process.admin import AdminListener
 from gateway.process.ports import Listener, unavailable
 from gateway.protocol.urls import OAuthUrls
 
@@ -55,6 +67,8 @@ SIGNING_KEY_ENV: Final = "PACT_DEMO_SIGNING_KEY"
 """The variable ``demo.yaml`` names for the Provider's signing key (``oauth.signing_keys``)."""
 LOGIN_PREFIX: Final = "/demo-login"
 """Where the stand-in Brand login is mounted on the gateway's port."""
+ADMIN_TOKEN_FILE: Final = "admin-token"  # noqa: S105 - a file name, not a secret
+"""The demo's admin token, beside the personal agent's key (docs/operations.md reads it from there)."""
 
 
 def new_signing_key() -> str:
@@ -252,7 +266,31 @@ def _write_key_file(private: dict[str, Any]) -> Path:
 
 def _remove_key_file(key_file: Path) -> None:
     key_file.unlink(missing_ok=True)
+    (key_file.parent / ADMIN_TOKEN_FILE).unlink(missing_ok=True)
     key_file.parent.rmdir()
+
+
+def with_admin(config: GatewayConfig) -> tuple[GatewayConfig, str | None]:
+    """``config`` with the admin API on, on loopback, and the token made for it when the file did not
+    turn it on itself (``None`` when it did: the operator's own token, never written anywhere here)."""
+    if config.admin.enabled:
+        return dataclasses.replace(config, admin=dataclasses.replace(config.admin, host=LOOPBACK)), None
+    token = secrets.token_hex(32)
+    admin = dataclasses.replace(config.admin, enabled=True, host=LOOPBACK, token=token)
+    return dataclasses.replace(config, admin=admin), token
+
+
+async def start_demo_admin(gateway: web.Application, config: AdminConfig) -> tuple[AdminListener, bool]:
+    """The admin listener at ``config``'s port or, when that is taken (another demo, a ``serve``), a
+    free one, as the ops listener does; and whether the port asked for was taken.
+
+    The port is looked at before the listener is opened: an attempt that fails has already
+    registered the admin API's metrics on the gateway's registry, and a second would clash.
+    """
+    taken = bool(unavailable([Listener("admin.port", config.host, config.port)]))
+    listener = AdminListener(gateway)
+    await listener.apply(dataclasses.replace(config, port=0) if taken else config)
+    return listener, taken
 
 
 class PortUnavailable(Exception):
@@ -322,6 +360,9 @@ async def run_demo(config_path: str | None, *, port: int, bot_port: int, check: 
     """
     environ = demo_environ(new_signing_key())
     config = demo_config(config_path or DEFAULT_CONFIG, port, bot_port, environ)
+    admin_token: str | None = None
+    if not check:
+        config, admin_token = with_admin(config)
     private = generate_private_jwk("ES256")
     configure_logging(config.logging)  # the access lines, on stderr
     metrics = Metrics()
@@ -339,8 +380,10 @@ async def run_demo(config_path: str | None, *, port: int, bot_port: int, check: 
         option = "--bot-port" if busy.role == "sample bot" else "--port"
         print(f"pact-gateway demo: {busy}; choose a free one with {option} PORT", file=sys.stderr)
         return 2
+    gateway_app = runners[-1].app  # start_demo's last runner is the gateway's
     delegating = any(brand.delegation is not None for brand in config.brands.values())
     key_file: Path | None = None
+    admin: AdminListener | None = None
     try:
         ops = (
             await start_demo_ops(runners[-1].app, metrics, config.metrics) if config.metrics.enabled else None
@@ -361,10 +404,20 @@ async def run_demo(config_path: str | None, *, port: int, bot_port: int, check: 
             return 0
         # Written once both ports are held, so a demo that could not start leaves no private key behind.
         key_file = _write_key_file(private)
+        admin, admin_taken = await start_demo_admin(gateway_app, config.admin)
+        admin_where = f"admin API on http://{LOOPBACK}:{admin.addresses[0][1]}/admin/"
+        if admin_taken:
+            admin_where += f" ({config.admin.port} is in use)"
+        if admin_token is not None:
+            token_file = key_file.parent / ADMIN_TOKEN_FILE
+            token_file.write_text(admin_token, encoding="utf-8")
+            token_file.chmod(0o600)
+            admin_where += f", its token in {shlex.quote(str(token_file))}"
         login_note = f", stand-in Brand login on {config.public_url}{LOGIN_PREFIX}/" if delegating else ""
         bot_note = f"sample bot on 127.0.0.1:{bot_port}"
         print(f"pact-gateway demo: gateway on {config.public_url}, {bot_note}{login_note}")
-        print(f"pact-gateway demo: {_ops_note(ops, config.metrics.port)}; access log on stderr\n")
+        print(f"pact-gateway demo: {_ops_note(ops, config.metrics.port)}; access log on stderr")
+        print(f"pact-gateway demo: {admin_where}\n")
         print(session_text(config, key_file), flush=True)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
@@ -374,6 +427,8 @@ async def run_demo(config_path: str | None, *, port: int, bot_port: int, check: 
         await stop.wait()
         return 0
     finally:
+        if admin is not None:
+            await admin.close()
         for runner in reversed(runners):
             await runner.cleanup()
         if key_file is not None:

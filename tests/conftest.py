@@ -15,6 +15,7 @@ pytest_plugins = [
     "tests.support.fake_openai",
     "tests.support.fake_rasa",
     "tests.support.fake_http_bot",
+    "tests.support.demo_session",
     # pytester: tests/support's own plugin is tested by running a test file through it.
     "pytester",
 ]

@@ -5,14 +5,19 @@ The whole session is run over real HTTP by ``demo --check`` (tests/test_cli.py).
 
 from __future__ import annotations
 
+import dataclasses
 import shlex
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
+import aiohttp
 import pytest
+from aiohttp import web
 
-from gateway.config import ConfigError
+from gateway.app import create_app
+from gateway.config import ADMIN_TOKEN_MIN, ConfigError
 from gateway.demo import (
     DEFAULT_CONFIG,
     POLLS,
@@ -20,6 +25,8 @@ from gateway.demo import (
     demo_config,
     new_signing_key,
     session_text,
+    start_demo_admin,
+    with_admin,
 )
 from gateway.demo_check import read_form
 from gateway.oauth import pages
@@ -153,3 +160,38 @@ def test_issue19_session_token_loop_ends_with_a_message() -> None:
         "No delegation token after 5 minutes: start again at step 6."
     ]
     assert result.stdout.startswith("TOKEN=token --key /tmp/k.json")  # minted afresh in the loop
+
+
+async def test_issue19_demo_admin_api_moves_off_a_taken_port_and_makes_its_own_token() -> None:
+    """The demo serves the admin API the operations guide's example uses: on loopback with a fresh
+    token when its file leaves the API off, and on a free port when ``admin.port`` is taken (another
+    demo), saying so, as its ops listener does."""
+    config = demo_config(DEFAULT_CONFIG, free_port(), free_port(), {SIGNING_KEY_ENV: new_signing_key()})
+    assert not config.admin.enabled
+    served, token = with_admin(config)
+    assert served.admin.enabled
+    assert served.admin.host == "127.0.0.1"
+    assert token is not None
+    assert served.admin.token == token
+    assert len(token) >= ADMIN_TOKEN_MIN
+    assert with_admin(config)[1] != token  # fresh at every start
+    gateway = create_app(served)
+    runner = web.AppRunner(gateway)
+    await runner.setup()
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        taken = holder.getsockname()[1]
+        listener, moved = await start_demo_admin(gateway, dataclasses.replace(served.admin, port=taken))
+        try:
+            assert moved
+            ((_, port),) = listener.addresses
+            assert port != taken
+            async with (
+                aiohttp.ClientSession() as http,
+                http.get(f"http://127.0.0.1:{port}/admin/erase") as answer,
+            ):
+                assert answer.status == 401  # there, and asking for its token
+        finally:
+            await listener.close()
+            await runner.cleanup()

@@ -13,29 +13,19 @@ import contextlib
 import json
 import os
 import re
-import shlex
 import signal
-import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import pytest
 
 from gateway.demo import DEFAULT_CONFIG, SIGNING_KEY_ENV, demo_config, new_signing_key, session_text
 from gateway.demo_check import log_in_and_allow
-from tests.test_cli import ROOT, free_port
+from tests.support.demo_session import DOCS_BIN, DOCS_BOT_PORT, DOCS_KEY, DOCS_PORT, Demo
+from tests.test_cli import ROOT
 
 README = ROOT / "README.md"
 HEADING = "## A five-minute tour"
-# The README's spellings: the demo's default ports, the scripts' venv, the demo's key directory.
-README_PORT = 8080
-README_BOT_PORT = 9100
-README_BIN = ".venv/bin/"
-README_KEY = Path("/tmp/pact-demo-…/demo-pa.jwk.json")
-START_LIMIT = 60.0
-"""Seconds the demo may take to print its session (an interpreter start on a busy machine)."""
 SESSION_LIMIT = 120.0
 """Seconds the whole pasted session may take: one or two 5 s polls, a few CLI starts."""
 
@@ -51,70 +41,9 @@ def readme_block() -> str:
 
 
 def test_issue19_readme_walk_through_is_the_demo_session() -> None:
-    config = demo_config(DEFAULT_CONFIG, README_PORT, README_BOT_PORT, {SIGNING_KEY_ENV: new_signing_key()})
-    printed = session_text(config, README_KEY, python=f"{README_BIN}python", cli=f"{README_BIN}pact-gateway")
+    config = demo_config(DEFAULT_CONFIG, DOCS_PORT, DOCS_BOT_PORT, {SIGNING_KEY_ENV: new_signing_key()})
+    printed = session_text(config, DOCS_KEY, python=f"{DOCS_BIN}python", cli=f"{DOCS_BIN}pact-gateway")
     assert readme_block() == printed
-
-
-class Demo:
-    """``python -m gateway demo`` on free ports, in its own process group, its key under ``tmp``."""
-
-    def __init__(self, tmp: Path) -> None:
-        self.port = free_port()
-        self.bot_port = free_port()
-        self.tmp = tmp
-        self.log = tmp / "demo.stderr"
-        self.process: asyncio.subprocess.Process | None = None
-
-    async def start(self) -> str:
-        """Start the demo and return the session it prints."""
-        with self.log.open("wb") as log:
-            self.process = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "gateway",
-                "demo",
-                "--port",
-                str(self.port),
-                "--bot-port",
-                str(self.bot_port),
-                cwd=self.tmp,
-                env={**os.environ, "TMPDIR": str(self.tmp)},
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=log,
-                start_new_session=True,
-            )
-        assert self.process.stdout is not None
-        printed = await asyncio.wait_for(self.process.stdout.readuntil(b"Press Ctrl+C to stop."), START_LIMIT)
-        return printed.decode()
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGKILL)
-
-
-@pytest.fixture
-async def demo(tmp_path: Path) -> AsyncIterator[Demo]:
-    running = Demo(tmp_path)
-    try:
-        yield running
-    finally:
-        running.stop()
-        if running.process is not None:
-            await running.process.wait()
-
-
-def runnable(block: str, demo: Demo, key_file: str) -> str:
-    """The README's block with its placeholders made this run's: ports, venv, key file."""
-    assert shlex.quote(str(README_KEY)) in block
-    bin_dir = f"{Path(sys.executable).parent}/"
-    return (
-        block.replace(shlex.quote(str(README_KEY)), shlex.quote(key_file))
-        .replace(f"127.0.0.1:{README_PORT}", f"127.0.0.1:{demo.port}")
-        .replace(README_BIN, bin_dir)
-    )
 
 
 async def play_the_person(lines: asyncio.StreamReader, seen: list[str]) -> None:
@@ -141,11 +70,9 @@ async def test_issue19_readme_walk_through_runs_against_the_demo(demo: Demo, tmp
     """Steps 1-10 as pasted, in ``bash -eu -o pipefail``: each step succeeds, step 8's loop gets the
     token once the person approves, step 9 carries a receipt, step 10 asks for a step-up, and
     nothing anywhere is a traceback."""
-    printed = await demo.start()
-    key_file = re.search(r"token --key (\S+)", printed)
-    assert key_file is not None, printed
+    await demo.start()
     script = tmp_path / "session.sh"
-    script.write_text(runnable(readme_block(), demo, shlex.split(key_file.group(1))[0]), encoding="utf-8")
+    script.write_text(demo.runnable(readme_block()), encoding="utf-8")
     session = await asyncio.create_subprocess_exec(
         "bash",
         "-eu",
