@@ -32,7 +32,7 @@ import pytest
 
 from gateway.demo import DEMO_SUB
 from gateway.pa_keys import mint_token
-from tests.support.demo_session import DOCS_BIN, Demo
+from tests.support.demo_session import DOCS_BIN, Demo, pasted
 from tests.test_cli import ROOT
 from tests.test_readme_session import readme_block
 
@@ -194,17 +194,7 @@ async def test_issue19_operations_admin_example_runs_against_the_demo(demo: Demo
     marked = "\n".join(f"echo '@@ {index}'\n{step.text}" for index, step in enumerate(steps))
     script = tmp_path / "admin.sh"
     script.write_text(f"{demo.runnable(tour_steps_1_to_5())}\n{marked}\n", encoding="utf-8")
-    session = await asyncio.create_subprocess_exec(
-        "bash",
-        "-eu",
-        "-o",
-        "pipefail",
-        str(script),
-        cwd=tmp_path,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
+    session = await pasted(script, stderr=asyncio.subprocess.PIPE)
     out, err = await asyncio.wait_for(session.communicate(), SESSION_LIMIT)
     output = out.decode()
     assert session.returncode == 0, f"{output}\n{err.decode()}"

@@ -21,7 +21,7 @@ import aiohttp
 
 from gateway.demo import DEFAULT_CONFIG, SIGNING_KEY_ENV, demo_config, new_signing_key, session_text
 from gateway.demo_check import log_in_and_allow
-from tests.support.demo_session import DOCS_BIN, DOCS_BOT_PORT, DOCS_KEY, DOCS_PORT, Demo
+from tests.support.demo_session import DOCS_BIN, DOCS_BOT_PORT, DOCS_KEY, DOCS_PORT, Demo, pasted
 from tests.test_cli import ROOT
 
 README = ROOT / "README.md"
@@ -73,18 +73,8 @@ async def test_issue19_readme_walk_through_runs_against_the_demo(demo: Demo, tmp
     await demo.start()
     script = tmp_path / "session.sh"
     script.write_text(demo.runnable(readme_block()), encoding="utf-8")
-    session = await asyncio.create_subprocess_exec(
-        "bash",
-        "-eu",
-        "-o",
-        "pipefail",
-        str(script),
-        cwd=tmp_path,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,  # the teed answers, interleaved as a terminal shows them
-        start_new_session=True,
-    )
+    # stderr: the teed answers, interleaved as a terminal shows them.
+    session = await pasted(script, stderr=asyncio.subprocess.STDOUT, start_new_session=True)
     assert session.stdout is not None
     seen: list[str] = []
     try:

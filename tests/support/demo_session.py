@@ -17,7 +17,7 @@ import signal
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 import pytest
 
@@ -32,6 +32,22 @@ DOCS_KEY_DIR: Final = "/tmp/pact-demo-…"
 DOCS_KEY: Final = Path(f"{DOCS_KEY_DIR}/demo-pa.jwk.json")
 START_LIMIT: Final = 60.0
 """Seconds the demo may take to print its session (an interpreter start on a busy machine)."""
+
+
+async def pasted(script: Path, **options: Any) -> asyncio.subprocess.Process:
+    """``script`` as a reader pastes it into a careful shell: ``bash -eu -o pipefail``, started in its
+    own folder, with nothing on stdin and its output piped (``options`` go to the subprocess)."""
+    return await asyncio.create_subprocess_exec(
+        "bash",
+        "-eu",
+        "-o",
+        "pipefail",
+        str(script),
+        cwd=script.parent,
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        **options,
+    )
 
 
 class Demo:
