@@ -1,0 +1,57 @@
+"""Redis Cluster hash slots and hash tags (issue 20), as the Redis Cluster specification defines them.
+
+A cluster keeps each key in one of :data:`SLOTS` slots, ``CRC16(key) mod 16384``, where only the
+part between the first ``{`` and the next ``}`` is hashed when that part is not empty (a *hash
+tag*). A Lua script may only touch keys of one slot, so every key one of the gateway's scripts
+touches carries the same tag (:mod:`gateway.store.keys`); the cluster client routes each command
+to the primary serving its key's slot. The CRC is the XMODEM variant (polynomial 0x1021, initial
+value 0), computed from a table as Redis's own ``crc16.c`` does.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+SLOTS: Final = 16384
+
+
+def _table() -> tuple[int, ...]:
+    rows = []
+    for byte in range(256):
+        crc = byte << 8
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x1021) if crc & 0x8000 else crc << 1
+        rows.append(crc & 0xFFFF)
+    return tuple(rows)
+
+
+_TABLE: Final = _table()
+
+
+def crc16(data: bytes) -> int:
+    """CRC-16/XMODEM of ``data``."""
+    crc = 0
+    for byte in data:
+        crc = ((crc << 8) & 0xFFFF) ^ _TABLE[((crc >> 8) ^ byte) & 0xFF]
+    return crc
+
+
+def hashed_part(key: bytes) -> bytes:
+    """What of ``key`` decides its slot: the hash tag if it has a non-empty one, else the whole key."""
+    start = key.find(b"{")
+    if start >= 0:
+        end = key.find(b"}", start + 1)
+        if end > start + 1:
+            return key[start + 1 : end]
+    return key
+
+
+def key_slot(key: str | bytes) -> int:
+    """The slot of ``key``, as ``CLUSTER KEYSLOT`` answers it."""
+    raw = key.encode() if isinstance(key, str) else key
+    return crc16(hashed_part(raw)) % SLOTS
+
+
+def tag(name: str) -> str:
+    """``name`` as a hash tag, for every key that must share its slot."""
+    return "{" + name + "}"
