@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from importlib.resources.abc import Traversable
 from ipaddress import IPv4Network, IPv6Network, ip_network
 from pathlib import Path
-from typing import Any, Final, Literal, ParamSpec, TypeVar
+from typing import Any, Final, Literal, ParamSpec, TypeVar, get_args
 from urllib.parse import urlsplit
 
 import jmespath
@@ -189,6 +189,10 @@ class PersonalAgentsConfig:
         return None
 
 
+KeyLayoutName = Literal["tagged", "previous"]
+KEY_LAYOUTS: tuple[KeyLayoutName, ...] = get_args(KeyLayoutName)
+
+
 @dataclass(frozen=True, slots=True)
 class CacheConfig:
     url: str = field(default="memory://", repr=False)
@@ -201,6 +205,10 @@ class CacheConfig:
     wait_replicas: int | None = None
     """Redis ``WAIT``: replicas that must hold a claim or a reply before the turn goes on; ``None`` is
     1 under Sentinel (a failover must not lose a reply a client was given) and 0 otherwise."""
+    key_layout: KeyLayoutName = "tagged"
+    """Redis only: the key layout written (gateway/store/keys.py). ``tagged`` keeps every key one
+    script touches in one Redis Cluster slot (issue 20); ``previous`` writes what the previous release
+    wrote, so its replicas can serve beside this one's during a rolling upgrade. Both are always read."""
     max_entries: int | None = 300_000
     """``memory://`` only: the entries the process keeps at most (gateway/store/memory.py); ``None``
     on Redis, which bounds itself (``maxmemory``). The default fits the Helm chart's 512 MiB limit
@@ -698,6 +706,7 @@ SCHEMA: dict[str, Any] = _obj(
                 "pending_ttl": _POS_INT,
                 "timeout": _POS_NUM,
                 "wait_replicas": {"type": "integer", "minimum": 0},
+                "key_layout": {"enum": list(KEY_LAYOUTS)},
                 "max_entries": _POS_INT,
             }
         ),
@@ -1383,6 +1392,8 @@ def _cache(raw: Mapping[str, Any], environ: _Environment) -> CacheConfig:
         if "max_entries" in raw:
             raise ConfigError("cache.max_entries", "memory:// only: bound Redis with its own maxmemory")
         cache = replace(cache, max_entries=None)
+    elif "key_layout" in raw:
+        raise ConfigError("cache.key_layout", "Redis only: the memory store has no key layout")
     if cache.backend == "redis" and not environ.deferred(raw.get("url", "")):
         try:
             parse_redis_url(cache.url)

@@ -140,3 +140,14 @@ def test_max_entries_bounds_the_memory_store_and_is_refused_beside_redis() -> No
     assert "cache.max_entries" in why
     assert "maxmemory" in why
     assert "cache.max_entries" in refusal(example(url="memory://", max_entries=0))
+
+
+# --- issue 20: the key layout -----------------------------------------------------------------
+
+
+def test_key_layout_is_tagged_by_default_previous_on_request_and_redis_only() -> None:
+    assert load(example(url="redis://127.0.0.1:6379/0")).key_layout == "tagged"
+    assert load(example(url="redis://127.0.0.1:6379/0", key_layout="previous")).key_layout == "previous"
+    why = refusal(example(url="redis://127.0.0.1:6379/0", key_layout="hashed"))
+    assert why.startswith("cache.key_layout: ")
+    assert "Redis only" in refusal(example(url="memory://", key_layout="tagged"))

@@ -1,5 +1,5 @@
-"""Hash slots as Redis computes them (issue 20): checked against a real Redis's ``CLUSTER KEYSLOT``
-where one runs with cluster support, and against the values the Redis Cluster specification gives."""
+"""Hash slots as Redis computes them (issue 20): the CRC's check value and the Redis Cluster
+specification's own examples of hash tags."""
 
 from __future__ import annotations
 
@@ -23,10 +23,11 @@ def test_spec_examples() -> None:
     assert key_slot("{user1000}.following") == key_slot("{user1000}.followers")
 
 
-@given(st.text(min_size=1, max_size=12).filter(lambda s: "}" not in s), st.binary(max_size=20), st.binary(max_size=20))
+_NAMES = st.text(min_size=1, max_size=12).filter(lambda s: "}" not in s)
+
+
+@given(_NAMES, st.binary(max_size=20).filter(lambda b: b"{" not in b), st.binary(max_size=20))
 def test_keys_with_one_tag_share_its_slot(name: str, before: bytes, after: bytes) -> None:
-    if b"{" in before:
-        return
     key = before + tag(name).encode() + after
     assert key_slot(key) == key_slot(name)
     assert 0 <= key_slot(key) < SLOTS
