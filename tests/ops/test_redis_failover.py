@@ -129,8 +129,9 @@ def quick_turns(url: str, **cache: Any) -> Callable[[dict[str, Any]], None]:
 async def test_sentinel_failover_under_a_stream_of_turns_loses_no_reply_and_reruns_no_bot_call(
     cluster: Cluster, make_gateway: MakeGateway
 ) -> None:
-    gw = await make_gateway(cluster.url, edit=quick_turns(cluster.url))
-    stream = TurnStream(gw, workers=4, retry_limit=RECOVERY_BOUND + 10)
+    # Two replicas of the gateway over the one Sentinel-watched store: every retry lands on the other.
+    replicas = [await make_gateway(cluster.url, edit=quick_turns(cluster.url)) for _ in range(2)]
+    stream = TurnStream(replicas, workers=4, retry_limit=RECOVERY_BOUND + 10)
     stream.start()
     try:
         await stream.until_answered(20, limit=SETUP_LIMIT)

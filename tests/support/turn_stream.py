@@ -4,7 +4,9 @@ Each worker holds one conversation at a time (a first message without ``contextI
 turns on it, then a new one) and sends every message until it is answered: a failed attempt
 (``INTERNAL``, or "still being processed" for a turn whose marker is still held) is retried with
 the same ``messageId``, text and ``contextId``, bounded by ``retry_limit``. Any other answer fails
-the stream: a lost conversation would show as "Unknown contextId". Afterwards
+the stream: a lost conversation would show as "Unknown contextId". Given several gateways (replicas
+behind one load balancer, over one store), each attempt goes to the next one, so a conversation's turns
+and a message's retries land on different replicas. Afterwards
 :meth:`TurnStream.check_replays` sends every answered message once more: §4.3 says each must
 come back byte for byte, without the bot being called.
 """
@@ -12,8 +14,10 @@ come back byte for byte, without the bot being called.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import uuid
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -40,12 +44,20 @@ class Sent:
 
 
 class TurnStream:
-    """``workers`` concurrent personal-agent users of ``gw``, each a conversation at a time."""
+    """``workers`` concurrent personal-agent users of ``gw`` (one gateway, or replicas sharing one bot),
+    each a conversation at a time."""
 
     def __init__(
-        self, gw: Harness, *, workers: int = 4, turns_per_conversation: int = 4, retry_limit: float
+        self,
+        gw: Harness | Sequence[Harness],
+        *,
+        workers: int = 4,
+        turns_per_conversation: int = 4,
+        retry_limit: float,
     ) -> None:
-        self._gw = gw
+        self._gws = [gw] if isinstance(gw, Harness) else list(gw)
+        self._next = itertools.cycle(self._gws)
+        self._bot = self._gws[0].bot
         self._workers = workers
         self._turns = turns_per_conversation
         self._retry_limit = retry_limit
@@ -100,7 +112,7 @@ class TurnStream:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self._retry_limit
         while True:
-            response = await self._gw.send(
+            response = await next(self._next).send(
                 sent.text, message_id=sent.message_id, context_id=sent.context_id, sub=sent.sub
             )
             body = await response.read()
@@ -119,13 +131,13 @@ class TurnStream:
 
     async def check_replays(self) -> None:
         """§4.3: every answered message, sent again, gets the same bytes and costs no bot call."""
-        calls = len(self._gw.bot.calls)
+        calls = len(self._bot.calls)
         for sent in self.answered:
-            response = await self._gw.send(
+            response = await next(self._next).send(
                 sent.text, message_id=sent.message_id, context_id=sent.context_id, sub=sent.sub
             )
             assert (response.status, await response.read()) == (200, sent.reply), sent.message_id
-        assert len(self._gw.bot.calls) == calls
+        assert len(self._bot.calls) == calls
 
     def bot_calls_beyond_attempts(self) -> dict[str, tuple[int, int]]:
         """Messages the bot ran more often than they were sent until answered: ``{id: (calls, attempts)}``.
@@ -133,7 +145,7 @@ class TurnStream:
         Only a failed attempt may have run the bot without its answer reaching the agent (a
         reply the store could not keep); a retry after an answer must never run it.
         """
-        calls = Counter(call.body["message_id"] for call in self._gw.bot.calls)
+        calls = Counter(call.body["message_id"] for call in self._bot.calls)
         return {
             sent.message_id: (calls[sent.message_id], len(sent.failures) + 1)
             for sent in self.answered
