@@ -31,9 +31,10 @@ from typing import Any
 from bench.procs import Children, free_port
 from bench.redis_probe import RedisProbe
 from gateway.config import CacheConfig, RateLimitsConfig, RateRule
-from gateway.ops.limits import RateLimits, a2a_limits
+from gateway.ops.limits import RateLimits
 from gateway.protocol.messages import render_reply
 from gateway.store.base import Owner, TurnStatus
+from gateway.store.limits import RedisRateLimiter
 from gateway.store.redis import RedisStore
 
 ISSUER = "https://pa.bench.invalid"
@@ -55,7 +56,9 @@ def _owner(person: int) -> Owner:
 
 async def turn(store: RedisStore, owner: Owner, context_id: str | None, message_id: str) -> str:
     """One turn as the gateway runs it: begin (with the §6 charge), then complete with the reply."""
-    charge = RateLimits.charge("acme", a2a_limits(LIMITS, ISSUER, owner.sub))
+    # The limiter only names the counters here (in the store's layout); the store charges them.
+    rates = RateLimits(RedisRateLimiter(store.redis, tagged=store.tagged))
+    charge = rates.a2a_charge("acme", LIMITS, ISSUER, owner.sub)
     new_context = str(uuid.uuid4())
     claim = await store.begin_turn(
         owner, context_id, message_id, FIRST_MESSAGE, new_context, limits=charge.hits
