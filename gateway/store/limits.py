@@ -18,7 +18,7 @@ from collections.abc import Callable, Sequence
 from gateway.store.base import ConversationStore
 from gateway.store.gcra import US, Hit, Rule, gcra, now_us, script_arguments
 from gateway.store.memory import MemoryKeyspace, MemoryStore
-from gateway.store.redis import CHARGE, RedisStore, charge_by_slot
+from gateway.store.redis import CHARGE, RedisStore, charge_by_slot, refund_by_slot
 from gateway.store.redis_pipe import RedisPipe
 
 __all__ = [
@@ -91,8 +91,10 @@ class RedisRateLimiter(RateLimiter):
 
     Tagged, the counters of one request may sit in different slots (a person's under their
     owner's tag, a personal agent's under its own): each slot's are charged all or nothing by one
-    script, the scripts sent together (one round trip); a counter that allowed stays charged when
-    one in another slot refuses. In the previous layout every counter is charged by one script.
+    script, the scripts sent together (one round trip); when one refuses, the others' charges are
+    given back (:func:`~gateway.store.redis.refund_by_slot`, a second round trip on the refusal
+    path only), so the request is still charged all or nothing. In the previous layout every
+    counter is charged by one script.
     """
 
     def __init__(
@@ -108,6 +110,8 @@ class RedisRateLimiter(RateLimiter):
         now = now_us(self._clock)
         if self.tagged:
             waits = await charge_by_slot(self._redis, hits, now)
+            if any(waits.values()):
+                await refund_by_slot(self._redis, [hit for hit in hits if not waits[hit.key]], now)
             return [waits[hit.key] / US for hit in hits]
         keys, args = script_arguments(hits, now)
         answered = await self._redis.run(CHARGE, keys, args)

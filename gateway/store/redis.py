@@ -331,6 +331,22 @@ return waits
 """
 )
 
+# KEYS: counters a request charged before another counter refused it. ARGV[1] now (µs), then per key
+# its interval (µs). Takes one charge back from each: GCRA charges add up while a counter is busy, so
+# taking one interval off leaves it as if this request had not come (an idle counter goes).
+REFUND = Script("""
+local now = tonumber(ARGV[1])
+for i = 1, #KEYS do
+  local tat = tonumber(redis.call('GET', KEYS[i]) or '0') - tonumber(ARGV[1 + i])
+  if tat > now then
+    redis.call('SET', KEYS[i], string.format('%d', tat), 'PX', math.ceil((tat - now) / 1000))
+  else
+    redis.call('DEL', KEYS[i])
+  end
+end
+return 0
+""")
+
 _READY_KEY: Final = f"{keys.PREFIX}:readyz"
 """Deleted (it never exists) by the readiness check: a write that only a primary accepts, and that
 changes nothing, so it reaches neither the replicas nor the append-only file."""
@@ -442,9 +458,10 @@ class RedisStore(ConversationStore):
 
         ``charge`` is ``(every limit of the turn, those charged apart, now µs)``: the counters apart
         are charged by their own script, started before this one's so that the pipe sends both in
-        one write (one round trip). If one of them refuses, the claim is released too, and the
-        answer is ``{'limited', wait per limit}`` in the turn's order of limits; counters that
-        allowed (the per-person one in the script, or the per-agent one apart) stay charged.
+        one write (one round trip). The charge stays all or nothing, as in one script: when a
+        counter refuses, those that allowed on the other side are given back (:data:`REFUND`, sent
+        with the claim's release when the turn's script claimed), one more round trip on the
+        refusal path only; the answer is then ``{'limited', wait per limit}`` in ``limits``' order.
         """
         limits, apart, now = charge
         charged = asyncio.ensure_future(charge_by_slot(self._redis, apart, now)) if apart else None
@@ -456,12 +473,29 @@ class RedisStore(ConversationStore):
                 charged.cancel()
             await asyncio.shield(self._release(*release))
             raise
-        if charged is None or (not any(waits.values()) and result[0] != b"limited"):
+        refused_here = result[0] == b"limited"
+        if charged is None or (not any(waits.values()) and not refused_here):
             return result
-        if result[0] == b"new":
-            await asyncio.shield(self._release(*release))
-        inline = iter(result[1:] if result[0] == b"limited" else ())
+        if refused_here:
+            back = [hit for hit in apart if not waits[hit.key]]
+        else:
+            back = [hit for hit in limits if hit.key not in waits] if result[0] != b"released" else []
+            back += [hit for hit in apart if not waits[hit.key]]
+        await asyncio.shield(self._give_back(release, back, now, claimed=result[0] == b"new"))
+        inline = iter(result[1:] if refused_here else ())
         return [b"limited", *(waits[hit.key] if hit.key in waits else int(next(inline, 0)) for hit in limits)]
+
+    async def _give_back(
+        self, release: tuple[Owner, str, bytes, str, bool], hits: Sequence[Hit], now: int, *, claimed: bool
+    ) -> None:
+        """A refused turn's aftermath: its claim released (if the script claimed) and ``hits``
+        refunded, sent together. A failure leaves the marker to ``pending_ttl`` and the charge to
+        lapse (a burst's worth at most): the refusal is answered either way."""
+        with contextlib.suppress(StoreError):
+            await asyncio.gather(
+                *((self._release(*release),) if claimed else ()),
+                refund_by_slot(self._redis, hits, now),
+            )
 
     async def _release(
         self, owner: Owner, context_id: str, field: bytes, token: str, new_conversation: bool
@@ -736,6 +770,20 @@ class RedisStore(ConversationStore):
 
     async def close(self) -> None:
         await self._redis.close()
+
+
+async def refund_by_slot(redis: RedisPipe, hits: Sequence[Hit], now: int) -> None:
+    """Give back one charge of each of ``hits`` made at ``now`` (µs), one :data:`REFUND` per slot, sent
+    together: what a request that another counter refused had charged (all or nothing, §6)."""
+    groups: dict[bytes, list[Hit]] = {}
+    for hit in hits:
+        groups.setdefault(hashed_part(hit.key.encode()), []).append(hit)
+    await asyncio.gather(
+        *(
+            redis.run(REFUND, [hit.key for hit in group], [now, *(hit.rule.interval_us for hit in group)])
+            for group in groups.values()
+        )
+    )
 
 
 async def charge_by_slot(redis: RedisPipe, hits: Sequence[Hit], now: int) -> dict[str, int]:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import redis.asyncio as aioredis
 
-from gateway.config import CacheConfig
+from gateway.config import CacheConfig, KeyLayoutName
 from gateway.store import ConversationStore, Owner, TurnStatus
 from gateway.store import keys as store_keys
 from gateway.store.gcra import GCRA_LUA, Hit, Rule
@@ -77,8 +77,8 @@ async def test_s6_refused_first_message_opens_nothing(store: ConversationStore, 
 async def test_s6_redis_refusal_leaves_no_marker_record_or_counter(
     redis_store: RedisStore, redis_client: aioredis.Redis, clock: ManualClock
 ) -> None:
-    """Refused by the per-person limit: nothing claimed, recorded or charged in the turn's script; the
-    per-agent counter, charged beside it in its own slot, keeps its charge (docs/capacity.md)."""
+    """Refused by the per-person limit: nothing claimed, recorded or charged; the per-agent counter,
+    charged beside the turn's script in its own slot, is given its charge back."""
     await opened(redis_store)
     await redis_store.begin_turn(ALICE, "ctx-1", "m1", "x", "u", limits=[USER])
     before = await redis_client.get(USER.key)
@@ -93,23 +93,24 @@ async def test_s6_redis_refusal_leaves_no_marker_record_or_counter(
     first = store_keys.first_key("acme", ALICE.digest_bytes, store_keys.message_digest("m3"), tag)
     assert await redis_client.exists(first) == 0
     assert await redis_client.get(USER.key) == before
-    assert await redis_client.exists(AGENT.key) == 1
+    assert await redis_client.exists(AGENT.key) == 0
 
 
-@pytest.mark.parametrize("backend", ["memory", "redis"])
-async def test_s6_fused_charge_is_all_or_nothing_across_both_limits_in_one_step(
-    backend: str, redis_url: str, clock: ManualClock
+@pytest.mark.parametrize("layout", ["tagged", "previous"])
+async def test_s6_fused_charge_is_all_or_nothing_across_both_limits(
+    cache_url: str, layout: KeyLayoutName, clock: ManualClock
 ) -> None:
-    """Refused by the per-user limit, the turn charges the personal agent's budget nothing either,
-    where both counters are charged in one step: the memory store, and Redis in the previous layout
-    (whose keys are untagged, every counter in the turn's script)."""
-    config = CacheConfig(url="memory://" if backend == "memory" else redis_url, key_layout="previous")
+    """Refused by the per-user limit, the turn charges the personal agent's budget nothing either: in
+    one step in memory and in the previous layout (every counter in the turn's script), by a refund
+    in the tagged one (the per-agent counter is in a slot of its own, charged beside the script)."""
+    config = CacheConfig(url=cache_url, key_layout=layout)
     store: ConversationStore = (
-        MemoryStore(config, clock=clock) if backend == "memory" else RedisStore(config, clock=clock)
+        MemoryStore(config, clock=clock) if cache_url == "memory://" else RedisStore(config, clock=clock)
     )
     limiter = open_rate_limiter(store)
-    agent = Hit("pact:acme:rl:per_agent:a", AGENT.rule)
-    user = Hit("pact:acme:rl:per_user:u", USER.rule)
+    tagged = layout == "tagged"
+    agent = Hit(store_keys.limit_key("acme", "per_agent", "a" * 32, "a" * 8 if tagged else ""), AGENT.rule)
+    user = Hit(store_keys.limit_key("acme", "per_user", "u", tag_of(ALICE) if tagged else ""), USER.rule)
     try:
         await opened(store)
         both = [agent, user]
@@ -118,7 +119,10 @@ async def test_s6_fused_charge_is_all_or_nothing_across_both_limits_in_one_step(
             claim = await store.begin_turn(ALICE, "ctx-1", f"m-refused-{attempt}", "x", "u", limits=both)
             assert (claim.status, claim.waits) == (TurnStatus.RATE_LIMITED, (0.0, 1.0))
         # The agent's burst of 3 had one use: two more fit (other users, through the separate path)...
-        other_users = [Hit(f"pact:acme:rl:per_user:{n}", user.rule) for n in range(3)]
+        other_users = [
+            Hit(store_keys.limit_key("acme", "per_user", f"{n}", f"{n}" * 8 if tagged else ""), user.rule)
+            for n in range(3)
+        ]
         assert await limiter.hit_all([agent, other_users[0]]) == [0.0, 0.0]
         assert await limiter.hit_all([agent, other_users[1]]) == [0.0, 0.0]
         # ...and the next is refused by the agent's limit, charging the fresh user nothing.
@@ -140,7 +144,7 @@ async def test_s6_redis_tagged_the_per_agent_refusal_releases_the_claim(
 ) -> None:
     """§6 per personal agent, in its own slot: when it refuses, the turn the script claimed beside it
     is released before the 429 (no marker, no conversation, no first-message record), and the
-    per-person counter keeps its charge; the retry after the wait runs the turn."""
+    per-person counter's charge given back; the retry after the wait runs the turn."""
     await opened(redis_store)
     agent = Hit(AGENT.key, Rule(rate=1, burst=1))
     assert (
@@ -153,7 +157,7 @@ async def test_s6_redis_tagged_the_per_agent_refusal_releases_the_claim(
         await redis_client.hexists(store_keys.conv_key("acme", "ctx-1", tag), store_keys.message_digest("m2"))
         == 0
     )
-    assert await redis_client.exists(USER.key) == 1
+    assert await redis_client.exists(USER.key) == 0
     opening = await redis_store.begin_turn(ALICE, None, "m3", "hi", "ctx-3", limits=[agent])
     assert opening.status is TurnStatus.RATE_LIMITED
     assert await redis_client.exists(store_keys.conv_key("acme", "ctx-3", tag)) == 0
