@@ -469,8 +469,10 @@ class RedisStore(ConversationStore):
             result: list[Any] = await self._redis.run(script, keys_, args, replicated=True)
             waits = {} if charged is None else await charged
         except BaseException:
-            if charged is not None and not charged.done():
+            if charged is not None:
+                # Its answer no longer matters (the turn fails); its failure is not to be logged as lost.
                 charged.cancel()
+                charged.add_done_callback(_settled)
             await asyncio.shield(self._release(*release))
             raise
         refused_here = result[0] == b"limited"
@@ -800,6 +802,12 @@ async def charge_by_slot(redis: RedisPipe, hits: Sequence[Hit], now: int) -> dic
         for group, waits in zip(groups.values(), answers, strict=True)
         for hit, wait in zip(group, waits, strict=True)
     }
+
+
+def _settled(task: asyncio.Future[Any]) -> None:
+    """Marks a task's outcome as seen, whatever it was."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _limited(result: list[Any]) -> TurnClaim:
