@@ -184,8 +184,8 @@ async def test_previous_and_this_release_serve_side_by_side_then_tagged_serves_e
             ALICE, "ctx-c", "c2", "as the same", "", grant=GrantCheck(GRANT, USER_1)
         )
         assert as_same.status is TurnStatus.NEW
-        listed = [(info.context_id, info.turns, info.in_flight) for info in await admin.conversations(ALICE)]
-        assert sorted(listed) == [("ctx-a", 3, 1), ("ctx-b", 1, 0), ("ctx-c", 1, 1), ("ctx-n", 1, 0)]
+        after = [(info.context_id, info.turns, info.in_flight) for info in await admin.conversations(ALICE)]
+        assert sorted(after) == [("ctx-a", 3, 1), ("ctx-b", 1, 0), ("ctx-c", 1, 1), ("ctx-n", 1, 0)]
         erased = await admin.erase(ALICE, [])
         assert (erased.conversations, erased.replies) == (4, 6)
         assert await admin.conversations(ALICE) == []
