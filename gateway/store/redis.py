@@ -12,9 +12,21 @@ ran in it (§5.5), and one field per turn named by :func:`keys.message_digest` (
 replicas and keep the hot path to two round trips per turn: one script begins it, charging the
 request's §6 rate limits first (the same GCRA code as the separate limit check,
 :data:`gateway.store.gcra.GCRA_LUA`) and, for a delegated turn, checking its grant (the hash
-:mod:`gateway.store.oauth_redis` keeps) in the same script; one completes it. Keys are
-standalone-Redis keys (a Redis Cluster would need hash tags). The connection is
+:mod:`gateway.store.oauth_redis` keeps) in the same script; one completes it. The connection is
 :class:`RedisPipe`'s (see ``redis_pipe.py`` for why not a pooled client).
+
+Hash tags (issue 20): with ``cache.key_layout: tagged`` (the default) every key a conversation's
+script touches carries its owner's tag (:func:`keys.owner_tag`): the conversation, the owner's
+index, the first-message records, the released-claim key, the §6 per-person counter and a
+delegated turn's grant (:attr:`GrantCheck.grant_key`, under the same tag for a grant minted since),
+so each script stays in one Redis Cluster slot (``tests/store/test_redis_slots.py``). The §6
+per-agent counter is in a slot of its own (its agent's tag): it is charged by :data:`CHARGE`, sent
+beside the begin-turn script in the same write, so a turn still costs one round trip to begin.
+The charge stays all or nothing: if the per-person counter refuses, the per-agent charge is given
+back (:data:`REFUND`); if the per-agent counter refuses, the claim the script made is released and
+the per-person charge given back, both before the ``429`` (one more round trip, refusal path only).
+With ``previous`` the keys are exactly the previous release's (untagged, every counter in the
+turn's script), for a rolling upgrade beside its replicas.
 
 Each owner's conversations are also members of a sorted set (:func:`keys.conv_index_key`),
 scored by their deadline in s, which the scripts that open and complete them keep up to date
@@ -24,12 +36,17 @@ in the same step and keep as long-lived as the longest of them, for listing and 
 string at :func:`keys.first_key`: its text's digest (:data:`FIRST_DIGEST` raw bytes) then its
 ``contextId``, 44 bytes for a UUID, which Redis keeps in the same allocation as the key's object.
 
-The previous release's layout (``conv:``, ``owner:`` and ``first:`` keys, hex digests, ms,
-``m:{messageId}`` fields) is still read: a conversation it wrote is moved into this layout by
-its owner's next turn, inside the begin-turn script (with the first-message records of its
-turns), and a first message it recorded is found by a retry. The upgrade is one-way: the
-previous release does not read this layout, so replicas of both must not serve at once (issue
-20); roll out by replacing every replica together (docs/capacity.md).
+Every layout is read, whichever is written: the other current one (tagged or untagged: the same
+hash under another key, moved with a ``RENAME`` and its index entry, :data:`_MOVE_LUA`) and the
+older ``b17dd54`` one (``conv:``, ``owner:`` and ``first:`` keys, hex digests, ms,
+``m:{messageId}`` fields, converted by :data:`_UPGRADE_LUA` with the first-message records of its
+turns). A conversation found elsewhere is moved into the written layout by its owner's next turn,
+inside the begin-turn script; a first message recorded in any layout is found by a retry; a reply
+and a release go to whichever layout holds the conversation by then (a replica with the other
+setting may have moved it meanwhile). So replicas writing either layout serve side by side, and
+this release with ``previous`` beside the previous release's (docs/capacity.md, Upgrading). On a
+Redis Cluster (``reads_previous=False``) the untagged layouts do not exist: their keys are passed
+as ``""``, which every script skips, so that all of a script's keys share a slot.
 
 A claim whose outcome is unknown (the connection timed out or broke after the script was
 sent, or the caller was cancelled) is released at once, not left to ``pending_ttl``: otherwise
