@@ -2,10 +2,13 @@
 
 Each is a Lua script, so it is one atomic step against every replica's turns: the listing (one
 script for the owner, which counts turns inside Redis, so no reply crosses the wire), a close,
-and an erasure (one script per conversation, all sent at once: one round trip whatever their
-number). Key layouts are :mod:`gateway.store.redis`'s; the scripts reach the first-message
-records of a conversation's messages by their key prefix, as :mod:`gateway.store.oauth_redis`
-does for keys it learns only as it runs (a standalone Redis, like every key here).
+and an erasure (one script per conversation, all sent at once with the deletions of the adapters'
+state and the person's §6 counters: one round trip whatever their number). Every script's keys
+are its owner's (under their hash tag in the tagged layout): one slot per script. Key layouts
+are :mod:`gateway.store.redis`'s; the scripts reach the first-message records of a conversation's
+messages by their key prefix, as :mod:`gateway.store.oauth_redis` does for keys it learns only as
+it runs: in the tagged layout that prefix carries the owner's tag, so those keys are in the
+script's slot too.
 """
 
 from __future__ import annotations
@@ -248,10 +251,8 @@ class RedisConversationAdmin(ConversationAdmin):
         members = sorted({member.decode() for found in listed for member in found})
         # Sent together, so the pipe writes them as one batch: one round trip for all of them. One
         # command per key: a cluster routes each to its own slot.
-        results: list[list[Any]] = await asyncio.gather(
-            *(self._erase_one(owner, member, now_ms) for member in members)
-        )
-        states: list[int] = await asyncio.gather(
+        answers: list[Any] = await asyncio.gather(
+            *(self._erase_one(owner, member, now_ms) for member in members),
             *(
                 self._redis.execute("DEL", keys.adapter_key(owner.brand_id, member, name), replicated=True)
                 for member in members
@@ -259,6 +260,8 @@ class RedisConversationAdmin(ConversationAdmin):
             ),
             *(self._redis.execute("DEL", counter, replicated=True) for counter in counters),
         )
+        results: list[list[Any]] = answers[: len(members)]
+        states: list[int] = answers[len(members) :]
         erased = [result for result in results if result]
         adapter_states = len(members) * len(self._adapter_names)
         return Erased(
