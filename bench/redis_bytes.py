@@ -30,10 +30,11 @@ from typing import Any
 
 from bench.procs import Children, free_port
 from bench.redis_probe import RedisProbe
-from gateway.config import CacheConfig, RateLimitsConfig, RateRule
-from gateway.ops.limits import RateLimits, a2a_limits
+from gateway.config import KEY_LAYOUTS, CacheConfig, KeyLayoutName, RateLimitsConfig, RateRule
+from gateway.ops.limits import RateLimits
 from gateway.protocol.messages import render_reply
 from gateway.store.base import Owner, TurnStatus
+from gateway.store.limits import RedisRateLimiter
 from gateway.store.redis import RedisStore
 
 ISSUER = "https://pa.bench.invalid"
@@ -55,7 +56,9 @@ def _owner(person: int) -> Owner:
 
 async def turn(store: RedisStore, owner: Owner, context_id: str | None, message_id: str) -> str:
     """One turn as the gateway runs it: begin (with the §6 charge), then complete with the reply."""
-    charge = RateLimits.charge("acme", a2a_limits(LIMITS, ISSUER, owner.sub))
+    # The limiter only names the counters here (in the store's layout); the store charges them.
+    rates = RateLimits(RedisRateLimiter(store.redis, tagged=store.tagged))
+    charge = rates.a2a_charge("acme", LIMITS, ISSUER, owner.sub)
     new_context = str(uuid.uuid4())
     claim = await store.begin_turn(
         owner, context_id, message_id, FIRST_MESSAGE, new_context, limits=charge.hits
@@ -83,9 +86,15 @@ def _used_memory(probe: RedisProbe, reads: int = 3) -> int:
 
 
 def _kind(key: bytes) -> str:
-    """Which part of the layout a key is, by its third ``:``-separated part."""
+    """Which part of the layout a key is, by its third ``:``-separated part (after the owner's
+    ``{tag}`` in the tagged layout)."""
     parts = key.split(b":", 3)
-    return parts[2].decode(errors="replace") if len(parts) > 2 else "?"
+    if len(parts) < 3:
+        return "?"
+    kind = parts[2]
+    if kind.startswith(b"{") and b"}" in kind:
+        kind = kind[kind.index(b"}") + 1 :]
+    return kind.decode(errors="replace")
 
 
 _SHORT_LIVED = ("f", "rl")
@@ -147,10 +156,13 @@ async def round_trips(
     return figures[0], figures[1]
 
 
-async def measure(url: str, conversations: int, people: int, rounds: int) -> dict[str, Any]:
+async def measure(
+    url: str, conversations: int, people: int, rounds: int, layout: KeyLayoutName
+) -> dict[str, Any]:
     probe = RedisProbe(url)
     probe.ping()
-    store = RedisStore(CacheConfig(url=url))
+    probe.flush()
+    store = RedisStore(CacheConfig(url=url, key_layout=layout))
     try:
         per_round: list[float] = []
         idle: list[float] = []
@@ -166,6 +178,7 @@ async def measure(url: str, conversations: int, people: int, rounds: int) -> dic
             # What the conversations hold once their §4.3 retry window (and the §6 counters) expired.
             for kind in _SHORT_LIVED:
                 _delete(probe, f"pact:acme:{kind}:*")
+                _delete(probe, f"pact:acme:{{*}}{kind}:*")
             idle.append((_used_memory(probe) - before) / conversations)
         opening, continuing = await round_trips(store, probe, 5, people)
         probe.flush()
@@ -190,8 +203,22 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--conversations", type=int, default=3000)
     parser.add_argument("--people", type=int, default=1000)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--layout",
+        choices=[*KEY_LAYOUTS, "both"],
+        default="both",
+        help="cache.key_layout to measure (default: both, one after the other on the same server)",
+    )
     args = parser.parse_args(argv)
+    layouts: list[KeyLayoutName] = list(KEY_LAYOUTS) if args.layout == "both" else [args.layout]
     started = time.perf_counter()
+
+    def measure_all(url: str) -> dict[KeyLayoutName, dict[str, Any]]:
+        return {
+            layout: asyncio.run(measure(url, args.conversations, args.people, args.rounds, layout))
+            for layout in layouts
+        }
+
     if args.redis_url is None:
         with tempfile.TemporaryDirectory() as logs, Children(Path(logs)) as children:
             port = free_port()
@@ -200,28 +227,31 @@ def main(argv: Sequence[str] | None = None) -> int:
             )
             server.wait_port(port)
             where = f"a redis-server of its own (127.0.0.1:{port})"
-            result = asyncio.run(
-                measure(f"redis://127.0.0.1:{port}/0", args.conversations, args.people, args.rounds)
-            )
+            results = measure_all(f"redis://127.0.0.1:{port}/0")
     else:
         where = f"{args.redis_url} (instance-wide figure: other clients are noise)"
-        result = asyncio.run(measure(args.redis_url, args.conversations, args.people, args.rounds))
+        results = measure_all(args.redis_url)
     print(f"# {args.conversations} conversations of {args.people} people on {where}; shared 2-core machine")
-    used = result["used_memory_bytes_per_conversation"]
-    print(
-        f"used_memory per conversation: {used:.0f} B (rounds: "
-        f"{', '.join(f'{value:.0f}' for value in result['used_memory_rounds'])}); "
-        f"target <= {TARGET_BYTES} B (ratio {used / TARGET_BYTES:.2f}); main 2f825bd {BASELINE_BYTES} B"
-    )
-    print(
-        "  once the retry window passed (first-message records and rate counters gone): "
-        f"{result['idle_used_memory_bytes_per_conversation']:.0f} B"
-    )
-    print(f"MEMORY USAGE of keys per conversation: {result['key_memory_bytes_per_conversation']:.0f} B")
-    for kind, size in result["key_memory_by_kind"].items():
-        print(f"  {kind}: {size:.0f} B")
-    for name in ("opening", "continuing"):
-        value = result[f"round_trips_{name}_turn"]
-        print(f"round trips per {name} turn: {value:.2f}; target <= {TARGET_ROUND_TRIPS:.0f}")
+    for layout, result in results.items():
+        print(f"## cache.key_layout: {layout}")
+        used = result["used_memory_bytes_per_conversation"]
+        print(
+            f"used_memory per conversation: {used:.0f} B (rounds: "
+            f"{', '.join(f'{value:.0f}' for value in result['used_memory_rounds'])}); "
+            f"target <= {TARGET_BYTES} B (ratio {used / TARGET_BYTES:.2f}); main 2f825bd {BASELINE_BYTES} B"
+        )
+        print(
+            "  once the retry window passed (first-message records and rate counters gone): "
+            f"{result['idle_used_memory_bytes_per_conversation']:.0f} B"
+        )
+        print(f"MEMORY USAGE of keys per conversation: {result['key_memory_bytes_per_conversation']:.0f} B")
+        for kind, size in result["key_memory_by_kind"].items():
+            print(f"  {kind}: {size:.0f} B")
+        for name in ("opening", "continuing"):
+            value = result[f"round_trips_{name}_turn"]
+            print(f"round trips per {name} turn: {value:.2f}; target <= {TARGET_ROUND_TRIPS:.0f}")
+    if len(results) == 2:
+        tagged, previous = (results[layout]["used_memory_bytes_per_conversation"] for layout in KEY_LAYOUTS)
+        print(f"tagged / previous used_memory per conversation: {tagged / previous:.3f}")
     print(f"# {time.perf_counter() - started:.1f} s")
     return 0

@@ -40,9 +40,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from gateway.ops.limits import PER_USER, subject_digest
+from gateway.ops.limits import person_counters
 from gateway.ops.logs import sub_digest
-from gateway.store import keys
 from gateway.store.admin import ConversationAdmin, ConversationInfo, Erased
 from gateway.store.base import Owner
 from gateway.store.oauth import OAuthStore
@@ -115,8 +114,7 @@ class PersonRecords:
         return closed
 
     async def erase(self, person: Owner) -> Erasure:
-        counter = keys.rate_limit_key(person.brand_id, PER_USER, subject_digest(person.issuer, person.sub))
-        stored = await self._admin.erase(person, [counter])
+        stored = await self._admin.erase(person, person_counters(person))
         # Authorizations first: one redeemed meanwhile is a grant the lines below find and revoke.
         denied = await self._oauth.deny_authorizations_of_owner(person.brand_id, person.digest, self._clock())
         grants = await self._oauth.grants_of_owner(person.brand_id, person.digest, self._clock())

@@ -34,7 +34,7 @@ from gateway.ops.metrics import Metrics
 from gateway.protocol import errors
 from gateway.protocol.errors import A2AError, Reason
 from gateway.store import keys
-from gateway.store.base import StoreError
+from gateway.store.base import Owner, StoreError
 from gateway.store.limits import Hit, RateLimiter, Rule
 
 __all__ = [
@@ -46,6 +46,7 @@ __all__ = [
     "RateLimits",
     "a2a_limits",
     "named_limit",
+    "person_counters",
     "retry_after",
     "subject_digest",
     "wrong_user_code_limits",
@@ -113,6 +114,24 @@ def retry_after(wait: float) -> int:
     return max(1, math.ceil(wait))
 
 
+def _tag(limit: Limit, owner_tag: str, tagged: bool) -> str:
+    """A counter's hash tag in the tagged layout (see :meth:`RateLimits.charge`), ``""`` otherwise."""
+    if not tagged:
+        return ""
+    return owner_tag if limit.name == PER_USER and owner_tag else keys.owner_tag(limit.subject)
+
+
+def person_counters(person: Owner) -> list[str]:
+    """The §6 ``per_user`` counter of ``person`` in both layouts, for an erasure: replicas writing
+    either may have charged it (a rolling switch of ``cache.key_layout`` keeps two budgets until the
+    older counter idles out, a burst at most)."""
+    subject = subject_digest(person.issuer, person.sub)
+    return [
+        keys.limit_key(person.brand_id, PER_USER, subject, keys.owner_tag(person.digest)),
+        keys.limit_key(person.brand_id, PER_USER, subject),
+    ]
+
+
 def _rule(rule: RateRule) -> Rule | None:
     return Rule(rule.rate, rule.burst) if rule.enabled else None
 
@@ -156,14 +175,24 @@ class RateLimits:
         self._identities = identities
         self._a2a: OrderedDict[tuple[str, str, str], tuple[RateLimitsConfig, Charge]] = OrderedDict()
 
-    @staticmethod
-    def charge(brand_id: str, limits: Sequence[Limit]) -> Charge:
-        """The counters ``limits`` name at ``brand_id``."""
+    def charge(self, brand_id: str, limits: Sequence[Limit], *, owner_tag: str = "") -> Charge:
+        """The counters ``limits`` name at ``brand_id``, in the limiter's key layout.
+
+        Tagged (:attr:`RateLimiter.tagged`), each counter carries a hash tag: the per-person one
+        ``owner_tag`` (:func:`gateway.store.keys.owner_tag`, given for an A2A charge), so that it
+        rides in its owner's turn script; any other its own subject's, a slot of its own. Otherwise
+        the previous release's keys.
+        """
+        tagged = self._limiter.tagged
         return Charge(
             brand_id,
             tuple(limit.name for limit in limits),
             tuple(
-                Hit(keys.rate_limit_key(brand_id, limit.name, limit.subject), limit.rule) for limit in limits
+                Hit(
+                    keys.limit_key(brand_id, limit.name, limit.subject, _tag(limit, owner_tag, tagged)),
+                    limit.rule,
+                )
+                for limit in limits
             ),
         )
 
@@ -174,7 +203,8 @@ class RateLimits:
         if cached is not None and cached[0] is settings:
             self._a2a.move_to_end(identity)
             return cached[1]
-        charge = self.charge(brand_id, a2a_limits(settings, issuer, sub))
+        owner_tag = keys.owner_tag(Owner(brand_id, issuer, sub).digest) if self._limiter.tagged else ""
+        charge = self.charge(brand_id, a2a_limits(settings, issuer, sub), owner_tag=owner_tag)
         self._a2a[identity] = (settings, charge)
         if len(self._a2a) > self._identities:
             self._a2a.popitem(last=False)

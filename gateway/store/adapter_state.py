@@ -9,6 +9,11 @@ as the conversation stays open) and deletes it itself when its reply ends the co
 In the conversation store's own container or connection (:func:`open_adapter_state`), so a
 ``memory://`` gateway keeps it in-process and a Redis one shares it between replicas, like the
 conversation it belongs to.
+
+Its keys carry no owner hash tag (issue 20), unlike the conversation's: an adapter knows the
+conversation, not its owner, and no script touches them together with conversation keys (an
+erasure deletes them with commands of their own, :mod:`gateway.store.admin_redis`), so each is a
+one-key command that a Redis Cluster routes to its own slot.
 """
 
 from __future__ import annotations

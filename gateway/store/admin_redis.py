@@ -2,32 +2,36 @@
 
 Each is a Lua script, so it is one atomic step against every replica's turns: the listing (one
 script for the owner, which counts turns inside Redis, so no reply crosses the wire), a close,
-and an erasure (one script per conversation, all sent at once: one round trip whatever their
-number). Key layouts are :mod:`gateway.store.redis`'s; the scripts reach the first-message
-records of a conversation's messages by their key prefix, as :mod:`gateway.store.oauth_redis`
-does for keys it learns only as it runs (a standalone Redis, like every key here).
+and an erasure (one script per conversation, all sent at once with the deletions of the adapters'
+state and the person's §6 counters: one round trip whatever their number). Every script's keys
+are its owner's (under their hash tag in the tagged layout): one slot per script. Key layouts
+are :mod:`gateway.store.redis`'s; the scripts reach the first-message records of a conversation's
+messages by their key prefix, as :mod:`gateway.store.oauth_redis` does for keys it learns only as
+it runs: in the tagged layout that prefix carries the owner's tag, so those keys are in the
+script's slot too.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from gateway.config import CacheConfig
 from gateway.store import keys
 from gateway.store.admin import ConversationAdmin, ConversationInfo, Erased
 from gateway.store.base import Owner
-from gateway.store.redis import INDEX_SLACK_MS
-from gateway.store.redis_pipe import RedisPipe, Script
+from gateway.store.redis import INDEX_SLACK_MS, RedisStore
+from gateway.store.redis_pipe import Script
 
 __all__ = ["RedisConversationAdmin"]
 
-# Both layouts are read (see gateway/store/redis.py): this release's, whose turn fields are 8-byte
-# message digests, and the previous release's, whose turn fields are 'm:' and the message id, for the
-# conversations it wrote that no turn has moved since. Counts a conversation's turns into `replies`
-# and `running` (live in-flight markers) as it walks its fields; calls each_turn(what the message's
-# first-message key ends with) on every turn.
+# Every layout is read (see gateway/store/redis.py): the two current ones (tagged and the previous
+# release's), whose turn fields are 8-byte message digests, and the older one, whose turn fields are
+# 'm:' and the message id, for the conversations it wrote that no turn has moved since. Counts a
+# conversation's turns into `replies` and `running` (live in-flight markers) as it walks its fields;
+# calls each_turn(what the message's first-message key ends with, whether in the older layout) on
+# every turn.
 _TURNS_LUA = """
 local function count_turns(key, now, each_turn)
   local replies, running = 0, 0
@@ -42,60 +46,69 @@ local function count_turns(key, now, each_turn)
       elseif tonumber(string.match(value, '^P(%d+)')) > now then
         running = running + 1
       end
-      if each_turn then each_turn(old and string.sub(name, 3) or name) end
+      if each_turn then each_turn(old and string.sub(name, 3) or name, old) end
     end
   end
   return replies, running
 end
 """
 
-# KEYS[1] owner index, KEYS[2] the previous release's. ARGV: owner (raw), owner (hex), conversation
-# key prefix, the previous release's, now ms, idle ms, pruning horizon ms. Per conversation of the
-# owner, in index order: {context id, opened ms or '', closed 0/1, replies, running}. Members past the
-# horizon, gone, or not the owner's (a tombstone) leave the index; the previous release's index also
-# loses those a turn has since moved into this layout's.
+# KEYS[1] owner index in the written layout, KEYS[2] in the other current one, KEYS[3] in the older
+# one ("" where not read). ARGV: owner (raw), owner (hex), the three layouts' conversation key
+# prefixes in the same order ("" where not read), now ms, idle ms, pruning horizon ms. Per
+# conversation of the owner, in index order: {context id, opened ms or '', closed 0/1, replies,
+# running}, each once whichever layouts list it. Members past the horizon, gone, not the owner's (a
+# tombstone) or already listed from an earlier index (a conversation moved since) leave the index.
 _LIST = Script(
     _TURNS_LUA
     + """
-local now = tonumber(ARGV[5])
+local now = tonumber(ARGV[6])
 local found, seen = {}, {}
-local function add(context)
-  local key = ARGV[3] .. context
-  local v = redis.call('HMGET', key, 'o', 'c', 't', 'l')
-  local opened, last
-  if v[1] == ARGV[1] then
-    opened = tonumber(v[3])
-    last = opened + tonumber(v[4])
-  else
-    key = ARGV[4] .. context
-    v = redis.call('HMGET', key, 'o', 'c', 't', 'l')
-    if v[1] ~= ARGV[2] then return false end
-    opened, last = tonumber(v[3]), tonumber(v[4])
+local function find(context)
+  for i = 3, 4 do
+    if ARGV[i] ~= '' then
+      local key = ARGV[i] .. context
+      local v = redis.call('HMGET', key, 'o', 'c', 't', 'l')
+      if v[1] == ARGV[1] then return key, v, tonumber(v[3]), tonumber(v[3]) + tonumber(v[4]) end
+    end
   end
+  if ARGV[5] ~= '' then
+    local key = ARGV[5] .. context
+    local v = redis.call('HMGET', key, 'o', 'c', 't', 'l')
+    if v[1] == ARGV[2] then return key, v, tonumber(v[3]), tonumber(v[4]) end
+  end
+end
+local function add(context)
   if seen[context] then return false end
+  local key, v, opened, last = find(context)
+  if not key then return false end
   seen[context] = true
   local replies, running = count_turns(key, now)
-  local closed = (v[2] == '1' or now - last > tonumber(ARGV[6])) and 1 or 0
+  local closed = (v[2] == '1' or now - last > tonumber(ARGV[7])) and 1 or 0
   found[#found + 1] = {context, opened or '', closed, replies, running}
   return true
 end
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', math.floor(tonumber(ARGV[7]) / 1000))
-for _, context in ipairs(redis.call('ZRANGE', KEYS[1], 0, -1)) do
-  if not add(context) then redis.call('ZREM', KEYS[1], context) end
-end
-redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', ARGV[7])
-for _, context in ipairs(redis.call('ZRANGE', KEYS[2], 0, -1)) do
-  if not add(context) then redis.call('ZREM', KEYS[2], context) end
+for i = 1, 3 do
+  if KEYS[i] ~= '' then
+    local horizon = tonumber(ARGV[8])
+    if i < 3 then horizon = math.floor(horizon / 1000) end
+    redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', horizon)
+    for _, context in ipairs(redis.call('ZRANGE', KEYS[i], 0, -1)) do
+      if not add(context) then redis.call('ZREM', KEYS[i], context) end
+    end
+  end
 end
 return found
 """
 )
 
-# KEYS[1] conversation, KEYS[2] owner index, KEYS[3] and KEYS[4] the previous release's. ARGV: owner
-# (raw), owner (hex), context id, now ms, closed_ttl s. As _COMPLETE closes one: flag, TTL, and its
-# deadline in the index (which outlives it already), in whichever layout holds it.
+# KEYS: the conversation and its owner's index in the written layout, in the other current one and
+# in the older one ("" where not read). ARGV: owner (raw), owner (hex), context id, now ms, closed_ttl
+# s. As _COMPLETE closes one: flag, TTL, and its deadline in the index (which outlives it already),
+# in whichever layout holds it.
 _CLOSE = Script("""
 local function close(key, index, owner, deadline)
+  if key == '' then return false end
   local v = redis.call('HMGET', key, 'o', 'c')
   if v[1] ~= owner then return false end
   if v[2] ~= '1' then
@@ -106,40 +119,46 @@ local function close(key, index, owner, deadline)
   return true
 end
 local now = tonumber(ARGV[4])
-if close(KEYS[1], KEYS[2], ARGV[1], math.floor(now / 1000) + tonumber(ARGV[5])) then return 1 end
-if close(KEYS[3], KEYS[4], ARGV[2], now + tonumber(ARGV[5]) * 1000) then return 1 end
+local deadline = math.floor(now / 1000) + tonumber(ARGV[5])
+if close(KEYS[1], KEYS[2], ARGV[1], deadline) or close(KEYS[3], KEYS[4], ARGV[1], deadline) then return 1 end
+if close(KEYS[5], KEYS[6], ARGV[2], now + tonumber(ARGV[5]) * 1000) then return 1 end
 return 0
 """)
 
-# KEYS[1] conversation, KEYS[2] owner index, KEYS[3] and KEYS[4] the previous release's, then the
-# adapters' state keys of the conversation. ARGV: owner (raw), owner (hex), context id, the owner's
-# first-message key prefix, the previous release's, tombstone ttl s, now ms. {replies, running,
-# first-message records, adapter states} once erased, leaving the tombstone (under this layout's
-# key, which a turn reads first); {} when it is not the owner's (or is gone): then it only leaves
-# the indexes.
+# KEYS as _CLOSE's. ARGV: owner (raw), owner (hex), context id, the owner's first-message key prefix
+# in the written layout, in the other current one and in the older one ("" where not read),
+# tombstone ttl s, now ms. {replies, running, first-message records} once erased, leaving the
+# tombstone (under the written layout's key, which a turn reads first); {} when it is not the
+# owner's (or is gone): then it only leaves the indexes. A turn's first-message record may be in
+# either current layout (a conversation moves, its records stay), so both are deleted.
 _ERASE = Script(
     _TURNS_LUA
     + """
-redis.call('ZREM', KEYS[2], ARGV[3])
-redis.call('ZREM', KEYS[4], ARGV[3])
-local key, first
+for i = 2, 6, 2 do
+  if KEYS[i] ~= '' then redis.call('ZREM', KEYS[i], ARGV[3]) end
+end
+local key
 if redis.call('HGET', KEYS[1], 'o') == ARGV[1] then
-  key, first = KEYS[1], ARGV[4]
-elseif redis.call('HGET', KEYS[3], 'o') == ARGV[2] then
-  key, first = KEYS[3], ARGV[5]
+  key = KEYS[1]
+elseif KEYS[3] ~= '' and redis.call('HGET', KEYS[3], 'o') == ARGV[1] then
+  key = KEYS[3]
+elseif KEYS[5] ~= '' and redis.call('HGET', KEYS[5], 'o') == ARGV[2] then
+  key = KEYS[5]
 else
   return {}
 end
 local firsts = 0
-local replies, running = count_turns(key, tonumber(ARGV[7]), function(message)
-  firsts = firsts + redis.call('DEL', first .. message)
+local replies, running = count_turns(key, tonumber(ARGV[8]), function(message, old)
+  for i = 4, 6 do
+    if ARGV[i] ~= '' and old == (i == 6) then firsts = firsts + redis.call('DEL', ARGV[i] .. message) end
+  end
 end)
-local states = 0
-for i = 5, #KEYS do states = states + redis.call('DEL', KEYS[i]) end
-redis.call('DEL', KEYS[1], KEYS[3])
+for i = 1, 5, 2 do
+  if KEYS[i] ~= '' then redis.call('DEL', KEYS[i]) end
+end
 redis.call('HSET', KEYS[1], 'e', '1')
-redis.call('EXPIRE', KEYS[1], ARGV[6])
-return {replies, running, firsts, states}
+redis.call('EXPIRE', KEYS[1], ARGV[7])
+return {replies, running, firsts}
 """
 )
 
@@ -148,35 +167,52 @@ class RedisConversationAdmin(ConversationAdmin):
     """The operator's side of a :class:`~gateway.store.redis.RedisStore`, on its connection and clock.
 
     ``adapter_names`` are the names bot adapters keep per-conversation state under
-    (:func:`gateway.store.keys.adapter_key`).
+    (:func:`gateway.store.keys.adapter_key`). Those keys carry no owner tag (an adapter knows the
+    conversation, not its owner), so no script touches them: an erasure deletes them with their own
+    commands, sent in the same write as the conversations' scripts. Nothing is lost by that: a turn
+    running during an erasure may put its adapter state back after either way, and it expires with
+    ``conversation_ttl``.
     """
 
     def __init__(
         self,
-        redis: RedisPipe,
+        store: RedisStore,
         cache: CacheConfig,
         adapter_names: Sequence[str],
-        *,
-        clock: Callable[[], float],
     ) -> None:
-        self._redis = redis
+        self._store = store
+        self._redis = store.redis
         self._cache = cache
         self._adapter_names = tuple(adapter_names)
-        self._clock = clock
+        self._clock = store.clock
+
+    def _layouts(self, owner: Owner, context_id: str) -> list[str | bytes]:
+        """A conversation's key and its owner's index in each layout the store reads ("" if not)."""
+        where = self._store.layouts(owner)
+        brand, raw = owner.brand_id, owner.digest_bytes
+        other = where.other
+        return [
+            keys.conv_key(brand, context_id, where.tag),
+            keys.conv_index_key(brand, raw, where.tag),
+            "" if other is None else keys.conv_key(brand, context_id, other),
+            b"" if other is None else keys.conv_index_key(brand, raw, other),
+            keys.conversation_key(brand, context_id) if where.older else "",
+            keys.owner_index_key(brand, owner.digest) if where.older else "",
+        ]
 
     async def _listed(self, owner: Owner) -> list[Any]:
         now_ms = int(self._clock() * 1000)
+        where = self._store.layouts(owner)
+        brand = owner.brand_id
         found: list[Any] = await self._redis.run(
             _LIST,
-            [
-                keys.conv_index_key(owner.brand_id, owner.digest_bytes),
-                keys.owner_index_key(owner.brand_id, owner.digest),
-            ],
+            self._layouts(owner, "")[1::2],
             [
                 owner.digest_bytes,
                 owner.digest,
-                keys.conv_key(owner.brand_id, ""),
-                keys.conversation_key(owner.brand_id, ""),
+                keys.conv_key(brand, "", where.tag),
+                "" if where.other is None else keys.conv_key(brand, "", where.other),
+                keys.conversation_key(brand, "") if where.older else "",
                 now_ms,
                 self._cache.conversation_ttl * 1000,
                 now_ms - INDEX_SLACK_MS,
@@ -197,15 +233,6 @@ class RedisConversationAdmin(ConversationAdmin):
         ]
         return sorted(found, key=lambda info: (info.opened_at or 0.0, info.context_id))
 
-    def _layouts(self, owner: Owner, context_id: str) -> list[str | bytes]:
-        """A conversation's key and its owner's index, in this layout and in the previous release's."""
-        return [
-            keys.conv_key(owner.brand_id, context_id),
-            keys.conv_index_key(owner.brand_id, owner.digest_bytes),
-            keys.conversation_key(owner.brand_id, context_id),
-            keys.owner_index_key(owner.brand_id, owner.digest),
-        ]
-
     async def close(self, owner: Owner, context_id: str) -> bool:
         closed = await self._redis.run(
             _CLOSE,
@@ -217,40 +244,48 @@ class RedisConversationAdmin(ConversationAdmin):
 
     async def erase(self, owner: Owner, counters: Sequence[str]) -> Erased:
         now_ms = int(self._clock() * 1000)
-        members: set[bytes] = set()
-        for index_key in (
-            keys.conv_index_key(owner.brand_id, owner.digest_bytes),
-            keys.owner_index_key(owner.brand_id, owner.digest),
-        ):
-            members.update(await self._redis.execute("ZRANGE", index_key, 0, -1))
-        # Sent together, so the pipe writes them as one batch: one round trip for all of them.
-        results: list[list[Any]] = await asyncio.gather(
-            *(self._erase_one(owner, member.decode(), now_ms) for member in sorted(members))
+        indexes = [index for index in self._layouts(owner, "")[1::2] if index]
+        listed: list[list[bytes]] = await asyncio.gather(
+            *(self._redis.execute("ZRANGE", index, 0, -1) for index in indexes)
         )
+        members = sorted({member.decode() for found in listed for member in found})
+        # Sent together, so the pipe writes them as one batch: one round trip for all of them. One
+        # command per key: a cluster routes each to its own slot.
+        answers: list[Any] = await asyncio.gather(
+            *(self._erase_one(owner, member, now_ms) for member in members),
+            *(
+                self._redis.execute("DEL", keys.adapter_key(owner.brand_id, member, name), replicated=True)
+                for member in members
+                for name in self._adapter_names
+            ),
+            *(self._redis.execute("DEL", counter, replicated=True) for counter in counters),
+        )
+        results: list[list[Any]] = answers[: len(members)]
+        states: list[int] = answers[len(members) :]
         erased = [result for result in results if result]
-        counted = await self._redis.execute("DEL", *counters, replicated=True) if counters else 0
+        adapter_states = len(members) * len(self._adapter_names)
         return Erased(
             conversations=len(erased),
             replies=sum(int(result[0]) for result in erased),
             in_flight=sum(int(result[1]) for result in erased),
             retry_records=sum(int(result[2]) for result in erased),
-            adapter_states=sum(int(result[3]) for result in erased),
-            counters=int(counted),
+            adapter_states=sum(states[:adapter_states]),
+            counters=sum(states[adapter_states:]),
         )
 
     async def _erase_one(self, owner: Owner, context_id: str, now_ms: int) -> list[Any]:
+        where = self._store.layouts(owner)
+        brand, raw = owner.brand_id, owner.digest_bytes
         result: list[Any] = await self._redis.run(
             _ERASE,
+            self._layouts(owner, context_id),
             [
-                *self._layouts(owner, context_id),
-                *(keys.adapter_key(owner.brand_id, context_id, name) for name in self._adapter_names),
-            ],
-            [
-                owner.digest_bytes,
+                raw,
                 owner.digest,
                 context_id,
-                keys.first_key(owner.brand_id, owner.digest_bytes, b""),
-                keys.first_message_key(owner.brand_id, owner.digest, ""),
+                keys.first_key(brand, raw, b"", where.tag),
+                b"" if where.other is None else keys.first_key(brand, raw, b"", where.other),
+                keys.first_message_key(brand, owner.digest, "") if where.older else "",
                 self._cache.pending_ttl,
                 now_ms,
             ],

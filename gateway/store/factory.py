@@ -58,7 +58,7 @@ def open_conversation_admin(
     Redis connection or its memory container, and its clock. ``cache`` is the configuration it was
     opened with; ``adapter_names`` the names bot adapters keep per-conversation state under."""
     if isinstance(store, RedisStore):
-        return RedisConversationAdmin(store.redis, cache, adapter_names, clock=store.clock)
+        return RedisConversationAdmin(store, cache, adapter_names)
     if isinstance(store, MemoryStore):
         return MemoryConversationAdmin(store.keyspace, cache, adapter_names)
     raise TypeError(f"no conversation admin for {type(store).__name__}")

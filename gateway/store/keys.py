@@ -71,23 +71,58 @@ def grant_slot_key(brand_id: str, user_digest: str, owner_digest: str) -> str:
 
 
 # The conversation layout since issue 17 (Redis bytes per conversation): short kinds, raw digests.
-# The functions above name the previous release's keys, which gateway/store/redis.py still reads
-# (and moves into these) so that conversations it wrote survive the upgrade.
+# The functions above name the layout before it (``conv:``, ``owner:``, ``first:``), which
+# gateway/store/redis.py still reads (and moves into these) so that conversations it wrote survive.
+#
+# Issue 20 adds hash tags: each of the functions below takes ``tag``, the owner's tag
+# (:func:`owner_tag`) for the tagged layout (``cache.key_layout: tagged``), or ``""`` for the
+# previous release's keys, exactly as it wrote them (``previous``). With the tag every key a
+# conversation's script touches sits in one Redis Cluster slot (gateway/store/slots.py), e.g.
+# ``pact:acme:{1a2b3c4d}c:<contextId>``: ten bytes more per key than the previous spelling.
 
 
-def conv_key(brand_id: str, context_id: str) -> str:
-    """A conversation's hash (gateway/store/redis.py); :func:`conversation_key` was the previous one's."""
-    return f"{PREFIX}:{brand_id}:c:{context_id}"
+def owner_tag(owner_digest: str) -> str:
+    """An owner's hash tag: the first 8 hex characters of :attr:`~gateway.store.base.Owner.digest`.
+
+    32 bits spread owners evenly over the 16,384 slots; they name nothing (the digest is one-way)
+    and decide nothing (a conversation's owner is still checked against its ``o`` field).
+    """
+    return owner_digest[:8]
 
 
-def conv_index_key(brand_id: str, owner: bytes) -> bytes:
+def _scope(brand_id: str, tag: str) -> str:
+    """A Brand's key prefix, with ``{tag}`` after it in the tagged layout (``tag`` not empty)."""
+    return f"{PREFIX}:{brand_id}:{{{tag}}}" if tag else f"{PREFIX}:{brand_id}:"
+
+
+def conv_key(brand_id: str, context_id: str, tag: str = "") -> str:
+    """A conversation's hash (gateway/store/redis.py); :func:`conversation_key` was the older one's."""
+    return f"{_scope(brand_id, tag)}c:{context_id}"
+
+
+def conv_index_key(brand_id: str, owner: bytes, tag: str = "") -> bytes:
     """One owner's conversations (a sorted set), by :attr:`~gateway.store.base.Owner.digest_bytes`."""
-    return f"{PREFIX}:{brand_id}:i:".encode() + owner
+    return f"{_scope(brand_id, tag)}i:".encode() + owner
 
 
-def first_key(brand_id: str, owner: bytes, message: bytes) -> bytes:
+def first_key(brand_id: str, owner: bytes, message: bytes, tag: str = "") -> bytes:
     """§4.3 a first message's record for its retry window, by raw owner and :func:`message_digest`."""
-    return f"{PREFIX}:{brand_id}:f:".encode() + owner + message
+    return f"{_scope(brand_id, tag)}f:".encode() + owner + message
+
+
+def claim_released_key(brand_id: str, token: str, tag: str = "") -> str:
+    """:func:`released_claim_key` in either layout: under the owner's tag, the begin-turn script's slot."""
+    return f"{_scope(brand_id, tag)}released:{token}" if tag else released_claim_key(brand_id, token)
+
+
+def limit_key(brand_id: str, limit: str, subject_digest: str, tag: str = "") -> str:
+    """:func:`rate_limit_key` in either layout. Tagged, a counter's tag is the owner's for the
+    per-person counter (it rides in the owner's turn script) and its own subject's otherwise."""
+    return (
+        f"{_scope(brand_id, tag)}rl:{limit}:{subject_digest}"
+        if tag
+        else rate_limit_key(brand_id, limit, subject_digest)
+    )
 
 
 def message_digest(message_id: str) -> bytes:

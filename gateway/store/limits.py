@@ -10,15 +10,16 @@ code, keys and clock, so the two paths draw on one budget.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
 
 from gateway.store.base import ConversationStore
-from gateway.store.gcra import GCRA_LUA, US, Hit, Rule, gcra, now_us, script_arguments
+from gateway.store.gcra import US, Hit, Rule, gcra, now_us, script_arguments
 from gateway.store.memory import MemoryKeyspace, MemoryStore
-from gateway.store.redis import RedisStore
-from gateway.store.redis_pipe import RedisPipe, Script
+from gateway.store.redis import CHARGE, RedisStore, charge_by_slot, refund_by_slot
+from gateway.store.redis_pipe import RedisPipe
 
 __all__ = [
     "Hit",
@@ -34,6 +35,9 @@ __all__ = [
 
 class RateLimiter(ABC):
     """Counters behind one interface; every operation raises :class:`StoreError` when the store fails."""
+
+    tagged = False
+    """Whether counters are named in the tagged key layout (``cache.key_layout``, Redis only)."""
 
     async def hit(self, key: str, rate: float, burst: int) -> float:
         """Charge one request to ``key``: 0 when allowed, else the seconds to wait (nothing charged)."""
@@ -82,34 +86,44 @@ class MemoryRateLimiter(RateLimiter):
         return None
 
 
-# ARGV and KEYS as GCRA_LUA reads them, and nothing after. Returns one integer per key: 0 allowed,
-# else the microseconds to wait.
-_HIT_ALL = Script(
-    GCRA_LUA
-    + """
-local _, waits = gcra()
-return waits
-"""
-)
-
-
 class RedisRateLimiter(RateLimiter):
-    """Counters on the conversation store's Redis, through its connection (no second one)."""
+    """Counters on the conversation store's Redis, through its connection (no second one).
 
-    def __init__(self, redis: RedisPipe, *, clock: Callable[[], float] = time.time) -> None:
+    Tagged, the counters of one request may sit in different slots (a person's under their
+    owner's tag, a personal agent's under its own): each slot's are charged all or nothing by one
+    script, the scripts sent together (one round trip); when one refuses, the others' charges are
+    given back (:func:`~gateway.store.redis.refund_by_slot`, a second round trip on the refusal
+    path only), so the request is still charged all or nothing. In the previous layout every
+    counter is charged by one script.
+    """
+
+    def __init__(
+        self, redis: RedisPipe, *, clock: Callable[[], float] = time.time, tagged: bool = False
+    ) -> None:
         # The replicas' wall clocks meet in one counter: NTP-level skew (ms) shifts a limit by
         # skew × rate requests, which is noise next to a burst.
         self._clock = clock
         self._redis = redis
+        self.tagged = tagged
 
     async def hit_all(self, hits: Sequence[Hit]) -> list[float]:
-        keys, args = script_arguments(hits, now_us(self._clock))
-        waits = await self._redis.run(_HIT_ALL, keys, args)
-        return [int(wait) / US for wait in waits]
+        now = now_us(self._clock)
+        if self.tagged:
+            waits = await charge_by_slot(self._redis, hits, now)
+            if any(waits.values()):
+                await refund_by_slot(self._redis, [hit for hit in hits if not waits[hit.key]], now)
+            return [waits[hit.key] / US for hit in hits]
+        keys, args = script_arguments(hits, now)
+        answered = await self._redis.run(CHARGE, keys, args)
+        return [int(wait) / US for wait in answered]
 
     async def waits(self, hits: Sequence[Hit]) -> list[float]:
-        # The same GCRA step as the script, on the counters as they stand: one read, no write.
-        tats = await self._redis.execute("MGET", *(hit.key for hit in hits))
+        # The same GCRA step as the script, on the counters as they stand: one read, no write (a
+        # read per counter when tagged, sent together, since they may sit in different slots).
+        if self.tagged:
+            tats = await asyncio.gather(*(self._redis.execute("GET", hit.key) for hit in hits))
+        else:
+            tats = await self._redis.execute("MGET", *(hit.key for hit in hits))
         now = now_us(self._clock)
         return [gcra(_tat(tat), now, hit.rule)[1] / US for tat, hit in zip(tats, hits, strict=True)]
 
@@ -131,7 +145,7 @@ def open_rate_limiter(store: ConversationStore) -> RateLimiter:
     store's begin-turn step: both paths must agree on what "now" is.
     """
     if isinstance(store, RedisStore):
-        return RedisRateLimiter(store.redis, clock=store.clock)
+        return RedisRateLimiter(store.redis, clock=store.clock, tagged=store.tagged)
     if isinstance(store, MemoryStore):
         return MemoryRateLimiter(store.keyspace)
     raise TypeError(f"no rate limiter for {type(store).__name__}")

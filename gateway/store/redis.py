@@ -12,9 +12,21 @@ ran in it (§5.5), and one field per turn named by :func:`keys.message_digest` (
 replicas and keep the hot path to two round trips per turn: one script begins it, charging the
 request's §6 rate limits first (the same GCRA code as the separate limit check,
 :data:`gateway.store.gcra.GCRA_LUA`) and, for a delegated turn, checking its grant (the hash
-:mod:`gateway.store.oauth_redis` keeps) in the same script; one completes it. Keys are
-standalone-Redis keys (a Redis Cluster would need hash tags). The connection is
+:mod:`gateway.store.oauth_redis` keeps) in the same script; one completes it. The connection is
 :class:`RedisPipe`'s (see ``redis_pipe.py`` for why not a pooled client).
+
+Hash tags (issue 20): with ``cache.key_layout: tagged`` (the default) every key a conversation's
+script touches carries its owner's tag (:func:`keys.owner_tag`): the conversation, the owner's
+index, the first-message records, the released-claim key, the §6 per-person counter and a
+delegated turn's grant (:attr:`GrantCheck.grant_key`, under the same tag for a grant minted since),
+so each script stays in one Redis Cluster slot (``tests/store/test_redis_slots.py``). The §6
+per-agent counter is in a slot of its own (its agent's tag): it is charged by :data:`CHARGE`, sent
+beside the begin-turn script in the same write, so a turn still costs one round trip to begin.
+The charge stays all or nothing: if the per-person counter refuses, the per-agent charge is given
+back (:data:`REFUND`); if the per-agent counter refuses, the claim the script made is released and
+the per-person charge given back, both before the ``429`` (one more round trip, refusal path only).
+With ``previous`` the keys are exactly the previous release's (untagged, every counter in the
+turn's script), for a rolling upgrade beside its replicas.
 
 Each owner's conversations are also members of a sorted set (:func:`keys.conv_index_key`),
 scored by their deadline in s, which the scripts that open and complete them keep up to date
@@ -24,12 +36,17 @@ in the same step and keep as long-lived as the longest of them, for listing and 
 string at :func:`keys.first_key`: its text's digest (:data:`FIRST_DIGEST` raw bytes) then its
 ``contextId``, 44 bytes for a UUID, which Redis keeps in the same allocation as the key's object.
 
-The previous release's layout (``conv:``, ``owner:`` and ``first:`` keys, hex digests, ms,
-``m:{messageId}`` fields) is still read: a conversation it wrote is moved into this layout by
-its owner's next turn, inside the begin-turn script (with the first-message records of its
-turns), and a first message it recorded is found by a retry. The upgrade is one-way: the
-previous release does not read this layout, so replicas of both must not serve at once (issue
-20); roll out by replacing every replica together (docs/capacity.md).
+Every layout is read, whichever is written: the other current one (tagged or untagged: the same
+hash under another key, moved with a ``RENAME`` and its index entry, :data:`_MOVE_LUA`) and the
+older ``b17dd54`` one (``conv:``, ``owner:`` and ``first:`` keys, hex digests, ms,
+``m:{messageId}`` fields, converted by :data:`_UPGRADE_LUA` with the first-message records of its
+turns). A conversation found elsewhere is moved into the written layout by its owner's next turn,
+inside the begin-turn script; a first message recorded in any layout is found by a retry; a reply
+and a release go to whichever layout holds the conversation by then (a replica with the other
+setting may have moved it meanwhile). So replicas writing either layout serve side by side, and
+this release with ``previous`` beside the previous release's (docs/capacity.md, Upgrading). On a
+Redis Cluster (``reads_previous=False``) the untagged layouts do not exist: their keys are passed
+as ``""``, which every script skips, so that all of a script's keys share a slot.
 
 A claim whose outcome is unknown (the connection timed out or broke after the script was
 sent, or the caller was cancelled) is released at once, not left to ``pending_ttl``: otherwise
@@ -52,7 +69,7 @@ import contextlib
 import random
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from gateway.config import CacheConfig
 from gateway.redis_url import parse_redis_url
@@ -68,6 +85,7 @@ from gateway.store.base import (
 )
 from gateway.store.gcra import GCRA_LUA, US, Hit, script_arguments
 from gateway.store.redis_pipe import RedisPipe, Script
+from gateway.store.slots import hashed_part
 
 # What a begin-turn script does first: nothing at all if its attempt was released (its last KEY is
 # the token's released_claim_key, its last ARGV the token); then charge the limits (the leading
@@ -187,12 +205,31 @@ local function upgrade(old, new, index, context, owner, now_ms, old_first_prefix
 end
 """
 
+# Moves the conversation FROM (in the other of the two current layouts, same fields) to TO if it is
+# OWNER's (raw), with its member of FROM_INDEX into TO_INDEX (score kept): a rename, since both
+# layouts lay the hash out alike. Its first-message records stay where they are: a retry and an
+# erasure read both layouts' (a record lives only the retry window).
+_MOVE_LUA = """
+local function move(from, from_index, to, to_index, context, owner, now_ms)
+  local ttl = redis.call('PTTL', from)
+  if ttl < 0 or redis.call('HGET', from, 'o') ~= owner then return end
+  redis.call('RENAME', from, to)
+  local ttl_s = math.ceil(ttl / 1000)
+  local score = redis.call('ZSCORE', from_index, context)
+  redis.call('ZREM', from_index, context)
+  redis.call('ZADD', to_index, score or (math.floor(tonumber(now_ms) / 1000) + ttl_s), context)
+  if redis.call('TTL', to_index) < ttl_s then redis.call('EXPIRE', to_index, ttl_s) end
+end
+"""
+
 # K[1] conversation, K[2] first-message key ("" to skip the retry check), K[3] grant ("" if none),
-# K[4] owner index, K[5] the previous release's first-message key, K[6] released claim. A: owner
-# (raw), owner (hex), field, now_ms, pending_deadline_ms, record_ttl_s, retry_window_s, first_value,
-# user (raw, "" if none), the first-message value this open takes over ("" if none), context id,
-# index pruning horizon s, token. No other conversation of the index outlives this one, so the index
-# is kept exactly as long; members whose deadline is past the horizon go.
+# K[4] owner index, K[5] the older release's first-message key ("" where not read), K[6] the other
+# current layout's first-message key ("" where not read), K[7] released claim (last, as
+# _CHARGE_FIRST reads it). A: owner (raw), owner (hex), field, now_ms, pending_deadline_ms,
+# record_ttl_s, retry_window_s, first_value, user (raw, "" if none), the first-message value this
+# open takes over ("" if none), context id, index pruning horizon s, token. No other conversation of
+# the index outlives this one, so the index is kept exactly as long; members whose deadline is past
+# the horizon go.
 _OPEN = Script(
     _CHARGE_FIRST
     + _GRANT_CHECK
@@ -200,7 +237,9 @@ _OPEN = Script(
     + """
 if grant_revoked(K[3], A[2], A[4]) then return {'revoked'} end
 if K[2] ~= '' then
-  local earlier = redis.call('GET', K[2]) or old_first(redis.call('GET', K[5]))
+  local earlier = redis.call('GET', K[2])
+  if not earlier and K[6] ~= '' then earlier = redis.call('GET', K[6]) end
+  if not earlier and K[5] ~= '' then earlier = old_first(redis.call('GET', K[5])) end
   if earlier and earlier ~= A[10] then return {'first', earlier} end
   redis.call('SET', K[2], A[8], 'EX', A[7])
 end
@@ -214,18 +253,26 @@ return {'new'}
 """
 )
 
-# K[1] conversation, K[2] grant ("" if none), K[3] the previous release's conversation key, K[4]
-# owner index, K[5] released claim. A: owner (raw), owner (hex), field, now_ms, pending_deadline_ms,
-# idle_ttl_ms, user (raw, "" if none), context id, the owner's first-message key prefix in the
-# previous release's layout and in this one, token.
+# K[1] conversation, K[2] grant ("" if none), K[3] the older release's conversation key ("" where not
+# read), K[4] owner index, K[5] and K[6] the conversation and owner index in the other current layout
+# ("" where not read), K[7] released claim (last, as _CHARGE_FIRST reads it). A: owner (raw), owner
+# (hex), field, now_ms, pending_deadline_ms, idle_ttl_ms, user (raw, "" if none), context id, the
+# owner's first-message key prefix in the older release's layout and in the written one, token.
 _CONTINUE = Script(
     _CHARGE_FIRST
     + _GRANT_CHECK
     + REPLY_LUA
     + _UPGRADE_LUA
+    + _MOVE_LUA
     + """
 if grant_revoked(K[2], A[2], A[4]) then return {'revoked'} end
-if redis.call('EXISTS', K[1]) == 0 then upgrade(K[3], K[1], K[4], A[8], A[2], A[4], A[9], A[10]) end
+if redis.call('EXISTS', K[1]) == 0 then
+  if K[5] ~= '' and redis.call('EXISTS', K[5]) == 1 then
+    move(K[5], K[6], K[1], K[4], A[8], A[1], A[4])
+  elseif K[3] ~= '' then
+    upgrade(K[3], K[1], K[4], A[8], A[2], A[4], A[9], A[10])
+  end
+end
 local v = redis.call('HMGET', K[1], 'o', 'c', 't', 'l', A[3], 'a', 'u')
 if not v[1] or v[1] ~= A[1] then return {'unknown'} end
 -- Before the replay: a stored reply is the context's user's, served to no one else.
@@ -242,43 +289,79 @@ return {'new', v[6]}
 """
 )
 
-# KEYS[1] conversation, KEYS[2] owner index. ARGV: owner (raw), field, stored reply, now_ms, close
+# KEYS[1] conversation, KEYS[2] owner index, KEYS[3] and KEYS[4] the same in the other current layout
+# ("" where not read): a replica writing that layout may have moved the conversation there while
+# this turn ran, and its reply belongs with it. ARGV: owner (raw), field, stored reply, now_ms, close
 # flag, ttl_s, context id. Nothing is stored over an erased conversation's tombstone. The index is
 # kept as long as this conversation now is, unless that is shorter (a close): then it still holds a
 # longer one.
 _COMPLETE = Script(
     REPLY_LUA
     + """
-if redis.call('HEXISTS', KEYS[1], 'e') == 1 then return 0 end
+local key, index = KEYS[1], KEYS[2]
+if KEYS[3] ~= '' and redis.call('EXISTS', key) == 0 and redis.call('EXISTS', KEYS[3]) == 1 then
+  key, index = KEYS[3], KEYS[4]
+end
+if redis.call('HEXISTS', key, 'e') == 1 then return 0 end
 local now_ms = tonumber(ARGV[4])
-local opened = tonumber(redis.call('HGET', KEYS[1], 't')) or now_ms
-put_reply(KEYS[1], ARGV[2], ARGV[3])
-redis.call('HSET', KEYS[1], 'o', ARGV[1], 't', opened, 'l', now_ms - opened, 'a', '1')
-if ARGV[5] == '1' then redis.call('HSET', KEYS[1], 'c', '1') end
-redis.call('EXPIRE', KEYS[1], ARGV[6])
-redis.call('ZADD', KEYS[2], math.floor(now_ms / 1000) + tonumber(ARGV[6]), ARGV[7])
-if ARGV[5] ~= '1' or redis.call('TTL', KEYS[2]) < 0 then redis.call('EXPIRE', KEYS[2], ARGV[6]) end
+local opened = tonumber(redis.call('HGET', key, 't')) or now_ms
+put_reply(key, ARGV[2], ARGV[3])
+redis.call('HSET', key, 'o', ARGV[1], 't', opened, 'l', now_ms - opened, 'a', '1')
+if ARGV[5] == '1' then redis.call('HSET', key, 'c', '1') end
+redis.call('EXPIRE', key, ARGV[6])
+redis.call('ZADD', index, math.floor(now_ms / 1000) + tonumber(ARGV[6]), ARGV[7])
+if ARGV[5] ~= '1' or redis.call('TTL', index) < 0 then redis.call('EXPIRE', index, ARGV[6]) end
 return 1
 """
 )
 
-# KEYS[1] conversation, KEYS[2] first-message key, KEYS[3] released claim.
-# ARGV: owner (raw), field, new flag, context id, token ("" for the marker, whoever set it),
-# pending_ttl_s. Only an in-flight marker is released: a stored reply (a completion that did reach
-# Redis) stays. A first-message record is its text digest (FIRST_DIGEST bytes) and context id.
+# KEYS[1] conversation, KEYS[2] first-message key, KEYS[3] released claim, KEYS[4] the conversation
+# in the other current layout ("" where not read; see _COMPLETE). ARGV: owner (raw), field, new
+# flag, context id, token ("" for the marker, whoever set it), pending_ttl_s. Only an in-flight
+# marker is released: a stored reply (a completion that did reach Redis) stays. A first-message
+# record is its text digest (FIRST_DIGEST bytes) and context id.
 _ABORT = Script("""
 if ARGV[5] ~= '' then redis.call('SET', KEYS[3], '1', 'EX', ARGV[6]) end
-local v = redis.call('HMGET', KEYS[1], 'o', ARGV[2])
+local key = KEYS[1]
+if KEYS[4] ~= '' and redis.call('EXISTS', key) == 0 then key = KEYS[4] end
+local v = redis.call('HMGET', key, 'o', ARGV[2])
 if v[1] ~= ARGV[1] or not v[2] or string.sub(v[2], 1, 1) ~= 'P' then return 0 end
 if ARGV[5] ~= '' and string.match(v[2], '|(.*)$') ~= ARGV[5] then return 0 end
 if ARGV[3] == '1' then
-  redis.call('DEL', KEYS[1])
+  redis.call('DEL', key)
   local earlier = redis.call('GET', KEYS[2])
   if earlier and string.sub(earlier, 9) == ARGV[4] then redis.call('DEL', KEYS[2]) end
 else
-  redis.call('HDEL', KEYS[1], ARGV[2])
+  redis.call('HDEL', key, ARGV[2])
 end
 return 1
+""")
+
+# A §6 charge on its own (the leading KEYS and ARGV of GCRA_LUA, nothing after): one integer per key,
+# 0 allowed, else the microseconds to wait. The rate limiter's separate charge, and a turn's counters
+# that live in another slot than its conversation (the per-agent one, tagged layout).
+CHARGE = Script(
+    GCRA_LUA
+    + """
+local _, waits = gcra()
+return waits
+"""
+)
+
+# KEYS: counters a request charged before another counter refused it. ARGV[1] now (µs), then per key
+# its interval (µs). Takes one charge back from each: GCRA charges add up while a counter is busy, so
+# taking one interval off leaves it as if this request had not come (an idle counter goes).
+REFUND = Script("""
+local now = tonumber(ARGV[1])
+for i = 1, #KEYS do
+  local tat = tonumber(redis.call('GET', KEYS[i]) or '0') - tonumber(ARGV[1 + i])
+  if tat > now then
+    redis.call('SET', KEYS[i], string.format('%d', tat), 'PX', math.ceil((tat - now) / 1000))
+  else
+    redis.call('DEL', KEYS[i])
+  end
+end
+return 0
 """)
 
 _READY_KEY: Final = f"{keys.PREFIX}:readyz"
@@ -302,10 +385,33 @@ def _token() -> str:
     return f"{random.getrandbits(64):016x}"
 
 
+class _Layouts(NamedTuple):
+    """Where one owner's conversations are: the layout written (``tag``: the owner's tag, or ``""``
+    for the previous release's keys), the other current one (``other``, ``None`` where not read) and
+    whether the older ``conv:`` layout is read too (``older``)."""
+
+    tag: str
+    other: str | None
+    older: bool
+
+
 class RedisStore(ConversationStore):
-    def __init__(self, config: CacheConfig, *, clock: Callable[[], float] = time.time) -> None:
+    """Conversations on Redis, in the layout ``cache.key_layout`` names, reading every layout.
+
+    ``reads_previous``: read the untagged layouts too (the previous release's, and the older
+    ``conv:`` one). True on a single Redis and under Sentinel, where a script may touch keys of
+    any slot; False on a Redis Cluster, which never held them (the previous release could not run
+    on one, and only ``tagged`` is allowed there) and where every key of a script must share its
+    slot: their keys are then passed as ``""``, which the scripts skip.
+    """
+
+    def __init__(
+        self, config: CacheConfig, *, clock: Callable[[], float] = time.time, reads_previous: bool = True
+    ) -> None:
         self._config = config
         self._clock = clock
+        self._tagged = config.key_layout == "tagged"
+        self._reads_previous = reads_previous
         self._redis = RedisPipe(parse_redis_url(config.url), timeout=config.timeout, replicas=config.replicas)
 
     @property
@@ -314,8 +420,41 @@ class RedisStore(ConversationStore):
         return self._redis
 
     @property
+    def tagged(self) -> bool:
+        """Whether this store writes the tagged layout (``cache.key_layout``)."""
+        return self._tagged
+
+    @property
+    def reads_previous(self) -> bool:
+        """Whether the untagged layouts are read (see the class docstring)."""
+        return self._reads_previous
+
+    def layouts(self, owner: Owner) -> _Layouts:
+        """Where ``owner``'s conversations may be, for this store and the admin beside it."""
+        tag = keys.owner_tag(owner.digest)
+        if self._tagged:
+            return _Layouts(tag, "" if self._reads_previous else None, self._reads_previous)
+        return _Layouts("", tag, True)
+
+    @property
     def _record_ttl(self) -> int:
         return self._config.conversation_ttl + self._config.closed_ttl
+
+    def _split(self, owner: Owner, limits: Sequence[Hit]) -> tuple[list[Hit], list[Hit]]:
+        """The counters the turn's script charges, and those charged beside it (:data:`CHARGE`).
+
+        In the tagged layout a counter rides in the script only if it is under the owner's tag (the
+        per-person one, :func:`gateway.ops.limits.RateLimits.charge`); the per-agent counter is in
+        a slot of its own. In the previous layout every counter rides in the script, as before.
+        """
+        if not self._tagged:
+            return list(limits), []
+        tag = keys.owner_tag(owner.digest).encode()
+        inline: list[Hit] = []
+        apart: list[Hit] = []
+        for hit in limits:
+            (inline if hashed_part(hit.key.encode()) == tag else apart).append(hit)
+        return inline, apart
 
     async def _claiming(
         self,
@@ -323,6 +462,7 @@ class RedisStore(ConversationStore):
         keys_: list[str | bytes],
         args: list[Any],
         release: tuple[Owner, str, bytes, str, bool],
+        charge: tuple[Sequence[Hit], Sequence[Hit], int] = ((), (), 0),
     ) -> list[Any]:
         """Run a begin-turn script; if its outcome is unknown, release what it may have claimed.
 
@@ -332,13 +472,49 @@ class RedisStore(ConversationStore):
         went wrong (a timeout, a broken connection, an error answer, the caller cancelled), on a
         new connection if need be, shielded from cancellation; if Redis cannot be reached for it
         either, the marker lapses after ``pending_ttl`` as before.
+
+        ``charge`` is ``(every limit of the turn, those charged apart, now µs)``: the counters apart
+        are charged by their own script, started before this one's so that the pipe sends both in
+        one write (one round trip). The charge stays all or nothing, as in one script: when a
+        counter refuses, those that allowed on the other side are given back (:data:`REFUND`, sent
+        with the claim's release when the turn's script claimed), one more round trip on the
+        refusal path only; the answer is then ``{'limited', wait per limit}`` in ``limits``' order.
         """
+        limits, apart, now = charge
+        charged = asyncio.ensure_future(charge_by_slot(self._redis, apart, now)) if apart else None
         try:
             result: list[Any] = await self._redis.run(script, keys_, args, replicated=True)
+            waits = {} if charged is None else await charged
         except BaseException:
+            if charged is not None:
+                # Its answer no longer matters (the turn fails); its failure is not to be logged as lost.
+                charged.cancel()
+                charged.add_done_callback(_settled)
             await asyncio.shield(self._release(*release))
             raise
-        return result
+        refused_here = result[0] == b"limited"
+        if charged is None or (not any(waits.values()) and not refused_here):
+            return result
+        if refused_here:
+            back = [hit for hit in apart if not waits[hit.key]]
+        else:
+            back = [hit for hit in limits if hit.key not in waits] if result[0] != b"released" else []
+            back += [hit for hit in apart if not waits[hit.key]]
+        await asyncio.shield(self._give_back(release, back, now, claimed=result[0] == b"new"))
+        inline = iter(result[1:] if refused_here else ())
+        return [b"limited", *(waits[hit.key] if hit.key in waits else int(next(inline, 0)) for hit in limits)]
+
+    async def _give_back(
+        self, release: tuple[Owner, str, bytes, str, bool], hits: Sequence[Hit], now: int, *, claimed: bool
+    ) -> None:
+        """A refused turn's aftermath: its claim released (if the script claimed) and ``hits``
+        refunded, sent together. A failure leaves the marker to ``pending_ttl`` and the charge to
+        lapse (a burst's worth at most): the refusal is answered either way."""
+        with contextlib.suppress(StoreError):
+            await asyncio.gather(
+                *((self._release(*release),) if claimed else ()),
+                refund_by_slot(self._redis, hits, now),
+            )
 
     async def _release(
         self, owner: Owner, context_id: str, field: bytes, token: str, new_conversation: bool
@@ -350,34 +526,41 @@ class RedisStore(ConversationStore):
         self,
         owner: Owner,
         context_id: str,
-        first: tuple[bytes, str] | None,
+        first: bytes | None,
         field: bytes,
         digest: bytes,
         now: float,
         token: str,
         *,
+        message_id: str,
         takes_over: bytes = b"",
         limits: Sequence[Hit] = (),
         grant: GrantCheck | None = None,
     ) -> list[Any]:
-        """``first``: the message's first-message key and the previous release's, or ``None`` (no check)."""
-        limit_keys, limit_args = script_arguments(limits, int(now * US))
+        """``first``: the message's first-message key in the written layout, or ``None`` (no check)."""
+        inline, apart = self._split(owner, limits)
+        limit_keys, limit_args = script_arguments(inline, int(now * US))
         now_ms = int(now * 1000)
-        first_key, old_first_key = (b"", "") if first is None else first
+        where = self.layouts(owner)
+        brand, raw = owner.brand_id, owner.digest_bytes
+        checked = first is not None
         return await self._claiming(
             _OPEN,
             [
                 *limit_keys,
-                keys.conv_key(owner.brand_id, context_id),
-                first_key,
+                keys.conv_key(brand, context_id, where.tag),
+                first or b"",
                 "" if grant is None else grant.grant_key,
-                keys.conv_index_key(owner.brand_id, owner.digest_bytes),
-                old_first_key,
-                keys.released_claim_key(owner.brand_id, token),
+                keys.conv_index_key(brand, raw, where.tag),
+                keys.first_message_key(brand, owner.digest, message_id) if checked and where.older else "",
+                keys.first_key(brand, raw, field, where.other)
+                if checked and where.other is not None
+                else b"",
+                keys.claim_released_key(brand, token, where.tag),
             ],
             [
                 *limit_args,
-                owner.digest_bytes,
+                raw,
                 owner.digest,
                 field,
                 now_ms,
@@ -392,6 +575,7 @@ class RedisStore(ConversationStore):
                 token,
             ],
             (owner, context_id, field, token, True),
+            (limits, apart, int(now * US)),
         )
 
     async def _continue(
@@ -404,21 +588,27 @@ class RedisStore(ConversationStore):
         limits: Sequence[Hit] = (),
         grant: GrantCheck | None = None,
     ) -> TurnClaim:
-        limit_keys, limit_args = script_arguments(limits, int(now * US))
+        inline, apart = self._split(owner, limits)
+        limit_keys, limit_args = script_arguments(inline, int(now * US))
         now_ms = int(now * 1000)
+        where = self.layouts(owner)
+        brand, raw = owner.brand_id, owner.digest_bytes
+        other = where.other
         result = await self._claiming(
             _CONTINUE,
             [
                 *limit_keys,
-                keys.conv_key(owner.brand_id, context_id),
+                keys.conv_key(brand, context_id, where.tag),
                 "" if grant is None else grant.grant_key,
-                keys.conversation_key(owner.brand_id, context_id),
-                keys.conv_index_key(owner.brand_id, owner.digest_bytes),
-                keys.released_claim_key(owner.brand_id, token),
+                keys.conversation_key(brand, context_id) if where.older else "",
+                keys.conv_index_key(brand, raw, where.tag),
+                "" if other is None else keys.conv_key(brand, context_id, other),
+                b"" if other is None else keys.conv_index_key(brand, raw, other),
+                keys.claim_released_key(brand, token, where.tag),
             ],
             [
                 *limit_args,
-                owner.digest_bytes,
+                raw,
                 owner.digest,
                 field,
                 now_ms,
@@ -426,12 +616,14 @@ class RedisStore(ConversationStore):
                 self._config.conversation_ttl * 1000,
                 b"" if grant is None else bytes.fromhex(grant.user_digest),
                 context_id,
-                keys.first_message_key(owner.brand_id, owner.digest, ""),
-                keys.first_key(owner.brand_id, owner.digest_bytes, b""),
+                keys.first_message_key(brand, owner.digest, ""),
+                keys.first_key(brand, raw, b"", where.tag),
                 token,
             ],
             (owner, context_id, field, token, False),
+            (limits, apart, int(now * US)),
         )
+
         verdict = result[0]
         if verdict == b"unknown":
             return TurnClaim(TurnStatus.UNKNOWN_CONTEXT)
@@ -476,12 +668,18 @@ class RedisStore(ConversationStore):
         if context_id is not None:
             return await self._continue(owner, context_id, field, now, token, limits, grant)
         digest = text_digest(text)[:FIRST_DIGEST]
-        first = (
-            keys.first_key(owner.brand_id, owner.digest_bytes, field),
-            keys.first_message_key(owner.brand_id, owner.digest, message_id),
-        )
+        first = keys.first_key(owner.brand_id, owner.digest_bytes, field, self.layouts(owner).tag)
         result = await self._open(
-            owner, new_context_id, first, field, digest, now, token, limits=limits, grant=grant
+            owner,
+            new_context_id,
+            first,
+            field,
+            digest,
+            now,
+            token,
+            message_id=message_id,
+            limits=limits,
+            grant=grant,
         )
         for _ in range(_TAKEOVERS):
             if result[0] == b"new":
@@ -494,7 +692,9 @@ class RedisStore(ConversationStore):
             earlier_digest, earlier_context = earlier[: len(digest)], earlier[len(digest) :].decode()
             if earlier_digest != digest:
                 # A different first message that reuses a messageId opens its own conversation, unchecked.
-                result = await self._open(owner, new_context_id, None, field, digest, now, token, grant=grant)
+                result = await self._open(
+                    owner, new_context_id, None, field, digest, now, token, message_id=message_id, grant=grant
+                )
                 if result[0] == b"revoked":
                     return TurnClaim(TurnStatus.GRANT_REVOKED)
                 return TurnClaim(TurnStatus.NEW, new_context_id, new_conversation=True)
@@ -505,18 +705,31 @@ class RedisStore(ConversationStore):
             # §4.3 with §4.2 (see ConversationStore.begin_turn): nothing of this message to replay,
             # so it starts the conversation it asks for, and becomes what a later retry finds.
             result = await self._open(
-                owner, new_context_id, first, field, digest, now, token, takes_over=earlier, grant=grant
+                owner,
+                new_context_id,
+                first,
+                field,
+                digest,
+                now,
+                token,
+                message_id=message_id,
+                takes_over=earlier,
+                grant=grant,
             )
         return TurnClaim(TurnStatus.IN_FLIGHT)
 
     async def complete_turn(
         self, owner: Owner, context_id: str, message_id: str, reply: bytes, *, close: bool
     ) -> None:
+        where = self.layouts(owner)
+        other = where.other
         await self._redis.run(
             _COMPLETE,
             [
-                keys.conv_key(owner.brand_id, context_id),
-                keys.conv_index_key(owner.brand_id, owner.digest_bytes),
+                keys.conv_key(owner.brand_id, context_id, where.tag),
+                keys.conv_index_key(owner.brand_id, owner.digest_bytes, where.tag),
+                "" if other is None else keys.conv_key(owner.brand_id, context_id, other),
+                b"" if other is None else keys.conv_index_key(owner.brand_id, owner.digest_bytes, other),
             ],
             [
                 owner.digest_bytes,
@@ -538,12 +751,14 @@ class RedisStore(ConversationStore):
     async def _abort(
         self, owner: Owner, context_id: str, field: bytes, new_conversation: bool, token: str
     ) -> None:
+        where = self.layouts(owner)
         await self._redis.run(
             _ABORT,
             [
-                keys.conv_key(owner.brand_id, context_id),
-                keys.first_key(owner.brand_id, owner.digest_bytes, field),
-                keys.released_claim_key(owner.brand_id, token),
+                keys.conv_key(owner.brand_id, context_id, where.tag),
+                keys.first_key(owner.brand_id, owner.digest_bytes, field, where.tag),
+                keys.claim_released_key(owner.brand_id, token, where.tag),
+                "" if where.other is None else keys.conv_key(owner.brand_id, context_id, where.other),
             ],
             [
                 owner.digest_bytes,
@@ -574,6 +789,42 @@ class RedisStore(ConversationStore):
 
     async def close(self) -> None:
         await self._redis.close()
+
+
+async def refund_by_slot(redis: RedisPipe, hits: Sequence[Hit], now: int) -> None:
+    """Give back one charge of each of ``hits`` made at ``now`` (µs), one :data:`REFUND` per slot, sent
+    together: what a request that another counter refused had charged (all or nothing, §6)."""
+    groups: dict[bytes, list[Hit]] = {}
+    for hit in hits:
+        groups.setdefault(hashed_part(hit.key.encode()), []).append(hit)
+    await asyncio.gather(
+        *(
+            redis.run(REFUND, [hit.key for hit in group], [now, *(hit.rule.interval_us for hit in group)])
+            for group in groups.values()
+        )
+    )
+
+
+async def charge_by_slot(redis: RedisPipe, hits: Sequence[Hit], now: int) -> dict[str, int]:
+    """Charge ``hits`` at ``now`` (µs), one :data:`CHARGE` per hash slot (each all or nothing), the
+    scripts sent together: the wait per key (µs, 0 where allowed)."""
+    groups: dict[bytes, list[Hit]] = {}
+    for hit in hits:
+        groups.setdefault(hashed_part(hit.key.encode()), []).append(hit)
+    answers: list[list[Any]] = await asyncio.gather(
+        *(redis.run(CHARGE, *script_arguments(group, now)) for group in groups.values())
+    )
+    return {
+        hit.key: int(wait)
+        for group, waits in zip(groups.values(), answers, strict=True)
+        for hit, wait in zip(group, waits, strict=True)
+    }
+
+
+def _settled(task: asyncio.Future[Any]) -> None:
+    """Marks a task's outcome as seen, whatever it was."""
+    if not task.cancelled():
+        task.exception()
 
 
 def _limited(result: list[Any]) -> TurnClaim:

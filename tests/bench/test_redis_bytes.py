@@ -15,6 +15,7 @@ import redis.asyncio as aioredis
 from bench.redis_bytes import FIRST_MESSAGE, fill, key_memory, turn, warm_up
 from bench.redis_probe import RedisProbe
 from gateway.config import CacheConfig
+from gateway.store import keys as store_keys
 from gateway.store.base import Owner
 from gateway.store.redis import RedisStore
 from tests.support.bench import BENCH_REDIS_URL, run_module
@@ -36,7 +37,7 @@ async def test_redis_holds_a_conversation_in_at_most_550_bytes_of_keys(
     per_conversation = sum(key_memory(RedisProbe(redis_url)).values()) / 300
     assert per_conversation <= KEY_BYTES_PER_CONVERSATION, per_conversation
     # Small-encoded: a hash table would be about three times the size.
-    conversations = [key async for key in redis_client.scan_iter("pact:acme:c:*")]
+    conversations = [key async for key in redis_client.scan_iter(store_keys.conv_key("acme", "*", "*"))]
     assert len(conversations) == 300
     assert {await redis_client.object("encoding", key) for key in conversations} == {b"listpack"}
 

@@ -193,6 +193,25 @@ async def test_s6_a_turn_charges_both_limits_or_neither(
     assert [call.body["message_id"] for call in gw.bot.calls].count("m-2") == 1
 
 
+async def test_s6_a_turn_refused_by_its_personal_agents_limit_claims_nothing(
+    make_gateway: MakeGateway, cache_url: str, clock: ManualClock
+) -> None:
+    """§6 per personal agent: a bare 429 with ``Retry-After``; on Redis its counter is in a slot of
+    its own, charged beside the turn's script, so the turn that script claimed is released (and the
+    person's charge given back): the retry after the wait runs, and the bot sees it once."""
+    gw = await make_gateway(cache_url, edit=limits(per_agent={"rate": 0.5, "burst": 1}), clock=clock)
+    first = await gw.send(message_id="m-1")
+    await ok(first)
+    context_id = orjson.loads(await first.read())["message"]["contextId"]
+    assert await bare_429(await gw.send(message_id="m-2", context_id=context_id)) == 2
+    assert await bare_429(await gw.send(message_id="m-3")) == 2
+    clock.advance(2)
+    await ok(await gw.send(message_id="m-2", context_id=context_id))
+    clock.advance(2)
+    await ok(await gw.send(message_id="m-3"))
+    assert [call.body["message_id"] for call in gw.bot.calls] == ["m-1", "m-2", "m-3"]
+
+
 async def test_s6_refused_requests_do_not_use_up_the_budget(
     make_gateway: MakeGateway, cache_url: str, clock: ManualClock
 ) -> None:

@@ -24,11 +24,10 @@ import redis.asyncio as aioredis
 from aiohttp.test_utils import TestClient
 from redis.exceptions import RedisError
 
-from gateway.store import keys as store_keys
 from tests.ops.conftest import Metered
 from tests.support.figures import record_figure
 from tests.support.gateway import Harness, MakeGateway
-from tests.support.redis_layout import stored_reply
+from tests.support.redis_layout import conversation_key, stored_reply
 from tests.support.redis_servers import RedisServer, RedisServers, wait_for
 from tests.support.turn_stream import Sent, TurnStream
 
@@ -256,7 +255,7 @@ async def _replicate(server: RedisServer, host: str, port: str) -> None:
 async def _replicated(replica: RedisServer, context_id: str) -> bool:
     client: aioredis.Redis = replica.client()
     try:
-        return bool(await client.exists(store_keys.conv_key("acme", context_id)))
+        return await conversation_key(client, "acme", context_id) is not None
     finally:
         await client.aclose()
 

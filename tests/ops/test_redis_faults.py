@@ -18,6 +18,7 @@ import redis.asyncio as aioredis
 from aiohttp import ClientResponse
 
 from gateway.app import STORE
+from gateway.store import keys as store_keys
 from gateway.store.base import StoreError
 from tests.support.gateway import Harness, MakeGateway
 from tests.support.redis_layout import stored_reply
@@ -114,9 +115,9 @@ async def test_s4_3_a_hundred_concurrent_copies_across_two_gateways_make_one_bot
     for gw in (a, b):
         assert await (await send(gw)).read() == reply
     assert len(bot.calls) == calls + 1
-    conversations = [key async for key in redis_client.scan_iter("pact:acme:c:*")]
+    conversations = [key async for key in redis_client.scan_iter(store_keys.conv_key("acme", "*", "*"))]
     assert len(conversations) == 1
-    context_id = conversations[0].decode().removeprefix("pact:acme:c:")
+    context_id = conversations[0].decode().split("}c:", 1)[1]
     assert await stored_reply(redis_client, "acme", context_id, "m-dup") == reply
 
 

@@ -17,7 +17,7 @@ from aiohttp import ClientResponse
 
 from gateway.app import STORE
 from gateway.store.redis import RedisStore
-from tests.support.commands import recorded_commands
+from tests.support.commands import recorded_rounds
 from tests.support.gateway import Harness, MakeGateway
 from tests.support.pa import ManualClock
 from tests.support.waiting import until
@@ -163,26 +163,36 @@ async def test_redis_round_trips_per_message_send(make_gateway: MakeGateway, red
     context_id = (await message(await gw.send(message_id="m-0")))["contextId"]
     await message(await gw.send("It is A-10001", message_id="m-1", context_id=context_id))
 
-    with recorded_commands(redis) as first_turn:
+    with recorded_rounds(redis) as first_turn:
         await message(await gw.send("Hello again", message_id="m-2"))
-    with recorded_commands(redis) as next_turn:
+    with recorded_rounds(redis) as next_turn:
         await message(await gw.send("It is A-10002", message_id="m-3", context_id=context_id))
-    with recorded_commands(redis) as replay:
+    with recorded_rounds(redis) as replay:
         await message(await gw.send("It is A-10002", message_id="m-3", context_id=context_id))
-    with recorded_commands(redis) as first_retried:
+    with recorded_rounds(redis) as first_retried:
         await message(await gw.send("Hello again", message_id="m-2"))
-    with recorded_commands(redis) as first_reused:
+    with recorded_rounds(redis) as first_reused:
         await message(await gw.send("Something else", message_id="m-2"))
 
-    assert first_turn == ["EVALSHA"] * 2  # limits + open + claim, complete
-    assert next_turn == ["EVALSHA"] * 2  # limits + claim, complete
-    assert replay == ["EVALSHA"]  # limits + claim answers the stored reply
-    assert first_retried == ["EVALSHA"] * 2  # limits + open finds m-2's conversation, continue replays
-    assert first_reused == ["EVALSHA"] * 3  # limits + open finds other text, open unchecked, complete
+    # In the tagged layout (the default) the per-agent counter is charged by its own script, sent
+    # with the begin-turn script: one more call, in the same round trip.
+    assert (first_turn.rounds, len(first_turn.commands)) == (
+        2,
+        3,
+    )  # open + claim | agent, complete
+    assert (next_turn.rounds, len(next_turn.commands)) == (2, 3)  # per-user + claim | agent, complete
+    assert (replay.rounds, len(replay.commands)) == (1, 2)  # per-user + claim answers the reply | agent
+    assert (first_retried.rounds, len(first_retried.commands)) == (2, 3)  # open finds m-2's | agent, continue
+    assert (first_reused.rounds, len(first_reused.commands)) == (
+        3,
+        4,
+    )  # open | agent, open, complete
 
 
 async def test_redis_round_trips_when_refused_or_malformed(make_gateway: MakeGateway, redis_url: str) -> None:
-    """A 429 is the begin-turn script alone (nothing claimed); a bad body charges the limits alone."""
+    """A 429 is the begin-turn script and the per-agent charge beside it, then the per-agent charge
+    given back (§6 all or nothing; the refusal path only); a bad body charges the limits alone (one
+    script per slot, together)."""
 
     def tight(raw: dict[str, Any]) -> None:
         raw["rate_limits"] = {"per_user": {"rate": 0.01, "burst": 3}}
@@ -191,9 +201,10 @@ async def test_redis_round_trips_when_refused_or_malformed(make_gateway: MakeGat
     redis = redis_store(gw).redis
     await message(await gw.send(message_id="m-0"))  # loads the scripts
     assert (await gw.client.get("/a2a/acme/tasks", headers=gw.auth())).status == 200
-    with recorded_commands(redis) as malformed:
+    with recorded_rounds(redis) as malformed:
         response = await gw.client.post("/a2a/acme/message:send", data=b"{garbage", headers=gw.auth())
         assert response.status == 400
-    with recorded_commands(redis) as refused:
+    with recorded_rounds(redis) as refused:
         assert (await gw.send(message_id="m-1")).status == 429
-    assert malformed == refused == ["EVALSHA"]
+    assert (malformed.rounds, malformed.commands) == (1, ["EVALSHA"] * 2)
+    assert (refused.rounds, refused.commands) == (2, ["EVALSHA"] * 3)

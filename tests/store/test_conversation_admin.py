@@ -23,6 +23,7 @@ from gateway.store.memory import MemoryKeyspace, MemoryStore
 from gateway.store.redis import RedisStore
 from tests.store.conftest import SETTINGS
 from tests.support.pa import ManualClock
+from tests.support.redis_layout import tag_of
 
 ALICE = Owner("acme", "https://pa.example", "alice")
 BOB = Owner("acme", "https://pa.example", "bob")
@@ -206,16 +207,16 @@ async def test_memory_index_is_kept_by_the_sweep_while_a_conversation_lives(
 async def test_redis_index_lives_as_long_as_its_longest_conversation(
     redis_store: RedisStore, redis_client: aioredis.Redis
 ) -> None:
-    index = store_keys.conv_index_key("acme", ALICE.digest_bytes)
+    index = store_keys.conv_index_key("acme", ALICE.digest_bytes, tag_of(ALICE))
     await answered(redis_store, ALICE, "ctx-1", "m1")
-    conversation = store_keys.conv_key("acme", "ctx-1")
+    conversation = store_keys.conv_key("acme", "ctx-1", tag_of(ALICE))
     assert await redis_client.ttl(index) == await redis_client.ttl(conversation) > 0
     # Closing one shortens its life, not the index's: a longer-lived one may share it.
     await answered(redis_store, ALICE, "ctx-2", "m2")
     await redis_store.begin_turn(ALICE, "ctx-2", "m3", "bye", "")
     await redis_store.complete_turn(ALICE, "ctx-2", "m3", b"farewell", close=True)
     assert await redis_client.ttl(index) >= await redis_client.ttl(conversation)
-    closed = store_keys.conv_key("acme", "ctx-2")
+    closed = store_keys.conv_key("acme", "ctx-2", tag_of(ALICE))
     assert await redis_client.ttl(index) > await redis_client.ttl(closed)
 
 

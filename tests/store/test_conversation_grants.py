@@ -202,7 +202,9 @@ async def test_s5_5_redis_a_delegated_turn_is_still_one_script_call(
     """
     store = redis_store
     check = await grant(open_oauth_store(store), clock, "g-1")
-    limits = [Hit(f"pact:{BRAND}:rl:per_user:abc", Rule(rate=100, burst=100))]
+    # The per-person counter, under its owner's tag: it rides in the begin-turn script.
+    per_user = store_keys.limit_key(BRAND, "per_user", "abc", store_keys.owner_tag(ALICE.digest))
+    limits = [Hit(per_user, Rule(rate=100, burst=100))]
     # Warmed up first: a script's very first call anywhere on the server is EVALSHA then EVAL.
     await store.begin_turn(ALICE, None, "m0", "warm", "ctx-0", limits=limits, grant=check)
     await store.complete_turn(ALICE, "ctx-0", "m0", b"r0", close=False)

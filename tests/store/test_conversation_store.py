@@ -9,13 +9,15 @@ import pytest
 import redis.asyncio as aioredis
 
 from gateway.config import CacheConfig
-from gateway.store import ConversationStore, Owner, TurnStatus
+from gateway.store import ConversationStore, Owner, TurnStatus, keys
 from gateway.store.base import text_digest
 from gateway.store.redis import RedisStore
 from tests.store.conftest import MakeStore
 from tests.support.pa import ManualClock
+from tests.support.redis_layout import tag_of
 
 ALICE = Owner("acme", "https://pa.example", "alice")
+CONVERSATION = keys.conv_key("acme", "ctx-1", tag_of(ALICE))
 
 
 async def test_s4_2_new_conversation_then_continue(store: ConversationStore) -> None:
@@ -144,15 +146,15 @@ async def test_redis_keys_are_prefixed_per_brand_and_expire(
     try:
         await store.begin_turn(ALICE, None, "m1", "hi", "ctx-1")
         await store.complete_turn(ALICE, "ctx-1", "m1", b"r1", close=False)
-        keys = [k if isinstance(k, bytes) else k.encode() for k in await redis_client.keys("*")]
-        assert all(k.startswith(b"pact:acme:") for k in keys)
-        ttl = await redis_client.ttl("pact:acme:c:ctx-1")
+        stored = [k if isinstance(k, bytes) else k.encode() for k in await redis_client.keys("*")]
+        assert all(k.startswith(b"pact:acme:") for k in stored)
+        ttl = await redis_client.ttl(CONVERSATION)
         assert 1000 < ttl <= 1100
-        assert b"alice" not in b" ".join(keys)
-        values = await redis_client.hgetall("pact:acme:c:ctx-1")
+        assert b"alice" not in b" ".join(stored)
+        values = await redis_client.hgetall(CONVERSATION)
         assert all(b"alice" not in v for v in values.values())
         await store.complete_turn(ALICE, "ctx-1", "m1", b"r1", close=True)
-        assert await redis_client.ttl("pact:acme:c:ctx-1") <= 1000
+        assert await redis_client.ttl(CONVERSATION) <= 1000
     finally:
         await store.close()
 

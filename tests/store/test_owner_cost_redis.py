@@ -16,6 +16,7 @@ from gateway.config import CacheConfig
 from gateway.store import Owner, TurnStatus
 from gateway.store import keys as store_keys
 from gateway.store.redis import RedisStore
+from tests.support.redis_layout import tag_of
 
 WHOLE_SET_READS = {"zrange", "zrangebyscore", "zrevrange", "zcard", "zscan", "smembers", "scan", "keys"}
 
@@ -39,7 +40,9 @@ async def test_a_new_conversation_runs_the_same_redis_commands_at_a_persons_100t
         members: list[str | int] = []
         for number in range(count):
             members += (deadline, f"held-{number}")
-        await store.redis.execute("ZADD", store_keys.conv_index_key("acme", owner.digest_bytes), *members)
+        await store.redis.execute(
+            "ZADD", store_keys.conv_index_key("acme", owner.digest_bytes, tag_of(owner)), *members
+        )
     await _commands_warm(store)
     monitor = MonitorCount(RedisProbe(redis_url))
     try:

@@ -15,7 +15,7 @@ from gateway.store import keys as store_keys
 from gateway.store import replies
 from gateway.store.base import Owner, TurnStatus
 from gateway.store.redis import RedisStore
-from tests.support.redis_layout import stored_reply
+from tests.support.redis_layout import stored_reply, tag_of
 
 ALICE = Owner("acme", "https://pa.example", "alice")
 REPLY_ID = "r-" + "0123456789abcdef" * 2
@@ -63,5 +63,5 @@ async def test_s4_3_replies_of_every_length_are_replayed_byte_for_byte(
     assert (replay.status, replay.reply) == (TurnStatus.REPLAY, reply)
     assert await stored_reply(redis_client, "acme", "ctx-1", "m1") == reply
     small = len(replies.pack(reply, "ctx-1")) <= 62 + 64 * 7
-    encoding = await redis_client.object("encoding", store_keys.conv_key("acme", "ctx-1"))
+    encoding = await redis_client.object("encoding", store_keys.conv_key("acme", "ctx-1", tag_of(ALICE)))
     assert encoding == (b"listpack" if small else b"hashtable")

@@ -2,20 +2,16 @@
 
 The previous release is the real one: ``gateway/`` as of ``b17dd54`` (main before the layout
 changed), taken out of git into a temporary directory and run in a subprocess against the test's
-Redis database. This release then serves those conversations: a reply is replayed byte for byte
-(§4.3), a first message retried without ``contextId`` finds its conversation, a turn still running
+Redis database (tests/support/releases.py). This release then serves those conversations, moving
+them into the layout it writes by default (the tagged one, issue 20): a reply is replayed byte for
+byte (§4.3), a first message retried without ``contextId`` finds its conversation, a turn still running
 is still refused, ownership (§4.2), a closed conversation and a context's Brand user (§5.5) hold,
 and the operator's listing and erasure see every conversation exactly once whichever layout it is in.
 """
 
 from __future__ import annotations
 
-import asyncio
 import json
-import subprocess
-import sys
-import tarfile
-from io import BytesIO
 from pathlib import Path
 
 import pytest
@@ -23,20 +19,22 @@ import redis.asyncio as aioredis
 
 from gateway.config import CacheConfig
 from gateway.protocol.messages import render_reply
+from gateway.store import keys
 from gateway.store.base import GrantCheck, Owner, TurnStatus
 from gateway.store.factory import open_conversation_admin
 from gateway.store.redis import RedisStore
 from tests.support.pa import ManualClock
+from tests.support.releases import extract_release, run_release
 
 PREVIOUS_RELEASE = "b17dd54"
 """main's head before the layout changed: what a deployment runs when it upgrades."""
-REPO_ROOT = Path(__file__).resolve().parents[2]
 ALICE = Owner("acme", "https://pa.example", "alice")
 BOB = Owner("acme", "https://pa.example", "bob")
 GRANT = "pact:acme:grant:g-1"
 USER_1 = "1" * 32
 USER_2 = "2" * 32
 START = 1_800_000_000.0
+TAG = keys.owner_tag(ALICE.digest)
 
 # Run by the previous release's code: three conversations of Alice's, one answered and with a
 # turn still running, one closed, one delegated; prints the replies it stored.
@@ -44,6 +42,7 @@ _WRITER = """
 import asyncio, json, sys
 from gateway.config import CacheConfig
 from gateway.protocol.messages import render_reply
+from gateway.store import keys
 from gateway.store.base import GrantCheck, Owner
 from gateway.store.redis import RedisStore
 
@@ -72,35 +71,14 @@ asyncio.run(main(sys.argv[1], float(sys.argv[2])))
 @pytest.fixture(scope="module")
 def previous_release(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The previous release's ``gateway/`` package, from git."""
-    archive = subprocess.run(
-        ["git", "archive", "--format=tar", PREVIOUS_RELEASE, "gateway"],
-        cwd=REPO_ROOT,
-        capture_output=True,
-        check=True,
-    ).stdout
-    root = tmp_path_factory.mktemp("previous-release")
-    with tarfile.open(fileobj=BytesIO(archive)) as tar:
-        tar.extractall(root, filter="data")
-    return root
+    return extract_release(PREVIOUS_RELEASE, tmp_path_factory.mktemp("previous-release"))
 
 
 async def written_by_previous_release(
     root: Path, redis_url: str, redis_client: aioredis.Redis
 ) -> dict[str, bytes]:
     await redis_client.hset(GRANT, mapping={"o": ALICE.digest, "e": str(int(START) + 3600)})
-    writer = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-c",
-        _WRITER,
-        redis_url,
-        str(START),
-        cwd=root,
-        env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(writer.communicate(), 60)
-    assert writer.returncode == 0, err.decode()
+    out = await run_release(root, _WRITER, redis_url, str(START))
     assert await redis_client.exists("pact:acme:conv:ctx-a") == 1, "the previous release's layout"
     return {message: reply.encode() for message, reply in json.loads(out).items()}
 
@@ -124,7 +102,7 @@ async def test_s4_3_replies_the_previous_release_stored_are_replayed_byte_for_by
             assert (claim.status, claim.reply) == (TurnStatus.REPLAY, replies[message])
         # The turn moved the conversation into this layout, once.
         assert await redis_client.exists("pact:acme:conv:ctx-a") == 0
-        assert await redis_client.exists("pact:acme:c:ctx-a") == 1
+        assert await redis_client.exists(keys.conv_key("acme", "ctx-a", TAG)) == 1
         assert (
             await store.begin_turn(ALICE, "ctx-a", "a3", "still running", "")
         ).status is TurnStatus.IN_FLIGHT
@@ -193,12 +171,10 @@ async def test_the_operator_lists_and_erases_conversations_of_both_layouts(
         left = [key async for key in redis_client.scan_iter("pact:acme:*")]
         left.sort()
         assert left == [
-            b"pact:acme:c:ctx-a",
-            b"pact:acme:c:ctx-b",
-            b"pact:acme:c:ctx-c",
             GRANT.encode(),
+            *(keys.conv_key("acme", context, TAG).encode() for context in ("ctx-a", "ctx-b", "ctx-c")),
         ]
-        for key in left[:3]:
+        for key in left[1:]:
             assert await redis_client.hkeys(key) == [b"e"], "only the tombstone"
     finally:
         await store.close()

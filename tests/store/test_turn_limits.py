@@ -10,17 +10,24 @@ from __future__ import annotations
 import pytest
 import redis.asyncio as aioredis
 
+from gateway.config import CacheConfig, KeyLayoutName
 from gateway.store import ConversationStore, Owner, TurnStatus
 from gateway.store import keys as store_keys
 from gateway.store.gcra import GCRA_LUA, Hit, Rule
-from gateway.store.limits import _HIT_ALL, RateLimiter, open_rate_limiter
-from gateway.store.redis import _CONTINUE, _OPEN, RedisStore
-from tests.support.commands import recorded_commands
+from gateway.store.limits import RateLimiter, open_rate_limiter
+from gateway.store.memory import MemoryStore
+from gateway.store.redis import _CONTINUE, _OPEN, CHARGE, RedisStore
+from tests.support.commands import recorded_rounds
 from tests.support.pa import ManualClock
+from tests.support.redis_layout import tag_of
 
 ALICE = Owner("acme", "https://pa.example", "alice")
-AGENT = Hit("pact:acme:rl:per_agent:a", Rule(rate=1, burst=3))
-USER = Hit("pact:acme:rl:per_user:u", Rule(rate=1, burst=1))
+# As gateway.ops.limits names them in the tagged layout: the per-person counter under its owner's tag
+# (it rides in the owner's turn script), the per-agent one under its own (charged beside it).
+AGENT = Hit(store_keys.limit_key("acme", "per_agent", "a" * 32, "a" * 8), Rule(rate=1, burst=3))
+USER = Hit(
+    store_keys.limit_key("acme", "per_user", "u", store_keys.owner_tag(ALICE.digest)), Rule(rate=1, burst=1)
+)
 
 
 @pytest.fixture
@@ -35,7 +42,7 @@ async def opened(store: ConversationStore, context_id: str = "ctx-1") -> None:
 
 def test_every_script_that_charges_runs_the_one_gcra_snippet() -> None:
     """String composition: the separate check and both begin-turn scripts share the arithmetic verbatim."""
-    for script in (_HIT_ALL, _OPEN, _CONTINUE):
+    for script in (CHARGE, _OPEN, _CONTINUE):
         assert script.source.startswith(GCRA_LUA)
 
 
@@ -70,6 +77,8 @@ async def test_s6_refused_first_message_opens_nothing(store: ConversationStore, 
 async def test_s6_redis_refusal_leaves_no_marker_record_or_counter(
     redis_store: RedisStore, redis_client: aioredis.Redis, clock: ManualClock
 ) -> None:
+    """Refused by the per-person limit: nothing claimed, recorded or charged; the per-agent counter,
+    charged beside the turn's script in its own slot, is given its charge back."""
     await opened(redis_store)
     await redis_store.begin_turn(ALICE, "ctx-1", "m1", "x", "u", limits=[USER])
     before = await redis_client.get(USER.key)
@@ -77,37 +86,86 @@ async def test_s6_redis_refusal_leaves_no_marker_record_or_counter(
     assert refused.waits == (0.0, 1.0)
     refused = await redis_store.begin_turn(ALICE, None, "m3", "hi", "ctx-3", limits=[AGENT, USER])
     assert refused.status is TurnStatus.RATE_LIMITED
-    conversation = store_keys.conv_key("acme", "ctx-1")
+    tag = tag_of(ALICE)
+    conversation = store_keys.conv_key("acme", "ctx-1", tag)
     assert await redis_client.hexists(conversation, store_keys.message_digest("m2")) == 0
-    assert await redis_client.exists(store_keys.conv_key("acme", "ctx-3")) == 0
-    first = store_keys.first_key("acme", ALICE.digest_bytes, store_keys.message_digest("m3"))
+    assert await redis_client.exists(store_keys.conv_key("acme", "ctx-3", tag)) == 0
+    first = store_keys.first_key("acme", ALICE.digest_bytes, store_keys.message_digest("m3"), tag)
     assert await redis_client.exists(first) == 0
     assert await redis_client.get(USER.key) == before
     assert await redis_client.exists(AGENT.key) == 0
 
 
+@pytest.mark.parametrize("layout", ["tagged", "previous"])
 async def test_s6_fused_charge_is_all_or_nothing_across_both_limits(
-    store: ConversationStore, limiter: RateLimiter, clock: ManualClock
+    cache_url: str, layout: KeyLayoutName, clock: ManualClock
 ) -> None:
-    """Refused by the per-user limit, the turn charges the personal agent's budget nothing either."""
-    await opened(store)
-    both = [AGENT, USER]
-    assert (await store.begin_turn(ALICE, "ctx-1", "m1", "x", "u", limits=both)).status is TurnStatus.NEW
-    for attempt in range(5):
-        claim = await store.begin_turn(ALICE, "ctx-1", f"m-refused-{attempt}", "x", "u", limits=both)
-        assert (claim.status, claim.waits) == (TurnStatus.RATE_LIMITED, (0.0, 1.0))
-    # The agent's burst of 3 had one use: two more fit (other users, through the separate path)...
-    other_users = [Hit(f"pact:acme:rl:per_user:{n}", USER.rule) for n in range(3)]
-    assert await limiter.hit_all([AGENT, other_users[0]]) == [0.0, 0.0]
-    assert await limiter.hit_all([AGENT, other_users[1]]) == [0.0, 0.0]
-    # ...and the next is refused by the agent's limit, charging the fresh user nothing.
-    assert await limiter.hit_all([AGENT, other_users[2]]) == [1.0, 0.0]
-    assert await limiter.hit_all([other_users[2]]) == [0.0]
-    # The separate path's charges count in the fused one: the agent's burst is used up there too.
-    claim = await store.begin_turn(ALICE, "ctx-1", "m2", "x", "u", limits=[AGENT])
-    assert (claim.status, claim.waits) == (TurnStatus.RATE_LIMITED, (1.0,))
+    """Refused by the per-user limit, the turn charges the personal agent's budget nothing either: in
+    one step in memory and in the previous layout (every counter in the turn's script), by a refund
+    in the tagged one (the per-agent counter is in a slot of its own, charged beside the script)."""
+    config = CacheConfig(url=cache_url, key_layout=layout)
+    store: ConversationStore = (
+        MemoryStore(config, clock=clock) if cache_url == "memory://" else RedisStore(config, clock=clock)
+    )
+    limiter = open_rate_limiter(store)
+    tagged = layout == "tagged"
+    agent = Hit(store_keys.limit_key("acme", "per_agent", "a" * 32, "a" * 8 if tagged else ""), AGENT.rule)
+    user = Hit(store_keys.limit_key("acme", "per_user", "u", tag_of(ALICE) if tagged else ""), USER.rule)
+    try:
+        await opened(store)
+        both = [agent, user]
+        assert (await store.begin_turn(ALICE, "ctx-1", "m1", "x", "u", limits=both)).status is TurnStatus.NEW
+        for attempt in range(5):
+            claim = await store.begin_turn(ALICE, "ctx-1", f"m-refused-{attempt}", "x", "u", limits=both)
+            assert (claim.status, claim.waits) == (TurnStatus.RATE_LIMITED, (0.0, 1.0))
+        # The agent's burst of 3 had one use: two more fit (other users, through the separate path)...
+        other_users = [
+            Hit(store_keys.limit_key("acme", "per_user", f"{n}", f"{n}" * 8 if tagged else ""), user.rule)
+            for n in range(3)
+        ]
+        assert await limiter.hit_all([agent, other_users[0]]) == [0.0, 0.0]
+        assert await limiter.hit_all([agent, other_users[1]]) == [0.0, 0.0]
+        # ...and the next is refused by the agent's limit, charging the fresh user nothing.
+        assert await limiter.hit_all([agent, other_users[2]]) == [1.0, 0.0]
+        assert await limiter.hit_all([other_users[2]]) == [0.0]
+        # The separate path's charges count in the fused one: the agent's burst is used up there too.
+        claim = await store.begin_turn(ALICE, "ctx-1", "m2", "x", "u", limits=[agent])
+        assert (claim.status, claim.waits) == (TurnStatus.RATE_LIMITED, (1.0,))
+        clock.now += 1
+        assert (
+            await store.begin_turn(ALICE, "ctx-1", "m2", "x", "u", limits=[agent])
+        ).status is TurnStatus.NEW
+    finally:
+        await store.close()
+
+
+async def test_s6_redis_tagged_the_per_agent_refusal_releases_the_claim(
+    redis_store: RedisStore, redis_client: aioredis.Redis, clock: ManualClock
+) -> None:
+    """§6 per personal agent, in its own slot: when it refuses, the turn the script claimed beside it
+    is released before the 429 (no marker, no conversation, no first-message record), and the
+    per-person counter's charge given back; the retry after the wait runs the turn."""
+    await opened(redis_store)
+    agent = Hit(AGENT.key, Rule(rate=1, burst=1))
+    assert (
+        await redis_store.begin_turn(ALICE, "ctx-1", "m1", "x", "u", limits=[agent])
+    ).status is TurnStatus.NEW
+    refused = await redis_store.begin_turn(ALICE, "ctx-1", "m2", "x", "u", limits=[agent, USER])
+    assert (refused.status, refused.waits) == (TurnStatus.RATE_LIMITED, (1.0, 0.0))
+    tag = tag_of(ALICE)
+    assert (
+        await redis_client.hexists(store_keys.conv_key("acme", "ctx-1", tag), store_keys.message_digest("m2"))
+        == 0
+    )
+    assert await redis_client.exists(USER.key) == 0
+    opening = await redis_store.begin_turn(ALICE, None, "m3", "hi", "ctx-3", limits=[agent])
+    assert opening.status is TurnStatus.RATE_LIMITED
+    assert await redis_client.exists(store_keys.conv_key("acme", "ctx-3", tag)) == 0
+    first = store_keys.first_key("acme", ALICE.digest_bytes, store_keys.message_digest("m3"), tag)
+    assert await redis_client.exists(first) == 0
     clock.now += 1
-    assert (await store.begin_turn(ALICE, "ctx-1", "m2", "x", "u", limits=[AGENT])).status is TurnStatus.NEW
+    retry = await redis_store.begin_turn(ALICE, "ctx-1", "m2", "x", "u", limits=[agent])
+    assert (retry.status, retry.new_conversation) == (TurnStatus.NEW, False)
 
 
 async def test_s6_a_refusal_wins_over_every_turn_verdict(store: ConversationStore) -> None:
@@ -120,10 +178,13 @@ async def test_s6_a_refusal_wins_over_every_turn_verdict(store: ConversationStor
 
 
 async def test_redis_fused_begin_is_one_round_trip(redis_store: RedisStore, clock: ManualClock) -> None:
+    """The per-person counter rides in the turn's script and the per-agent one's script is sent with
+    it: two calls, one round trip, accepted or refused."""
     await redis_store.begin_turn(ALICE, None, "warm", "hello", "ctx-0", limits=[AGENT])  # loads the scripts
     await redis_store.begin_turn(ALICE, "ctx-0", "warm-2", "x", "u", limits=[AGENT])
-    with recorded_commands(redis_store.redis) as first:
+    with recorded_rounds(redis_store.redis) as first:
         await redis_store.begin_turn(ALICE, None, "m1", "hello", "ctx-1", limits=[AGENT, USER])
-    with recorded_commands(redis_store.redis) as refused:
+    with recorded_rounds(redis_store.redis) as refused:
         await redis_store.begin_turn(ALICE, "ctx-1", "m2", "x", "u", limits=[AGENT, USER])
-    assert first == refused == ["EVALSHA"]
+    for seen in (first, refused):
+        assert (seen.rounds, seen.commands) == (1, ["EVALSHA", "EVALSHA"])

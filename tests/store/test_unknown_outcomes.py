@@ -19,6 +19,7 @@ from gateway.config import CacheConfig
 from gateway.store import Owner, StoreError, TurnStatus
 from gateway.store.redis import RedisStore
 from tests.support.pa import ManualClock
+from tests.support.redis_layout import conversation_key
 from tests.support.redis_servers import RedisProxy
 from tests.support.waiting import until
 
@@ -72,7 +73,7 @@ async def test_a_first_message_whose_claim_answer_never_came_is_released(
         await store.begin_turn(ALICE, None, "m1", "hello", "ctx-1")
 
     # The conversation it opened and its first-message record are gone with the marker.
-    assert await redis_client.exists("pact:acme:c:ctx-1") == 0
+    assert await conversation_key(redis_client, "acme", "ctx-1") is None
     retry = await store.begin_turn(ALICE, None, "m1", "hello", "ctx-2")
     assert (retry.status, retry.context_id, retry.new_conversation) == (TurnStatus.NEW, "ctx-2", True)
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import Any
 
 from gateway.store.redis_pipe import Arg, RedisPipe
@@ -29,3 +30,37 @@ def recorded_commands(redis: RedisPipe) -> Iterator[list[str]]:
         yield commands
     finally:
         del redis.execute  # the class's method again
+
+
+@dataclass
+class Rounds:
+    """Round trips through one connection: a round starts with a command sent while none is awaiting
+    its answer, and every command sent before all of those are answered rides in it (the pipe writes
+    them together, or at least has them on the wire at once)."""
+
+    rounds: int = 0
+    commands: list[str] = field(default_factory=list)
+    _waiting: int = 0
+
+
+@contextmanager
+def recorded_rounds(redis: RedisPipe) -> Iterator[Rounds]:
+    """Yield the :class:`Rounds` of what ``redis`` sends while the block runs."""
+    seen = Rounds()
+    original = redis.execute
+
+    async def counting(*args: Arg, replicated: bool = False) -> Any:
+        if not seen._waiting:
+            seen.rounds += 1
+        seen.commands.append(str(args[0]))
+        seen._waiting += 1
+        try:
+            return await original(*args, replicated=replicated)
+        finally:
+            seen._waiting -= 1
+
+    redis.execute = counting  # type: ignore[method-assign]
+    try:
+        yield seen
+    finally:
+        del redis.execute

@@ -5,13 +5,31 @@ from __future__ import annotations
 import redis.asyncio as aioredis
 
 from gateway.store import keys, replies
+from gateway.store.base import Owner
+
+
+def tag_of(owner: Owner) -> str:
+    """``owner``'s hash tag, as the tagged layout (the default ``cache.key_layout``) writes it."""
+    return keys.owner_tag(owner.digest)
+
+
+async def conversation_key(client: aioredis.Redis, brand_id: str, context_id: str) -> bytes | None:
+    """The key holding conversation ``context_id`` in either current layout (its owner's tag is found
+    by a scan, as a test may not know the owner), or ``None``."""
+    untagged = keys.conv_key(brand_id, context_id).encode()
+    if await client.exists(untagged):
+        return untagged
+    found = [key async for key in client.scan_iter(keys.conv_key(brand_id, context_id, "*"))]
+    return found[0] if found else None
 
 
 async def stored_reply(
     client: aioredis.Redis, brand_id: str, context_id: str, message_id: str
 ) -> bytes | None:
     """The reply stored for ``message_id``, joined from its pieces and unpacked; ``None`` if there is none."""
-    key = keys.conv_key(brand_id, context_id)
+    key = await conversation_key(client, brand_id, context_id)
+    if key is None:
+        return None
     field = keys.message_digest(message_id)
     first = await client.hget(key, field)
     if not isinstance(first, bytes) or first[:1] == b"P":
