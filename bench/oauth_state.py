@@ -72,7 +72,7 @@ async def _grant(oauth: OAuthStore, brand: str, user: str, owner: Owner, grant_i
     )
     if not await oauth.create_authorization(authorization):
         raise RuntimeError(f"user code {user_code} already in use")
-    await oauth.approve(brand, device_hash, user, ("orders:read",), now)
+    await oauth.approve(brand, authorization, user, ("orders:read",), now)
     result = await oauth.poll(
         brand, device_hash, owner.digest, now, refresh=_token(grant_id, f"{grant_id} 0"), grant_ttl=GRANT_TTL
     )
