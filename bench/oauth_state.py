@@ -16,8 +16,8 @@ beside its target:
   authorizations (kept for minutes, not the grant's 30 days) are not counted.
 * **bytes per grant** on Redis: ``MEMORY USAGE`` of those records, summed, per grant.
 * **the two key layouts** on Redis (issue 20, ``cache.key_layout``), side by side in one run:
-  bytes per grant (its records once refreshed with a grace: the grant and its family, the grace's
-  sealed answer, the slot, the user's and the agent's grant sets), round trips per redemption (the
+  bytes per grant (the records that live as long as it: the grant and its refresh family, its
+  slot, the user's and the agent's grant sets), round trips per redemption (the
   token endpoint's poll that issues) and per refresh (``grant_of_refresh``, ``get_grant``,
   ``rotate_refresh``, as gateway/oauth/tokens.py calls them), counted as the commands the store
   sends one after another (none is sent beside another here), and their median times' ratio.
@@ -58,7 +58,7 @@ RECORDS_BRAND: Final = f"{BRAND_PREFIX}-records"
 GRANT_TTL: Final = 30 * 86400
 FLAT_RATIO: Final = 1.2
 """Issue 17's bound for "does not grow" (row 2 uses the same)."""
-NOT_GRANT_RECORDS: Final = (":oauth:device:", ":oauth:user_code:")
+NOT_GRANT_RECORDS: Final = (":oauth:device:", ":oauth:user_code:", "}o.d:")
 """A device authorization's records: kept minutes, not a grant's days, so not the grant's cost."""
 
 
@@ -231,10 +231,11 @@ class _CountingPipe(RedisPipe):
 
 
 LAYOUT_GRANT_RECORDS: Final = {
-    True: ("}o.g:", "}o.r:", "}o.s:", "}o.o:", "}o.u:"),
-    False: (":grant:", ":oauth:grace:", ":slot:", ":oauth:owner:", ":oauth:user:"),
+    True: ("}o.g:", "}o.s:", "}o.o:", "}o.u:"),
+    False: (":grant:", ":slot:", ":oauth:owner:", ":oauth:user:"),
 }
-"""A grant's records in each layout (``tagged``): those that live as long as the grant."""
+"""A grant's records in each layout (``tagged``) that live as long as the grant: not a rotation's
+grace (``delegation.refresh_grace`` seconds) nor its authorization's (minutes)."""
 
 
 class _LayoutFigures(NamedTuple):
