@@ -18,6 +18,7 @@ import pytest
 
 from gateway.redis_url import parse_redis_url
 from gateway.store import Owner, oauth_redis
+from gateway.store import keys as store_keys
 from gateway.store.oauth import (
     AuthorizationStatus,
     ConsentSession,
@@ -29,7 +30,7 @@ from gateway.store.oauth import (
 )
 from gateway.store.oauth_redis import RedisOAuthStore
 from gateway.store.redis_pipe import Arg, RedisPipe, Script
-from gateway.store.slots import key_slot
+from gateway.store.slots import key_slot, tag
 from tests.support.pa import ManualClock
 
 BRAND = "acme"
@@ -201,3 +202,17 @@ async def test_issue20_the_previous_layout_crosses_slots(pipe: RecordingPipe, cl
     oauth = RedisOAuthStore(pipe, clock=clock, tagged=False)
     await delegated_flow(oauth, clock)
     assert {name for name, _ in cross_slot(pipe.sent)} >= {"_CREATE", "_SETTLE", "_POLL"}
+
+
+async def test_issue20_a_grant_is_kept_in_its_owners_slot_and_a_previous_id_where_it_was(
+    pipe: RecordingPipe,
+) -> None:
+    """The begin-turn script checks a delegated turn's grant (§5.5) in the slot of the owner's
+    conversations, which carry the same tag; an id of the previous release keeps its key."""
+    tagged = RedisOAuthStore(pipe).new_grant_id(ALICE.digest)
+    owner_slot = key_slot(tag(store_keys.owner_tag(ALICE.digest)))
+    assert key_slot(store_keys.grant_key(BRAND, tagged)) == owner_slot
+    assert key_slot(store_keys.grace_key(BRAND, tagged)) == owner_slot
+    previous = RedisOAuthStore(pipe, tagged=False).new_grant_id(ALICE.digest)
+    assert store_keys.grant_key(BRAND, previous) == f"pact:{BRAND}:grant:{previous}"
+    assert store_keys.grace_key(BRAND, previous) == f"pact:{BRAND}:oauth:grace:{previous}"
