@@ -56,7 +56,9 @@ the user's digest's tag the user's authorization index and grant set, each updat
 command beside the owner's script (the order, and what a crash between leaves, in the docstrings
 of :meth:`RedisOAuthStore._settle` and :meth:`RedisOAuthStore.poll`); user codes, consent
 sessions, landing records and used ``jti``s are single keys, one slot each, named as before. The
-user code's value gains the owner's tag (``device|expires|tag``), which finds the device.
+user code's value gains the owner's tag (``device|expires|tag``), which finds the device: the
+previous release could not read it, and it never has to, as ``tagged`` is set only once every
+replica runs this release (the switch from ``previous`` is a rolling restart of this release).
 
 Whichever is written, both are read: an authorization is looked for in each layout and settled or
 redeemed in the one it is in; a slot, a user's or an owner's grants are read from both. On a
