@@ -68,7 +68,7 @@ async def main(url, now):
         assert result.outcome is PollOutcome.ISSUED, result
         return [refresh.grant_id, token]
 
-    written = {name: await grant(name) for name in ("alice", "erin", "bob")}
+    written = {name: await grant(name) for name in ("alice", "erin", "bob", "ivy")}
     grant_id, spent = written["erin"]
     presented, family = refresh_token_of(spent)
     current, new = new_refresh_token(grant_id, family)
@@ -182,6 +182,22 @@ async def test_issue20_the_previous_releases_oauth_records_serve_this_release(
     assert live is not None
     assert live.grant_id == dave_grant
 
+    # §5.3 one live grant per (user, agent, sub) across layouts: a new approval supersedes its grant.
+    ivy = Owner(BRAND, PA, "ivy")
+    again = DeviceAuthorization(
+        code_hash("dc-ivy-again"), "UC-ivy-again", BRAND, PA, ivy.digest, ("orders:read",), now + 600, 5
+    )
+    assert await oauth.create_authorization(again)
+    assert await oauth.approve(BRAND, again, USER, ("orders:read",), now)
+    ivy_grant = oauth.new_grant_id(ivy.digest)
+    refresh = new_refresh_token(ivy_grant, new_family())[1]
+    result = await oauth.poll(BRAND, again.device_hash, ivy.digest, now, refresh=refresh, grant_ttl=3600)
+    assert (result.outcome, result.superseded) == (PollOutcome.ISSUED, True)
+    assert await oauth.get_grant(BRAND, written["ivy"][0], now) is None
+    live = await oauth.live_grant_of(BRAND, USER, ivy.digest, now)
+    assert live is not None
+    assert live.grant_id == ivy_grant
+
     # Revocation, erasure of a person (its grants), then of the Brand user (theirs, and an approval).
     assert await oauth.revoke_grant(BRAND, alice_grant)
     bob = Owner(BRAND, PA, "bob")
@@ -190,7 +206,7 @@ async def test_issue20_the_previous_releases_oauth_records_serve_this_release(
     assert await oauth.revoke_grant(BRAND, bobs.grant_id)
     assert await oauth.grants_of_owner(BRAND, bob.digest, now) == []
     users = await oauth.grants_of_user(BRAND, USER, now)
-    assert sorted(grant.grant_id for grant in users) == sorted([carol_grant, dave_grant])
+    assert sorted(grant.grant_id for grant in users) == sorted([carol_grant, dave_grant, ivy_grant])
     assert await oauth.deny_authorizations_of_user(BRAND, USER, now) == 1
     assert (await redeem(oauth, "frank", now))[0] is PollOutcome.ACCESS_DENIED
     for grant in users:

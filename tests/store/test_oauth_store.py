@@ -959,3 +959,22 @@ async def test_redis_records_of_the_previous_release_keep_working_until_they_exp
 
 async def rotation_of(oauth: OAuthStore, old: str, new: str, now: float) -> RefreshOutcome:
     return (await oauth.rotate_refresh(BRAND, rt(old, "g-old"), rt(new, "g-old"), now)).outcome
+
+
+async def test_issue20_one_live_grant_per_slot_whichever_layout_wrote_it(
+    redis_store: RedisStore, clock: ManualClock
+) -> None:
+    """§5.3 during a switch of ``cache.key_layout``: replicas writing either layout supersede each other's
+    grant of the same (user, agent, ``sub``), and both read the live one."""
+    tagged = RedisOAuthStore(redis_store.redis, clock=redis_store.clock)
+    previous = RedisOAuthStore(redis_store.redis, clock=redis_store.clock, tagged=False)
+    first = await issue(tagged, clock, grant_id=tagged.new_grant_id(ALICE.digest))
+    second = await issue(previous, clock, grant_id=previous.new_grant_id(ALICE.digest), refresh="rt-2")
+    assert await tagged.get_grant(BRAND, first.grant_id, clock()) is None
+    third = await issue(tagged, clock, grant_id=tagged.new_grant_id(ALICE.digest), refresh="rt-3")
+    assert await previous.get_grant(BRAND, second.grant_id, clock()) is None
+    for oauth in (tagged, previous):
+        live = await oauth.live_grant_of(BRAND, "user-42", ALICE.digest, clock())
+        assert live == third
+        assert await oauth.grants_of_user(BRAND, "user-42", clock()) == [third]
+        assert await oauth.grants_of_owner(BRAND, ALICE.digest, clock()) == [third]
