@@ -314,9 +314,10 @@ return 1
 """)
 
 # KEYS[1] the grant the presented token names and KEYS[2] its grace key or, for a previous release's
-# token (ARGV[3] ''), its ``refresh`` key and ''. ARGV: now, previous grant key prefix, presented family
-# hash, presented hash, new family hash, new hash, previous grace key prefix, sealed answer ('' for no
-# grace), its deadline, its ttl ms, the grant id ('' for a previous release's token). RFC 9700
+# token (ARGV[3] ''), its ``refresh`` key alone (no placeholder: a cluster checks every key named).
+# ARGV: now, previous grant key prefix, presented family hash, presented hash, new family hash, new
+# hash, previous grace key prefix, sealed answer ('' for no grace), its deadline, its ttl ms, the
+# grant id ('' for a previous release's token). RFC 9700
 # §4.14.2: the current token rotates; the previous one within its rotation's grace gets that
 # rotation's answer; any other of the family revokes the grant.
 _ROTATE = Script("""
@@ -851,9 +852,12 @@ class RedisOAuthStore(OAuthStore):
         answer: bytes = b"",
     ) -> RefreshResult:
         grant_id = presented.grant_id
+        named = [self._refresh_key(brand_id, presented)]
+        if grant_id:  # not for a previous release's token: its grace is known once its refresh key is read
+            named.append(keys.grace_key(brand_id, grant_id))
         result: list[Any] = await self._redis.run(
             _ROTATE,
-            [self._refresh_key(brand_id, presented), keys.grace_key(brand_id, grant_id) if grant_id else ""],
+            named,
             [
                 _time(now),
                 keys.grant_key(brand_id, ""),

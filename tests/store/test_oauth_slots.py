@@ -3,9 +3,12 @@ Redis Cluster slot (gateway/store/slots.py), through a whole Delegated flow (§5
 consent, poll, token, §5.4 refresh with reuse detection, revocation, erasure by user and by owner).
 
 The store runs on the test Redis through a pipe that records what it sends before sending it, so each
-outcome below is the real store's. ``reads_previous`` is off, as on a Redis Cluster: the previous
-layout's keys are named by no script there. The previous layout's own flow crosses slots, which is what
-the last test shows (and why ``cache.key_layout: previous`` is refused on a cluster).
+outcome below is the real store's. The keys a script builds from its arguments as it runs are checked
+by Redis itself: a server in cluster mode refuses a script declared with a ``#!lua`` line that touches
+a key of another slot than its declared ones, so the flow also runs on such a server (one node, every
+slot). ``reads_previous`` is off, as on a Redis Cluster: the previous layout's keys are named by no
+script there. The previous layout's own flow crosses slots, which the tests show both ways (and why
+``cache.key_layout: previous`` is refused on a cluster).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import pytest
 from gateway.redis_url import parse_redis_url
 from gateway.store import Owner, oauth_redis
 from gateway.store import keys as store_keys
+from gateway.store.base import StoreError
 from gateway.store.oauth import (
     AuthorizationStatus,
     ConsentSession,
@@ -32,6 +36,7 @@ from gateway.store.oauth_redis import RedisOAuthStore
 from gateway.store.redis_pipe import Arg, RedisPipe, Script
 from gateway.store.slots import key_slot, tag
 from tests.support.pa import ManualClock
+from tests.support.redis_servers import RedisServers, wait_for
 
 BRAND = "acme"
 PA = "https://pa.example"
@@ -216,3 +221,54 @@ async def test_issue20_a_grant_is_kept_in_its_owners_slot_and_a_previous_id_wher
     previous = RedisOAuthStore(pipe, tagged=False).new_grant_id(ALICE.digest)
     assert store_keys.grant_key(BRAND, previous) == f"pact:{BRAND}:grant:{previous}"
     assert store_keys.grace_key(BRAND, previous) == f"pact:{BRAND}:oauth:grace:{previous}"
+
+
+class StrictScriptPipe(RedisPipe):
+    """The real pipe, sending each script with a ``#!lua`` line: a Redis in cluster mode then refuses
+    it if any key it touches, declared or built from its arguments, is of another slot."""
+
+    async def run(
+        self, script: Script, keys: Sequence[str | bytes], args: Sequence[Arg], *, replicated: bool = False
+    ) -> Any:
+        return await super().run(Script("#!lua\n" + script.source), keys, args, replicated=replicated)
+
+
+@pytest.fixture
+async def cluster_node(redis_servers: RedisServers) -> AsyncIterator[str]:
+    """A one-node Redis Cluster serving every slot: its URL."""
+    server = await redis_servers.server(
+        "cluster", "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"
+    )
+    steer = RedisPipe(parse_redis_url(server.url()))
+    try:
+        await steer.execute("CLUSTER", "ADDSLOTSRANGE", 0, 16383)
+
+        async def serving() -> bool:
+            return b"cluster_state:ok" in await steer.execute("CLUSTER", "INFO")
+
+        await wait_for(serving, 15, "the one-node cluster serving every slot")
+        yield server.url()
+    finally:
+        await steer.close()
+
+
+async def test_issue20_redis_cluster_accepts_every_oauth_script_of_the_tagged_layout(
+    cluster_node: str, clock: ManualClock
+) -> None:
+    pipe = StrictScriptPipe(parse_redis_url(cluster_node))
+    try:
+        await delegated_flow(RedisOAuthStore(pipe, clock=clock, tagged=True, reads_previous=False), clock)
+    finally:
+        await pipe.close()
+
+
+async def test_issue20_redis_cluster_refuses_the_previous_layouts_scripts(
+    cluster_node: str, clock: ManualClock
+) -> None:
+    """The check above can fail: the previous layout's device authorization spans three slots."""
+    pipe = StrictScriptPipe(parse_redis_url(cluster_node))
+    try:
+        with pytest.raises(StoreError):
+            await delegated_flow(RedisOAuthStore(pipe, clock=clock, tagged=False), clock)
+    finally:
+        await pipe.close()
