@@ -38,19 +38,18 @@ async def _grant(config: GatewayConfig, user: str, grant_id: str) -> None:
         now = time.time()
         device = code_hash(grant_id)
         owner = code_hash(f"another agent for {grant_id}")[:32]  # one live grant per (user, agent, sub)
-        await oauth.create_authorization(
-            DeviceAuthorization(
-                device,
-                f"BCDF-{grant_id[-4:]}",
-                "acme",
-                "https://pa.example",
-                owner,
-                ("orders:read",),
-                now + 600,
-                5,
-            )
+        created = DeviceAuthorization(
+            device,
+            f"BCDF-{grant_id[-4:]}",
+            "acme",
+            "https://pa.example",
+            owner,
+            ("orders:read",),
+            now + 600,
+            5,
         )
-        assert await oauth.approve("acme", device, user, ("orders:read",), now)
+        await oauth.create_authorization(created)
+        assert await oauth.approve("acme", created, user, ("orders:read",), now)
         result = await oauth.poll(
             "acme",
             device,
@@ -99,8 +98,8 @@ async def test_rfc8628_revoking_a_users_grants_denies_what_they_approved_and_no_
     try:
         oauth = open_oauth_store(store)
         now = time.time()
-        waiting = [code_hash(f"waiting-{n}") for n in range(2)]
-        for n, device in enumerate(waiting):
+        waiting = []
+        for n, device in enumerate(code_hash(f"waiting-{n}") for n in range(2)):
             owner = code_hash(f"agent {n}")[:32]
             authorization = DeviceAuthorization(
                 device,
@@ -113,6 +112,7 @@ async def test_rfc8628_revoking_a_users_grants_denies_what_they_approved_and_no_
                 5,
             )
             assert await oauth.create_authorization(authorization)
+            waiting.append(authorization)
         assert await oauth.approve("acme", waiting[0], "jane-4471", ("orders:read",), now)
         base = ["--config", str(path), "--brand", "acme", "--user", "jane-4471"]
         assert await _run(["grants", "revoke", *base]) == 0
@@ -120,9 +120,9 @@ async def test_rfc8628_revoking_a_users_grants_denies_what_they_approved_and_no_
         assert "1 grant(s) revoked" in out
         assert "1 approved authorization(s) not yet redeemed denied" in out
         polled = []
-        for n, device in enumerate(waiting):
+        for n, waited in enumerate(waiting):
             refresh = RefreshToken(f"a2agrant_new_{n}", code_hash("family"), code_hash(f"rt-new-{n}"))
-            owner = code_hash(f"agent {n}")[:32]
+            device, owner = waited.device_hash, waited.owner_digest
             result = await oauth.poll("acme", device, owner, time.time(), refresh=refresh, grant_ttl=600)
             polled.append(result.outcome)
         # RFC 8628 §3.5: the approved one is refused; the pending one was no one's, and still waits.

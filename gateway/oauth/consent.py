@@ -375,7 +375,7 @@ async def _approve(
     dropped: tuple[str, ...] = (),
 ) -> web.Response:
     store = ctx.server.store
-    if not await store.approve(ctx.brand.id, authorization.device_hash, user, scopes, now, carried=carried):
+    if not await store.approve(ctx.brand.id, authorization, user, scopes, now, carried=carried):
         raise _Refused("not_pending")
     record = LandingRecord("approved", scopes, carried, dropped, now + LANDING_TTL)
     return await _redirect(ctx, record)
@@ -476,7 +476,7 @@ async def _settle(request: web.Request, ctx: _Delegating) -> web.Response:
         raise _Refused("not_pending")
     grant = await store.live_grant_of(ctx.brand.id, taken.user, authorization.owner_digest, now)
     if choice == "deny" or not ticked:  # the notes: no scope ticked counts as denied
-        if not await store.deny(ctx.brand.id, authorization.device_hash, now):
+        if not await store.deny(ctx.brand.id, authorization, now):
             raise _Refused("not_pending")
         request.app[METRICS].delegation_event(ctx.brand.id, "authorization_denied")
         # The earlier grant is untouched by a denial: the page says what it still allows.

@@ -44,13 +44,13 @@ from gateway.oauth.device import code_hash
 from gateway.oauth.errors import ErrorCode, OAuthError, json_answer
 from gateway.oauth.forms import parse_scope, required
 from gateway.oauth.metadata import DEVICE_CODE_GRANT, REFRESH_TOKEN_GRANT
+from gateway.store.keys import GRANT_ID_PREFIX
 from gateway.store.oauth import Grant, PollOutcome, RefreshOutcome, RefreshToken
 
 __all__ = [
     "GRANT_ID_PREFIX",
     "REFRESH_TOKEN_PREFIX",
     "new_family",
-    "new_grant_id",
     "new_refresh_token",
     "open_answer",
     "owns",
@@ -61,7 +61,6 @@ __all__ = [
 
 log = logging.getLogger("pact_gateway.oauth")
 
-GRANT_ID_PREFIX: Final = "a2agrant_"
 REFRESH_TOKEN_PREFIX: Final = "rt_"  # noqa: S105 - a prefix, not a secret
 
 _POLL_ERRORS: Final = {
@@ -74,13 +73,8 @@ _POLL_ERRORS: Final = {
 """RFC 8628 §3.5: every poll outcome but success is a ``400`` with its own code."""
 
 
-def new_grant_id() -> str:
-    """§5.4 ``grant_id``: opaque and unguessable (it appears in receipts, so it is not a secret)."""
-    return GRANT_ID_PREFIX + secrets.token_urlsafe(16)
-
-
 _FAMILY_TOKEN: Final = re.compile(
-    rf"{REFRESH_TOKEN_PREFIX}(?P<grant>{GRANT_ID_PREFIX}[A-Za-z0-9_-]{{22}})\.(?P<family>[A-Za-z0-9_-]{{22}})"
+    rf"{REFRESH_TOKEN_PREFIX}(?P<grant>{GRANT_ID_PREFIX}(?:[0-9a-f]{{8}})?[A-Za-z0-9_-]{{22}})\.(?P<family>[A-Za-z0-9_-]{{22}})"
     r"\.[A-Za-z0-9_-]{43}"
 )
 """What :func:`new_refresh_token` draws; anything else is looked up as a previous release's token."""
@@ -171,7 +165,8 @@ async def _redeem_device_code(request: web.Request, client: Client) -> web.Respo
     """RFC 8628 §3.4–3.5: one poll, decided by the store in the documented order."""
     brand = client.brand
     brand_id = brand.brand.id
-    refresh_token, refresh = new_refresh_token(new_grant_id(), new_family())
+    grant_id = client.server.store.new_grant_id(client.owner_digest)
+    refresh_token, refresh = new_refresh_token(grant_id, new_family())
     result = await client.server.store.poll(
         brand_id,
         code_hash(required(client.form, "device_code")),

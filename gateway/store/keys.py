@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import re
+from typing import Final
 
 PREFIX = "pact"
 
@@ -41,9 +43,55 @@ def rate_limit_key(brand_id: str, limit: str, subject_digest: str) -> str:
     return f"{PREFIX}:{brand_id}:rl:{limit}:{subject_digest}"
 
 
+GRANT_ID_PREFIX: Final = "a2agrant_"
+"""§5.4 ``grant_id``'s prefix; then the owner's tag (:func:`owner_tag`, issue 20) and 22 random url-safe
+characters (128 bits), or the 22 characters alone in an id the previous release minted."""
+
+_TAGGED_GRANT_ID: Final = re.compile(rf"{GRANT_ID_PREFIX}(?P<tag>[0-9a-f]{{8}})(?P<rest>[A-Za-z0-9_-]{{22}})")
+
+
 def grant_key(brand_id: str, grant_id: str) -> str:
-    """§5.4 a grant; the begin-turn step reads it, so a revoked grant stops the very next turn."""
-    return f"{PREFIX}:{brand_id}:grant:{grant_id}"
+    """§5.4 a grant; the begin-turn step reads it, so a revoked grant stops the very next turn.
+
+    The id decides, not ``cache.key_layout``: an id carrying its owner's tag is kept under that tag,
+    in the slot of its owner's conversations (so the begin-turn script reads it in its own slot) and
+    of everything else of its grant (:func:`oauth_tagged_key`); any other id (the previous release's,
+    or minted under ``key_layout: previous``) under the key the previous release reads.
+    """
+    tagged = _TAGGED_GRANT_ID.fullmatch(grant_id)
+    if tagged is None:
+        return f"{PREFIX}:{brand_id}:grant:{grant_id}"
+    return oauth_tagged_key(brand_id, tagged["tag"], "g", tagged["rest"])
+
+
+def grace_key(brand_id: str, grant_id: str) -> str:
+    """A grant's last rotation's sealed answer (gateway/store/oauth_redis.py), beside the grant."""
+    tagged = _TAGGED_GRANT_ID.fullmatch(grant_id)
+    if tagged is None:
+        return oauth_key(brand_id, "grace", grant_id)
+    return oauth_tagged_key(brand_id, tagged["tag"], "r", tagged["rest"])
+
+
+def oauth_tagged_key(brand_id: str, tag: str, kind: str, name: str) -> str:
+    """The tagged layout's §5 key of ``kind`` (issue 20): ``pact:<brand>:{<tag>}o.<kind>:<name>``.
+
+    ``tag`` is an :func:`owner_tag` (of an owner digest or of a :func:`user_digest`), so every key one
+    OAuth script touches shares one Redis Cluster slot (gateway/store/slots.py). Kinds, under the
+    owner's tag: ``d`` device authorization, ``a`` the owner's authorizations, ``o`` the owner's
+    grants, ``s`` the (user, owner) grant slot, ``g`` a grant, ``r`` its rotation's grace; under the
+    user's: ``A`` the authorizations they approved, ``u`` their grants. Single-key records (user codes,
+    consent sessions, landing records, used ``jti``s) keep :func:`oauth_key`: one key is one slot.
+    """
+    return f"{PREFIX}:{brand_id}:{{{tag}}}o.{kind}:{name}"
+
+
+def owner_tag(owner_digest: str) -> str:
+    """An owner's hash tag: the first 8 hex characters of :attr:`~gateway.store.base.Owner.digest`.
+
+    32 bits spread owners evenly over the 16,384 slots; they name nothing (the digest is one-way)
+    and decide nothing (a conversation's owner is still checked against its ``o`` field).
+    """
+    return owner_digest[:8]
 
 
 def oauth_key(brand_id: str, kind: str, digest: str) -> str:

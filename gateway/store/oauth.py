@@ -33,10 +33,13 @@ a device code, rotating a refresh token, taking a consent session, using a ``jti
 
 from __future__ import annotations
 
+import secrets
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from enum import Enum
 from typing import NamedTuple
+
+from gateway.store import keys
 
 __all__ = [
     "EXPIRED_KEPT",
@@ -210,6 +213,17 @@ class OAuthStore(ABC):
     caller's clock. Every method raises :class:`gateway.store.base.StoreError` when the backend fails.
     """
 
+    tags_grant_ids = True
+    """Whether :meth:`new_grant_id` puts the owner's tag in the ids it draws (issue 20): not under
+    ``cache.key_layout: previous``, whose ids the previous release must still read."""
+
+    def new_grant_id(self, owner_digest: str) -> str:
+        """§5.4 ``grant_id`` for a grant of ``owner_digest``: opaque and unguessable (it appears in
+        receipts, so it is not a secret), and carrying the owner's tag so that
+        :func:`gateway.store.keys.grant_key` keeps the grant in its owner's slot."""
+        tag = keys.owner_tag(owner_digest) if self.tags_grant_ids else ""
+        return keys.GRANT_ID_PREFIX + tag + secrets.token_urlsafe(16)
+
     @abstractmethod
     async def create_authorization(self, authorization: DeviceAuthorization) -> bool:
         """Store a new pending authorization until its ``expires_at``; ``False`` if its ``user_code``
@@ -225,7 +239,7 @@ class OAuthStore(ABC):
     async def approve(
         self,
         brand_id: str,
-        device_hash: str,
+        authorization: DeviceAuthorization,
         user: str,
         scopes: tuple[str, ...],
         now: float,
@@ -233,11 +247,14 @@ class OAuthStore(ABC):
         carried: tuple[str, ...] = (),
     ) -> bool:
         """PENDING and live → APPROVED for ``user`` with ``scopes`` (``carried`` of them from the grant
-        the new one will supersede); ``False`` (nothing changed) otherwise."""
+        the new one will supersede); ``False`` (nothing changed) otherwise. ``authorization`` is as
+        :meth:`authorization_by_user_code` read it: its device hash, owner and expiry find and index
+        it; its status is decided again by the store."""
 
     @abstractmethod
-    async def deny(self, brand_id: str, device_hash: str, now: float) -> bool:
-        """PENDING and live → DENIED; ``False`` (nothing changed) otherwise."""
+    async def deny(self, brand_id: str, authorization: DeviceAuthorization, now: float) -> bool:
+        """PENDING and live → DENIED; ``False`` (nothing changed) otherwise (``authorization`` as for
+        :meth:`approve`)."""
 
     @abstractmethod
     async def deny_authorizations_of_owner(self, brand_id: str, owner_digest: str, now: float) -> int:

@@ -166,13 +166,14 @@ class MemoryOAuthStore(OAuthStore):
     async def approve(
         self,
         brand_id: str,
-        device_hash: str,
+        authorization: DeviceAuthorization,
         user: str,
         scopes: tuple[str, ...],
         now: float,
         *,
         carried: tuple[str, ...] = (),
     ) -> bool:
+        device_hash = authorization.device_hash
         approved = self._settle(
             brand_id,
             device_hash,
@@ -188,8 +189,8 @@ class MemoryOAuthStore(OAuthStore):
             self._index_authorization(user_key, device_hash, device[1].expires_at, now)
         return approved
 
-    async def deny(self, brand_id: str, device_hash: str, now: float) -> bool:
-        return self._settle(brand_id, device_hash, now, status=AuthorizationStatus.DENIED)
+    async def deny(self, brand_id: str, authorization: DeviceAuthorization, now: float) -> bool:
+        return self._settle(brand_id, authorization.device_hash, now, status=AuthorizationStatus.DENIED)
 
     async def poll(
         self,

@@ -42,9 +42,29 @@ and grants with no ``f``; both are still read until they expire: such a token, i
 rotates into a family, so nothing of that layout is written any more.
 
 Two scripts reach keys they learn only as they run, from prefixes passed in ARGV: the poll
-(the user's grant set and slot, from the digest approval stored, and the grant it supersedes)
-and the rotation of a previous release's token (the grant it belongs to), so each stays one
-step. Like every key here, that assumes a standalone Redis (a Redis Cluster would need hash tags).
+(the slot(s) from the digest approval stored, and the grant it supersedes) and the rotation of a
+previous release's token (the grant it belongs to), so each stays one step.
+
+Issue 20, two layouts (``cache.key_layout``). ``previous`` writes exactly the keys above, as the
+previous release (6ad6c1f) does, so its replicas serve beside this one. ``tagged`` puts every key
+one script touches in one Redis Cluster slot (:func:`gateway.store.keys.oauth_tagged_key`): under
+the owner's tag (:func:`gateway.store.keys.owner_tag`) the device authorization, the owner's
+authorization index and grant set, the (user, owner) slot, and each grant and its grace (the grant
+id carries the tag: :func:`gateway.store.keys.grant_key`), so a redemption, a rotation, a reuse's
+revocation and the begin-turn step's grant check are each one script in the owner's slot; under
+the user's digest's tag the user's authorization index and grant set, each updated by its own
+command beside the owner's script (the order, and what a crash between leaves, in the docstrings
+of :meth:`RedisOAuthStore._settle` and :meth:`RedisOAuthStore.poll`); user codes, consent
+sessions, landing records and used ``jti``s are single keys, one slot each, named as before. The
+user code's value gains the owner's tag (``device|expires|tag``), which finds the device: the
+previous release could not read it, and it never has to, as ``tagged`` is set only once every
+replica runs this release (the switch from ``previous`` is a rolling restart of this release).
+
+Whichever is written, both are read: an authorization is looked for in each layout and settled or
+redeemed in the one it is in; a slot, a user's or an owner's grants are read from both. On a
+single Redis or Sentinel a script may touch both layouts' keys (it reads the other layout's slot
+on a redemption); on a Redis Cluster, which never held a previous key, ``reads_previous`` is off
+and nothing of the previous layout is named.
 """
 
 from __future__ import annotations
@@ -53,7 +73,7 @@ import asyncio
 import math
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 from gateway.store import keys
 from gateway.store.oauth import (
@@ -84,12 +104,13 @@ end
 """
 
 # KEYS[1] user-code index, KEYS[2] device, KEYS[3] the owner's authorization index. ARGV: now, index
-# value, index ttl ms, device ttl ms, device hash, expires, then the device's fields and values.
+# value, index ttl ms, device ttl ms, device hash, expires, then the device's fields and values. The
+# previous layout's creation, in one step (its three keys are of three slots).
 _CREATE = Script(
     _INDEX_AUTHORIZATION
     + """
 local held = redis.call('GET', KEYS[1])
-if held and tonumber(string.match(held, '|(.*)$')) > tonumber(ARGV[1]) then return 0 end
+if held and tonumber(string.match(held, '^[^|]*|([^|]*)')) > tonumber(ARGV[1]) then return 0 end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 redis.call('HSET', KEYS[2], unpack(ARGV, 7))
 redis.call('PEXPIRE', KEYS[2], ARGV[4])
@@ -98,12 +119,45 @@ return 1
 """
 )
 
-# KEYS[1] device and, for an approval, KEYS[2] the user's authorization index. ARGV: now, the device
-# hash to index ('' for none), then the fields and values a live PENDING authorization takes.
+# KEYS[1] user-code index. ARGV: now, index value, ttl ms. The tagged layout's first step of a creation:
+# the code, unless a live authorization holds it (whichever layout's value, ``device|expires[|tag]``).
+_RESERVE_CODE = Script("""
+local held = redis.call('GET', KEYS[1])
+if held and tonumber(string.match(held, '^[^|]*|([^|]*)')) > tonumber(ARGV[1]) then return 0 end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+return 1
+""")
+
+# KEYS[1] device, KEYS[2] the owner's authorization index (one slot: the owner's). ARGV: now, index ttl
+# ms, device ttl ms, device hash, expires, then the device's fields and values. The second step.
+_PUT_DEVICE = Script(
+    _INDEX_AUTHORIZATION
+    + """
+redis.call('HSET', KEYS[1], unpack(ARGV, 6))
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+index_authorization(KEYS[2], ARGV[4], ARGV[5], ARGV[1], ARGV[2])
+return 1
+"""
+)
+
+# KEYS[1] an authorization index. ARGV: now, index value, its expiry, ttl ms. The tagged layout's
+# first step of an approval, in the approving user's slot.
+_INDEX = Script(
+    _INDEX_AUTHORIZATION
+    + """
+index_authorization(KEYS[1], ARGV[2], ARGV[3], ARGV[1], ARGV[4])
+return 1
+"""
+)
+
+# KEYS[1] device and, for an approval in the previous layout, KEYS[2] the user's authorization index.
+# ARGV: now, the device hash to index ('' for none), then the fields and values a live PENDING
+# authorization takes. -1: no such device (in this layout).
 _SETTLE = Script(
     _INDEX_AUTHORIZATION
     + """
 local v = redis.call('HMGET', KEYS[1], 't', 'e')
+if not v[1] then return -1 end
 local now = tonumber(ARGV[1])
 if v[1] ~= 'pending' or tonumber(v[2]) <= now then return 0 end
 redis.call('HSET', KEYS[1], unpack(ARGV, 3))
@@ -114,8 +168,8 @@ return 1
 """
 )
 
-# KEYS[1] an authorization index. ARGV: now, device key prefix. Denies its live PENDING or APPROVED
-# authorizations, forgetting who approved what; the index goes with them.
+# KEYS[1] an authorization index. ARGV: now, device key prefix (the index's slot). Denies its live PENDING
+# or APPROVED authorizations, forgetting who approved what; the index goes with them.
 _DENY_INDEXED = Script("""
 local denied = 0
 for _, hash in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. ARGV[1], '+inf')) do
@@ -131,10 +185,36 @@ redis.call('DEL', KEYS[1])
 return denied
 """)
 
-# KEYS[1] device, KEYS[2] grant, KEYS[3] the owner's grant set. ARGV: owner, now, refresh hash, grant
-# expires, grant ttl ms, grant id, user-set key prefix, family hash, slot key prefix, grant key prefix.
+# KEYS: devices of one owner slot. ARGV: now, a user's digest. Denies those of them live and APPROVED by
+# that user (an index entry is written before its approval, so it may name one the user never approved).
+_DENY_APPROVED = Script("""
+local denied = 0
+for _, key in ipairs(KEYS) do
+  local v = redis.call('HMGET', key, 't', 'e', 'd')
+  if v[1] == 'approved' and v[3] == ARGV[2] and tonumber(v[2]) > tonumber(ARGV[1]) then
+    redis.call('HSET', key, 't', 'denied')
+    redis.call('HDEL', key, 'u', 'a', 'x', 'd')
+    denied = denied + 1
+  end
+end
+return denied
+""")
+
+# KEYS[1] device, KEYS[2] grant, KEYS[3] the owner's grant set. ARGV: 1 owner, 2 now, 3 refresh hash,
+# 4 grant expires, 5 grant ttl ms, 6 grant id, 7 family hash, 8 the Brand's key prefix, 9 user-set key
+# prefix ('': the caller adds the grant to the user's set), 10 the slot key prefix, 11 the other
+# layout's slot key prefix ('': none). {'missing'}: no such device in this layout.
 _POLL = Script("""
+-- keys.grant_key: 'a2agrant_' (9 characters), the owner's tag (8 hex), 22 random; or the previous id.
+local function grant_key(id)
+  local tag = string.sub(id, 10, 17)
+  if #id == 39 and string.find(tag, '^[0-9a-f]+$') then
+    return ARGV[8] .. '{' .. tag .. '}o.g:' .. string.sub(id, 18)
+  end
+  return ARGV[8] .. 'grant:' .. id
+end
 local d = redis.call('HMGET', KEYS[1], 'o', 'e', 't', 'p', 'i')
+if not d[1] then return {'missing'} end
 if d[1] ~= ARGV[1] then return {'invalid_grant'} end
 local now = tonumber(ARGV[2])
 if tonumber(d[2]) <= now then return {'expired_token'} end
@@ -151,19 +231,24 @@ if d[3] ~= 'approved' then
 end
 redis.call('HSET', KEYS[1], 'p', ARGV[2], 't', 'redeemed')
 local a = redis.call('HMGET', KEYS[1], 'c', 'u', 'a', 'd', 'x')
-local user_set = ARGV[7] .. a[4]
-local slot = ARGV[9] .. a[4] .. ARGV[1]
-local superseded = redis.call('GET', slot)
+local sets = {KEYS[3]}
+if ARGV[9] ~= '' then table.insert(sets, ARGV[9] .. a[4]) end
+local slot = ARGV[10] .. a[4] .. ARGV[1]
+-- Both layouts' slots: whichever names a grant of this (user, owner), it is superseded.
+local slots = {slot}
+if ARGV[11] ~= '' then table.insert(slots, ARGV[11] .. a[4] .. ARGV[1]) end
 local held, ended = {}, '0'
-if superseded then
-  local old = redis.call('HMGET', ARGV[10] .. superseded, 's', 'e')
-  if old[2] and tonumber(old[2]) > now then
-    for scope in string.gmatch(old[1], '%S+') do held[scope] = true end
-    ended = '1'
+for _, named in ipairs(slots) do
+  local superseded = redis.call('GET', named)
+  if superseded then
+    local old = redis.call('HMGET', grant_key(superseded), 's', 'e')
+    if old[2] and tonumber(old[2]) > now then
+      for scope in string.gmatch(old[1], '%S+') do held[scope] = true end
+      ended = '1'
+    end
+    redis.call('DEL', grant_key(superseded))
+    for _, set in ipairs(sets) do redis.call('SREM', set, superseded) end
   end
-  redis.call('DEL', ARGV[10] .. superseded)
-  redis.call('SREM', user_set, superseded)
-  redis.call('SREM', KEYS[3], superseded)
 end
 -- Only what the superseded grant still holds now is carried: one revoked since the approval
 -- (or replaced by another) hands nothing on.
@@ -176,15 +261,22 @@ for scope in string.gmatch(a[3], '%S+') do
 end
 scopes, carried = table.concat(scopes, ' '), table.concat(carried, ' ')
 redis.call('HSET', KEYS[2], 'o', ARGV[1], 'c', a[1], 'u', a[2], 's', scopes, 'i', ARGV[2], 'e', ARGV[4],
-  'f', ARGV[8], 'r', ARGV[3])
+  'f', ARGV[7], 'r', ARGV[3])
 if carried ~= '' then redis.call('HSET', KEYS[2], 'k', carried) end
 redis.call('PEXPIRE', KEYS[2], ARGV[5])
 redis.call('SET', slot, ARGV[6], 'PX', ARGV[5])
-for _, set in ipairs({user_set, KEYS[3]}) do
+for _, set in ipairs(sets) do
   redis.call('SADD', set, ARGV[6])
   if redis.call('PTTL', set) < tonumber(ARGV[5]) then redis.call('PEXPIRE', set, ARGV[5]) end
 end
-return {'issued', a[1], a[2], scopes, carried, ended}
+return {'issued', a[1], a[2], scopes, carried, ended, a[4]}
+""")
+
+# KEYS[1] a set. ARGV: member, ttl ms: the set lives at least that long.
+_ADD_MEMBER = Script("""
+redis.call('SADD', KEYS[1], ARGV[1])
+if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
+return 1
 """)
 
 # KEYS[1] a hash. ARGV: ttl ms, then its fields and values.
@@ -221,22 +313,24 @@ redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 return 1
 """)
 
-# KEYS[1] the grant the presented token names or, for a previous release's token (ARGV[3] ''), its
-# ``refresh`` key. ARGV: now, grant key prefix, presented family hash, presented hash, new family hash,
-# new hash, grace key prefix, sealed answer ('' for no grace), its deadline, its ttl ms. RFC 9700
-# §4.14.2: the current token rotates; the previous one within its rotation's grace gets that rotation's
-# answer; any other of the family revokes the grant.
+# KEYS[1] the grant the presented token names and KEYS[2] its grace key or, for a previous release's
+# token (ARGV[3] ''), its ``refresh`` key alone (no placeholder: a cluster checks every key named).
+# ARGV: now, previous grant key prefix, presented family hash, presented hash, new family hash, new
+# hash, previous grace key prefix, sealed answer ('' for no grace), its deadline, its ttl ms, the
+# grant id ('' for a previous release's token). RFC 9700
+# §4.14.2: the current token rotates; the previous one within its rotation's grace gets that
+# rotation's answer; any other of the family revokes the grant.
 _ROTATE = Script("""
-local key = KEYS[1]
+local key, grace, id = KEYS[1], KEYS[2], ARGV[11]
 if ARGV[3] == '' then
-  local id = redis.call('GET', KEYS[1])
+  -- The previous release's tokens name its grants, whose ids and keys are the previous layout's.
+  id = redis.call('GET', KEYS[1])
   if not id then return {'invalid'} end
-  key = ARGV[2] .. id
+  key, grace = ARGV[2] .. id, ARGV[7] .. id
 end
 local g = redis.call('HMGET', key, 'r', 'e', 'f', 'o', 'c', 'u', 's', 'i', 'k', 'p')
 if not g[2] or tonumber(g[2]) <= tonumber(ARGV[1]) then return {'invalid'} end
 if ARGV[3] ~= '' and g[3] ~= ARGV[3] then return {'invalid'} end
-local grace = ARGV[7] .. string.sub(key, #ARGV[2] + 1)
 if g[1] ~= ARGV[4] then
   if g[10] == ARGV[4] then
     local kept = redis.call('HMGET', grace, 'p', 'e', 'b')
@@ -251,7 +345,7 @@ if ARGV[8] ~= '' then
   redis.call('HSET', grace, 'p', ARGV[4], 'e', ARGV[9], 'b', ARGV[8])
   redis.call('PEXPIRE', grace, ARGV[10])
 end
-return {'rotated', string.sub(key, #ARGV[2] + 1), g[4], g[5], g[6], g[7], g[8], g[2], g[9] or ''}
+return {'rotated', id, g[4], g[5], g[6], g[7], g[8], g[2], g[9] or ''}
 """)
 
 # KEYS[1] grant. ARGV: now. 1 when a live grant ended.
@@ -297,18 +391,65 @@ def _grant(brand_id: str, grant_id: str, fields: dict[bytes, bytes]) -> Grant:
     )
 
 
+class _At(NamedTuple):
+    """Where a device authorization is, in one layout: its key and whether that layout is tagged."""
+
+    key: str
+    tagged: bool
+
+
 class RedisOAuthStore(OAuthStore):
     """The §5 records on the conversation store's Redis, through its connection (no second one).
 
     ``clock`` decides where a method takes no ``now``: pass the conversation store's, as
-    :func:`gateway.store.factory.open_oauth_store` does.
+    :func:`gateway.store.factory.open_oauth_store` does. ``tagged``: whether new records are written
+    in the tagged layout (``cache.key_layout: tagged``) or exactly as the previous release writes
+    them; both layouts are read (see the module's docstring), unless ``reads_previous`` is false: on
+    a Redis Cluster, which never held a previous key and where a script may not touch a key of
+    another slot (the conversation store's flags of the same names).
     """
 
-    def __init__(self, redis: RedisPipe, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(
+        self,
+        redis: RedisPipe,
+        *,
+        clock: Callable[[], float] = time.time,
+        tagged: bool = True,
+        reads_previous: bool = True,
+    ) -> None:
         self._redis = redis
         self._clock = clock
+        self._tagged = tagged
+        self._read_previous = reads_previous
+        self.tags_grant_ids = tagged
+
+    def _layouts(self) -> tuple[bool, ...]:
+        """The layouts to look in, as ``tagged`` flags: the one written first, then the other if read."""
+        if not self._read_previous:
+            return (True,)
+        return (True, False) if self._tagged else (False, True)
+
+    @staticmethod
+    def _device_key(brand_id: str, owner_digest: str, device_hash: str, *, tagged: bool) -> str:
+        if tagged:
+            return keys.oauth_tagged_key(brand_id, keys.owner_tag(owner_digest), "d", device_hash)
+        return keys.oauth_key(brand_id, "device", device_hash)
+
+    def _devices(self, authorization: DeviceAuthorization) -> list[_At]:
+        """Where ``authorization`` may be, in the order to look: each layout's key for it."""
+        brand_id, owner = authorization.brand_id, authorization.owner_digest
+        return [
+            _At(self._device_key(brand_id, owner, authorization.device_hash, tagged=tagged), tagged)
+            for tagged in self._layouts()
+        ]
 
     async def create_authorization(self, authorization: DeviceAuthorization) -> bool:
+        """Previous layout: one script, as the previous release runs it. Tagged: the user code is
+        reserved first (a key found from the code alone, so in a slot of its own), then the device
+        and the owner's index are written in the owner's slot. A crash between the two leaves a
+        reserved code naming no device: :meth:`authorization_by_user_code` finds nothing behind it,
+        the personal agent never received the device code (its request failed), and the code is
+        free again when its TTL ends."""
         brand_id, expires = authorization.brand_id, authorization.expires_at
         now = self._clock()
         fields: list[Arg] = [
@@ -326,24 +467,47 @@ class RedisOAuthStore(OAuthStore):
             fields += ["a", " ".join(authorization.approved)]
         if authorization.carried:
             fields += ["x", " ".join(authorization.carried)]
-        created = await self._redis.run(
-            _CREATE,
+        code_key = keys.oauth_key(brand_id, "user_code", authorization.user_code)
+        device_hash, owner = authorization.device_hash, authorization.owner_digest
+        if not self._tagged:
+            created = await self._redis.run(
+                _CREATE,
+                [
+                    code_key,
+                    self._device_key(brand_id, owner, device_hash, tagged=False),
+                    keys.oauth_key(brand_id, "owner_authz", owner),
+                ],
+                [
+                    _time(now),
+                    f"{device_hash}|{_time(expires)}",
+                    _ttl_ms(expires, now),
+                    _ttl_ms(expires + EXPIRED_KEPT, now),
+                    device_hash,
+                    _time(expires),
+                    *fields,
+                ],
+            )
+            return bool(created)
+        tag = keys.owner_tag(owner)
+        index = f"{device_hash}|{_time(expires)}|{tag}"
+        if not await self._redis.run(_RESERVE_CODE, [code_key], [_time(now), index, _ttl_ms(expires, now)]):
+            return False
+        await self._redis.run(
+            _PUT_DEVICE,
             [
-                keys.oauth_key(brand_id, "user_code", authorization.user_code),
-                keys.oauth_key(brand_id, "device", authorization.device_hash),
-                keys.oauth_key(brand_id, "owner_authz", authorization.owner_digest),
+                self._device_key(brand_id, owner, device_hash, tagged=True),
+                keys.oauth_tagged_key(brand_id, tag, "a", owner),
             ],
             [
                 _time(now),
-                f"{authorization.device_hash}|{_time(expires)}",
                 _ttl_ms(expires, now),
                 _ttl_ms(expires + EXPIRED_KEPT, now),
-                authorization.device_hash,
+                device_hash,
                 _time(expires),
                 *fields,
             ],
         )
-        return bool(created)
+        return True
 
     async def authorization_by_user_code(
         self, brand_id: str, user_code: str, now: float
@@ -351,10 +515,16 @@ class RedisOAuthStore(OAuthStore):
         index = await self._redis.execute("GET", keys.oauth_key(brand_id, "user_code", user_code))
         if index is None:
             return None
-        device_hash, _, expires = index.decode().partition("|")
+        # ``device|expires`` (previous layout) or ``device|expires|owner tag`` (tagged).
+        device_hash, expires, *tagged = index.decode().split("|")
         if float(expires) <= now:
             return None
-        flat = await self._redis.execute("HGETALL", keys.oauth_key(brand_id, "device", device_hash))
+        device_key = (
+            keys.oauth_tagged_key(brand_id, tagged[0], "d", device_hash)
+            if tagged
+            else keys.oauth_key(brand_id, "device", device_hash)
+        )
+        flat = await self._redis.execute("HGETALL", device_key)
         fields = _fields(flat)
         # A code expired and drawn again between the two reads names the new authorization, not this one.
         if not fields or fields[b"k"].decode() != user_code or float(fields[b"e"]) <= now:
@@ -376,33 +546,86 @@ class RedisOAuthStore(OAuthStore):
         )
 
     async def _settle(
-        self, brand_id: str, device_hash: str, now: float, changes: Sequence[Arg], *, user_index: str = ""
+        self, authorization: DeviceAuthorization, now: float, changes: Sequence[Arg], *, user: str = ""
     ) -> bool:
-        """Settle a live PENDING authorization; ``user_index``: the approving user's index to add it to."""
-        settled = await self._redis.run(
-            _SETTLE,
-            [keys.oauth_key(brand_id, "device", device_hash), *([user_index] if user_index else [])],
-            [_time(now), device_hash if user_index else "", *changes],
-        )
-        return bool(settled)
+        """Settle a live PENDING authorization, in whichever layout it is; ``user``: the approving
+        user's digest, whose index it joins.
 
-    async def _deny_indexed(self, brand_id: str, index_key: str, now: float) -> int:
-        denied = await self._redis.run(
-            _DENY_INDEXED, [index_key], [_time(now), keys.oauth_key(brand_id, "device", "")]
-        )
-        return int(denied)
+        Tagged, the user's index is in the user's slot, so it is written first, by its own script,
+        then the authorization is settled in the owner's slot. A crash between the two leaves an
+        index entry for an authorization this user did not approve: denying by user
+        (:meth:`deny_authorizations_of_user`) checks who approved each one, so it is skipped, and it
+        leaves the index when the authorization expires. The other order could leave an approval
+        that the user's revocation of all their grants would not find, and the next poll would mint it.
+        """
+        brand_id, device_hash = authorization.brand_id, authorization.device_hash
+        for at in self._devices(authorization):
+            if at.tagged:
+                if user:
+                    expires = authorization.expires_at
+                    await self._redis.run(
+                        _INDEX,
+                        [keys.oauth_tagged_key(brand_id, keys.owner_tag(user), "A", user)],
+                        [
+                            _time(now),
+                            keys.owner_tag(authorization.owner_digest) + device_hash,
+                            _time(expires),
+                            _ttl_ms(expires, now),
+                        ],
+                    )
+                settled = await self._redis.run(_SETTLE, [at.key], [_time(now), "", *changes])
+            else:
+                user_index = [keys.oauth_key(brand_id, "user_authz", user)] if user else []
+                settled = await self._redis.run(
+                    _SETTLE, [at.key, *user_index], [_time(now), device_hash if user else "", *changes]
+                )
+            if settled != -1:
+                return bool(settled)
+        return False
 
     async def deny_authorizations_of_owner(self, brand_id: str, owner_digest: str, now: float) -> int:
-        return await self._deny_indexed(brand_id, keys.oauth_key(brand_id, "owner_authz", owner_digest), now)
+        denied = 0
+        for tagged in self._layouts():
+            if tagged:
+                tag = keys.owner_tag(owner_digest)
+                index_key = keys.oauth_tagged_key(brand_id, tag, "a", owner_digest)
+                prefix = keys.oauth_tagged_key(brand_id, tag, "d", "")
+            else:
+                index_key = keys.oauth_key(brand_id, "owner_authz", owner_digest)
+                prefix = keys.oauth_key(brand_id, "device", "")
+            denied += int(await self._redis.run(_DENY_INDEXED, [index_key], [_time(now), prefix]))
+        return denied
 
     async def deny_authorizations_of_user(self, brand_id: str, user: str, now: float) -> int:
-        user_key = keys.oauth_key(brand_id, "user_authz", keys.user_digest(brand_id, user))
-        return await self._deny_indexed(brand_id, user_key, now)
+        """Tagged, the user's index (their slot) names authorizations of many owners (many slots):
+        it is read, each owner slot's are denied by one script, and the index is dropped last, so a
+        crash part way leaves it to be denied again (denying is idempotent)."""
+        digest = keys.user_digest(brand_id, user)
+        denied = 0
+        for tagged in self._layouts():
+            if not tagged:
+                previous = keys.oauth_key(brand_id, "user_authz", digest)
+                prefix = keys.oauth_key(brand_id, "device", "")
+                denied += int(await self._redis.run(_DENY_INDEXED, [previous], [_time(now), prefix]))
+                continue
+            index_key = keys.oauth_tagged_key(brand_id, keys.owner_tag(digest), "A", digest)
+            members = await self._redis.execute("ZRANGEBYSCORE", index_key, f"({_time(now)}", "+inf")
+            by_owner: dict[str, list[str]] = {}
+            for member in members:
+                entry = member.decode()
+                tag, device_hash = entry[:8], entry[8:]
+                by_owner.setdefault(tag, []).append(keys.oauth_tagged_key(brand_id, tag, "d", device_hash))
+            args: list[Arg] = [_time(now), digest]
+            slots = by_owner.values()
+            counts = await asyncio.gather(*(self._redis.run(_DENY_APPROVED, each, args) for each in slots))
+            denied += sum(int(count) for count in counts)
+            await self._redis.execute("DEL", index_key)
+        return denied
 
     async def approve(
         self,
         brand_id: str,
-        device_hash: str,
+        authorization: DeviceAuthorization,
         user: str,
         scopes: tuple[str, ...],
         now: float,
@@ -418,11 +641,10 @@ class RedisOAuthStore(OAuthStore):
         ]  # fmt: skip
         if carried:
             changes += ["x", " ".join(carried)]
-        user_index = keys.oauth_key(brand_id, "user_authz", digest)
-        return await self._settle(brand_id, device_hash, now, changes, user_index=user_index)
+        return await self._settle(authorization, now, changes, user=digest)
 
-    async def deny(self, brand_id: str, device_hash: str, now: float) -> bool:
-        return await self._settle(brand_id, device_hash, now, ["t", AuthorizationStatus.DENIED.value])
+    async def deny(self, brand_id: str, authorization: DeviceAuthorization, now: float) -> bool:
+        return await self._settle(authorization, now, ["t", AuthorizationStatus.DENIED.value])
 
     async def poll(
         self,
@@ -434,32 +656,55 @@ class RedisOAuthStore(OAuthStore):
         refresh: RefreshToken,
         grant_ttl: int,
     ) -> PollResult:
+        """One script in the authorization's layout (looked for in each). Tagged, its keys (the
+        device, the grant, the owner's set and the (user, owner) slot) are the owner's slot, and the
+        grant joins the user's set (the user's slot) by a second script once the first issued it.
+        A crash between the two leaves a grant no token of which was handed out (the answer is sent
+        after both), so no one can use it; it still holds its slot, where the next approval
+        supersedes it, and the owner's set, where erasure finds it; it expires at ``grant_ttl``."""
         expires = now + grant_ttl
         grant_id = refresh.grant_id
-        result = await self._redis.run(
-            _POLL,
-            [
-                keys.oauth_key(brand_id, "device", device_hash),
-                keys.grant_key(brand_id, grant_id),
-                keys.oauth_key(brand_id, "owner", owner_digest),
-            ],
-            [
-                owner_digest,
-                _time(now),
-                refresh.token_hash,
-                _time(expires),
-                _ttl_ms(expires, now),
-                grant_id,
-                keys.oauth_key(brand_id, "user", ""),
-                refresh.family_hash,
-                keys.grant_slot_key(brand_id, "", ""),
-                keys.grant_key(brand_id, ""),
-            ],
-        )
+        tag = keys.owner_tag(owner_digest)
+        slot_prefixes = {
+            True: keys.oauth_tagged_key(brand_id, tag, "s", ""),
+            False: keys.grant_slot_key(brand_id, "", ""),
+        }
+        for tagged in self._layouts():
+            other = "" if not self._read_previous else slot_prefixes[not tagged]
+            result = await self._redis.run(
+                _POLL,
+                [
+                    self._device_key(brand_id, owner_digest, device_hash, tagged=tagged),
+                    keys.grant_key(brand_id, grant_id),
+                    keys.oauth_tagged_key(brand_id, tag, "o", owner_digest)
+                    if tagged
+                    else keys.oauth_key(brand_id, "owner", owner_digest),
+                ],
+                [
+                    owner_digest,
+                    _time(now),
+                    refresh.token_hash,
+                    _time(expires),
+                    _ttl_ms(expires, now),
+                    grant_id,
+                    refresh.family_hash,
+                    f"{keys.PREFIX}:{brand_id}:",
+                    "" if tagged else keys.oauth_key(brand_id, "user", ""),
+                    slot_prefixes[tagged],
+                    other,
+                ],
+            )
+            if result[0] != b"missing":
+                break
+        else:
+            return PollResult(PollOutcome.INVALID_GRANT)
         outcome = PollOutcome(result[0].decode())
         if outcome is not PollOutcome.ISSUED:
             return PollResult(outcome)
-        _, client_id, user, scopes, carried, ended = result
+        _, client_id, user, scopes, carried, ended, digest = result
+        if tagged:
+            user_set = keys.oauth_tagged_key(brand_id, keys.owner_tag(digest.decode()), "u", digest.decode())
+            await self._redis.run(_ADD_MEMBER, [user_set], [grant_id, _ttl_ms(expires, now)])
         grant = Grant(
             grant_id=grant_id,
             brand_id=brand_id,
@@ -542,27 +787,57 @@ class RedisOAuthStore(OAuthStore):
         return _grant(brand_id, grant_id, fields)
 
     async def live_grant_of(self, brand_id: str, user: str, owner_digest: str, now: float) -> Grant | None:
-        slot = keys.grant_slot_key(brand_id, keys.user_digest(brand_id, user), owner_digest)
-        grant_id = await self._redis.execute("GET", slot)
-        return None if grant_id is None else await self.get_grant(brand_id, grant_id.decode(), now)
+        digest = keys.user_digest(brand_id, user)
+        for tagged in self._layouts():
+            slot = (
+                keys.oauth_tagged_key(brand_id, keys.owner_tag(owner_digest), "s", digest + owner_digest)
+                if tagged
+                else keys.grant_slot_key(brand_id, digest, owner_digest)
+            )
+            grant_id = await self._redis.execute("GET", slot)
+            # The other layout's slot may name the live one: a poll in either supersedes both.
+            grant = None if grant_id is None else await self.get_grant(brand_id, grant_id.decode(), now)
+            if grant is not None:
+                return grant
+        return None
 
     async def grants_of_user(self, brand_id: str, user: str, now: float) -> list[Grant]:
-        user_key = keys.oauth_key(brand_id, "user", keys.user_digest(brand_id, user))
-        return await self._indexed(brand_id, user_key, now)
+        digest = keys.user_digest(brand_id, user)
+        return await self._indexed(
+            brand_id,
+            [
+                keys.oauth_tagged_key(brand_id, keys.owner_tag(digest), "u", digest)
+                if tagged
+                else keys.oauth_key(brand_id, "user", digest)
+                for tagged in self._layouts()
+            ],
+            now,
+        )
 
     async def grants_of_owner(self, brand_id: str, owner_digest: str, now: float) -> list[Grant]:
-        return await self._indexed(brand_id, keys.oauth_key(brand_id, "owner", owner_digest), now)
+        return await self._indexed(
+            brand_id,
+            [
+                keys.oauth_tagged_key(brand_id, keys.owner_tag(owner_digest), "o", owner_digest)
+                if tagged
+                else keys.oauth_key(brand_id, "owner", owner_digest)
+                for tagged in self._layouts()
+            ],
+            now,
+        )
 
-    async def _indexed(self, brand_id: str, index_set: str, now: float) -> list[Grant]:
-        """The live grants a set names, oldest first; the dead ones leave the set."""
-        members: list[bytes] = await self._redis.execute("SMEMBERS", index_set)
-        grant_ids = [member.decode() for member in members]
+    async def _indexed(self, brand_id: str, index_sets: Sequence[str], now: float) -> list[Grant]:
+        """The live grants the sets (one per layout) name, oldest first; the dead ones leave their set."""
+        listed: list[list[bytes]] = await asyncio.gather(
+            *(self._redis.execute("SMEMBERS", index_set) for index_set in index_sets)
+        )
+        grant_ids = sorted({member.decode() for members in listed for member in members})
         # Sent together, so the pipe writes them as one batch: one round trip for all of them.
         grants = await asyncio.gather(*(self.get_grant(brand_id, grant_id, now) for grant_id in grant_ids))
         dead = [grant_id for grant_id, grant in zip(grant_ids, grants, strict=True) if grant is None]
         if dead:
             # Safe outside a script: a grant id is never reused, so a dead one never comes back.
-            await self._redis.execute("SREM", index_set, *dead)
+            await asyncio.gather(*(self._redis.execute("SREM", index_set, *dead) for index_set in index_sets))
         live = [grant for grant in grants if grant is not None]
         return sorted(live, key=lambda grant: (grant.issued_at, grant.grant_id))
 
@@ -576,9 +851,13 @@ class RedisOAuthStore(OAuthStore):
         grace: float = 0,
         answer: bytes = b"",
     ) -> RefreshResult:
+        grant_id = presented.grant_id
+        named = [self._refresh_key(brand_id, presented)]
+        if grant_id:  # not for a previous release's token: its grace is known once its refresh key is read
+            named.append(keys.grace_key(brand_id, grant_id))
         result: list[Any] = await self._redis.run(
             _ROTATE,
-            [self._refresh_key(brand_id, presented)],
+            named,
             [
                 _time(now),
                 keys.grant_key(brand_id, ""),
@@ -590,6 +869,7 @@ class RedisOAuthStore(OAuthStore):
                 answer if grace > 0 else b"",
                 _time(now + grace),
                 _ttl_ms(now + grace, now),
+                grant_id,
             ],
         )
         outcome = RefreshOutcome(result[0].decode())
@@ -597,9 +877,8 @@ class RedisOAuthStore(OAuthStore):
             return RefreshResult(outcome, answer=bytes(result[1]))
         if outcome is not RefreshOutcome.ROTATED:
             return RefreshResult(outcome)
-        grant_id = result[1].decode()
         fields = dict(zip((b"o", b"c", b"u", b"s", b"i", b"e", b"k"), result[2:], strict=True))
-        return RefreshResult(outcome, _grant(brand_id, grant_id, fields))
+        return RefreshResult(outcome, _grant(brand_id, result[1].decode(), fields))
 
     @staticmethod
     def _refresh_key(brand_id: str, presented: RefreshToken) -> str:

@@ -32,3 +32,11 @@ def test_oauth_state_front_prints_every_figure_beside_its_target() -> None:
         assert records is not None, out
         assert records[1] == records[2]
     assert re.search(r"^redis: bytes per grant [\d,]+ ", out, re.M), out
+    # Issue 20: a redemption in the tagged layout adds the user's grant set's own command; a refresh none.
+    trips = dict(
+        re.findall(r"^redis layouts: round trips per (\w+): (tagged [\d.]+ vs previous [\d.]+)", out, re.M)
+    )
+    assert trips == {"redemption": "tagged 2.0 vs previous 1.0", "refresh": "tagged 3.0 vs previous 3.0"}, out
+    assert re.search(r"^redis layouts: bytes per grant .*: tagged [\d,.]+ vs previous [\d,.]+", out, re.M), (
+        out
+    )

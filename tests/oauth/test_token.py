@@ -245,7 +245,7 @@ async def test_rfc9700_the_kept_answer_is_sealed_and_lives_only_the_grace(
     h = await _graced(make_gateway, redis_url, brand_login, provider_key_pem, clock)
     tokens = await obtain_tokens(h)
     pair = await tokens_of(await refresh(h, tokens["refresh_token"]))
-    (key,) = [key async for key in redis_client.scan_iter("pact:acme:oauth:grace:*")]
+    (key,) = [key async for key in redis_client.scan_iter("pact:acme:{*}o.r:*")]
     kept: dict[bytes, bytes] = {}
     for field, value in (await redis_client.hgetall(key)).items():
         assert isinstance(field, bytes)

@@ -37,19 +37,18 @@ async def grant(
 ) -> GrantCheck:
     """A grant issued through the §5 flow, as the check a turn under its delegation token carries."""
     device_hash = hashlib.sha256(grant_id.encode()).hexdigest()
-    await oauth.create_authorization(
-        DeviceAuthorization(
-            device_hash=device_hash,
-            user_code=f"UC-{grant_id}",
-            brand_id=BRAND,
-            client_id=owner.issuer,
-            owner_digest=owner.digest,
-            scopes=("orders:read",),
-            expires_at=clock() + 600,
-            interval=5,
-        )
+    created = DeviceAuthorization(
+        device_hash=device_hash,
+        user_code=f"UC-{grant_id}",
+        brand_id=BRAND,
+        client_id=owner.issuer,
+        owner_digest=owner.digest,
+        scopes=("orders:read",),
+        expires_at=clock() + 600,
+        interval=5,
     )
-    await oauth.approve(BRAND, device_hash, user, ("orders:read",), clock())
+    await oauth.create_authorization(created)
+    await oauth.approve(BRAND, created, user, ("orders:read",), clock())
     refresh = RefreshToken(grant_id, "family", "rt")
     result = await oauth.poll(BRAND, device_hash, owner.digest, clock(), refresh=refresh, grant_ttl=GRANT_TTL)
     assert result.outcome is PollOutcome.ISSUED

@@ -34,6 +34,7 @@ from gateway.store.oauth import (
     RefreshResult,
     RefreshToken,
 )
+from gateway.store.oauth_redis import RedisOAuthStore
 from gateway.store.redis import RedisStore
 from tests.support.pa import ManualClock
 
@@ -83,6 +84,11 @@ def authorization(
     )
 
 
+def at(clock: ManualClock, device_hash: str = DEVICE, owner: Owner = ALICE) -> DeviceAuthorization:
+    """The authorization ``device_hash`` of ``owner``, as the consent page read it, to approve or deny."""
+    return authorization(clock, device_hash=device_hash, owner=owner)
+
+
 async def poll(
     oauth: OAuthStore,
     clock: ManualClock,
@@ -117,7 +123,7 @@ async def issue(
     device_hash = sha(f"dc-{grant_id}")
     created = authorization(clock, device_hash=device_hash, user_code=f"UC-{grant_id}", owner=owner)
     assert await oauth.create_authorization(created)
-    assert await oauth.approve(BRAND, device_hash, user, ("orders:read",), clock())
+    assert await oauth.approve(BRAND, created, user, ("orders:read",), clock())
     result = await oauth.poll(
         BRAND,
         device_hash,
@@ -157,7 +163,7 @@ async def test_s5_3_user_code_collision_returns_false(oauth: OAuthStore, clock: 
 
 async def test_s5_3_approve_only_from_pending(oauth: OAuthStore, clock: ManualClock) -> None:
     await oauth.create_authorization(authorization(clock))
-    assert await oauth.approve(BRAND, DEVICE, "user-42", ("orders:read",), clock())
+    assert await oauth.approve(BRAND, at(clock), "user-42", ("orders:read",), clock())
     found = await oauth.authorization_by_user_code(BRAND, "WDJB-MJHT", clock())
     assert found is not None
     assert (found.status, found.user, found.approved) == (
@@ -165,21 +171,21 @@ async def test_s5_3_approve_only_from_pending(oauth: OAuthStore, clock: ManualCl
         "user-42",
         ("orders:read",),
     )
-    assert not await oauth.approve(BRAND, DEVICE, "user-7", ("orders:cancel",), clock())
-    assert not await oauth.deny(BRAND, DEVICE, clock())
+    assert not await oauth.approve(BRAND, at(clock), "user-7", ("orders:cancel",), clock())
+    assert not await oauth.deny(BRAND, at(clock), clock())
     assert await oauth.authorization_by_user_code(BRAND, "WDJB-MJHT", clock()) == found
-    assert not await oauth.approve(BRAND, sha("unknown"), "user-42", ("orders:read",), clock())
+    assert not await oauth.approve(BRAND, at(clock, sha("unknown")), "user-42", ("orders:read",), clock())
 
 
 async def test_s5_3_deny_only_from_pending(oauth: OAuthStore, clock: ManualClock) -> None:
     await oauth.create_authorization(authorization(clock))
-    assert await oauth.deny(BRAND, DEVICE, clock())
+    assert await oauth.deny(BRAND, at(clock), clock())
     found = await oauth.authorization_by_user_code(BRAND, "WDJB-MJHT", clock())
     assert found is not None
     assert (found.status, found.user) == (AuthorizationStatus.DENIED, None)
-    assert not await oauth.deny(BRAND, DEVICE, clock())
-    assert not await oauth.approve(BRAND, DEVICE, "user-42", ("orders:read",), clock())
-    assert not await oauth.deny(BRAND, sha("unknown"), clock())
+    assert not await oauth.deny(BRAND, at(clock), clock())
+    assert not await oauth.approve(BRAND, at(clock), "user-42", ("orders:read",), clock())
+    assert not await oauth.deny(BRAND, at(clock, sha("unknown")), clock())
 
 
 async def test_s5_3_expired_authorization_can_no_longer_be_settled(
@@ -188,8 +194,8 @@ async def test_s5_3_expired_authorization_can_no_longer_be_settled(
     await oauth.create_authorization(authorization(clock))
     clock.advance(600)
     assert await oauth.authorization_by_user_code(BRAND, "WDJB-MJHT", clock()) is None
-    assert not await oauth.approve(BRAND, DEVICE, "user-42", ("orders:read",), clock())
-    assert not await oauth.deny(BRAND, DEVICE, clock())
+    assert not await oauth.approve(BRAND, at(clock), "user-42", ("orders:read",), clock())
+    assert not await oauth.deny(BRAND, at(clock), clock())
 
 
 # --- erasure and `grants revoke` deny authorizations not yet redeemed (issue 18 F4) -------------
@@ -203,7 +209,7 @@ async def _authorize(
     created = authorization(clock, device_hash=device_hash, user_code=f"UC-{name}", owner=owner)
     assert await oauth.create_authorization(created)
     if approver is not None:
-        assert await oauth.approve(BRAND, device_hash, approver, ("orders:read",), clock())
+        assert await oauth.approve(BRAND, created, approver, ("orders:read",), clock())
     return device_hash
 
 
@@ -221,7 +227,7 @@ async def test_s5_3_erasing_a_person_denies_their_pending_and_approved_authoriza
     # RFC 8628 §3.5: the poll that would have minted a grant after the erasure hears access_denied.
     assert await poll(oauth, clock, device_hash=approved, grant_id="g-a") is PollOutcome.ACCESS_DENIED
     assert await poll(oauth, clock, device_hash=pending, grant_id="g-p") is PollOutcome.ACCESS_DENIED
-    assert not await oauth.approve(BRAND, pending, "user-42", ("orders:read",), clock())
+    assert not await oauth.approve(BRAND, at(clock, pending), "user-42", ("orders:read",), clock())
     found = await oauth.authorization_by_user_code(BRAND, "UC-approved", clock())
     assert found is not None
     # Who approved it and what: forgotten with the approval.
@@ -248,7 +254,7 @@ async def test_s5_3_revoking_a_users_grants_denies_what_they_approved_and_no_pol
     assert await poll(oauth, clock, device_hash=bobs, owner=BOB, grant_id="g-7") is PollOutcome.ISSUED
     assert await poll(oauth, clock, device_hash=pending) is PollOutcome.AUTHORIZATION_PENDING
     # Pending, it is no one's yet: approved later, it is that approval's to redeem.
-    assert await oauth.approve(BRAND, pending, "user-42", ("orders:read",), clock())
+    assert await oauth.approve(BRAND, at(clock, pending), "user-42", ("orders:read",), clock())
     assert await oauth.deny_authorizations_of_user(BRAND, "user-42", clock()) == 1
 
 
@@ -268,8 +274,14 @@ async def test_s5_3_authorization_indexes_hold_only_the_last_expires_in_seconds(
     for n in range(40):
         await _authorize(oauth, clock, f"n{n}", approver="user-42")
         clock.advance(60)
-    owner_index = store_keys.oauth_key(BRAND, "owner_authz", ALICE.digest)
-    user_index = store_keys.oauth_key(BRAND, "user_authz", store_keys.user_digest(BRAND, "user-42"))
+    digest = store_keys.user_digest(BRAND, "user-42")
+    if isinstance(store, MemoryStore):
+        owner_index = store_keys.oauth_key(BRAND, "owner_authz", ALICE.digest)
+        user_index = store_keys.oauth_key(BRAND, "user_authz", digest)
+    else:  # Redis writes the tagged layout (cache.key_layout's default)
+        tag = store_keys.owner_tag(ALICE.digest)
+        owner_index = store_keys.oauth_tagged_key(BRAND, tag, "a", ALICE.digest)
+        user_index = store_keys.oauth_tagged_key(BRAND, store_keys.owner_tag(digest), "A", digest)
     assert await _indexed(store, owner_index) == 10
     assert await _indexed(store, user_index) == 10
     # Only the live ones are denied (the last nine: one minute has passed since the last was made).
@@ -286,7 +298,7 @@ async def test_s5_3_poll_unknown_code_is_invalid_grant(oauth: OAuthStore, clock:
 async def test_s5_3_poll_by_another_owner_is_invalid_grant(oauth: OAuthStore, clock: ManualClock) -> None:
     """A code is bound to the PA *and* its ``sub``: another ``sub`` cannot redeem it, even approved."""
     await oauth.create_authorization(authorization(clock))
-    await oauth.approve(BRAND, DEVICE, "user-42", ("orders:read",), clock())
+    await oauth.approve(BRAND, at(clock), "user-42", ("orders:read",), clock())
     assert await poll(oauth, clock, owner=MALLORY) is PollOutcome.INVALID_GRANT
     # Nor did that poll count as one of the owner's: the owner's first poll is not too early.
     assert await poll(oauth, clock) is PollOutcome.ISSUED
@@ -294,7 +306,7 @@ async def test_s5_3_poll_by_another_owner_is_invalid_grant(oauth: OAuthStore, cl
 
 async def test_s5_3_poll_expired_is_expired_token(oauth: OAuthStore, clock: ManualClock) -> None:
     await oauth.create_authorization(authorization(clock))
-    await oauth.approve(BRAND, DEVICE, "user-42", ("orders:read",), clock())
+    await oauth.approve(BRAND, at(clock), "user-42", ("orders:read",), clock())
     clock.advance(600)
     assert await poll(oauth, clock) is PollOutcome.EXPIRED_TOKEN
     # Still told apart from an unknown code for a while, and another owner still learns nothing.
@@ -308,7 +320,7 @@ async def test_s5_3_poll_denied_is_access_denied_even_too_early(
 ) -> None:
     await oauth.create_authorization(authorization(clock))
     assert await poll(oauth, clock) is PollOutcome.AUTHORIZATION_PENDING
-    await oauth.deny(BRAND, DEVICE, clock())
+    await oauth.deny(BRAND, at(clock), clock())
     assert await poll(oauth, clock) is PollOutcome.ACCESS_DENIED  # denied comes before slow_down
     clock.advance(600)
     assert await poll(oauth, clock) is PollOutcome.EXPIRED_TOKEN  # expired comes before denied
@@ -335,7 +347,7 @@ async def test_s5_3_first_poll_is_never_slow_down_then_interval_grows_by_5_for_g
 async def test_s5_3_approved_poll_issues_once(oauth: OAuthStore, clock: ManualClock) -> None:
     await oauth.create_authorization(authorization(clock))
     assert await poll(oauth, clock) is PollOutcome.AUTHORIZATION_PENDING
-    await oauth.approve(BRAND, DEVICE, "user-42", ("orders:read",), clock())
+    await oauth.approve(BRAND, at(clock), "user-42", ("orders:read",), clock())
     clock.advance(1)
     assert await poll(oauth, clock) is PollOutcome.SLOW_DOWN  # approved, but polled too early
     clock.advance(10)
@@ -364,7 +376,7 @@ async def test_s5_3_approved_poll_issues_once(oauth: OAuthStore, clock: ManualCl
 
 async def test_s5_3_concurrent_polls_issue_once(oauth: OAuthStore, clock: ManualClock) -> None:
     await oauth.create_authorization(authorization(clock))
-    await oauth.approve(BRAND, DEVICE, "user-42", ("orders:read",), clock())
+    await oauth.approve(BRAND, at(clock), "user-42", ("orders:read",), clock())
     outcomes = await asyncio.gather(
         *(poll(oauth, clock, grant_id=f"g-{n}", refresh=f"rt-{n}") for n in range(20))
     )
@@ -640,7 +652,8 @@ async def test_s5_3_a_new_grant_supersedes_the_live_one_of_its_user_agent_and_su
     device_hash = sha("dc-step-up")
     assert await oauth.create_authorization(authorization(clock, device_hash=device_hash, user_code="UC-UP"))
     scopes = ("orders:read", "orders:cancel")
-    assert await oauth.approve(BRAND, device_hash, "user-42", scopes, clock(), carried=("orders:read",))
+    step_up = at(clock, device_hash)
+    assert await oauth.approve(BRAND, step_up, "user-42", scopes, clock(), carried=("orders:read",))
     approved = await oauth.authorization_by_user_code(BRAND, "UC-UP", clock())
     assert approved is not None
     assert approved.carried == ("orders:read",)
@@ -673,7 +686,8 @@ async def test_s5_3_a_grant_revoked_before_the_redemption_hands_no_scope_on(
     device_hash = sha("dc-step-up")
     assert await oauth.create_authorization(authorization(clock, device_hash=device_hash, user_code="UC-UP"))
     scopes = ("orders:read", "orders:cancel")
-    assert await oauth.approve(BRAND, device_hash, "user-42", scopes, clock(), carried=("orders:read",))
+    step_up = at(clock, device_hash)
+    assert await oauth.approve(BRAND, step_up, "user-42", scopes, clock(), carried=("orders:read",))
     assert await oauth.revoke_grant(BRAND, "g-1")
     result = await oauth.poll(
         BRAND, device_hash, ALICE.digest, clock(), refresh=rt("rt-up", "g-2"), grant_ttl=GRANT_TTL
@@ -772,7 +786,7 @@ async def test_s5_3_a_new_authorization_round_trips_every_field(
     now = clock() + 0.000123
     result = await oauth.poll(BRAND, DEVICE, ALICE.digest, now, refresh=rt("rt-1"), grant_ttl=GRANT_TTL)
     assert result.outcome is PollOutcome.AUTHORIZATION_PENDING
-    await oauth.approve(BRAND, DEVICE, "user-42", ("c", "a:b"), now)
+    await oauth.approve(BRAND, at(clock), "user-42", ("c", "a:b"), now)
     later = now + 6
     issued = await oauth.poll(BRAND, DEVICE, ALICE.digest, later, refresh=rt("rt-1"), grant_ttl=GRANT_TTL)
     assert issued.grant is not None
@@ -797,7 +811,7 @@ async def test_s5_3_redis_two_replicas_one_redemption(
 ) -> None:
     one, two = replicas
     await one.create_authorization(authorization(clock))
-    await two.approve(BRAND, DEVICE, "user-42", ("orders:read",), clock())
+    await two.approve(BRAND, at(clock), "user-42", ("orders:read",), clock())
     outcomes = await asyncio.gather(
         *(poll((one, two)[n % 2], clock, grant_id=f"g-{n}", refresh=f"rt-{n}") for n in range(20))
     )
@@ -820,10 +834,12 @@ async def test_s5_4_redis_two_replicas_one_rotation(
     assert await two.get_grant(BRAND, "g-1", clock()) is None
 
 
-async def test_redis_oauth_keys_expire_and_hold_no_secret_in_clear(
+async def test_redis_oauth_keys_expire_and_hold_no_secret_in_clear_previous_layout(
     redis_store: RedisStore, redis_client: aioredis.Redis, clock: ManualClock
 ) -> None:
-    oauth = open_oauth_store(redis_store)
+    """``cache.key_layout: previous`` writes exactly the keys the previous release writes (issue 20)."""
+    oauth = RedisOAuthStore(redis_store.redis, clock=redis_store.clock, tagged=False)
+    assert not keys_tagged(oauth.new_grant_id(ALICE.digest))
     await issue(oauth, clock)
     await oauth.rotate_refresh(BRAND, rt("rt-1"), rt("rt-2"), clock())
     await oauth.put_consent_session(
@@ -835,6 +851,7 @@ async def test_redis_oauth_keys_expire_and_hold_no_secret_in_clear(
     # No key per refresh token: the family lives in the grant's hash.
     assert kinds == {"device", "user_code", "consent", "once", "user", "owner", "owner_authz", "user_authz"}
     assert store_keys.grant_key(BRAND, "g-1") in names
+    assert not [name for name in names if "{" in name]
     slot = store_keys.grant_slot_key(BRAND, store_keys.user_digest(BRAND, "user-42"), ALICE.digest)
     assert await redis_client.get(slot) == b"g-1"
     assert all(name.startswith(f"pact:{BRAND}:") for name in names)
@@ -850,6 +867,44 @@ async def test_redis_oauth_keys_expire_and_hold_no_secret_in_clear(
     )
 
 
+def keys_tagged(grant_id: str) -> bool:
+    """Whether ``grant_id`` carries an owner's tag (issue 20), which puts its grant under that tag."""
+    return "{" in store_keys.grant_key(BRAND, grant_id)
+
+
+async def test_redis_oauth_keys_expire_and_hold_no_secret_in_clear_tagged_layout(
+    redis_store: RedisStore, redis_client: aioredis.Redis, clock: ManualClock
+) -> None:
+    """Issue 20: a grant's id carries its owner's tag, and the grant, its grace, slot, device code and the
+    owner's indices sit under that tag; the user's indices under the user's; single keys stay as they were."""
+    oauth = open_oauth_store(redis_store)
+    grant_id = oauth.new_grant_id(ALICE.digest)
+    tag = store_keys.owner_tag(ALICE.digest)
+    assert grant_id.startswith(f"a2agrant_{tag}")
+    assert len(grant_id) == 39
+    await issue(oauth, clock, grant_id=grant_id)
+    old, new = rt("rt-1", grant_id), rt("rt-2", grant_id)
+    rotated = await oauth.rotate_refresh(BRAND, old, new, clock(), grace=9, answer=b"a")
+    assert rotated.outcome is RefreshOutcome.ROTATED
+    await oauth.put_consent_session(
+        BRAND, sha("session"), ConsentSession(DEVICE, "user-42", expires_at=clock() + 300)
+    )
+    assert await oauth.use_once(BRAND, sha("jti"), 300)
+    names = sorted(k.decode() if isinstance(k, bytes) else k for k in await redis_client.keys("*"))
+    assert {name.split(":")[3] for name in names if ":oauth:" in name} == {"user_code", "consent", "once"}
+    digest = store_keys.user_digest(BRAND, "user-42")
+    tagged = {(name.split("}")[1].split(":")[0], name.split("{")[1][:8]) for name in names if "{" in name}
+    user_tag = store_keys.owner_tag(digest)
+    by_owner = {(kind, tag) for kind in ("o.d", "o.a", "o.o", "o.s", "o.g", "o.r")}
+    assert tagged == by_owner | {("o.A", user_tag), ("o.u", user_tag)}
+    assert store_keys.grant_key(BRAND, grant_id) in names
+    slot = store_keys.oauth_tagged_key(BRAND, tag, "s", digest + ALICE.digest)
+    assert await redis_client.get(slot) == grant_id.encode()
+    assert "user-42" not in " ".join(names)
+    for name in names:
+        assert await redis_client.pttl(name) > 0, name
+
+
 async def test_redis_grants_of_user_drops_dead_ids(
     redis_store: RedisStore, redis_client: aioredis.Redis, clock: ManualClock
 ) -> None:
@@ -857,7 +912,8 @@ async def test_redis_grants_of_user_drops_dead_ids(
     await issue(oauth, clock, grant_id="g-1", refresh="rt-1")
     await issue(oauth, clock, grant_id="g-2", refresh="rt-2", owner=MALLORY)
     await oauth.revoke_grant(BRAND, "g-1")
-    user_set = store_keys.oauth_key(BRAND, "user", store_keys.user_digest(BRAND, "user-42"))
+    digest = store_keys.user_digest(BRAND, "user-42")
+    user_set = store_keys.oauth_tagged_key(BRAND, store_keys.owner_tag(digest), "u", digest)
     assert await redis_client.smembers(user_set) == {b"g-1", b"g-2"}
     assert [grant.grant_id for grant in await oauth.grants_of_user(BRAND, "user-42", clock())] == ["g-2"]
     assert await redis_client.smembers(user_set) == {b"g-2"}
@@ -903,3 +959,22 @@ async def test_redis_records_of_the_previous_release_keep_working_until_they_exp
 
 async def rotation_of(oauth: OAuthStore, old: str, new: str, now: float) -> RefreshOutcome:
     return (await oauth.rotate_refresh(BRAND, rt(old, "g-old"), rt(new, "g-old"), now)).outcome
+
+
+async def test_issue20_one_live_grant_per_slot_whichever_layout_wrote_it(
+    redis_store: RedisStore, clock: ManualClock
+) -> None:
+    """§5.3 during a switch of ``cache.key_layout``: replicas writing either layout supersede each other's
+    grant of the same (user, agent, ``sub``), and both read the live one."""
+    tagged = RedisOAuthStore(redis_store.redis, clock=redis_store.clock)
+    previous = RedisOAuthStore(redis_store.redis, clock=redis_store.clock, tagged=False)
+    first = await issue(tagged, clock, grant_id=tagged.new_grant_id(ALICE.digest))
+    second = await issue(previous, clock, grant_id=previous.new_grant_id(ALICE.digest), refresh="rt-2")
+    assert await tagged.get_grant(BRAND, first.grant_id, clock()) is None
+    third = await issue(tagged, clock, grant_id=tagged.new_grant_id(ALICE.digest), refresh="rt-3")
+    assert await previous.get_grant(BRAND, second.grant_id, clock()) is None
+    for oauth in (tagged, previous):
+        live = await oauth.live_grant_of(BRAND, "user-42", ALICE.digest, clock())
+        assert live == third
+        assert await oauth.grants_of_user(BRAND, "user-42", clock()) == [third]
+        assert await oauth.grants_of_owner(BRAND, ALICE.digest, clock()) == [third]

@@ -22,7 +22,7 @@ from gateway.http.state import RUNTIME
 from gateway.oauth.access_token import mint_access_token
 from gateway.oauth.device import code_hash, start_device_authorization
 from gateway.oauth.server import AuthorizationServer
-from gateway.oauth.tokens import new_family, new_grant_id, new_refresh_token
+from gateway.oauth.tokens import new_family, new_refresh_token
 from gateway.store.base import Owner
 from gateway.store.oauth import Grant, PollOutcome
 from tests.support.gateway import Harness, MakeGateway
@@ -277,18 +277,20 @@ async def approve_via_store(
     remember("a Brand user id", user)
     remember("a device code", started.get("device_code"))
     remember("a user code", started.get("user_code"))
-    if scopes is None:
-        pending = await server.store.authorization_by_user_code(brand, started["user_code"], now)
-        assert pending is not None, "the authorization is not live"
-        scopes = pending.scopes
-    approved = await server.store.approve(brand, code_hash(started["device_code"]), user, tuple(scopes), now)
+    pending = await server.store.authorization_by_user_code(brand, started["user_code"], now)
+    assert pending is not None, "the authorization is not live"
+    assert pending.device_hash == code_hash(started["device_code"])
+    scopes = pending.scopes if scopes is None else scopes
+    approved = await server.store.approve(brand, pending, user, tuple(scopes), now)
     assert approved, "the authorization was not pending"
 
 
 async def deny_via_store(h: Harness, started: Mapping[str, Any], *, brand: str = "acme") -> None:
     """Deny the authorization ``started``, as a User pressing "deny" would."""
     server = oauth_server(h)
-    assert await server.store.deny(brand, code_hash(started["device_code"]), server.clock())
+    pending = await server.store.authorization_by_user_code(brand, started["user_code"], server.clock())
+    assert pending is not None, "the authorization is not live"
+    assert await server.store.deny(brand, pending, server.clock())
 
 
 async def obtain_tokens(
@@ -317,12 +319,13 @@ async def redeem_via_store(
     delegation = h.config.brands[brand].delegation
     assert delegation is not None, f"{brand} does not delegate"
     remember("a device code", device_code)
+    owner_digest = Owner(brand, issuer or h.issuer, sub).digest
     result = await server.store.poll(
         brand,
         code_hash(device_code),
-        Owner(brand, issuer or h.issuer, sub).digest,
+        owner_digest,
         server.clock(),
-        refresh=new_refresh_token(new_grant_id(), new_family())[1],
+        refresh=new_refresh_token(server.store.new_grant_id(owner_digest), new_family())[1],
         grant_ttl=delegation.grant_ttl,
     )
     assert result.outcome is PollOutcome.ISSUED, result

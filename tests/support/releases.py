@@ -1,6 +1,7 @@
 """An earlier release of the gateway, run beside this one: its ``gateway/`` package taken out of git.
 
-For the upgrade tests (tests/store/test_redis_upgrade.py, test_redis_rolling_upgrade.py): the
+For the upgrade tests (tests/store/test_redis_upgrade.py, test_redis_rolling_upgrade.py,
+test_oauth_rolling_upgrade.py): the
 earlier release is the real code a deployment runs, in a temporary directory, run in a subprocess
 of its own (its modules must not mix with this release's) against the test's Redis database.
 """
@@ -15,6 +16,8 @@ from io import BytesIO
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
+PREVIOUS_RELEASE = "6ad6c1f"
+"""The last landed release (issue 20): what replicas run beside this one during a rolling upgrade."""
 
 
 def extract_release(commit: str, into: Path) -> Path:
@@ -28,6 +31,11 @@ def extract_release(commit: str, into: Path) -> Path:
     with tarfile.open(fileobj=BytesIO(archive)) as tar:
         tar.extractall(into, filter="data")
     return into
+
+
+def previous_release(tmp_path: Path) -> Path:
+    """:data:`PREVIOUS_RELEASE`'s ``gateway/``, extracted under ``tmp_path``."""
+    return extract_release(PREVIOUS_RELEASE, tmp_path / "previous-release")
 
 
 async def run_release(root: Path, code: str, *args: str) -> str:
