@@ -55,7 +55,6 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final
 
 from gateway.config import CacheConfig
-from gateway.redis_url import parse_redis_url
 from gateway.store import keys, replies
 from gateway.store.base import (
     ConversationStore,
@@ -67,6 +66,7 @@ from gateway.store.base import (
     text_digest,
 )
 from gateway.store.gcra import GCRA_LUA, US, Hit, script_arguments
+from gateway.store.redis_cluster import open_pipe
 from gateway.store.redis_pipe import RedisPipe, Script
 
 # What a begin-turn script does first: nothing at all if its attempt was released (its last KEY is
@@ -306,7 +306,7 @@ class RedisStore(ConversationStore):
     def __init__(self, config: CacheConfig, *, clock: Callable[[], float] = time.time) -> None:
         self._config = config
         self._clock = clock
-        self._redis = RedisPipe(parse_redis_url(config.url), timeout=config.timeout, replicas=config.replicas)
+        self._redis = open_pipe(config)
 
     @property
     def redis(self) -> RedisPipe:
