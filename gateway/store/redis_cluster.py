@@ -32,7 +32,8 @@ go over their own connections and never wait behind it.
 
 Every key of one call must hash to one slot (a Lua script may only touch keys of its slot): a
 call whose keys do not is a programming error, refused with :class:`CrossSlotError` before
-anything is sent. Empty keys are placeholders the scripts skip, and do not count.
+anything is sent. That includes an empty placeholder key (slot 0), which the server would refuse
+with ``CROSSSLOT`` too: a placeholder must carry the call's tag.
 """
 
 from __future__ import annotations
@@ -316,9 +317,12 @@ class ClusterPipe(RedisPipe):
 
 
 def common_slot(keys: Iterable[str | bytes]) -> int | None:
-    """The one slot of ``keys`` (empty keys ignored), ``None`` if there is none; :class:`CrossSlotError`
-    if they span several."""
-    slots = {key_slot(key) for key in keys if key}
+    """The one slot of ``keys``, ``None`` if there is none; :class:`CrossSlotError` if they span several.
+
+    An empty key counts like any other: the server checks every key a script is given, and ``""``
+    is in slot 0 (``CROSSSLOT`` beside a key of any other slot), so a placeholder key must carry
+    the call's hash tag."""
+    slots = {key_slot(key) for key in keys}
     if len(slots) > 1:
         raise CrossSlotError(f"keys of one call span cluster slots {sorted(slots)}: give them one hash tag")
     return next(iter(slots), None)
