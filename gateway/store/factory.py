@@ -16,16 +16,25 @@ from gateway.store.oauth import OAuthStore
 from gateway.store.oauth_memory import MemoryOAuthStore
 from gateway.store.oauth_redis import RedisOAuthStore
 from gateway.store.redis import RedisStore
+from gateway.store.redis_cluster import ClusterObserver, ClusterPipe
 
 
 def open_store(
-    config: CacheConfig, *, clock: Callable[[], float] = time.time, observer: KeyspaceObserver | None = None
+    config: CacheConfig,
+    *,
+    clock: Callable[[], float] = time.time,
+    observer: KeyspaceObserver | None = None,
+    cluster_observer: ClusterObserver | None = None,
 ) -> ConversationStore:
     """The backend for ``config``; ``clock`` is its wall clock, and its rate limiter's (tests move it).
-    ``observer`` hears the memory store's size and evictions (Redis reports its own, ``INFO``)."""
+    ``observer`` hears the memory store's size and evictions (Redis reports its own, ``INFO``);
+    ``cluster_observer`` what the Redis Cluster client does (calls, redirects, map look-ups per node)."""
     if config.backend == "memory":
         return MemoryStore(config, clock=clock, observer=observer)
-    return RedisStore(config, clock=clock)
+    store = RedisStore(config, clock=clock)
+    if isinstance(store.redis, ClusterPipe):
+        store.redis.observer = cluster_observer
+    return store
 
 
 def open_oauth_store(store: ConversationStore) -> OAuthStore:

@@ -17,8 +17,12 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
+from gateway.config import CacheConfig
+from gateway.ops.metrics import Metrics
 from gateway.redis_url import ClusterAddress
+from gateway.store import open_store
 from gateway.store.base import StoreError
+from gateway.store.redis import RedisStore
 from gateway.store.redis_cluster import ClusterPipe, CrossSlotError, RedirectKind, RefreshOutcome
 from gateway.store.redis_pipe import Script
 from gateway.store.slots import key_slot
@@ -284,3 +288,21 @@ async def test_not_ready_while_any_slot_is_unserved(
         client.execute_command("CLUSTER", "ADDSLOTS", 100)
     redis_cluster.wait_healthy()
     await _until_ready(pipe, 10.0)
+
+
+async def test_the_store_factory_opens_a_cluster_pipe_reporting_to_the_gateways_metrics(
+    cluster_url: str, redis_cluster_set: RedisCluster
+) -> None:
+    metrics = Metrics()
+    store = open_store(CacheConfig(url=cluster_url), cluster_observer=metrics)
+    try:
+        assert isinstance(store, RedisStore)
+        assert isinstance(store.redis, ClusterPipe)
+        await store.redis.run(APPEND, [tagged(7)], ["x"])
+        await store.redis.ping()
+    finally:
+        await store.close()
+    node = redis_cluster_set.node_of_key(tagged(7))
+    labels = {"node": f"127.0.0.1:{node.port}", "outcome": "ok"}
+    assert (metrics.registry.get_sample_value("pact_redis_cluster_commands_total", labels) or 0) >= 2
+    assert metrics.registry.get_sample_value("pact_redis_cluster_map_refreshes_total", {"outcome": "ok"})
