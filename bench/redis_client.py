@@ -10,6 +10,11 @@ peak rounds report it per turn.
 
 ``python -m bench.redis_client --redis-url redis://127.0.0.1:6379/14`` prints one JSON document.
 It writes keys ``bench:client:*`` in that database and deletes them afterwards.
+
+``--cluster-url redis+cluster://host:port[,…]`` measures the same on a Redis Cluster (issue 20):
+redis-py's asyncio ``RedisCluster`` beside the gateway's :class:`ClusterPipe` (one
+:class:`RedisPipe` per primary), each key with a hash tag of its own so the calls spread over
+every primary. Its keys (``bench:client:{…}``) are deleted afterwards.
 """
 
 from __future__ import annotations
@@ -24,6 +29,8 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from gateway.redis_url import ClusterAddress
+from gateway.store.redis_cluster import ClusterPipe
 from gateway.store.redis_pipe import DEFAULT_TIMEOUT, RedisAddress, RedisPipe, Script
 
 SCRIPT = Script(
@@ -48,31 +55,20 @@ async def _round(call: Call, calls: int, concurrency: int) -> float:
     return (time.process_time() - started) / (calls // concurrency * concurrency) * 1e6
 
 
-async def measure(redis_url: str, calls: int, concurrency: int, rounds: int) -> dict[str, Any]:
-    redis_py = aioredis.Redis.from_url(redis_url, socket_timeout=DEFAULT_TIMEOUT, health_check_interval=30)
-    registered = redis_py.register_script(SCRIPT.source)
-    pipe = RedisPipe(RedisAddress.from_url(redis_url))
-
-    async def through_redis_py(key: str, field: str) -> Any:
-        return await registered(keys=[key], args=["owner", field, 1])
-
-    async def through_pipe(key: str, field: str) -> Any:
-        return await pipe.run(SCRIPT, [key], ["owner", field, 1])
-
-    clients: dict[str, Call] = {"redis_py": through_redis_py, "pipe": through_pipe}
+async def _compare(
+    clients: dict[str, Call], calls: int, concurrency: int, rounds: int
+) -> dict[str, list[float]]:
+    """Rounds alternating between ``clients``: each one's CPU µs per call, one sample per round."""
     samples: dict[str, list[float]] = {name: [] for name in clients}
-    try:
-        for call in clients.values():  # connect, load the script, fill the pool
-            await _round(call, concurrency, concurrency)
-        for _ in range(rounds):
-            for name, call in clients.items():
-                samples[name].append(await _round(call, calls, concurrency))
-        keys = [key async for key in redis_py.scan_iter(match="bench:client:*")]
-        if keys:
-            await redis_py.delete(*keys)
-    finally:
-        await pipe.close()
-        await redis_py.aclose()
+    for call in clients.values():  # connect, load the script, fill the pool
+        await _round(call, concurrency, concurrency)
+    for _ in range(rounds):
+        for name, call in clients.items():
+            samples[name].append(await _round(call, calls, concurrency))
+    return samples
+
+
+def _report(samples: dict[str, list[float]], calls: int, concurrency: int, rounds: int) -> dict[str, Any]:
     redis_py_us = statistics.median(samples["redis_py"])
     pipe_us = statistics.median(samples["pipe"])
     return {
@@ -86,14 +82,84 @@ async def measure(redis_url: str, calls: int, concurrency: int, rounds: int) -> 
     }
 
 
+async def measure(redis_url: str, calls: int, concurrency: int, rounds: int) -> dict[str, Any]:
+    redis_py = aioredis.Redis.from_url(redis_url, socket_timeout=DEFAULT_TIMEOUT, health_check_interval=30)
+    registered = redis_py.register_script(SCRIPT.source)
+    pipe = RedisPipe(RedisAddress.from_url(redis_url))
+
+    async def through_redis_py(key: str, field: str) -> Any:
+        return await registered(keys=[key], args=["owner", field, 1])
+
+    async def through_pipe(key: str, field: str) -> Any:
+        return await pipe.run(SCRIPT, [key], ["owner", field, 1])
+
+    try:
+        samples = await _compare(
+            {"redis_py": through_redis_py, "pipe": through_pipe}, calls, concurrency, rounds
+        )
+        keys = [key async for key in redis_py.scan_iter(match="bench:client:*")]
+        if keys:
+            await redis_py.delete(*keys)
+    finally:
+        await pipe.close()
+        await redis_py.aclose()
+    return _report(samples, calls, concurrency, rounds)
+
+
+async def measure_cluster(cluster_url: str, calls: int, concurrency: int, rounds: int) -> dict[str, Any]:
+    """The same, on a Redis Cluster: redis-py's ``RedisCluster`` beside :class:`ClusterPipe`."""
+    address = ClusterAddress.from_url(cluster_url)
+    host, port = address.seeds[0]
+    redis_py = aioredis.RedisCluster(
+        host=host,
+        port=port,
+        username=address.username,
+        password=address.password,
+        ssl=address.tls,
+        socket_timeout=DEFAULT_TIMEOUT,
+    )
+    registered = redis_py.register_script(SCRIPT.source)
+    pipe = ClusterPipe(address, timeout=DEFAULT_TIMEOUT)
+
+    async def through_redis_py(key: str, field: str) -> Any:
+        return await registered(keys=[_tagged(key)], args=["owner", field, 1])
+
+    async def through_pipe(key: str, field: str) -> Any:
+        return await pipe.run(SCRIPT, [_tagged(key)], ["owner", field, 1])
+
+    try:
+        samples = await _compare(
+            {"redis_py": through_redis_py, "pipe": through_pipe}, calls, concurrency, rounds
+        )
+        for task in range(concurrency):
+            await pipe.execute("DEL", _tagged(f"bench:client:{task}"))
+    finally:
+        await pipe.close()
+        await redis_py.aclose()
+    return _report(samples, calls, concurrency, rounds)
+
+
+def _tagged(key: str) -> str:
+    """``bench:client:<task>`` with the task as its hash tag: the tasks' keys spread over the slots."""
+    prefix, _, task = key.rpartition(":")
+    return f"{prefix}:{{{task}}}"
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--redis-url", default="redis://127.0.0.1:6379/14")
     parser.add_argument("--calls", type=int, default=20_000, help="script calls per round and client")
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=3, help="rounds per client, alternating")
+    parser.add_argument(
+        "--cluster-url", help="a redis+cluster:// URL: compare RedisCluster with ClusterPipe there instead"
+    )
     args = parser.parse_args(argv)
-    print(json.dumps(asyncio.run(measure(args.redis_url, args.calls, args.concurrency, args.rounds))))
+    if args.cluster_url:
+        result = asyncio.run(measure_cluster(args.cluster_url, args.calls, args.concurrency, args.rounds))
+    else:
+        result = asyncio.run(measure(args.redis_url, args.calls, args.concurrency, args.rounds))
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":

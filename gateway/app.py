@@ -178,7 +178,12 @@ def create_app(
     async def resources(app: web.Application) -> AsyncIterator[None]:
         owned_store = store is None
         app[STORE] = (
-            open_store(config.cache, clock=clock or time.time, observer=app[METRICS])
+            open_store(
+                config.cache,
+                clock=clock or time.time,
+                observer=app[METRICS],
+                cluster_observer=app[METRICS],
+            )
             if store is None
             else store
         )

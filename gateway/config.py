@@ -79,8 +79,10 @@ __all__ = [
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _BRAND_ID = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 _HTTP_URL = r"^https?://"
-_CACHE_URL = r"^(memory|redis|rediss|redis\+sentinel)://"
+_CACHE_URL = r"^(memory|redis|rediss|redis\+sentinel|redis\+cluster|rediss\+cluster)://"
 _DOMAIN = r"^[A-Za-z0-9.-]+$"
+_FAILOVER_SCHEMES = frozenset({"redis+sentinel", "redis+cluster", "rediss+cluster"})
+"""URL schemes whose primary a failover replaces by a replica: ``wait_replicas`` defaults to 1."""
 _SCHEME_NAME = r"^[A-Za-z][A-Za-z0-9_-]*$"
 _HEADER_NAME = r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$"  # RFC 9110 §5.6.2 token
 _P = ParamSpec("_P")
@@ -204,7 +206,8 @@ class CacheConfig:
     timeout: float = 2.0  # seconds a Redis command or connection attempt may take
     wait_replicas: int | None = None
     """Redis ``WAIT``: replicas that must hold a claim or a reply before the turn goes on; ``None`` is
-    1 under Sentinel (a failover must not lose a reply a client was given) and 0 otherwise."""
+    1 under Sentinel and on a Redis Cluster (a failover must not lose a reply a client was given: both
+    promote a replica, and replication is asynchronous) and 0 otherwise."""
     key_layout: KeyLayoutName = "tagged"
     """Redis only: the key layout written (gateway/store/keys.py). ``tagged`` keeps every key one
     script touches in one Redis Cluster slot (issue 20); ``previous`` writes what the previous release
@@ -223,7 +226,7 @@ class CacheConfig:
         """:attr:`wait_replicas` with its default resolved."""
         if self.wait_replicas is not None:
             return self.wait_replicas
-        return 1 if urlsplit(self.url).scheme == "redis+sentinel" else 0
+        return 1 if urlsplit(self.url).scheme in _FAILOVER_SCHEMES else 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -820,7 +823,8 @@ _PATTERN_RULES: Mapping[str, str] = {
     "(RFC 6749 §3.3)",
     _HEADER_NAME: "must be an HTTP header name: letters, digits and !#$%&'*+.^_`|~- (RFC 9110 §5.6.2)",
     _SCHEME_NAME: "must be a letter followed by letters, digits, '_' or '-'",
-    _CACHE_URL: "must start with memory://, redis://, rediss:// or redis+sentinel://",
+    _CACHE_URL: "must start with memory://, redis://, rediss://, redis+sentinel://, redis+cluster:// or "
+    "rediss+cluster://",
     _DOMAIN: "must be a bare host name: letters, digits, '.' and '-' (no scheme, port or path)",
 }
 """Each ``pattern`` of :data:`SCHEMA` in words: an operator reads the rule, not a regular expression."""

@@ -8,6 +8,13 @@ configuration cannot import the store package (the store imports the configurati
 lists the sentinels (port 26379 when left out) that watch the primary called ``service``; the
 user and password are the primary's, ``sentinel_username`` and ``sentinel_password`` (percent-encoded)
 the sentinels' own when they require one. Neither password is ever part of a message or a repr.
+
+``redis+cluster://[user:password@]host[:port][,host[:port]…]`` (``rediss+cluster://``
+for TLS) lists seed nodes of a Redis Cluster (port 6379 when left out): the client learns the
+slot map from the first seed that answers, then connects to every primary with the same
+credentials (a managed cluster has one ACL user for all its nodes). A cluster has database 0
+only, so a path is refused; so is any query option: none is defined yet, and an option the
+gateway silently ignored would be one the operator believes in.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs, unquote, urlsplit
 
-__all__ = ["SENTINEL_PORT", "RedisAddress", "SentinelAddress", "parse_redis_url"]
+__all__ = ["SENTINEL_PORT", "ClusterAddress", "RedisAddress", "SentinelAddress", "parse_redis_url"]
 
 SENTINEL_PORT = 26379
 _SENTINEL_OPTIONS = frozenset({"sentinel_username", "sentinel_password"})
@@ -51,7 +58,9 @@ class RedisAddress:
     def from_url(cls, url: str) -> RedisAddress:
         parts = urlsplit(url)
         if parts.scheme not in ("redis", "rediss"):
-            raise ValueError("must start with redis://, rediss:// or redis+sentinel://")
+            raise ValueError(
+                "must start with redis://, rediss://, redis+sentinel://, redis+cluster:// or rediss+cluster://"
+            )
         try:
             port = parts.port or 6379
         except ValueError:
@@ -120,21 +129,63 @@ class SentinelAddress:
         return RedisAddress(host, port, 0, self.sentinel_username, self.sentinel_password, tls=False)
 
 
-def _sentinel(text: str) -> tuple[str, int]:
+@dataclass(frozen=True, slots=True)
+class ClusterAddress:
+    """A Redis Cluster, from a ``redis+cluster://`` or ``rediss+cluster://`` (TLS) URL: its seed nodes."""
+
+    seeds: tuple[tuple[str, int], ...]
+    username: str | None
+    password: str | None = field(repr=False)
+    tls: bool
+
+    @classmethod
+    def from_url(cls, url: str) -> ClusterAddress:
+        parts = urlsplit(url)
+        if parts.scheme not in CLUSTER_SCHEMES:
+            raise ValueError("must start with redis+cluster:// or rediss+cluster://")
+        userinfo, _, hosts = parts.netloc.rpartition("@")
+        user, _, password = userinfo.partition(":")
+        if parts.path.strip("/"):
+            raise ValueError("a cluster has database 0 only: no path after the seed nodes")
+        if parts.query:
+            raise ValueError("takes no options: redis+cluster://[user:password@]host:port[,host:port...]")
+        return cls(
+            seeds=tuple(_host_port(host, "seed node", 6379) for host in hosts.split(",")),
+            username=unquote(user) or None,
+            password=unquote(password) if password else None,
+            tls=parts.scheme == "rediss+cluster",
+        )
+
+    def node(self, host: str, port: int) -> RedisAddress:
+        """How to reach one node of the cluster: the URL's credentials and TLS, database 0."""
+        return RedisAddress(host, port, 0, self.username, self.password, self.tls)
+
+
+CLUSTER_SCHEMES = frozenset({"redis+cluster", "rediss+cluster"})
+
+
+def _host_port(text: str, what: str, default_port: int) -> tuple[str, int]:
     if not text:
-        raise ValueError("needs at least one sentinel host[:port], and no empty entry between commas")
+        raise ValueError(f"needs at least one {what} host[:port], and no empty entry between commas")
     parts = urlsplit(f"//{text}")
     try:
-        port = parts.port or SENTINEL_PORT
+        port = parts.port or default_port
     except ValueError:
-        raise ValueError(f"sentinel {text!r}: the port must be a number from 0 to 65535") from None
+        raise ValueError(f"{what} {text!r}: the port must be a number from 0 to 65535") from None
     if not parts.hostname:
-        raise ValueError(f"sentinel {text!r}: no host")
+        raise ValueError(f"{what} {text!r}: no host")
     return parts.hostname, port
 
 
-def parse_redis_url(url: str) -> RedisAddress | SentinelAddress:
+def _sentinel(text: str) -> tuple[str, int]:
+    return _host_port(text, "sentinel", SENTINEL_PORT)
+
+
+def parse_redis_url(url: str) -> RedisAddress | SentinelAddress | ClusterAddress:
     """The address ``url`` names; if malformed, :class:`ValueError` with a reason (never a password)."""
-    if urlsplit(url).scheme == "redis+sentinel":
+    scheme = urlsplit(url).scheme
+    if scheme == "redis+sentinel":
         return SentinelAddress.from_url(url)
+    if scheme in CLUSTER_SCHEMES:
+        return ClusterAddress.from_url(url)
     return RedisAddress.from_url(url)

@@ -8,6 +8,7 @@ pytest_plugins = [
     "tests.support.redis",
     "tests.support.redis_servers",
     "tests.support.redis_sentinel",
+    "tests.support.redis_cluster",
     "tests.support.bot",
     "tests.support.gateway",
     "tests.support.delegation",

@@ -22,8 +22,10 @@ from gateway.config import GatewayConfig
 
 __all__ = [
     "LATENCY_BUCKETS",
+    "MAX_CLUSTER_NODES",
     "NO_BRAND",
     "OPEN_ISSUER",
+    "OTHER_NODE",
     "OTHER_OPERATION",
     "UNMATCHED",
     "DelegationEvent",
@@ -45,6 +47,11 @@ OTHER_OPERATION = "other"
 """The ``operation`` label of a matched route that carries no name (e.g. the demo's own JWKS route)."""
 OPEN_ISSUER = "open"
 """The ``issuer`` label of an issuer the ``open`` policy admitted: anyone can mint one."""
+MAX_CLUSTER_NODES = 16
+"""Redis Cluster nodes (``host:port``) that get a ``node`` label of their own; the rest count as
+``other``. Nodes come from the cluster, not from configuration: a cluster resharded onto new
+machines again and again would otherwise grow the label set without end."""
+OTHER_NODE = "other"
 
 _OUTCOMES: Mapping[int, str] = MappingProxyType(
     {401: "unauthorized", 404: "not_found", 405: "method_not_allowed", 429: "rate_limited"}
@@ -203,6 +210,28 @@ class Metrics:
             ["brand", "event"],
             registry=r,
         )
+        # Redis Cluster (issue 20): what the cluster client (gateway/store/redis_cluster.py) reports.
+        self.cluster_commands = Counter(
+            "pact_redis_cluster_commands",
+            "Redis Cluster calls by node (host:port, at most 16, then 'other') and outcome (ok, error).",
+            ["node", "outcome"],
+            registry=r,
+        )
+        self.cluster_redirects = Counter(
+            "pact_redis_cluster_redirects",
+            "Redis Cluster redirections by the node that answered and kind (moved, ask).",
+            ["node", "kind"],
+            registry=r,
+        )
+        self.cluster_refreshes = Counter(
+            "pact_redis_cluster_map_refreshes",
+            "Look-ups of the Redis Cluster slot map by outcome: ok, fallback (CLUSTER SLOTS), "
+            "incomplete (slots unserved), failed (no node answered).",
+            ["outcome"],
+            registry=r,
+        )
+        self._cluster_command_children: dict[tuple[str, bool], Counter] = {}
+        self._cluster_nodes: dict[str, str] = {}
         # Labelled children of the per-turn metrics, found once per label set and kept: a
         # ``.labels()`` call stringifies every value and takes the metric's lock on each use.
         # Bounded because every label is (see the module docstring), and never larger than
@@ -279,3 +308,27 @@ class Metrics:
     def open_fetch_refused(self, kind: str) -> None:
         """A fetch for an ``open``-policy issuer the fetch budget refused: ``discovery`` or ``jwks``."""
         self.open_fetches_refused.labels(kind).inc()
+
+    def _node_label(self, node: str) -> str:
+        label = self._cluster_nodes.get(node)
+        if label is None:
+            label = node if len(self._cluster_nodes) < MAX_CLUSTER_NODES else OTHER_NODE
+            self._cluster_nodes[node] = label
+        return label
+
+    def cluster_command(self, node: str, ok: bool) -> None:
+        """A Redis Cluster call answered by ``node`` (``host:port``), or failed there."""
+        key = (node, ok)
+        child = self._cluster_command_children.get(key)
+        if child is None:
+            child = self.cluster_commands.labels(self._node_label(node), "ok" if ok else "error")
+            self._cluster_command_children[key] = child
+        child.inc()
+
+    def cluster_redirect(self, node: str, kind: str) -> None:
+        """``node`` redirected a call: ``moved`` or ``ask``."""
+        self.cluster_redirects.labels(self._node_label(node), kind).inc()
+
+    def cluster_refresh(self, outcome: str) -> None:
+        """One look-up of the slot map: ``ok``, ``fallback``, ``incomplete`` or ``failed``."""
+        self.cluster_refreshes.labels(outcome).inc()

@@ -16,16 +16,25 @@ from gateway.store.oauth import OAuthStore
 from gateway.store.oauth_memory import MemoryOAuthStore
 from gateway.store.oauth_redis import RedisOAuthStore
 from gateway.store.redis import RedisStore
+from gateway.store.redis_cluster import ClusterObserver, ClusterPipe
 
 
 def open_store(
-    config: CacheConfig, *, clock: Callable[[], float] = time.time, observer: KeyspaceObserver | None = None
+    config: CacheConfig,
+    *,
+    clock: Callable[[], float] = time.time,
+    observer: KeyspaceObserver | None = None,
+    cluster_observer: ClusterObserver | None = None,
 ) -> ConversationStore:
     """The backend for ``config``; ``clock`` is its wall clock, and its rate limiter's (tests move it).
-    ``observer`` hears the memory store's size and evictions (Redis reports its own, ``INFO``)."""
+    ``observer`` hears the memory store's size and evictions (Redis reports its own, ``INFO``);
+    ``cluster_observer`` what the Redis Cluster client does (calls, redirects, map look-ups per node)."""
     if config.backend == "memory":
         return MemoryStore(config, clock=clock, observer=observer)
-    return RedisStore(config, clock=clock)
+    store = RedisStore(config, clock=clock)
+    if isinstance(store.redis, ClusterPipe):
+        store.redis.observer = cluster_observer
+    return store
 
 
 def open_oauth_store(store: ConversationStore) -> OAuthStore:
@@ -35,7 +44,9 @@ def open_oauth_store(store: ConversationStore) -> OAuthStore:
     both must agree on what "now" is.
     """
     if isinstance(store, RedisStore):
-        return RedisOAuthStore(store.redis, clock=store.clock)
+        return RedisOAuthStore(
+            store.redis, clock=store.clock, tagged=store.tagged, reads_previous=store.reads_previous
+        )
     if isinstance(store, MemoryStore):
         return MemoryOAuthStore(store.keyspace)
     raise TypeError(f"no OAuth store for {type(store).__name__}")

@@ -72,7 +72,6 @@ from collections.abc import Callable, Sequence
 from typing import Any, Final, NamedTuple
 
 from gateway.config import CacheConfig
-from gateway.redis_url import parse_redis_url
 from gateway.store import keys, replies
 from gateway.store.base import (
     ConversationStore,
@@ -84,6 +83,7 @@ from gateway.store.base import (
     text_digest,
 )
 from gateway.store.gcra import GCRA_LUA, US, Hit, script_arguments
+from gateway.store.redis_cluster import ClusterPipe, open_pipe
 from gateway.store.redis_pipe import RedisPipe, Script
 from gateway.store.slots import hashed_part
 
@@ -411,8 +411,8 @@ class RedisStore(ConversationStore):
         self._config = config
         self._clock = clock
         self._tagged = config.key_layout == "tagged"
-        self._reads_previous = reads_previous
-        self._redis = RedisPipe(parse_redis_url(config.url), timeout=config.timeout, replicas=config.replicas)
+        self._redis = open_pipe(config)
+        self._reads_previous = reads_previous and not isinstance(self._redis, ClusterPipe)
 
     @property
     def redis(self) -> RedisPipe:

@@ -93,10 +93,20 @@ def _pack(command: tuple[Arg, ...]) -> bytes:
 
 
 class ReplyRefused(StoreError):
-    """Redis answered a command with an error reply; only its code is kept (the text may quote data)."""
+    """Redis answered a command with an error reply; only its code is kept (the text may quote data).
+
+    A Redis Cluster redirection (``MOVED <slot> <host>:<port>``, ``ASK …``) quotes no data but
+    where the slot is served now: :attr:`redirect` keeps that for the cluster client.
+    """
 
     def __init__(self, reply: hiredis.ReplyError) -> None:
-        self.code = str(reply).split(" ", 1)[0]
+        words = str(reply).split(" ")
+        self.code = words[0]
+        self.redirect: tuple[int, str, int] | None = None
+        if self.code in ("MOVED", "ASK") and len(words) == 3 and words[1].isdigit():
+            host, _, port = words[2].rpartition(":")
+            if port.isdigit():
+                self.redirect = int(words[1]), host, int(port)
         super().__init__(f"redis: {self.code}")
 
 
@@ -295,20 +305,31 @@ class RedisPipe:
         """Every connection not yet lost: the current one, and retired ones still draining."""
         self._connecting: asyncio.Task[_Protocol] | None = None
 
-    async def execute(self, *args: Arg, replicated: bool = False) -> Any:
+    async def execute(self, *args: Arg, replicated: bool = False, asking: bool = False) -> Any:
         """One command; its reply as hiredis parses it (bytes, int, list, ``None``).
 
         ``replicated``: also wait for the pipe's ``replicas`` to hold what the connection wrote.
+        ``asking``: send ``ASKING`` right before it, on the same connection and in the same write
+        (Redis Cluster's one-shot permission for a slot being imported, which only applies to the
+        connection's next command).
         """
         protocol = await self._connected()
         deadline = asyncio.get_running_loop().time() + self._timeout
-        if not (replicated and self._replicas):
+        waits = replicated and self._replicas
+        if not (waits or asking):
             return _checked(protocol, await protocol.send(_pack(args), deadline))
-        answers: tuple[Any, Any] = await asyncio.gather(
-            protocol.send(_pack(args), deadline),
-            protocol.send(_pack(("WAIT", self._replicas, self._wait_ms)), deadline),
-            return_exceptions=True,
+        # Sent in this order now, with no await between: no other caller's command comes between.
+        commands: list[tuple[Arg, ...]] = [("ASKING",)] if asking else []
+        commands.append(args)
+        if waits:
+            commands.append(("WAIT", self._replicas, self._wait_ms))
+        answers: list[Any] = await asyncio.gather(
+            *(protocol.send(_pack(command), deadline) for command in commands), return_exceptions=True
         )
+        if asking:
+            _checked(protocol, answers.pop(0))
+        if not waits:
+            return _checked(protocol, answers[0])
         reply, acks = answers
         result = _checked(protocol, reply)
         acknowledged: int = _checked(protocol, acks)
@@ -320,15 +341,25 @@ class RedisPipe:
         return result
 
     async def run(
-        self, script: Script, keys: Sequence[str | bytes], args: Sequence[Arg], *, replicated: bool = False
+        self,
+        script: Script,
+        keys: Sequence[str | bytes],
+        args: Sequence[Arg],
+        *,
+        replicated: bool = False,
+        asking: bool = False,
     ) -> Any:
         """``EVALSHA``, falling back to ``EVAL`` (which caches the script) after a restart or flush."""
         try:
-            return await self.execute("EVALSHA", script.sha, len(keys), *keys, *args, replicated=replicated)
+            return await self.execute(
+                "EVALSHA", script.sha, len(keys), *keys, *args, replicated=replicated, asking=asking
+            )
         except ReplyRefused as refused:
             if refused.code != "NOSCRIPT":
                 raise
-        return await self.execute("EVAL", script.source, len(keys), *keys, *args, replicated=replicated)
+        return await self.execute(
+            "EVAL", script.source, len(keys), *keys, *args, replicated=replicated, asking=asking
+        )
 
     async def ping(self) -> None:
         await self.execute("PING")

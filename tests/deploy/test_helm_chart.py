@@ -32,6 +32,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from gateway.config import SCHEMA, LimitsConfig, load_config
 from gateway.ops.metrics import Metrics
 from gateway.process.admin import AdminMetrics
+from gateway.redis_url import ClusterAddress, parse_redis_url
 from tests.support.delegation import new_provider_key_pem
 
 Manifest = dict[str, Any]
@@ -50,6 +51,7 @@ ALL_INTERFACES = "0.0.0.0"  # noqa: S104 - the gateway's bind address inside the
 EXISTING_SECRETS: dict[str, dict[str, str]] = {
     "bot-tokens": {"ACME_BOT_TOKEN": "acme-from-existing", "GLOBEX_BOT_TOKEN": "globex-from-existing"},
     "redis-auth": {"password": "redis-from-existing"},
+    "redis-cluster-auth": {"password": "cluster-from-existing", "seeds": "n1.redis:6379,n2.redis:6379"},
 }
 
 _GATEWAY_CONFIG: dict[str, Any] = {
@@ -711,6 +713,39 @@ def test_example_config_loads_with_the_gateway_loader(rendered: dict[str, list[M
     assert list(config.brands) == ["acme"]
 
 
+@pytest.mark.parametrize(
+    "redis",
+    [
+        {"password": "cluster-pw", "seeds": "n1.redis:6379,n2.redis:6379"},
+        {
+            "existingSecret": "redis-cluster-auth",
+            "existingSecretSeedsKey": "seeds",
+            "existingSecretPasswordKey": "password",
+        },
+    ],
+    ids=["chart-secret", "existing-secret"],
+)
+def test_a_redis_cluster_url_takes_its_seed_nodes_and_password_from_a_secret(
+    chart: helm.Chart, redis: dict[str, str]
+) -> None:
+    """Issue 20: ``redis+cluster://:${REDIS_PASSWORD}@${REDIS_SEEDS}``, both variables from a Secret."""
+    url = "redis+cluster://:${REDIS_PASSWORD}@${REDIS_SEEDS}"
+    docs = _render(chart, {"replicaCount": 2, "config": {"cache": {"url": url}}, "redis": redis})
+    config = load_config(_gateway_config(docs), environ=_pod_environ(docs))
+    address = parse_redis_url(config.cache.url)
+    assert isinstance(address, ClusterAddress)
+    assert address.seeds == (("n1.redis", 6379), ("n2.redis", 6379))
+    assert address.password in {"cluster-pw", "cluster-from-existing"}
+    assert config.cache.replicas == 1
+    assert "n1.redis" not in json.dumps(_gateway_config(docs))  # in the Secret, not the ConfigMap
+
+
+def test_a_cluster_url_whose_seeds_nothing_provides_fails_to_render(chart: helm.Chart) -> None:
+    url = "redis+cluster://:${REDIS_PASSWORD}@${REDIS_SEEDS}"
+    with pytest.raises(helm.HelmRenderError, match=re.escape("${REDIS_SEEDS}")):
+        _render(chart, {"config": {"cache": {"url": url}}, "redis": {"password": "pw"}})
+
+
 # ---- issue 19 rows 5, 6 and 14: nothing placeholder in values.yaml; checked before rollout ----
 
 
@@ -1077,6 +1112,9 @@ def exposed() -> dict[str, frozenset[str]]:
     metrics.circuit_state.labels(brand="acme").set(2)
     metrics.store_size(1000, 300_000)
     metrics.store_evicted("closed")
+    metrics.cluster_command("10.0.0.1:6379", ok=True)
+    metrics.cluster_redirect("10.0.0.1:6379", "moved")
+    metrics.cluster_refresh("ok")
     admin = AdminMetrics(metrics.registry)
     admin.erasures.labels("acme").inc()
     admin.actions.labels("erase", "ok").inc()

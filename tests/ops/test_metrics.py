@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 import pytest
 
-from gateway.ops.metrics import Metrics
+from gateway.ops.metrics import MAX_CLUSTER_NODES, OTHER_NODE, Metrics
 from gateway.store.redis import RedisStore
 from tests.ops.conftest import ROOT, Metered, sample, scrape
 from tests.support.gateway import AUDIENCE, DISABLED_PA
@@ -249,3 +249,27 @@ def test_cached_children_count_per_process_in_multiprocess_mode(tmp_path: Path) 
     total, files = done.stdout.split()
     assert float(total) == 5.0
     assert int(files) == 2  # the parent's file and the child's
+
+
+def test_redis_cluster_node_labels_are_bounded_and_the_rest_count_as_other() -> None:
+    metrics = Metrics()
+    nodes = [f"10.0.0.{number}:6379" for number in range(MAX_CLUSTER_NODES + 4)]
+    for node in nodes:
+        metrics.cluster_command(node, ok=True)
+    metrics.cluster_command(nodes[0], ok=False)
+    metrics.cluster_redirect(nodes[-1], "moved")
+    metrics.cluster_refresh("ok")
+    value = metrics.registry.get_sample_value
+    assert value("pact_redis_cluster_commands_total", {"node": nodes[0], "outcome": "ok"}) == 1
+    assert value("pact_redis_cluster_commands_total", {"node": nodes[0], "outcome": "error"}) == 1
+    assert value("pact_redis_cluster_commands_total", {"node": OTHER_NODE, "outcome": "ok"}) == 4
+    assert value("pact_redis_cluster_commands_total", {"node": nodes[-1], "outcome": "ok"}) is None
+    assert value("pact_redis_cluster_redirects_total", {"node": OTHER_NODE, "kind": "moved"}) == 1
+    assert value("pact_redis_cluster_map_refreshes_total", {"outcome": "ok"}) == 1
+    node_labels = {
+        sample.labels["node"]
+        for family in metrics.registry.collect()
+        if family.name == "pact_redis_cluster_commands"
+        for sample in family.samples
+    }
+    assert len(node_labels) == MAX_CLUSTER_NODES + 1

@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from gateway.config import CacheConfig, ConfigError, load_config
-from gateway.redis_url import RedisAddress, SentinelAddress, parse_redis_url
+from gateway.redis_url import ClusterAddress, RedisAddress, SentinelAddress, parse_redis_url
 from tests.support.delegation import new_provider_key_pem
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -68,7 +68,7 @@ def test_the_documented_defaults_pass() -> None:
     assert load(example()).pending_ttl == 60
 
 
-# --- cache.url: redis://, rediss://, redis+sentinel:// ------------------------------------------
+# --- cache.url: redis://, rediss://, redis+sentinel://, redis+cluster:// ------------------------
 
 
 @pytest.mark.parametrize(
@@ -84,7 +84,13 @@ def test_the_documented_defaults_pass() -> None:
         ("redis+sentinel://s1/pact/x", "the database must be a number, not 'x'"),
         ("redis+sentinel://s1/pact?password=x", "unknown option 'password'"),
         ("redis+sentinel://s1/pact?sentinel_password=a&sentinel_password=b", "may be given once"),
-        ("rediss+sentinel://s1/pact", "must start with memory://, redis://, rediss:// or redis+sentinel://"),
+        ("rediss+sentinel://s1/pact", "must start with memory://, redis://, rediss://, redis+sentinel://"),
+        ("redis+cluster://", "needs at least one seed node host[:port]"),
+        ("redis+cluster://n1:7000,,n2:7001", "no empty entry between commas"),
+        ("redis+cluster://n1:huh", "seed node 'n1:huh': the port must be a number"),
+        ("redis+cluster://n1:7000/0", "a cluster has database 0 only"),
+        ("redis+cluster://n1:7000?timeout=1", "takes no options"),
+        ("redis+clusters://n1:7000", "must start with memory://"),
     ],
 )
 def test_a_malformed_redis_url_is_refused_with_why(url: str, why: str) -> None:
@@ -120,8 +126,29 @@ def test_a_sentinel_url_names_the_sentinels_the_service_and_the_primarys_login()
     assert "s pw" not in repr(address)
 
 
-def test_wait_replicas_defaults_to_one_under_sentinel_and_none_otherwise() -> None:
+def test_a_cluster_url_names_the_seed_nodes_and_every_nodes_login() -> None:
+    address = parse_redis_url("rediss+cluster://app:p%40ss@n1.internal:7000,[::1],10.0.0.7:7002")
+    assert address == ClusterAddress(
+        seeds=(("n1.internal", 7000), ("::1", 6379), ("10.0.0.7", 7002)),
+        username="app",
+        password="p@ss",
+        tls=True,
+    )
+    assert address.node("10.0.0.9", 7005) == RedisAddress("10.0.0.9", 7005, 0, "app", "p@ss", tls=True)
+    assert "p@ss" not in repr(address)
+    assert not parse_redis_url("redis+cluster://n1").tls
+    assert load(example(url="redis+cluster://n1:7000,n2:7001")).backend == "redis"
+
+
+def test_a_refused_cluster_url_never_quotes_its_password() -> None:
+    message = refusal(example(url="redis+cluster://app:hunter2-secret@n1:7000/3"))
+    assert "hunter2-secret" not in message
+
+
+def test_wait_replicas_defaults_to_one_under_sentinel_and_cluster_and_none_otherwise() -> None:
     assert load(example(url="redis+sentinel://s1/pact")).replicas == 1
+    assert load(example(url="redis+cluster://n1:7000")).replicas == 1
+    assert load(example(url="rediss+cluster://n1:7000")).replicas == 1
     assert load(example(url="redis://cache/0")).replicas == 0
     assert load(example(url="redis+sentinel://s1/pact", wait_replicas=0)).replicas == 0
     assert load(example(url="redis://cache/0", wait_replicas=2)).replicas == 2

@@ -21,7 +21,7 @@ import pytest
 import redis.asyncio as aioredis
 
 from gateway.config import CacheConfig
-from gateway.redis_url import parse_redis_url
+from gateway.redis_url import ClusterAddress, parse_redis_url
 from gateway.store.base import StoreError
 from gateway.store.redis import RedisStore
 from gateway.store.redis_pipe import DEFAULT_TIMEOUT, RedisAddress, RedisPipe, ReplyRefused, Script, _Protocol
@@ -123,7 +123,9 @@ async def pipes() -> AsyncIterator[Callable[..., RedisPipe]]:
     opened: list[RedisPipe] = []
 
     def open_pipe(url: str, timeout: float = 2.0, replicas: int = 0) -> RedisPipe:
-        pipe = RedisPipe(parse_redis_url(url), timeout=timeout, replicas=replicas)
+        address = parse_redis_url(url)
+        assert not isinstance(address, ClusterAddress), "a cluster's pipe is ClusterPipe"
+        pipe = RedisPipe(address, timeout=timeout, replicas=replicas)
         opened.append(pipe)
         return pipe
 

@@ -21,9 +21,9 @@ def recorded_commands(redis: RedisPipe) -> Iterator[list[str]]:
     commands: list[str] = []
     original = redis.execute
 
-    async def counting(*args: Arg, replicated: bool = False) -> Any:
-        commands.append(str(args[0]))  # a WAIT sent with it rides along: no round trip of its own
-        return await original(*args, replicated=replicated)
+    async def counting(*args: Arg, replicated: bool = False, asking: bool = False) -> Any:
+        commands.append(str(args[0]))  # a WAIT or ASKING sent with it rides along: no round trip of its own
+        return await original(*args, replicated=replicated, asking=asking)
 
     redis.execute = counting  # type: ignore[method-assign]
     try:

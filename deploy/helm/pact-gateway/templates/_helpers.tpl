@@ -136,7 +136,8 @@ SIGTERM arrives; the pause keeps it serving while endpoints drain.
 
 {{/*
 The key/value pairs of the chart-managed Secret, as JSON: secrets.env (unless secrets.existingSecret)
-and the Redis password under redis.envVar (unless redis.existingSecret). Every key is an
+the Redis password under redis.envVar (unless redis.existingSecret) and the Redis Cluster seed
+nodes under redis.seedsEnvVar (unless redis.existingSecretSeedsKey). Every key is an
 environment variable name; the Secret is loaded with envFrom.
 */}}
 {{- define "pact-gateway.secretData" -}}
@@ -148,6 +149,9 @@ environment variable name; the Secret is loaded with envFrom.
 {{- end }}
 {{- if and .Values.redis.password (not .Values.redis.existingSecret) }}
 {{- $_ := set $data .Values.redis.envVar (toString .Values.redis.password) }}
+{{- end }}
+{{- if and .Values.redis.seeds (not (and .Values.redis.existingSecret .Values.redis.existingSecretSeedsKey)) }}
+{{- $_ := set $data .Values.redis.seedsEnvVar (toString .Values.redis.seeds) }}
 {{- end }}
 {{- toJson $data }}
 {{- end }}
@@ -232,6 +236,9 @@ secrets) must be provided to the pod. */}}
 {{- $provided := keys (include "pact-gateway.secretData" . | fromJson) }}
 {{- if .Values.redis.existingSecret }}
 {{- $provided = append $provided .Values.redis.envVar }}
+{{- if .Values.redis.existingSecretSeedsKey }}
+{{- $provided = append $provided .Values.redis.seedsEnvVar }}
+{{- end }}
 {{- end }}
 {{- range .Values.extraEnv }}
 {{- $provided = append $provided .name }}

@@ -1,0 +1,308 @@
+"""The Redis Cluster client (gateway/store/redis_cluster.py, issue 20) against a real 3 + 3 node cluster.
+
+Each test names the rule it checks: a call goes to its slot's primary; ``MOVED`` after a slot
+migration and ``ASK`` during one are followed (and counted); a script whose keys span slots is
+refused before anything is sent; a primary killed or failed over loses no acknowledged write
+made with ``replicated=True``; a stopped node fails only the calls for its own slots, each within
+``cache.timeout``; readiness holds only while every slot is served. The script is a small one of
+this file's own, with tagged keys (the gateway's scripts are not what is under test here).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections import Counter
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+
+from gateway.config import CacheConfig
+from gateway.ops.metrics import Metrics
+from gateway.redis_url import ClusterAddress
+from gateway.store import open_store
+from gateway.store.base import StoreError
+from gateway.store.redis import RedisStore
+from gateway.store.redis_cluster import ClusterPipe, CrossSlotError, RedirectKind, RefreshOutcome
+from gateway.store.redis_pipe import Script
+from gateway.store.slots import key_slot
+from tests.support.redis_cluster import ClusterNode, RedisCluster
+
+# Appends ARGV[1] to a list and returns the list's length: every acknowledged append must stay.
+APPEND = Script("return redis.call('RPUSH', KEYS[1], ARGV[1])")
+# Two keys, which must share a slot: copies one into the other.
+COPY = Script("local v = redis.call('GET', KEYS[1]); if v then redis.call('SET', KEYS[2], v) end; return v")
+
+
+SLOT_100_KEY = next(f"k{n}" for n in range(100_000) if key_slot(f"k{n}") == 100)
+
+
+class Recorder:
+    """What the pipe reported, as the gateway's metrics would count it."""
+
+    def __init__(self) -> None:
+        self.commands: Counter[tuple[str, bool]] = Counter()
+        self.redirects: Counter[tuple[str, RedirectKind]] = Counter()
+        self.refreshes: Counter[RefreshOutcome] = Counter()
+
+    def cluster_command(self, node: str, ok: bool) -> None:
+        self.commands[node, ok] += 1
+
+    def cluster_redirect(self, node: str, kind: RedirectKind) -> None:
+        self.redirects[node, kind] += 1
+
+    def cluster_refresh(self, outcome: RefreshOutcome) -> None:
+        self.refreshes[outcome] += 1
+
+    def kinds(self, kind: RedirectKind) -> int:
+        return sum(count for (_, seen), count in self.redirects.items() if seen == kind)
+
+
+@pytest.fixture
+async def open_cluster_pipe() -> AsyncIterator[Callable[..., tuple[ClusterPipe, Recorder]]]:
+    opened: list[ClusterPipe] = []
+
+    def open_pipe(url: str, timeout: float = 2.0, replicas: int = 0) -> tuple[ClusterPipe, Recorder]:
+        address = ClusterAddress.from_url(url)
+        recorder = Recorder()
+        pipe = ClusterPipe(address, timeout=timeout, replicas=replicas, observer=recorder)
+        opened.append(pipe)
+        return pipe, recorder
+
+    yield open_pipe
+    for pipe in opened:
+        await pipe.close()
+
+
+def tagged(number: int) -> str:
+    return f"test:{{t{number}}}:list"
+
+
+async def test_each_call_goes_to_the_primary_of_its_slot_and_all_three_serve(
+    cluster_url: str,
+    redis_cluster_set: RedisCluster,
+    open_cluster_pipe: Callable[..., tuple[ClusterPipe, Recorder]],
+) -> None:
+    pipe, recorder = open_cluster_pipe(cluster_url)
+    keys = [tagged(number) for number in range(60)]
+    assert await asyncio.gather(*(pipe.run(APPEND, [key], ["x"]) for key in keys)) == [1] * 60
+    assert await pipe.execute("LLEN", keys[0]) == 1
+    for key in keys[:12]:
+        with redis_cluster_set.node_of_key(key).client() as client:
+            assert client.lrange(key, 0, -1) == [b"x"]  # on the primary that serves it, not redirected there
+    assert len({node for node, ok in recorder.commands if ok}) == 3
+    assert not recorder.redirects
+    await pipe.ping()
+
+
+async def test_a_script_whose_keys_span_slots_is_refused_before_anything_is_sent(
+    cluster_url: str, open_cluster_pipe: Callable[..., tuple[ClusterPipe, Recorder]]
+) -> None:
+    pipe, recorder = open_cluster_pipe(cluster_url)
+    with pytest.raises(CrossSlotError, match="give them one hash tag"):
+        await pipe.run(COPY, ["test:{a}:x", "test:{b}:x"], [])
+    assert not recorder.commands
+    # An empty placeholder is in slot 0 (the server would answer CROSSSLOT): refused alike.
+    with pytest.raises(CrossSlotError):
+        await pipe.run(COPY, ["test:{a}:x", ""], [])
+    assert not recorder.commands
+    assert await pipe.run(COPY, ["test:{a}:x", "test:{a}:y"], []) is None  # one tag, one slot
+
+
+def _migrate_slot(cluster: RedisCluster, key: str, *, finish: bool) -> tuple[str, str]:
+    """Open a migration of ``key``'s slot to another primary and move its keys; with ``finish``, assign
+    it there for good (``CLUSTER SETSLOT … NODE`` on every primary). The source's and target's addresses."""
+    slot = key_slot(key)
+    source = cluster.node_of_key(key)
+    target = next(node for node in cluster.primaries() if node is not source)
+    source_id, target_id = cluster.node_id(source), cluster.node_id(target)
+    with source.client() as source_client, target.client() as target_client:
+        target_client.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
+        source_client.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
+        for key in source_client.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100):
+            source_client.execute_command("MIGRATE", "127.0.0.1", target.port, key, 0, 5000)
+        if finish:
+            for node in cluster.primaries():
+                with node.client() as client:
+                    client.execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
+    return f"127.0.0.1:{source.port}", f"127.0.0.1:{target.port}"
+
+
+async def test_moved_after_a_slot_migration_is_followed_and_the_slot_remapped(
+    redis_cluster: RedisCluster, open_cluster_pipe: Callable[..., tuple[ClusterPipe, Recorder]]
+) -> None:
+    pipe, recorder = open_cluster_pipe(redis_cluster.url)
+    key = tagged(1)
+    assert await pipe.run(APPEND, [key], ["before"]) == 1
+    source, _ = _migrate_slot(redis_cluster, key, finish=True)
+    assert await pipe.run(APPEND, [key], ["after"]) == 2
+    assert recorder.redirects[source, "moved"] == 1
+    assert await pipe.run(APPEND, [key], ["again"]) == 3
+    assert recorder.redirects[source, "moved"] == 1  # remapped: no second trip to the old node
+
+
+async def test_ask_during_an_open_migration_goes_to_the_importing_node_behind_asking(
+    redis_cluster: RedisCluster, open_cluster_pipe: Callable[..., tuple[ClusterPipe, Recorder]]
+) -> None:
+    pipe, recorder = open_cluster_pipe(redis_cluster.url)
+    key = tagged(2)
+    assert await pipe.run(APPEND, [key], ["before"]) == 1
+    source, target = _migrate_slot(redis_cluster, key, finish=False)
+    assert await pipe.run(APPEND, [key], ["during"]) == 2  # the key is on the importing node now
+    assert recorder.redirects[source, "ask"] == 1
+    assert await pipe.run(APPEND, [key], ["still"]) == 3
+    assert recorder.redirects[source, "ask"] == 2  # ASK changes no map: the source is asked first again
+    assert recorder.kinds("moved") == 0
+    assert recorder.commands[target, True] == 2
+
+
+async def _appends(
+    pipe: ClusterPipe, keys: list[str], stop: asyncio.Event
+) -> tuple[list[tuple[str, str]], int]:
+    """Append to ``keys`` in turn, replicated, until ``stop``: the acknowledged appends, and the failures."""
+    acknowledged: list[tuple[str, str]] = []
+    failures = 0
+    number = 0
+    while not stop.is_set():
+        key = keys[number % len(keys)]
+        value = str(number)
+        number += 1
+        try:
+            await pipe.run(APPEND, [key], [value], replicated=True)
+        except StoreError:
+            failures += 1
+            await asyncio.sleep(0.02)
+            continue
+        acknowledged.append((key, value))
+    return acknowledged, failures
+
+
+async def _until_ready(pipe: ClusterPipe, limit: float) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + limit
+    while True:
+        try:
+            await pipe.ping()
+            return
+        except StoreError:
+            assert loop.time() < deadline, f"the pipe not ready again within {limit} s"
+            await asyncio.sleep(0.1)
+
+
+async def _check_nothing_acknowledged_lost(pipe: ClusterPipe, acknowledged: list[tuple[str, str]]) -> None:
+    stored: dict[str, set[bytes]] = {}
+    for key in {key for key, _ in acknowledged}:
+        stored[key] = set(await pipe.execute("LRANGE", key, 0, -1))
+    lost = [(key, value) for key, value in acknowledged if value.encode() not in stored[key]]
+    assert not lost
+
+
+@pytest.mark.parametrize("how", ["kill -9", "CLUSTER FAILOVER"])
+async def test_a_primary_lost_or_failed_over_loses_no_replicated_write_and_the_pipe_recovers(
+    how: str, redis_cluster: RedisCluster, open_cluster_pipe: Callable[..., tuple[ClusterPipe, Recorder]]
+) -> None:
+    pipe, recorder = open_cluster_pipe(redis_cluster.url, timeout=1.0, replicas=1)
+    keys = [tagged(number) for number in range(30)]
+    victim = redis_cluster.node_of_key(keys[0])
+    replica = redis_cluster.replica_of(victim)
+    await pipe.ping()
+    stop = asyncio.Event()
+    stream = asyncio.ensure_future(_appends(pipe, keys, stop))
+    await asyncio.sleep(0.3)
+    if how == "kill -9":
+        victim.signal(signal.SIGKILL)
+        # The promoted replica has no replica of its own, so WAIT 1 fails every write there (as
+        # it must: run two replicas per primary to keep writing through a failover). The killed
+        # node, restarted, rejoins as the new primary's replica.
+        await _until(lambda: _is_primary(replica), 15.0, "the replica promoted")
+        victim.start()
+    else:
+        with replica.client() as client:
+            client.execute_command("CLUSTER", "FAILOVER")
+    await _until(
+        lambda: recorder.commands[f"127.0.0.1:{replica.port}", True] >= 5,
+        15.0,
+        "writes through the new primary",
+    )
+    stop.set()
+    acknowledged, _ = await stream
+    assert acknowledged
+    await _check_nothing_acknowledged_lost(pipe, acknowledged)
+    await _until_ready(pipe, 15.0)
+
+
+def _is_primary(node: ClusterNode) -> bool:
+    with node.client() as client:
+        return bool(client.info("replication").get("role") == "master")
+
+
+async def _until(condition: Callable[[], bool], limit: float, what: str) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + limit
+    while not condition():
+        assert loop.time() < deadline, f"not within {limit} s: {what}"
+        await asyncio.sleep(0.1)
+
+
+async def test_a_node_that_stops_answering_fails_its_own_slots_alone_within_the_timeout(
+    redis_cluster: RedisCluster, open_cluster_pipe: Callable[..., tuple[ClusterPipe, Recorder]]
+) -> None:
+    timeout = 0.5
+    pipe, _ = open_cluster_pipe(redis_cluster.url, timeout=timeout)
+    keys = [tagged(number) for number in range(30)]
+    await asyncio.gather(*(pipe.run(APPEND, [key], ["x"]) for key in keys))
+    stopped = redis_cluster.node_of_key(keys[0])
+    elsewhere = [key for key in keys if redis_cluster.node_of_key(key) is not stopped]
+    there = [key for key in keys if key not in elsewhere]
+    stopped.signal(signal.SIGSTOP)
+    try:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        results = await asyncio.gather(
+            *(pipe.run(APPEND, [key], ["y"]) for key in there),
+            *(pipe.run(APPEND, [key], ["y"]) for key in elsewhere),
+            return_exceptions=True,
+        )
+        took = loop.time() - started
+        failed, served = results[: len(there)], results[len(there) :]
+        assert all(isinstance(result, StoreError) for result in failed)
+        assert served == [2] * len(elsewhere)
+        assert took < timeout * 2  # each failed alone, after its own timeout, not one after another
+    finally:
+        stopped.signal(signal.SIGCONT)
+
+
+async def test_not_ready_while_any_slot_is_unserved(
+    redis_cluster: RedisCluster, open_cluster_pipe: Callable[..., tuple[ClusterPipe, Recorder]]
+) -> None:
+    pipe, recorder = open_cluster_pipe(redis_cluster.url)
+    await pipe.ping()
+    owner = redis_cluster.node_of_key(SLOT_100_KEY)
+    for node in redis_cluster.nodes:  # every node's view: each forgets the slot's owner
+        with node.client() as client:
+            client.execute_command("CLUSTER", "DELSLOTS", 100)
+    with pytest.raises(StoreError, match="16383 of 16384 cluster slots served"):
+        await pipe.ping()
+    assert recorder.refreshes["incomplete"] >= 1
+    with owner.client() as client:
+        client.execute_command("CLUSTER", "ADDSLOTS", 100)
+    redis_cluster.wait_healthy()
+    await _until_ready(pipe, 10.0)
+
+
+async def test_the_store_factory_opens_a_cluster_pipe_reporting_to_the_gateways_metrics(
+    cluster_url: str, redis_cluster_set: RedisCluster
+) -> None:
+    metrics = Metrics()
+    store = open_store(CacheConfig(url=cluster_url), cluster_observer=metrics)
+    try:
+        assert isinstance(store, RedisStore)
+        assert isinstance(store.redis, ClusterPipe)
+        await store.redis.run(APPEND, [tagged(7)], ["x"])
+        await store.redis.ping()
+    finally:
+        await store.close()
+    node = redis_cluster_set.node_of_key(tagged(7))
+    labels = {"node": f"127.0.0.1:{node.port}", "outcome": "ok"}
+    assert (metrics.registry.get_sample_value("pact_redis_cluster_commands_total", labels) or 0) >= 2
+    assert metrics.registry.get_sample_value("pact_redis_cluster_map_refreshes_total", {"outcome": "ok"})
