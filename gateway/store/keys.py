@@ -85,15 +85,6 @@ def oauth_tagged_key(brand_id: str, tag: str, kind: str, name: str) -> str:
     return f"{PREFIX}:{brand_id}:{{{tag}}}o.{kind}:{name}"
 
 
-def owner_tag(owner_digest: str) -> str:
-    """An owner's hash tag: the first 8 hex characters of :attr:`~gateway.store.base.Owner.digest`.
-
-    32 bits spread owners evenly over the 16,384 slots; they name nothing (the digest is one-way)
-    and decide nothing (a conversation's owner is still checked against its ``o`` field).
-    """
-    return owner_digest[:8]
-
-
 def oauth_key(brand_id: str, kind: str, digest: str) -> str:
     """The rest of the §5 flow's state (device codes, user codes, consent sessions, jtis, refresh tokens,
     a user's grants), by ``kind``; ``digest`` is a hash wherever the value is a secret or a user id."""
