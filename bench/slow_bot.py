@@ -14,7 +14,8 @@ same load generator and the same bot process drive every front:
   defaults an operator gets but for addresses, keys, the store and §6 limits that never bind
   (one personal agent carries the whole load here);
 * with ``--gc-threshold N,M``, **gateway memory gc=N** …: the memory gateway again with its
-  young-generation collector threshold set to N instead of ``YOUNG_GC_THRESHOLD``, side by side.
+  young-generation collector threshold set to N instead of ``YOUNG_GC_THRESHOLD``, side by side;
+  with ``--uvloop``, **gateway memory uvloop**: the same on uvloop's event loop.
 
 ``--repeats`` rounds of every front, interleaved (each repeat starts one front later, so a drift
 of the shared machine falls on every front alike), every server process started afresh for its
@@ -38,7 +39,7 @@ and the front share the cores, so "machine busy" near 100 % means the figures me
 machine, not the gateway (docs/capacity.md, "Slow bots: turns in flight").
 
 ``python -m bench.slow_bot bot --port P --latency S`` is the fake bot (started by the run);
-``python -m bench.slow_bot --serve THRESHOLD,STATS -- serve …`` a metered gateway (the same).
+``python -m bench.slow_bot --serve THRESHOLD,LOOP,STATS -- serve …`` a metered gateway (the same).
 """
 
 from __future__ import annotations
@@ -46,6 +47,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
+import importlib
 import json
 import signal
 import statistics
@@ -132,17 +134,18 @@ def serve_bot(argv: Sequence[str]) -> int:
 # ---- the gateway process, metered -----------------------------------------------------------
 
 
-def serve_metered(threshold: str, stats_path: str, argv: Sequence[str]) -> int:
+def serve_metered(threshold: str, loop: str, stats_path: str, argv: Sequence[str]) -> int:
     """``pact-gateway`` ``argv`` in this process, its young GC threshold set and its collector metered.
 
     ``threshold`` is ``default`` (the gateway's own :data:`YOUNG_GC_THRESHOLD`) or a number that
     replaces it before :func:`settle_heap` applies it, so gateways that differ in that one number
-    run side by side. Every gateway front runs through here, so each carries the same meter: a
-    ``gc.callbacks`` hook adding up the collector's CPU time and its collections per generation;
-    ``SIGUSR1`` writes the totals to ``stats_path`` as JSON (the run reads them before and after
-    the measured window). With ``tracemalloc`` on (``--tracemalloc``), ``SIGUSR2`` takes a
-    snapshot: the first is the idle one, each later one writes the largest differences from it
-    to ``stats_path`` + ``.top``.
+    run side by side; ``loop`` ``uvloop`` sets uvloop's event loop policy first (uvloop is no
+    dependency of the gateway: install it where the run can import it). Every gateway front runs
+    through here, so each carries the same meter: a ``gc.callbacks`` hook adding up the
+    collector's CPU time and its collections per generation; ``SIGUSR1`` writes the totals to
+    ``stats_path`` as JSON (the run reads them before and after the measured window). With
+    ``tracemalloc`` on (``--tracemalloc``), ``SIGUSR2`` takes a snapshot: the first is the idle
+    one, each later one writes the largest differences from it to ``stats_path`` + ``.top``.
     """
     import tracemalloc
 
@@ -151,6 +154,8 @@ def serve_metered(threshold: str, stats_path: str, argv: Sequence[str]) -> int:
 
     if threshold != "default":
         server.YOUNG_GC_THRESHOLD = int(threshold)
+    if loop == "uvloop":
+        asyncio.set_event_loop_policy(importlib.import_module("uvloop").EventLoopPolicy())
     totals: dict[str, Any] = {"gc_cpu_s": 0.0, "collections": [0, 0, 0]}
     started = [0.0]
 
@@ -170,6 +175,7 @@ def serve_metered(threshold: str, stats_path: str, argv: Sequence[str]) -> int:
         snapshot = tracemalloc.take_snapshot()
         if not idle:
             idle.append(snapshot)
+            Path(stats_path + ".top").write_bytes(orjson.dumps({"idle": True}))
             return
         stats = snapshot.compare_to(idle[0], "lineno")[:TRACEMALLOC_TOP]
         rows = [
@@ -205,6 +211,7 @@ class Front:
     cache_url: str | None = None
     """The gateway's store; ``None`` for bot direct and the pass-through."""
     gc_threshold: str = "default"
+    loop: str = "asyncio"
 
 
 @dataclass
@@ -261,7 +268,7 @@ def start_server(children: Children, setup: Setup, front: Front, bot: Child, bot
     stats_path = setup.workdir / f"{label}-{port}.gc.json"
     served = served_through(
         "bench.slow_bot",
-        f"{front.gc_threshold},{stats_path}",
+        f"{front.gc_threshold},{front.loop},{stats_path}",
         ["-m", "gateway", "serve", "--config", str(config)],
     )
     env = ["-X", "tracemalloc=1"] if setup.tracemalloc else []
@@ -480,6 +487,8 @@ def fronts_of(args: argparse.Namespace) -> list[Front]:
     if "redis" in args.stores:
         fronts.append(Front("gateway redis", args.redis_url))
     fronts.extend(Front(f"gateway memory gc={n}", "memory://", str(n)) for n in args.gc_threshold)
+    if args.uvloop:
+        fronts.append(Front("gateway memory uvloop", "memory://", loop="uvloop"))
     return fronts
 
 
@@ -612,10 +621,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     if args_list[:1] == ["bot"]:
         return serve_bot(args_list[1:])
-    served = serve_request(args_list, "python -m bench.slow_bot --serve THRESHOLD,STATS -- serve …")
+    served = serve_request(args_list, "python -m bench.slow_bot --serve THRESHOLD,LOOP,STATS -- serve …")
     if served is not None:
-        threshold, stats_path = served[0].split(",", 1)
-        return serve_metered(threshold, stats_path, served[1])
+        threshold, loop, stats_path = served[0].split(",", 2)
+        return serve_metered(threshold, loop, stats_path, served[1])
     parser = argparse.ArgumentParser(prog="python -m bench capacity slow_bot", description=__doc__)
     parser.add_argument("--latency", type=float, default=1.5, help="the bot's seconds per turn")
     parser.add_argument(
@@ -638,6 +647,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         type=_numbers,
         default=[],
         help="young-generation GC thresholds, comma-separated: one more memory gateway for each",
+    )
+    parser.add_argument(
+        "--uvloop",
+        action="store_true",
+        help="one more memory gateway on uvloop's event loop (installed apart)",
     )
     parser.add_argument("--no-passthrough", action="store_true", help="leave the bare aiohttp forwarder out")
     parser.add_argument("--tracemalloc", action="store_true", help="trace the gateways' allocations (slow)")
