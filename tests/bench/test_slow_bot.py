@@ -56,3 +56,25 @@ def test_a_tiny_run_compares_every_front_with_bot_direct_repeat_by_repeat(tmp_pa
 def test_a_figure_is_the_median_and_spread_of_its_repeats_and_absent_where_it_does_not_apply() -> None:
     assert spread([3.0, 1.0, 2.0]) == {"median": 2.0, "min": 1.0, "max": 3.0}
     assert spread([None, None]) is None
+
+
+def test_a_gc_threshold_front_runs_the_gateway_with_that_threshold(tmp_path: Path) -> None:
+    """``--gc-threshold`` compares gateways that differ in the young threshold only: it must bite.
+
+    At 100 the turns' objects cross the young threshold many times a second; at the gateway's own
+    ``YOUNG_GC_THRESHOLD`` (tens of thousands) a one-second window of 40 turns/s sees almost none.
+    A count of collections, not a time.
+    """
+    out = tmp_path / "slow_bot.json"
+    args = ("--latency", "0.2", "--where", "8", "--duration", "1", "--warmup", "0.5", "--repeats", "1")
+    fronts = ("--stores", "memory", "--no-passthrough", "--gc-threshold", "100")
+    run_module(
+        "bench", "capacity", "slow_bot", *args, *fronts, "--redis-url", BENCH_REDIS_URL, "--out", str(out)
+    )
+    [repeat] = json.loads(out.read_text())["rounds"][0]["repeats"]
+    assert tuple(repeat) == (BOT_DIRECT, "gateway memory", "gateway memory gc=100")
+    stock = repeat["gateway memory"]["gc"]["collections"][0]
+    lowered = repeat["gateway memory gc=100"]["gc"]["collections"][0]
+    # About 14 against 0 on an idle machine; the turns/s, and so the count, hardly move when it is busy.
+    assert lowered >= 5, (stock, lowered)
+    assert lowered > 3 * stock, (stock, lowered)
