@@ -77,8 +77,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--upstream", required=True, help="the bot's /chat URL")
     args = parser.parse_args(argv)
+    # The gateway's own listen.backlog default: aiohttp's 128 drops part of the thousands of
+    # connections a slow-bot round opens at once (bench.slow_bot), a cost no gateway pays.
     web.run_app(
-        create_passthrough_app(args.upstream), host=args.host, port=args.port, access_log=None, print=None
+        create_passthrough_app(args.upstream),
+        host=args.host,
+        port=args.port,
+        backlog=4096,
+        access_log=None,
+        print=None,
     )
 
 

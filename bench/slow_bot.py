@@ -3,35 +3,53 @@
 Issue 17, row 1: a support bot backed by a language model takes seconds a turn, so one process
 must hold thousands of turns at once. A fake bot of the gateway's own contract answers every
 turn after ``--latency`` seconds (1.5 by default); ``--where`` lists the numbers of concurrent
-conversations (closed loop, one turn at a time each, five turns a conversation). At each, side
-by side in one run and against the same bot process:
+conversations (closed loop, one turn at a time each, five turns a conversation). At each, the
+same load generator and the same bot process drive every front:
 
 * **bot direct**: the load generator speaks the bot's contract to the bot itself;
-* **gateway, memory store** and **gateway, Redis store** (``--redis-url``: use your own database;
-  nothing is flushed, the keys live ``KEY_TTL`` seconds), each a ``pact-gateway serve`` process
-  with the defaults an operator gets but for addresses, keys, the store and §6 limits that never
-  bind (one personal agent carries the whole load here).
+* **pass-through**: :mod:`bench.passthrough`, a bare aiohttp forwarder with no gateway logic,
+  what aiohttp alone costs a turn in flight;
+* **gateway memory** and **gateway redis** (``--redis-url``: use your own database; nothing is
+  flushed, the keys live ``KEY_TTL`` seconds), each a ``pact-gateway serve`` process with the
+  defaults an operator gets but for addresses, keys, the store and §6 limits that never bind
+  (one personal agent carries the whole load here);
+* with ``--gc-threshold N,M``, **gateway memory gc=N** …: the memory gateway again with its
+  young-generation collector threshold set to N instead of ``YOUNG_GC_THRESHOLD``, side by side;
+  with ``--uvloop``, **gateway memory uvloop**: the same on uvloop's event loop.
 
-Each prints turns/s, the ratio to bot direct, failed turns, p50, the CPU of each process, how
-busy the whole machine was, and the gateway's resident memory per turn in flight: the median of
-its RSS over the measured window, less its RSS just before the load (after a short warm-up),
-divided by the concurrency (closed loop: every conversation has one turn in flight, nearly all
-of it at the bot). On the memory store that includes the conversations the run opens, as the
-issue measured it. The targets: at least 0.95 of bot direct at 2,000 concurrent with no failed
-turn, at most 16 KiB per turn in flight.
+``--repeats`` rounds of every front, interleaved (each repeat starts one front later, so a drift
+of the shared machine falls on every front alike), every server process started afresh for its
+round: a warm-up, its idle RSS, then the measured load. A front's ratio is its turns/s over bot
+direct's *of the same repeat*; each figure is printed as the median with the spread (min–max)
+over the repeats. Per front and round: failed turns, p50, the CPU of each process, how busy the
+machine was, the collector's CPU and collections in the gateway over the measured window, and
+resident memory per turn in flight: the process's peak RSS over the measured window (sampled
+every :data:`RSS_SAMPLE_SECONDS`) less its idle RSS after the warm-up, divided by the concurrency
+(closed loop: every conversation has one turn in flight, nearly all of it at the bot). On the
+memory store that includes the conversations the run opens, as the issue measured it. The
+targets: at least 0.95 of bot direct at 2,000 concurrent with no failed turn, at most 16 KiB per
+turn in flight.
+
+``--tracemalloc`` runs the gateways with ``tracemalloc`` on (far slower: read its memory, not its
+ratios) and prints, per gateway front, the lines whose allocations grew most between idle and
+loaded, divided by the turns in flight.
 
 The load generator is :mod:`bench.loadgen` (aiohttp, one process): on a 2-core machine it, the bot
-and the gateway share the cores, so "machine busy" near 100 % means the figures measure the
+and the front share the cores, so "machine busy" near 100 % means the figures measure the
 machine, not the gateway (docs/capacity.md, "Slow bots: turns in flight").
 
-``python -m bench.slow_bot bot --port P --latency S`` is the fake bot (started by the run).
+``python -m bench.slow_bot bot --port P --latency S`` is the fake bot (started by the run);
+``python -m bench.slow_bot --serve THRESHOLD,LOOP,STATS -- serve …`` a metered gateway (the same).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
+import importlib
 import json
+import signal
 import statistics
 import subprocess
 import sys
@@ -55,6 +73,8 @@ from bench.procs import (
     machine_busy,
     python_env,
     read_machine_ticks,
+    serve_request,
+    served_through,
 )
 from gateway.pa_keys import generate_private_jwk, public_jwks
 
@@ -69,9 +89,12 @@ RATIO_TARGET = 0.95
 TARGET_CONCURRENCY = 2000
 MEMORY_TARGET_KIB = 16.0
 WARM_CONCURRENCY = 50
-"""The warm-up before the RSS baseline: first-use allocations (caches, imports) are not per turn."""
+"""The warm-up before the idle RSS: first-use allocations (caches, imports) are not per turn."""
 RSS_SAMPLE_SECONDS = 0.25
-FRONTS = ("bot direct", "gateway memory", "gateway redis")
+TRACEMALLOC_TOP = 15
+BOT_DIRECT = "bot direct"
+PASSTHROUGH = "pass-through"
+FRONTS = (BOT_DIRECT, PASSTHROUGH, "gateway memory", "gateway redis")
 REPLY = orjson.dumps({"text": "Your order A-10001 is on its way.", "end": False})
 
 
@@ -108,6 +131,66 @@ def serve_bot(argv: Sequence[str]) -> int:
     return 0
 
 
+# ---- the gateway process, metered -----------------------------------------------------------
+
+
+def serve_metered(threshold: str, loop: str, stats_path: str, argv: Sequence[str]) -> int:
+    """``pact-gateway`` ``argv`` in this process, its young GC threshold set and its collector metered.
+
+    ``threshold`` is ``default`` (the gateway's own :data:`YOUNG_GC_THRESHOLD`) or a number that
+    replaces it before :func:`settle_heap` applies it, so gateways that differ in that one number
+    run side by side; ``loop`` ``uvloop`` sets uvloop's event loop policy first (uvloop is no
+    dependency of the gateway: install it where the run can import it). Every gateway front runs
+    through here, so each carries the same meter: a ``gc.callbacks`` hook adding up the
+    collector's CPU time and its collections per generation; ``SIGUSR1`` writes the totals to
+    ``stats_path`` as JSON (the run reads them before and after the measured window). With
+    ``tracemalloc`` on (``--tracemalloc``), ``SIGUSR2`` takes a snapshot: the first is the idle
+    one, each later one writes the largest differences from it to ``stats_path`` + ``.top``.
+    """
+    import tracemalloc
+
+    from gateway.cli import main as gateway_main
+    from gateway.process import server
+
+    if threshold != "default":
+        server.YOUNG_GC_THRESHOLD = int(threshold)
+    if loop == "uvloop":
+        asyncio.set_event_loop_policy(importlib.import_module("uvloop").EventLoopPolicy())
+    totals: dict[str, Any] = {"gc_cpu_s": 0.0, "collections": [0, 0, 0]}
+    started = [0.0]
+
+    def on_gc(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            started[0] = time.process_time()
+            return
+        totals["gc_cpu_s"] += time.process_time() - started[0]
+        totals["collections"][info["generation"]] += 1
+
+    def report(signum: int, frame: object) -> None:
+        Path(stats_path).write_bytes(orjson.dumps(totals))
+
+    idle: list[tracemalloc.Snapshot] = []
+
+    def top(signum: int, frame: object) -> None:
+        snapshot = tracemalloc.take_snapshot()
+        if not idle:
+            idle.append(snapshot)
+            Path(stats_path + ".top").write_bytes(orjson.dumps({"idle": True}))
+            return
+        stats = snapshot.compare_to(idle[0], "lineno")[:TRACEMALLOC_TOP]
+        rows = [
+            {"where": str(stat.traceback[0]), "bytes": stat.size_diff, "count": stat.count_diff}
+            for stat in stats
+        ]
+        total = sum(stat.size_diff for stat in snapshot.compare_to(idle[0], "filename"))
+        Path(stats_path + ".top").write_bytes(orjson.dumps({"total": total, "top": rows}))
+
+    gc.callbacks.append(on_gc)
+    signal.signal(signal.SIGUSR1, report)
+    signal.signal(signal.SIGUSR2, top)
+    return gateway_main(list(argv))
+
+
 # ---- the run ---------------------------------------------------------------------------------
 
 
@@ -117,17 +200,28 @@ class Setup:
     key_file: Path
     jwks: dict[str, Any]
     bot_url: str
+    tracemalloc: bool
+
+
+@dataclass(frozen=True)
+class Front:
+    """What the load generator drives: the bot itself, the pass-through, or a gateway."""
+
+    name: str
+    cache_url: str | None = None
+    """The gateway's store; ``None`` for bot direct and the pass-through."""
+    gc_threshold: str = "default"
+    loop: str = "asyncio"
 
 
 @dataclass
-class Front:
-    """What the load generator drives: the bot itself, or a gateway process in front of it."""
+class Server:
+    """One front's server process for one round, and where the load generator reaches it."""
 
-    name: str
+    child: Child | None
     url: str
     mode: str
-    gateway: Child | None
-    port: int
+    stats_path: Path | None
 
 
 def gateway_config(setup: Setup, port: int, cache_url: str) -> Path:
@@ -158,6 +252,31 @@ def gateway_config(setup: Setup, port: int, cache_url: str) -> Path:
     return path
 
 
+def start_server(children: Children, setup: Setup, front: Front, bot: Child, bot_port: int) -> Server:
+    """``front``'s process, started afresh and listening (bot direct: the bot, already up)."""
+    if front.name == BOT_DIRECT:
+        return Server(None, setup.bot_url, "bot", None)
+    port = free_port()
+    url = f"http://127.0.0.1:{port}/a2a/acme/message:send"
+    label = front.name.replace(" ", "-").replace("=", "")
+    if front.cache_url is None:
+        argv = ["-m", "bench.passthrough", "--port", str(port), "--upstream", setup.bot_url]
+        child = children.python(label, *argv)
+        child.wait_port(port)
+        return Server(child, url, "a2a", None)
+    config = gateway_config(setup, port, front.cache_url)
+    stats_path = setup.workdir / f"{label}-{port}.gc.json"
+    served = served_through(
+        "bench.slow_bot",
+        f"{front.gc_threshold},{front.loop},{stats_path}",
+        ["-m", "gateway", "serve", "--config", str(config)],
+    )
+    env = ["-X", "tracemalloc=1"] if setup.tracemalloc else []
+    child = children.python(label, *env, *served)
+    child.wait_port(port)
+    return Server(child, url, "a2a", stats_path)
+
+
 def rss_bytes(pid: int) -> int:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
@@ -169,7 +288,7 @@ class RssSampler:
     """The RSS of one process every :data:`RSS_SAMPLE_SECONDS`, from a thread, stamped with time."""
 
     def __init__(self, pid: int | None) -> None:
-        """``pid`` ``None`` samples nothing (bot direct has no gateway to weigh)."""
+        """``pid`` ``None`` samples nothing (bot direct has no front of its own to weigh)."""
         self._pid = pid
         self.samples: list[tuple[float, int]] = []
         self._stop = threading.Event()
@@ -192,9 +311,9 @@ class RssSampler:
         self._stop.set()
         self._thread.join()
 
-    def median_between(self, start: float, end: float) -> int | None:
+    def peak_between(self, start: float, end: float) -> int | None:
         window = [rss for at, rss in self.samples if start <= at <= end]
-        return int(statistics.median(window)) if window else None
+        return max(window) if window else None
 
 
 def loadgen(
@@ -222,37 +341,78 @@ def drive(argv: list[str], timeout: float) -> dict[str, Any]:
     return result
 
 
+def read_stats(server: Server, signum: signal.Signals, suffix: str = "") -> dict[str, Any] | None:
+    """Ask a metered gateway for its figures (:func:`serve_metered`) and read them back."""
+    if server.child is None or server.stats_path is None:
+        return None
+    path = Path(f"{server.stats_path}{suffix}")
+    path.unlink(missing_ok=True)
+    server.child.popen.send_signal(signum)
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if path.exists() and path.stat().st_size > 0:
+            stats: dict[str, Any] = orjson.loads(path.read_bytes())
+            return stats
+        time.sleep(0.05)
+    raise RuntimeError(f"{server.child.name} wrote no figures to {path}")
+
+
 def measure(
-    setup: Setup,
-    url: str,
-    mode: str,
-    concurrency: int,
-    args: argparse.Namespace,
-    parties: dict[str, Child],
-    gateway: Child | None,
+    setup: Setup, server: Server, concurrency: int, args: argparse.Namespace, bot: Child
 ) -> dict[str, Any]:
-    """One round: (for a gateway) a warm-up and the RSS baseline, then the measured load."""
+    """One round: (for a front of its own) a warm-up and the idle RSS, then the measured load."""
     timeout = args.warmup + args.duration + args.latency * 4 + 120
-    baseline = None
-    if gateway is not None:
-        drive(loadgen(setup, url, mode, WARM_CONCURRENCY, 2.0, 0.5, args.latency), timeout)
+    idle = None
+    child = server.child
+    if child is not None:
+        drive(loadgen(setup, server.url, server.mode, WARM_CONCURRENCY, 2.0, 0.5, args.latency), timeout)
         time.sleep(0.5)
-        baseline = rss_bytes(gateway.pid)
-    cpu_before = {name: cpu_seconds(child.pid) for name, child in parties.items()}
+        idle = rss_bytes(child.pid)
+        if setup.tracemalloc:
+            read_stats(server, signal.SIGUSR2, ".top")
+    parties = {"bot": bot} if child is None else {"bot": bot, "front": child}
+    cpu_before = {name: cpu_seconds(party.pid) for name, party in parties.items()}
     ticks_before = read_machine_ticks()
     started = time.monotonic()
-    sampler = RssSampler(gateway.pid if gateway is not None else None)
-    with sampler:
-        load = loadgen(setup, url, mode, concurrency, args.duration, args.warmup, args.latency)
-        result = drive(load, timeout)
-    ticks_after = read_machine_ticks()
-    cpu = {name: cpu_seconds(child.pid) - cpu_before[name] for name, child in parties.items()}
-    cpu["loadgen"] = result["cpu_s"]
     window = (started + args.warmup, started + args.warmup + args.duration)
-    loaded = sampler.median_between(*window)
+    sampler = RssSampler(None if child is None else child.pid)
+    gc_before: dict[str, Any] | None = None
+    top = None
+    with sampler:
+        load = subprocess.Popen(
+            loadgen(setup, server.url, server.mode, concurrency, args.duration, args.warmup, args.latency),
+            env=python_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        # The collector is read over the measured window only, as the turns are counted.
+        time.sleep(args.warmup)
+        gc_before = read_stats(server, signal.SIGUSR1)
+        if setup.tracemalloc:
+            time.sleep(args.duration / 2)
+            top = read_stats(server, signal.SIGUSR2, ".top")
+        time.sleep(max(window[1] - time.monotonic(), 0))
+        gc_after = read_stats(server, signal.SIGUSR1)
+        out, err = load.communicate(timeout=timeout)
+    if load.returncode != 0:
+        raise RuntimeError(f"load generator failed:\n{err[-2000:]}")
+    result: dict[str, Any] = json.loads(out)
+    ticks_after = read_machine_ticks()
+    cpu = {name: cpu_seconds(party.pid) - cpu_before[name] for name, party in parties.items()}
+    cpu["loadgen"] = result["cpu_s"]
+    peak = sampler.peak_between(*window)
     per_turn = None
-    if baseline is not None and loaded is not None:
-        per_turn = max(loaded - baseline, 0) / concurrency / 1024
+    if idle is not None and peak is not None:
+        per_turn = max(peak - idle, 0) / concurrency / 1024
+    gc_figures = None
+    if gc_before is not None and gc_after is not None:
+        gc_figures = {
+            "cpu_s": gc_after["gc_cpu_s"] - gc_before["gc_cpu_s"],
+            "collections": [
+                a - b for a, b in zip(gc_after["collections"], gc_before["collections"], strict=True)
+            ],
+        }
     return {
         "turns_per_s": result["throughput_rps"],
         "errors": result["errors"],
@@ -262,16 +422,78 @@ def measure(
         "cpu_s": cpu,
         "machine_busy": machine_busy(ticks_before, ticks_after),
         # Every completed turn of the round (warm-up too) against the CPU of the whole round.
-        "gateway_cpu_ms_per_turn": None
-        if gateway is None
-        else cpu["gateway"] * 1000 / max(result["turns_total"], 1),
-        "rss_idle_mib": None if baseline is None else baseline / 2**20,
-        "rss_loaded_mib": None if loaded is None else loaded / 2**20,
+        "front_cpu_ms_per_turn": None
+        if child is None
+        else cpu["front"] * 1000 / max(result["turns_total"], 1),
+        "gc": gc_figures,
+        "rss_idle_mib": None if idle is None else idle / 2**20,
+        "rss_peak_mib": None if peak is None else peak / 2**20,
         "rss_kib_per_turn_in_flight": per_turn,
+        "tracemalloc": None if top is None else per_turn_top(top, concurrency),
     }
 
 
+def per_turn_top(top: dict[str, Any], concurrency: int) -> dict[str, Any]:
+    """tracemalloc's growth from idle to loaded, each line's bytes divided by the turns in flight."""
+    return {
+        "kib_per_turn": top["total"] / concurrency / 1024,
+        "top": [
+            {
+                "where": row["where"],
+                "bytes_per_turn": row["bytes"] / concurrency,
+                "count_per_turn": row["count"] / concurrency,
+            }
+            for row in top["top"]
+        ],
+    }
+
+
+def spread(values: Sequence[float | None]) -> dict[str, float] | None:
+    """Median, min and max over the repeats; ``None`` when a figure does not apply to the front."""
+    present = [v for v in values if v is not None]
+    if not present:
+        return None
+    return {"median": statistics.median(present), "min": min(present), "max": max(present)}
+
+
+def summarise(repeats: Sequence[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
+    """Per front: the median and spread of each figure, the ratio taken within each repeat first."""
+    for repeat in repeats:
+        direct = repeat[BOT_DIRECT]["turns_per_s"]
+        for figures in repeat.values():
+            figures["ratio"] = figures["turns_per_s"] / direct if direct > 0 else 0.0
+    out: dict[str, dict[str, Any]] = {}
+    for name in repeats[0]:
+        rounds = [repeat[name] for repeat in repeats]
+        out[name] = {
+            "turns_per_s": spread([r["turns_per_s"] for r in rounds]),
+            "ratio": spread([r["ratio"] for r in rounds]),
+            "errors": sum(r["errors"] for r in rounds),
+            "p50_ms": spread([r["p50_ms"] for r in rounds]),
+            "front_cpu_ms_per_turn": spread([r["front_cpu_ms_per_turn"] for r in rounds]),
+            "gc_cpu_s": spread([None if r["gc"] is None else r["gc"]["cpu_s"] for r in rounds]),
+            "machine_busy": spread([r["machine_busy"] for r in rounds]),
+            "rss_kib_per_turn_in_flight": spread([r["rss_kib_per_turn_in_flight"] for r in rounds]),
+        }
+    return out
+
+
+def fronts_of(args: argparse.Namespace) -> list[Front]:
+    fronts = [Front(BOT_DIRECT)]
+    if not args.no_passthrough:
+        fronts.append(Front(PASSTHROUGH))
+    if "memory" in args.stores:
+        fronts.append(Front("gateway memory", "memory://"))
+    if "redis" in args.stores:
+        fronts.append(Front("gateway redis", args.redis_url))
+    fronts.extend(Front(f"gateway memory gc={n}", "memory://", str(n)) for n in args.gc_threshold)
+    if args.uvloop:
+        fronts.append(Front("gateway memory uvloop", "memory://", loop="uvloop"))
+    return fronts
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
+    fronts = fronts_of(args)
     with tempfile.TemporaryDirectory(prefix="slow-bot-") as tmp, Children(Path(tmp)) as children:
         workdir = Path(tmp)
         private = generate_private_jwk("ES256")
@@ -281,37 +503,38 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         bot = children.python(
             "bot", "-m", "bench.slow_bot", "bot", "--port", str(bot_port), "--latency", str(args.latency)
         )
-        setup = Setup(workdir, key_file, public_jwks(private), f"http://127.0.0.1:{bot_port}/chat")
-        fronts = [Front("bot direct", setup.bot_url, "bot", None, bot_port)]
-        for name, cache_url in (("gateway memory", "memory://"), ("gateway redis", args.redis_url)):
-            if name.split()[1] not in args.stores:
-                continue
-            port = free_port()
-            config = str(gateway_config(setup, port, cache_url))
-            gateway = children.python(name.replace(" ", "-"), "-m", "gateway", "serve", "--config", config)
-            fronts.append(Front(name, f"http://127.0.0.1:{port}/a2a/acme/message:send", "a2a", gateway, port))
-        for front in fronts:
-            (front.gateway or bot).wait_port(front.port)
+        bot.wait_port(bot_port)
+        bot_url = f"http://127.0.0.1:{bot_port}/chat"
+        setup = Setup(workdir, key_file, public_jwks(private), bot_url, args.tracemalloc)
         rounds: list[dict[str, Any]] = []
         for concurrency in args.where:
-            row: dict[str, Any] = {"concurrency": concurrency, "fronts": {}}
-            for front in fronts:
-                parties = {"bot": bot} if front.gateway is None else {"bot": bot, "gateway": front.gateway}
-                print(f"# {concurrency} concurrent: {front.name}", file=sys.stderr, flush=True)
-                row["fronts"][front.name] = measure(
-                    setup, front.url, front.mode, concurrency, args, parties, front.gateway
-                )
-            direct = row["fronts"]["bot direct"]["turns_per_s"]
-            for figures in row["fronts"].values():
-                figures["ratio"] = figures["turns_per_s"] / direct if direct > 0 else 0.0
-            rounds.append(row)
+            repeats: list[dict[str, dict[str, Any]]] = []
+            for repeat in range(args.repeats):
+                shift = repeat % len(fronts)
+                figures: dict[str, dict[str, Any]] = {}
+                for front in fronts[shift:] + fronts[:shift]:
+                    print(
+                        f"# {concurrency} concurrent, repeat {repeat + 1}: {front.name}",
+                        file=sys.stderr,
+                        flush=True,
+                    )
+                    server = start_server(children, setup, front, bot, bot_port)
+                    try:
+                        figures[front.name] = measure(setup, server, concurrency, args, bot)
+                    finally:
+                        if server.child is not None:
+                            children.stop(server.child)
+                repeats.append({front.name: figures[front.name] for front in fronts})
+            rounds.append({"concurrency": concurrency, "repeats": repeats, "fronts": summarise(repeats)})
     return {
         "settings": {
             "latency_s": args.latency,
             "where": args.where,
             "duration_s": args.duration,
             "warmup_s": args.warmup,
-            "stores": args.stores,
+            "repeats": args.repeats,
+            "fronts": [front.name for front in fronts],
+            "tracemalloc": args.tracemalloc,
         },
         "rounds": rounds,
         "targets": targets(rounds),
@@ -319,25 +542,27 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def targets(rounds: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Each gateway front's ratio (at :data:`TARGET_CONCURRENCY`) and memory, judged against the issue's."""
+    """Each gateway front's median ratio (at :data:`TARGET_CONCURRENCY`) and memory against the issue's."""
     out: list[dict[str, Any]] = []
     for row in rounds:
         for name, front in row["fronts"].items():
-            if name == "bot direct":
+            if not name.startswith("gateway"):
                 continue
             if row["concurrency"] == TARGET_CONCURRENCY:
+                ratio = front["ratio"]["median"]
                 out.append(
                     {
-                        "name": f"{name} / bot direct at {TARGET_CONCURRENCY}, no failed turn",
-                        "measured": front["ratio"],
+                        "name": f"{name} / bot direct at {TARGET_CONCURRENCY} (median), no failed turn",
+                        "measured": ratio,
                         "target": f">= {RATIO_TARGET}",
-                        "passed": front["ratio"] >= RATIO_TARGET and front["errors"] == 0,
+                        "passed": ratio >= RATIO_TARGET and front["errors"] == 0,
                     }
                 )
-            per_turn = front["rss_kib_per_turn_in_flight"]
+            kib = front["rss_kib_per_turn_in_flight"]
+            per_turn = None if kib is None else kib["median"]
             out.append(
                 {
-                    "name": f"{name} KiB per turn in flight at {row['concurrency']}",
+                    "name": f"{name} KiB per turn in flight at {row['concurrency']} (median)",
                     "measured": per_turn,
                     "target": f"<= {MEMORY_TARGET_KIB:g}",
                     "passed": per_turn is not None and per_turn <= MEMORY_TARGET_KIB,
@@ -346,24 +571,40 @@ def targets(rounds: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def _cell(figure: dict[str, float] | None, fmt: str) -> str:
+    if figure is None:
+        return "-"
+    return f"{figure['median']:{fmt}} ({figure['min']:{fmt}}-{figure['max']:{fmt}})"
+
+
 def render(result: dict[str, Any]) -> str:
     s = result["settings"]
     lines = [
-        f"slow bot: {s['latency_s']:g} s a turn; {s['duration_s']:g} s measured after {s['warmup_s']:g} s",
-        f"{'concurrent':>10} {'front':<15} {'turns/s':>8} {'ratio':>6} {'errors':>6} {'p50 ms':>7} "
-        f"{'CPU gw/bot/load s':>18} {'gw ms/turn':>10} {'busy':>5} {'KiB/turn':>8}",
+        f"slow bot: {s['latency_s']:g} s a turn; {s['duration_s']:g} s measured after {s['warmup_s']:g} s; "
+        f"median (min-max) of {s['repeats']} interleaved repeats",
+        f"{'concurrent':>10} {'front':<22} {'turns/s':>20} {'ratio':>20} {'errors':>6} {'p50 ms':>7} "
+        f"{'front ms/turn':>17} {'GC CPU s':>17} {'busy':>5} {'KiB/turn':>17}",
     ]
     for row in result["rounds"]:
         for name, f in row["fronts"].items():
-            cpu = f["cpu_s"]
-            cpus = f"{cpu.get('gateway', 0):.1f}/{cpu['bot']:.1f}/{cpu['loadgen']:.1f}"
-            kib = f["rss_kib_per_turn_in_flight"]
-            ms = f["gateway_cpu_ms_per_turn"]
+            busy = f["machine_busy"]["median"]
             lines.append(
-                f"{row['concurrency']:>10} {name:<15} {f['turns_per_s']:>8.1f} {f['ratio']:>6.3f} "
-                f"{f['errors']:>6} {f['p50_ms']:>7.0f} {cpus:>18} {'-' if ms is None else f'{ms:.2f}':>10} "
-                f"{f['machine_busy']:>5.0%} "
-                f"{'-' if kib is None else f'{kib:.1f}':>8}"
+                f"{row['concurrency']:>10} {name:<22} {_cell(f['turns_per_s'], '.0f'):>20} "
+                f"{_cell(f['ratio'], '.3f'):>20} {f['errors']:>6} {f['p50_ms']['median']:>7.0f} "
+                f"{_cell(f['front_cpu_ms_per_turn'], '.2f'):>17} {_cell(f['gc_cpu_s'], '.2f'):>17} "
+                f"{busy:>5.0%} {_cell(f['rss_kib_per_turn_in_flight'], '.1f'):>17}"
+            )
+        for name, figures in row["repeats"][-1].items():
+            traced = figures["tracemalloc"]
+            if traced is None:
+                continue
+            lines.append(
+                f"tracemalloc, {name} at {row['concurrency']}: "
+                f"{traced['kib_per_turn']:.1f} KiB per turn in flight"
+            )
+            lines.extend(
+                f"  {t['bytes_per_turn']:>8.0f} B {t['count_per_turn']:>6.2f} blocks  {t['where']}"
+                for t in traced["top"]
             )
     lines.append("targets:")
     for t in result["targets"]:
@@ -372,26 +613,48 @@ def render(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _numbers(text: str) -> list[int]:
+    return [int(n) for n in text.split(",") if n]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     if args_list[:1] == ["bot"]:
         return serve_bot(args_list[1:])
+    served = serve_request(args_list, "python -m bench.slow_bot --serve THRESHOLD,LOOP,STATS -- serve …")
+    if served is not None:
+        threshold, loop, stats_path = served[0].split(",", 2)
+        return serve_metered(threshold, loop, stats_path, served[1])
     parser = argparse.ArgumentParser(prog="python -m bench capacity slow_bot", description=__doc__)
     parser.add_argument("--latency", type=float, default=1.5, help="the bot's seconds per turn")
     parser.add_argument(
         "--where",
-        type=lambda text: [int(n) for n in text.split(",")],
+        type=_numbers,
         default=[TARGET_CONCURRENCY],
         help="concurrent conversations, comma-separated (default 2000)",
     )
     parser.add_argument("--duration", type=float, default=10.0, help="measured seconds per round")
     parser.add_argument("--warmup", type=float, default=4.0, help="seconds before measuring")
+    parser.add_argument("--repeats", type=int, default=3, help="interleaved rounds of every front")
     parser.add_argument(
         "--stores",
         type=lambda text: text.split(","),
         default=["memory", "redis"],
         help="gateway stores to run: memory,redis",
     )
+    parser.add_argument(
+        "--gc-threshold",
+        type=_numbers,
+        default=[],
+        help="young-generation GC thresholds, comma-separated: one more memory gateway for each",
+    )
+    parser.add_argument(
+        "--uvloop",
+        action="store_true",
+        help="one more memory gateway on uvloop's event loop (installed apart)",
+    )
+    parser.add_argument("--no-passthrough", action="store_true", help="leave the bare aiohttp forwarder out")
+    parser.add_argument("--tracemalloc", action="store_true", help="trace the gateways' allocations (slow)")
     parser.add_argument(
         "--redis-url", default=DEFAULT_REDIS_URL, help="your own database; nothing is flushed"
     )

@@ -46,8 +46,19 @@ PARENT_CHECK_INTERVAL = 1.0
 """Seconds between a worker's looks at whether its supervisor is still alive."""
 LATE_ACCEPT_GRACE = 0.1
 """Seconds between closing the listener and draining, for connections accepted at that instant."""
-YOUNG_GC_THRESHOLD = 10_000
-"""Net new container objects between two young-generation collections once serving (Python's default: 700)."""
+YOUNG_GC_THRESHOLD = 50_000
+"""Net new container objects between two young-generation collections once serving (Python's default: 700).
+
+Sized for thousands of slow turns in flight (issue 17, row 1): each holds about a hundred
+container objects for the bot's whole turn, so every young collection finds nearly all it walks
+alive and promotes it, and the middle generation fills with live turns. At 2,000 turns in flight
+the collector took 0.53-0.71 CPU-s of a 10 s window at 10,000 (about 30 young and 3 middle
+collections), 0.15-0.30 s at 50,000 (2-4), 1.3-1.6 s at 700; the gateway's CPU per turn 0.39, 0.36
+and 0.47 ms; resident memory per turn in flight the same (39-40 KiB) at all three. A young
+collection then pauses longer (up to about 75 ms at 2,000 in flight, once every few seconds),
+which a turn of seconds does not feel; at fast-bot load the half-load p99 could not tell 2,000,
+10,000 and 50,000 apart (docs/performance.md). ``python -m bench capacity slow_bot --gc-threshold``
+runs gateways that differ in this number only, side by side (docs/capacity.md)."""
 
 
 class GatewayServer:
