@@ -385,7 +385,7 @@ def _token() -> str:
     return f"{random.getrandbits(64):016x}"
 
 
-class _Layouts(NamedTuple):
+class Layouts(NamedTuple):
     """Where one owner's conversations are: the layout written (``tag``: the owner's tag, or ``""``
     for the previous release's keys), the other current one (``other``, ``None`` where not read) and
     whether the older ``conv:`` layout is read too (``older``)."""
@@ -429,12 +429,12 @@ class RedisStore(ConversationStore):
         """Whether the untagged layouts are read (see the class docstring)."""
         return self._reads_previous
 
-    def layouts(self, owner: Owner) -> _Layouts:
+    def layouts(self, owner: Owner) -> Layouts:
         """Where ``owner``'s conversations may be, for this store and the admin beside it."""
         tag = keys.owner_tag(owner.digest)
         if self._tagged:
-            return _Layouts(tag, "" if self._reads_previous else None, self._reads_previous)
-        return _Layouts("", tag, True)
+            return Layouts(tag, "" if self._reads_previous else None, self._reads_previous)
+        return Layouts("", tag, True)
 
     @property
     def _record_ttl(self) -> int:

@@ -189,5 +189,45 @@ async def test_previous_and_this_release_serve_side_by_side_then_tagged_serves_e
         erased = await admin.erase(ALICE, [])
         assert (erased.conversations, erased.replies) == (4, 6)
         assert await admin.conversations(ALICE) == []
+        # Whichever layout held them, nothing of Alice's is left but the tombstones, in the tagged one.
+        left = sorted([key async for key in redis_client.scan_iter("pact:acme:*")])
+        tombstones = [
+            keys.conv_key("acme", context, TAG).encode() for context in ("ctx-a", "ctx-b", "ctx-c", "ctx-n")
+        ]
+        assert left == sorted([GRANT.encode(), *tombstones])
+        for key in tombstones:
+            assert await redis_client.hkeys(key) == [b"e"]
     finally:
         await tagged.close()
+
+
+async def test_replicas_of_both_settings_serve_one_conversation_side_by_side(
+    redis_url: str, redis_client: aioredis.Redis, clock: ManualClock
+) -> None:
+    """During the switch to ``tagged`` (step 3's rolling restart) one conversation's turns reach
+    replicas of both settings: each moves it into the layout it writes, and a reply, a release or a
+    close lands wherever it is by then; each conversation is listed once."""
+    tagged = RedisStore(CacheConfig(url=redis_url), clock=clock)
+    previous = RedisStore(CacheConfig(url=redis_url, key_layout="previous"), clock=clock)
+    admin = open_conversation_admin(tagged, CacheConfig(url=redis_url), ())
+    try:
+        assert (await tagged.begin_turn(ALICE, None, "m1", "hello", "ctx-1")).status is TurnStatus.NEW
+        # While the tagged replica runs m1, a previous-setting replica takes m2: it moves the conversation.
+        assert (await previous.begin_turn(ALICE, "ctx-1", "m2", "more", "")).status is TurnStatus.NEW
+        assert await redis_client.exists(keys.conv_key("acme", "ctx-1", TAG)) == 0
+        await tagged.complete_turn(ALICE, "ctx-1", "m1", b"reply 1", close=False)
+        await tagged.abort_turn(ALICE, "ctx-1", "m2", new_conversation=False)
+        assert await redis_client.exists(keys.conv_key("acme", "ctx-1", TAG)) == 0, "stored where it was"
+        claim = await previous.begin_turn(ALICE, "ctx-1", "m1", "hello", "")
+        assert (claim.status, claim.reply) == (TurnStatus.REPLAY, b"reply 1")
+        assert (await previous.begin_turn(ALICE, "ctx-1", "m2", "more", "")).status is TurnStatus.NEW
+        claim = await tagged.begin_turn(ALICE, None, "m1", "hello", "ctx-other")
+        assert (claim.status, claim.context_id, claim.reply) == (TurnStatus.REPLAY, "ctx-1", b"reply 1")
+        assert await redis_client.exists(keys.conv_key("acme", "ctx-1", TAG)) == 1, "moved back"
+        await previous.complete_turn(ALICE, "ctx-1", "m2", b"reply 2", close=True)
+        listed = [(info.context_id, info.turns, info.closed) for info in await admin.conversations(ALICE)]
+        assert listed == [("ctx-1", 2, True)]
+        assert (await previous.begin_turn(ALICE, "ctx-1", "m3", "closed?", "")).status is TurnStatus.CLOSED
+    finally:
+        await tagged.close()
+        await previous.close()
