@@ -40,7 +40,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import Any, Final, NamedTuple
 
 from gateway.config import CacheConfig
-from gateway.redis_url import parse_redis_url
+from gateway.redis_url import RedisAddress
 from gateway.store import ConversationStore, Owner
 from gateway.store.factory import open_oauth_store
 from gateway.store.memory import MemoryStore
@@ -222,12 +222,12 @@ class _CountingPipe(RedisPipe):
     """The real pipe, counting the commands it sends (a script is one ``EVALSHA``)."""
 
     def __init__(self, url: str) -> None:
-        super().__init__(parse_redis_url(url))
+        super().__init__(RedisAddress.from_url(url))
         self.sent = 0
 
-    async def execute(self, *args: Arg, replicated: bool = False) -> Any:
+    async def execute(self, *args: Arg, replicated: bool = False, asking: bool = False) -> Any:
         self.sent += 1
-        return await super().execute(*args, replicated=replicated)
+        return await super().execute(*args, replicated=replicated, asking=asking)
 
 
 LAYOUT_GRANT_RECORDS: Final = {

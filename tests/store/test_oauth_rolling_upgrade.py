@@ -19,7 +19,7 @@ import pytest
 
 from gateway.oauth.device import code_hash
 from gateway.oauth.tokens import new_family, new_refresh_token, refresh_token_of
-from gateway.redis_url import parse_redis_url
+from gateway.redis_url import RedisAddress
 from gateway.store import Owner
 from gateway.store import keys as store_keys
 from gateway.store.oauth import DeviceAuthorization, PollOutcome, RefreshOutcome
@@ -123,7 +123,7 @@ def previous(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture
 async def pipe(redis_url: str) -> AsyncIterator[RedisPipe]:
-    opened = RedisPipe(parse_redis_url(redis_url))
+    opened = RedisPipe(RedisAddress.from_url(redis_url))
     yield opened
     await opened.close()
 

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from gateway.redis_url import parse_redis_url
+from gateway.redis_url import RedisAddress
 from gateway.store import Owner, oauth_redis
 from gateway.store import keys as store_keys
 from gateway.store.base import StoreError
@@ -54,23 +54,29 @@ class RecordingPipe(RedisPipe):
     """The real pipe, noting each script's or command's name and keys before sending it."""
 
     def __init__(self, url: str) -> None:
-        super().__init__(parse_redis_url(url))
+        super().__init__(RedisAddress.from_url(url))
         self.sent: list[tuple[str, list[bytes]]] = []
 
-    async def execute(self, *args: Arg, replicated: bool = False) -> Any:
+    async def execute(self, *args: Arg, replicated: bool = False, asking: bool = False) -> Any:
         name = str(args[0])
         if name in {"EVALSHA", "EVAL"}:  # how run() sends a script, which it noted
-            return await super().execute(*args, replicated=replicated)
+            return await super().execute(*args, replicated=replicated, asking=asking)
         assert name in _KEYED or name == "DEL", f"a command this test does not know the keys of: {name}"
         keys = args[1:] if name == "DEL" else args[1:2]
         self.sent.append((name, [_raw(key) for key in keys]))
-        return await super().execute(*args, replicated=replicated)
+        return await super().execute(*args, replicated=replicated, asking=asking)
 
     async def run(
-        self, script: Script, keys: Sequence[str | bytes], args: Sequence[Arg], *, replicated: bool = False
+        self,
+        script: Script,
+        keys: Sequence[str | bytes],
+        args: Sequence[Arg],
+        *,
+        replicated: bool = False,
+        asking: bool = False,
     ) -> Any:
         self.sent.append((_SCRIPT_NAMES[id(script)], [_raw(key) for key in keys]))
-        return await super().run(script, keys, args, replicated=replicated)
+        return await super().run(script, keys, args, replicated=replicated, asking=asking)
 
 
 def _raw(key: Arg) -> bytes:
@@ -228,9 +234,17 @@ class StrictScriptPipe(RedisPipe):
     it if any key it touches, declared or built from its arguments, is of another slot."""
 
     async def run(
-        self, script: Script, keys: Sequence[str | bytes], args: Sequence[Arg], *, replicated: bool = False
+        self,
+        script: Script,
+        keys: Sequence[str | bytes],
+        args: Sequence[Arg],
+        *,
+        replicated: bool = False,
+        asking: bool = False,
     ) -> Any:
-        return await super().run(Script("#!lua\n" + script.source), keys, args, replicated=replicated)
+        return await super().run(
+            Script("#!lua\n" + script.source), keys, args, replicated=replicated, asking=asking
+        )
 
 
 @pytest.fixture
@@ -239,7 +253,7 @@ async def cluster_node(redis_servers: RedisServers) -> AsyncIterator[str]:
     server = await redis_servers.server(
         "cluster", "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"
     )
-    steer = RedisPipe(parse_redis_url(server.url()))
+    steer = RedisPipe(RedisAddress.from_url(server.url()))
     try:
         await steer.execute("CLUSTER", "ADDSLOTSRANGE", 0, 16383)
 
@@ -255,7 +269,7 @@ async def cluster_node(redis_servers: RedisServers) -> AsyncIterator[str]:
 async def test_issue20_redis_cluster_accepts_every_oauth_script_of_the_tagged_layout(
     cluster_node: str, clock: ManualClock
 ) -> None:
-    pipe = StrictScriptPipe(parse_redis_url(cluster_node))
+    pipe = StrictScriptPipe(RedisAddress.from_url(cluster_node))
     try:
         await delegated_flow(RedisOAuthStore(pipe, clock=clock, tagged=True, reads_previous=False), clock)
     finally:
@@ -266,7 +280,7 @@ async def test_issue20_redis_cluster_refuses_the_previous_layouts_scripts(
     cluster_node: str, clock: ManualClock
 ) -> None:
     """The check above can fail: the previous layout's device authorization spans three slots."""
-    pipe = StrictScriptPipe(parse_redis_url(cluster_node))
+    pipe = StrictScriptPipe(RedisAddress.from_url(cluster_node))
     try:
         with pytest.raises(StoreError):
             await delegated_flow(RedisOAuthStore(pipe, clock=clock, tagged=False), clock)

@@ -77,13 +77,13 @@ def _keys(args: tuple[Arg, ...]) -> list[bytes]:
 def record(redis: RedisPipe, recorder: Recorder) -> None:
     original = redis.execute
 
-    async def recording(*args: Arg, replicated: bool = False) -> Any:
+    async def recording(*args: Arg, replicated: bool = False, asking: bool = False) -> Any:
         if not recorder.waiting:
             recorder.rounds += 1
         recorder.calls.append(Call(str(args[0]).upper(), _keys(args), recorder.rounds))
         recorder.waiting += 1
         try:
-            return await original(*args, replicated=replicated)
+            return await original(*args, replicated=replicated, asking=asking)
         finally:
             recorder.waiting -= 1
 

@@ -49,13 +49,13 @@ def recorded_rounds(redis: RedisPipe) -> Iterator[Rounds]:
     seen = Rounds()
     original = redis.execute
 
-    async def counting(*args: Arg, replicated: bool = False) -> Any:
+    async def counting(*args: Arg, replicated: bool = False, asking: bool = False) -> Any:
         if not seen._waiting:
             seen.rounds += 1
         seen.commands.append(str(args[0]))
         seen._waiting += 1
         try:
-            return await original(*args, replicated=replicated)
+            return await original(*args, replicated=replicated, asking=asking)
         finally:
             seen._waiting -= 1
 
