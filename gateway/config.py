@@ -1398,6 +1398,12 @@ def _cache(raw: Mapping[str, Any], environ: _Environment) -> CacheConfig:
         cache = replace(cache, max_entries=None)
     elif "key_layout" in raw:
         raise ConfigError("cache.key_layout", "Redis only: the memory store has no key layout")
+    if cache.key_layout == "previous" and urlsplit(cache.url).scheme.endswith("+cluster"):
+        raise ConfigError(
+            "cache.key_layout",
+            "previous is refused on a Redis Cluster: the previous release's keys span hash slots, and a"
+            " cluster never held them (tagged is the layout a cluster runs)",
+        )
     if cache.backend == "redis" and not environ.deferred(raw.get("url", "")):
         try:
             parse_redis_url(cache.url)

@@ -23,6 +23,7 @@ from gateway.store.admin import ConversationAdmin, ConversationInfo, Erased
 from gateway.store.base import Owner
 from gateway.store.redis import INDEX_SLACK_MS, RedisStore
 from gateway.store.redis_pipe import Script
+from gateway.store.slots import NO_KEY_LUA
 
 __all__ = ["RedisConversationAdmin"]
 
@@ -60,7 +61,8 @@ end
 # running}, each once whichever layouts list it. Members past the horizon, gone, not the owner's (a
 # tombstone) or already listed from an earlier index (a conversation moved since) leave the index.
 _LIST = Script(
-    _TURNS_LUA
+    NO_KEY_LUA
+    + _TURNS_LUA
     + """
 local now = tonumber(ARGV[6])
 local found, seen = {}, {}
@@ -106,7 +108,9 @@ return found
 # in the older one ("" where not read). ARGV: owner (raw), owner (hex), context id, now ms, closed_ttl
 # s. As _COMPLETE closes one: flag, TTL, and its deadline in the index (which outlives it already),
 # in whichever layout holds it.
-_CLOSE = Script("""
+_CLOSE = Script(
+    NO_KEY_LUA
+    + """
 local function close(key, index, owner, deadline)
   if key == '' then return false end
   local v = redis.call('HMGET', key, 'o', 'c')
@@ -123,7 +127,8 @@ local deadline = math.floor(now / 1000) + tonumber(ARGV[5])
 if close(KEYS[1], KEYS[2], ARGV[1], deadline) or close(KEYS[3], KEYS[4], ARGV[1], deadline) then return 1 end
 if close(KEYS[5], KEYS[6], ARGV[2], now + tonumber(ARGV[5]) * 1000) then return 1 end
 return 0
-""")
+"""
+)
 
 # KEYS as _CLOSE's. ARGV: owner (raw), owner (hex), context id, the owner's first-message key prefix
 # in the written layout, in the other current one and in the older one ("" where not read),
@@ -132,7 +137,8 @@ return 0
 # owner's (or is gone): then it only leaves the indexes. A turn's first-message record may be in
 # either current layout (a conversation moves, its records stay), so both are deleted.
 _ERASE = Script(
-    _TURNS_LUA
+    NO_KEY_LUA
+    + _TURNS_LUA
     + """
 for i = 2, 6, 2 do
   if KEYS[i] ~= '' then redis.call('ZREM', KEYS[i], ARGV[3]) end

@@ -85,14 +85,15 @@ from gateway.store.base import (
 from gateway.store.gcra import GCRA_LUA, US, Hit, script_arguments
 from gateway.store.redis_cluster import ClusterPipe, open_pipe
 from gateway.store.redis_pipe import RedisPipe, Script
-from gateway.store.slots import hashed_part
+from gateway.store.slots import NO_KEY_LUA, hashed_part
 
 # What a begin-turn script does first: nothing at all if its attempt was released (its last KEY is
 # the token's released_claim_key, its last ARGV the token); then charge the limits (the leading
 # KEYS; see GCRA_LUA) or answer {'limited', wait, ...} having claimed nothing; then K and A are its
 # own KEYS and ARGV.
 _CHARGE_FIRST = (
-    GCRA_LUA
+    NO_KEY_LUA
+    + GCRA_LUA
     + """
 if redis.call('EXISTS', KEYS[#KEYS]) == 1 then return {'released'} end
 local refused, waits, n = gcra()
@@ -296,7 +297,8 @@ return {'new', v[6]}
 # kept as long as this conversation now is, unless that is shorter (a close): then it still holds a
 # longer one.
 _COMPLETE = Script(
-    REPLY_LUA
+    NO_KEY_LUA
+    + REPLY_LUA
     + """
 local key, index = KEYS[1], KEYS[2]
 if KEYS[3] ~= '' and redis.call('EXISTS', key) == 0 and redis.call('EXISTS', KEYS[3]) == 1 then
@@ -320,7 +322,9 @@ return 1
 # flag, context id, token ("" for the marker, whoever set it), pending_ttl_s. Only an in-flight
 # marker is released: a stored reply (a completion that did reach Redis) stays. A first-message
 # record is its text digest (FIRST_DIGEST bytes) and context id.
-_ABORT = Script("""
+_ABORT = Script(
+    NO_KEY_LUA
+    + """
 if ARGV[5] ~= '' then redis.call('SET', KEYS[3], '1', 'EX', ARGV[6]) end
 local key = KEYS[1]
 if KEYS[4] ~= '' and redis.call('EXISTS', key) == 0 then key = KEYS[4] end
@@ -335,7 +339,8 @@ else
   redis.call('HDEL', key, ARGV[2])
 end
 return 1
-""")
+"""
+)
 
 # A §6 charge on its own (the leading KEYS and ARGV of GCRA_LUA, nothing after): one integer per key,
 # 0 allowed, else the microseconds to wait. The rate limiter's separate charge, and a turn's counters
@@ -439,6 +444,16 @@ class RedisStore(ConversationStore):
     @property
     def _record_ttl(self) -> int:
         return self._config.conversation_ttl + self._config.closed_ttl
+
+    def _grant_may_be_owners(self, grant_key: str, owner: Owner) -> bool:
+        """§5.5 without a round trip where the key decides: a grant under a hash tag is its owner's
+        (grant ids carry it, :func:`keys.grant_key`), so one under another owner's tag is never
+        ``owner``'s, and an untagged one exists only where the untagged layouts are read. On a Redis
+        Cluster the begin-turn script could not even read such a grant (another slot)."""
+        part = hashed_part(grant_key.encode())
+        if part == grant_key.encode():
+            return self._reads_previous
+        return part == keys.owner_tag(owner.digest).encode()
 
     def _split(self, owner: Owner, limits: Sequence[Hit]) -> tuple[list[Hit], list[Hit]]:
         """The counters the turn's script charges, and those charged beside it (:data:`CHARGE`).
@@ -662,6 +677,8 @@ class RedisStore(ConversationStore):
         ``_OPEN`` that takes the first-message record over, unless a concurrent copy of the
         message took it first: then the next round claims that copy's conversation).
         """
+        if grant is not None and not self._grant_may_be_owners(grant.grant_key, owner):
+            return TurnClaim(TurnStatus.GRANT_REVOKED)
         now = self._clock()
         token = _token()
         field = keys.message_digest(message_id)
@@ -778,8 +795,12 @@ class RedisStore(ConversationStore):
 
         A replica (``READONLY``), a server still loading, or a primary without the replicas
         ``cache.replicas`` asks for fails it, and makes the pipe reconnect (under Sentinel, to
-        the primary the sentinels name now).
+        the primary the sentinels name now). On a Redis Cluster the same write goes to every
+        primary, once every slot is served (:meth:`ClusterPipe.ping`, issue 20).
         """
+        if isinstance(self._redis, ClusterPipe):
+            await self._redis.ping()
+            return
         await self._redis.execute("DEL", _READY_KEY, replicated=True)
 
     @property

@@ -46,7 +46,7 @@ from gateway.config import CacheConfig
 from gateway.redis_url import ClusterAddress, parse_redis_url
 from gateway.store.base import StoreError
 from gateway.store.redis_pipe import Arg, RedisPipe, ReplyRefused, Script
-from gateway.store.slots import SLOTS, key_slot
+from gateway.store.slots import SLOTS, key_slot, placeholders
 
 __all__ = [
     "MAX_REDIRECTS",
@@ -142,10 +142,14 @@ class ClusterPipe(RedisPipe):
         replicated: bool = False,
         asking: bool = False,
     ) -> Any:
-        """The script on the primary of its keys' one slot; :class:`CrossSlotError` if they span several."""
-        slot = common_slot(keys)
+        """The script on the primary of its keys' one slot; :class:`CrossSlotError` if they span several.
+
+        An empty key (a script's "no such key") is sent as the others' hash tag (:func:`placeholders`).
+        """
+        named = placeholders(keys)
+        slot = common_slot(named)
         return await self._call(
-            slot, lambda pipe, ask: pipe.run(script, keys, args, replicated=replicated, asking=ask)
+            slot, lambda pipe, ask: pipe.run(script, named, args, replicated=replicated, asking=ask)
         )
 
     async def _call(self, slot: int | None, send: Callable[[RedisPipe, bool], Awaitable[Any]]) -> Any:
@@ -188,6 +192,16 @@ class ClusterPipe(RedisPipe):
             self._observe(node, ok=True)
             return reply
         raise AssertionError("unreachable: the last attempt returns or raises")  # pragma: no cover
+
+    async def on_each_primary(self, *args: Arg) -> dict[str, Any]:
+        """A keyless command (``DBSIZE``, ``INFO memory``) on every primary of the current map, by
+        ``host:port``: what holds in the whole keyspace, or per shard, is their sum or their spread
+        (the capacity bench's bytes per shard; the store suite's count of what a flow left)."""
+        if None in self._slots:
+            await self._refresh()
+        primaries = self._primaries()
+        answers = await asyncio.gather(*(self._pipe(node).execute(*args) for node in primaries))
+        return {f"{host}:{port}": answer for (host, port), answer in zip(primaries, answers, strict=True)}
 
     async def _primary(self, slot: int | None) -> Node:
         """The primary serving ``slot`` (any primary for ``None``), looking the map up if unknown."""
@@ -321,8 +335,8 @@ def common_slot(keys: Iterable[str | bytes]) -> int | None:
     """The one slot of ``keys``, ``None`` if there is none; :class:`CrossSlotError` if they span several.
 
     An empty key counts like any other: the server checks every key a script is given, and ``""``
-    is in slot 0 (``CROSSSLOT`` beside a key of any other slot), so a placeholder key must carry
-    the call's hash tag."""
+    is in slot 0 (``CROSSSLOT`` beside a key of any other slot); :meth:`ClusterPipe.run` names
+    them by the call's hash tag first (:func:`gateway.store.slots.placeholders`)."""
     slots = {key_slot(key) for key in keys}
     if len(slots) > 1:
         raise CrossSlotError(f"keys of one call span cluster slots {sorted(slots)}: give them one hash tag")

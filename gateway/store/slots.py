@@ -10,6 +10,7 @@ value 0), computed from a table as Redis's own ``crc16.c`` does.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Final
 
 SLOTS: Final = 16384
@@ -55,3 +56,26 @@ def key_slot(key: str | bytes) -> int:
 def tag(name: str) -> str:
     """``name`` as a hash tag, for every key that must share its slot."""
     return "{" + name + "}"
+
+
+NO_KEY_LUA: Final = """
+for i = 1, #KEYS do if string.byte(KEYS[i], 1) == 123 then KEYS[i] = '' end end
+"""
+"""The first lines of a script that takes ``""`` for a key it is not given (a layout not read, no
+grant): a declared key that begins with ``{`` reads as ``""``, since :func:`placeholders` names the
+absent key so on a cluster. No key of the gateway's begins with ``{`` (they all begin ``pact:``)."""
+
+
+def placeholders(keys: Sequence[str | bytes]) -> list[str | bytes]:
+    """``keys`` with each empty one named by the others' hash tag, for a Redis Cluster.
+
+    A cluster checks every key a script declares, an empty one too (``""`` is in slot 0, so beside a
+    key of any other slot it is ``CROSSSLOT``). The hash tag alone (``{1a2b3c4d}``) is a key of the
+    call's own slot, and :data:`NO_KEY_LUA` turns it back into ``""`` in the script.
+    """
+    named = next((key for key in keys if key), None)
+    if named is None:
+        return list(keys)
+    raw = named.encode() if isinstance(named, str) else named
+    absent = b"{" + hashed_part(raw) + b"}"
+    return [key if key else absent for key in keys]

@@ -1,4 +1,5 @@
-"""The store under test once per backend (memory, Redis, a Sentinel-watched primary), on the tests' clock."""
+"""The store under test once per backend (memory, Redis, a Sentinel-watched primary, a Redis Cluster),
+on the tests' clock."""
 
 from __future__ import annotations
 
@@ -24,10 +25,11 @@ SETTINGS: dict[str, Any] = {
 }
 
 
-@pytest.fixture(params=["memory", "redis", "sentinel"])
+@pytest.fixture(params=["memory", "redis", "sentinel", "cluster"])
 def cache_url(request: pytest.FixtureRequest) -> str:
-    """Every store test once per backend (issue 20): memory, the shared Redis, and a primary found
-    through a sentinel, written with ``WAIT`` for its replica as Sentinel deployments are."""
+    """Every store test once per backend (issue 20): memory, the shared Redis, a primary found
+    through a sentinel, written with ``WAIT`` for its replica as Sentinel deployments are, and a
+    Redis Cluster of three primaries (each with a replica), in the tagged layout it requires."""
     if request.param == "memory":
         return "memory://"
     url: str = request.getfixturevalue(f"{request.param}_url")

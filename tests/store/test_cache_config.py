@@ -178,3 +178,8 @@ def test_key_layout_is_tagged_by_default_previous_on_request_and_redis_only() ->
     why = refusal(example(url="redis://127.0.0.1:6379/0", key_layout="hashed"))
     assert why.startswith("cache.key_layout: ")
     assert "Redis only" in refusal(example(url="memory://", key_layout="tagged"))
+    cluster = "redis+cluster://127.0.0.1:7000,127.0.0.1:7001"
+    assert load(example(url=cluster)).key_layout == "tagged"
+    why = refusal(example(url=cluster, key_layout="previous"))
+    assert why.startswith("cache.key_layout: ")
+    assert "Redis Cluster" in why

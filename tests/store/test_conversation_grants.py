@@ -7,7 +7,6 @@ as the gateway makes them, once per backend.
 from __future__ import annotations
 
 import hashlib
-from typing import Any
 
 import pytest
 
@@ -18,7 +17,8 @@ from gateway.store.factory import open_oauth_store
 from gateway.store.gcra import Hit, Rule
 from gateway.store.oauth import DeviceAuthorization, OAuthStore, PollOutcome, RefreshToken
 from gateway.store.redis import RedisStore
-from gateway.store.redis_pipe import Arg
+from tests.support.commands import recorded_commands
+from tests.support.delegation import grant_id
 from tests.support.pa import ManualClock
 
 BRAND = "acme"
@@ -33,13 +33,13 @@ def oauth(store: ConversationStore) -> OAuthStore:
 
 
 async def grant(
-    oauth: OAuthStore, clock: ManualClock, grant_id: str, *, user: str = "user-42", owner: Owner = ALICE
+    oauth: OAuthStore, clock: ManualClock, name: str, *, user: str = "user-42", owner: Owner = ALICE
 ) -> GrantCheck:
-    """A grant issued through the §5 flow, as the check a turn under its delegation token carries."""
-    device_hash = hashlib.sha256(grant_id.encode()).hexdigest()
+    """Grant ``name`` issued through the §5 flow, as the check a turn under its delegation token carries."""
+    device_hash = hashlib.sha256(name.encode()).hexdigest()
     created = DeviceAuthorization(
         device_hash=device_hash,
-        user_code=f"UC-{grant_id}",
+        user_code=f"UC-{name}",
         brand_id=BRAND,
         client_id=owner.issuer,
         owner_digest=owner.digest,
@@ -49,10 +49,18 @@ async def grant(
     )
     await oauth.create_authorization(created)
     await oauth.approve(BRAND, created, user, ("orders:read",), clock())
-    refresh = RefreshToken(grant_id, "family", "rt")
+    issued = grant_id(name, owner)
+    refresh = RefreshToken(issued, "family", "rt")
     result = await oauth.poll(BRAND, device_hash, owner.digest, clock(), refresh=refresh, grant_ttl=GRANT_TTL)
     assert result.outcome is PollOutcome.ISSUED
-    return GrantCheck(store_keys.grant_key(BRAND, grant_id), store_keys.user_digest(BRAND, user))
+    return GrantCheck(store_keys.grant_key(BRAND, issued), store_keys.user_digest(BRAND, user))
+
+
+def never_issued() -> GrantCheck:
+    """The check of a grant of Alice's that was never issued (or has expired and gone)."""
+    return GrantCheck(
+        store_keys.grant_key(BRAND, grant_id("never", ALICE)), store_keys.user_digest(BRAND, "user-42")
+    )
 
 
 async def status(
@@ -87,7 +95,7 @@ async def test_s5_5_revoked_grant_is_refused_and_claims_nothing(
     check = await grant(oauth, clock, "g-1")
     await store.begin_turn(ALICE, None, "m1", "hello", "ctx-1", grant=check)
     await store.complete_turn(ALICE, "ctx-1", "m1", b"r1", close=False)
-    await oauth.revoke_grant(BRAND, "g-1")
+    await oauth.revoke_grant(BRAND, grant_id("g-1", ALICE))
     assert await status(store, "ctx-1", "m2", check) is TurnStatus.GRANT_REVOKED
     assert await status(store, None, "m3", check, new_context_id="ctx-2") is TurnStatus.GRANT_REVOKED
     # Not even the stored reply is served under a revoked grant.
@@ -100,7 +108,7 @@ async def test_s5_5_revoked_grant_is_refused_and_claims_nothing(
 async def test_s5_5_unknown_or_expired_grant_is_revoked(
     store: ConversationStore, oauth: OAuthStore, clock: ManualClock
 ) -> None:
-    unknown = GrantCheck(store_keys.grant_key(BRAND, "never"), store_keys.user_digest(BRAND, "user-42"))
+    unknown = never_issued()
     assert await status(store, None, "m1", unknown) is TurnStatus.GRANT_REVOKED
     check = await grant(oauth, clock, "g-1")
     clock.advance(GRANT_TTL)
@@ -183,8 +191,9 @@ async def test_s5_5_abort_and_complete_keep_the_recorded_user(
 async def test_s5_5_limits_are_charged_before_the_grant_check(
     store: ConversationStore, oauth: OAuthStore, clock: ManualClock
 ) -> None:
-    unknown = GrantCheck(store_keys.grant_key(BRAND, "never"), store_keys.user_digest(BRAND, "user-42"))
-    limits = [Hit(f"pact:{BRAND}:rl:per_user:abc", Rule(rate=0.1, burst=1))]
+    unknown = never_issued()
+    per_user = store_keys.limit_key(BRAND, "per_user", "abc", store_keys.owner_tag(ALICE.digest))
+    limits = [Hit(per_user, Rule(rate=0.1, burst=1))]
     revoked = await store.begin_turn(ALICE, None, "m1", "hi", "c1", limits=limits, grant=unknown)
     assert revoked.status is TurnStatus.GRANT_REVOKED
     limited = await store.begin_turn(ALICE, None, "m2", "hi", "c2", limits=limits, grant=unknown)
@@ -208,16 +217,9 @@ async def test_s5_5_redis_a_delegated_turn_is_still_one_script_call(
     await store.begin_turn(ALICE, None, "m0", "warm", "ctx-0", limits=limits, grant=check)
     await store.complete_turn(ALICE, "ctx-0", "m0", b"r0", close=False)
     await store.begin_turn(ALICE, "ctx-0", "m1", "up", "unused", limits=limits, grant=check)
-    sent: list[Arg] = []
-    execute = store.redis.execute
-
-    async def counted(*args: Arg, replicated: bool = False) -> Any:
-        sent.append(args[0])
-        return await execute(*args, replicated=replicated)
-
-    monkeypatch.setattr(store.redis, "execute", counted)
-    first = await store.begin_turn(ALICE, None, "m1", "hello", "ctx-1", limits=limits, grant=check)
-    await store.complete_turn(ALICE, "ctx-1", "m1", b"r1", close=False)
-    second = await store.begin_turn(ALICE, "ctx-1", "m2", "more", "unused", limits=limits, grant=check)
+    with recorded_commands(store.redis) as sent:
+        first = await store.begin_turn(ALICE, None, "m1", "hello", "ctx-1", limits=limits, grant=check)
+        await store.complete_turn(ALICE, "ctx-1", "m1", b"r1", close=False)
+        second = await store.begin_turn(ALICE, "ctx-1", "m2", "more", "unused", limits=limits, grant=check)
     assert (first.status, second.status) == (TurnStatus.NEW, TurnStatus.NEW)
     assert sent == ["EVALSHA", "EVALSHA", "EVALSHA"]

@@ -36,7 +36,7 @@ from gateway.store.oauth_redis import RedisOAuthStore
 from gateway.store.redis_pipe import Arg, RedisPipe, Script
 from gateway.store.slots import key_slot, tag
 from tests.support.pa import ManualClock
-from tests.support.redis_servers import RedisServers, wait_for
+from tests.support.redis_servers import RedisServers, free_port, wait_for
 
 BRAND = "acme"
 PA = "https://pa.example"
@@ -250,8 +250,15 @@ class StrictScriptPipe(RedisPipe):
 @pytest.fixture
 async def cluster_node(redis_servers: RedisServers) -> AsyncIterator[str]:
     """A one-node Redis Cluster serving every slot: its URL."""
+    # The bus port is the client port + 10000 unless named: a free one, as a high client port has none.
     server = await redis_servers.server(
-        "cluster", "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf"
+        "cluster",
+        "--cluster-enabled",
+        "yes",
+        "--cluster-config-file",
+        "nodes.conf",
+        "--cluster-port",
+        str(free_port()),
     )
     steer = RedisPipe(RedisAddress.from_url(server.url()))
     try:

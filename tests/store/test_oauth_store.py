@@ -36,6 +36,8 @@ from gateway.store.oauth import (
 )
 from gateway.store.oauth_redis import RedisOAuthStore
 from gateway.store.redis import RedisStore
+from gateway.store.redis_cluster import ClusterPipe
+from tests.support.delegation import grant_id
 from tests.support.pa import ManualClock
 
 BRAND = "acme"
@@ -53,7 +55,12 @@ def sha(text: str) -> str:
 DEVICE = sha("dc_device-code")
 
 
-def rt(name: str, grant_id: str = "g-1", family: str = "") -> RefreshToken:
+def gid(name: str, owner: Owner = ALICE) -> str:
+    """Grant ``name`` of ``owner`` (Alice's unless said), as the tests below name it."""
+    return grant_id(name, owner)
+
+
+def rt(name: str, grant_id: str = gid("g-1"), family: str = "") -> RefreshToken:
     """Refresh token ``name`` of ``grant_id``'s family (or of ``family``), as the store sees it."""
     return RefreshToken(grant_id, sha(family or f"family-{grant_id}"), sha(name))
 
@@ -103,7 +110,7 @@ async def poll(
         device_hash,
         owner.digest,
         clock(),
-        refresh=rt(refresh, grant_id),
+        refresh=rt(refresh, gid(grant_id, owner)),
         grant_ttl=GRANT_TTL,
     )
     assert (result.grant is not None) is (result.outcome is PollOutcome.ISSUED)
@@ -129,7 +136,7 @@ async def issue(
         device_hash,
         owner.digest,
         clock(),
-        refresh=rt(refresh, grant_id),
+        refresh=rt(refresh, gid(grant_id, owner)),
         grant_ttl=GRANT_TTL,
     )
     assert result.outcome is PollOutcome.ISSUED
@@ -232,7 +239,7 @@ async def test_s5_3_erasing_a_person_denies_their_pending_and_approved_authoriza
     assert found is not None
     # Who approved it and what: forgotten with the approval.
     assert (found.status, found.user, found.approved) == (AuthorizationStatus.DENIED, None, ())
-    assert await oauth.get_grant(BRAND, "g-a", clock()) is None
+    assert await oauth.get_grant(BRAND, gid("g-a"), clock()) is None
     clock.advance(5)
     assert await poll(oauth, clock, device_hash=redeemed, grant_id="g-x") is PollOutcome.INVALID_GRANT
     assert await poll(oauth, clock, device_hash=bobs, owner=BOB, grant_id="g-b") is PollOutcome.ISSUED
@@ -354,7 +361,7 @@ async def test_s5_3_approved_poll_issues_once(oauth: OAuthStore, clock: ManualCl
     issued_at = clock()
     result = await oauth.poll(BRAND, DEVICE, ALICE.digest, issued_at, refresh=rt("rt-1"), grant_ttl=GRANT_TTL)
     expected = Grant(
-        grant_id="g-1",
+        grant_id=gid("g-1"),
         brand_id=BRAND,
         client_id=PA,
         owner_digest=ALICE.digest,
@@ -365,10 +372,10 @@ async def test_s5_3_approved_poll_issues_once(oauth: OAuthStore, clock: ManualCl
     )
     assert result.outcome is PollOutcome.ISSUED
     assert result.grant == expected
-    assert await oauth.get_grant(BRAND, "g-1", clock()) == expected
+    assert await oauth.get_grant(BRAND, gid("g-1"), clock()) == expected
     clock.advance(100)
     assert await poll(oauth, clock, grant_id="g-2", refresh="rt-2") is PollOutcome.INVALID_GRANT
-    assert await oauth.get_grant(BRAND, "g-2", clock()) is None
+    assert await oauth.get_grant(BRAND, gid("g-2"), clock()) is None
     found = await oauth.authorization_by_user_code(BRAND, "WDJB-MJHT", clock())
     assert found is not None
     assert found.status is AuthorizationStatus.REDEEMED
@@ -465,7 +472,7 @@ async def test_s5_4_reused_refresh_token_revokes_the_grant(oauth: OAuthStore, cl
     await oauth.rotate_refresh(BRAND, rt("rt-1"), rt("rt-2"), clock())
     reused = await oauth.rotate_refresh(BRAND, rt("rt-1"), rt("rt-x"), clock())
     assert (reused.outcome, reused.grant) == (RefreshOutcome.REUSED, None)
-    assert await oauth.get_grant(BRAND, "g-1", clock()) is None
+    assert await oauth.get_grant(BRAND, gid("g-1"), clock()) is None
     # The current token stopped working too, and the spent one no longer says anything.
     assert await rotation(oauth, clock, "rt-2", "rt-3") is RefreshOutcome.INVALID
     assert await rotation(oauth, clock, "rt-1", "rt-4") is RefreshOutcome.INVALID
@@ -482,9 +489,9 @@ async def test_s5_4_unknown_or_foreign_refresh_token_is_invalid(
     forged = rt("rt-1", family="guessed")
     assert (await oauth.rotate_refresh(BRAND, forged, rt("rt-2"), clock())).outcome is RefreshOutcome.INVALID
     assert await oauth.grant_of_refresh(BRAND, forged, clock()) is None
-    assert await oauth.grant_of_refresh(BRAND, rt("rt-1", "g-unknown"), clock()) is None
+    assert await oauth.grant_of_refresh(BRAND, rt("rt-1", gid("g-unknown")), clock()) is None
     assert await rotation(oauth, clock, "rt-1", "rt-2", brand_id="globex") is RefreshOutcome.INVALID
-    assert await oauth.get_grant(BRAND, "g-1", clock()) is not None
+    assert await oauth.get_grant(BRAND, gid("g-1"), clock()) is not None
     assert await rotation(oauth, clock, "rt-1", "rt-2") is RefreshOutcome.ROTATED
 
 
@@ -503,10 +510,10 @@ async def test_s5_4_grant_of_refresh_knows_current_and_spent_tokens(
 ) -> None:
     await issue(oauth, clock)
     await oauth.rotate_refresh(BRAND, rt("rt-1"), rt("rt-2"), clock())
-    assert await oauth.grant_of_refresh(BRAND, rt("rt-1"), clock()) == "g-1"
-    assert await oauth.grant_of_refresh(BRAND, rt("rt-2"), clock()) == "g-1"
+    assert await oauth.grant_of_refresh(BRAND, rt("rt-1"), clock()) == gid("g-1")
+    assert await oauth.grant_of_refresh(BRAND, rt("rt-2"), clock()) == gid("g-1")
     # Any token of the family names it (an older one is spent, not unknown); another family does not.
-    assert await oauth.grant_of_refresh(BRAND, rt("older"), clock()) == "g-1"
+    assert await oauth.grant_of_refresh(BRAND, rt("older"), clock()) == gid("g-1")
     assert await oauth.grant_of_refresh(BRAND, rt("rt-2", family="another"), clock()) is None
     assert await oauth.grant_of_refresh(BRAND, RefreshToken("", "", sha("unknown")), clock()) is None
     assert await oauth.grant_of_refresh("globex", rt("rt-2"), clock()) is None
@@ -514,10 +521,10 @@ async def test_s5_4_grant_of_refresh_knows_current_and_spent_tokens(
 
 async def test_s5_5_revoke_grant_ends_it_and_its_tokens(oauth: OAuthStore, clock: ManualClock) -> None:
     await issue(oauth, clock)
-    assert await oauth.revoke_grant(BRAND, "g-1")
-    assert not await oauth.revoke_grant(BRAND, "g-1")
+    assert await oauth.revoke_grant(BRAND, gid("g-1"))
+    assert not await oauth.revoke_grant(BRAND, gid("g-1"))
     assert not await oauth.revoke_grant(BRAND, "unknown")
-    assert await oauth.get_grant(BRAND, "g-1", clock()) is None
+    assert await oauth.get_grant(BRAND, gid("g-1"), clock()) is None
     assert await oauth.grant_of_refresh(BRAND, rt("rt-1"), clock()) is None
     assert await rotation(oauth, clock, "rt-1", "rt-2") is RefreshOutcome.INVALID
 
@@ -532,7 +539,7 @@ async def test_s5_3_grants_of_user_oldest_first_without_dead_ones(
     third = await issue(oauth, clock, grant_id="g-c", refresh="rt-c", owner=BOB)
     await issue(oauth, clock, grant_id="g-other", user="user-7", refresh="rt-o")
     assert await oauth.grants_of_user(BRAND, "user-42", clock()) == [first, second, third]
-    await oauth.revoke_grant(BRAND, "g-a")
+    await oauth.revoke_grant(BRAND, gid("g-a", MALLORY))
     assert await oauth.grants_of_user(BRAND, "user-42", clock()) == [first, third]
     clock.advance(GRANT_TTL - 20)  # the first has run out, the third has 20 s left
     assert await oauth.grants_of_user(BRAND, "user-42", clock()) == [third]
@@ -549,7 +556,7 @@ async def test_grants_of_owner_are_one_pa_and_subs_whatever_the_user(
     await issue(oauth, clock, grant_id="g-a", refresh="rt-a", owner=MALLORY)
     second = await issue(oauth, clock, grant_id="g-c", user="user-7", refresh="rt-c")
     assert await oauth.grants_of_owner(BRAND, ALICE.digest, clock()) == [first, second]
-    await oauth.revoke_grant(BRAND, "g-b")
+    await oauth.revoke_grant(BRAND, gid("g-b"))
     assert await oauth.grants_of_owner(BRAND, ALICE.digest, clock()) == [second]
     clock.advance(GRANT_TTL)
     assert await oauth.grants_of_owner(BRAND, ALICE.digest, clock()) == []
@@ -561,6 +568,8 @@ async def records(store: ConversationStore) -> int:
     if isinstance(store, MemoryStore):
         return len(store.keyspace.entries)
     assert isinstance(store, RedisStore)
+    if isinstance(store.redis, ClusterPipe):
+        return sum(int(size) for size in (await store.redis.on_each_primary("DBSIZE")).values())
     return int(await store.redis.execute("DBSIZE"))
 
 
@@ -573,7 +582,7 @@ async def test_rfc9700_a_refresh_family_stays_one_record_however_often_it_rotate
     for n in range(1, 101):
         assert await rotation(oauth, clock, f"rt-{n}", f"rt-{n + 1}") is RefreshOutcome.ROTATED
     assert await records(store) == held
-    assert await oauth.grant_of_refresh(BRAND, rt("rt-50"), clock()) == "g-1"
+    assert await oauth.grant_of_refresh(BRAND, rt("rt-50"), clock()) == gid("g-1")
 
 
 @pytest.mark.parametrize("back", [1, 2, 40])
@@ -585,7 +594,7 @@ async def test_rfc9700_the_previous_or_an_older_token_of_the_family_revokes_it(
     for n in range(1, 51):
         await rotation(oauth, clock, f"rt-{n}", f"rt-{n + 1}")
     assert await rotation(oauth, clock, f"rt-{51 - back}", "rt-x") is RefreshOutcome.REUSED
-    assert await oauth.get_grant(BRAND, "g-1", clock()) is None
+    assert await oauth.get_grant(BRAND, gid("g-1"), clock()) is None
     assert await rotation(oauth, clock, "rt-51", "rt-y") is RefreshOutcome.INVALID
     assert await oauth.grant_of_refresh(BRAND, rt("rt-51"), clock()) is None
 
@@ -616,7 +625,7 @@ async def test_rfc9700_the_previous_token_just_after_the_grace_is_reuse(
     await oauth.rotate_refresh(BRAND, rt("rt-1"), rt("rt-2"), clock(), grace=30, answer=b"sealed-2")
     clock.advance(30)  # the deadline itself is past the grace
     assert await rotation(oauth, clock, "rt-1", "rt-x") is RefreshOutcome.REUSED
-    assert await oauth.get_grant(BRAND, "g-1", clock()) is None
+    assert await oauth.get_grant(BRAND, gid("g-1"), clock()) is None
     assert await rotation(oauth, clock, "rt-2", "rt-3") is RefreshOutcome.INVALID
 
 
@@ -634,11 +643,11 @@ async def test_rfc9700_each_rotation_replaces_the_kept_answer_and_no_grace_keeps
     assert await rotation(oauth, clock, "rt-1", "rt-x") is RefreshOutcome.REUSED
     await issue(oauth, clock, grant_id="g-2", refresh="rt-a", owner=BOB)
     await oauth.rotate_refresh(
-        BRAND, rt("rt-a", "g-2"), rt("rt-b", "g-2"), clock(), grace=0, answer=b"sealed"
+        BRAND, rt("rt-a", gid("g-2", BOB)), rt("rt-b", gid("g-2", BOB)), clock(), grace=0, answer=b"sealed"
     )
-    assert await oauth.rotate_refresh(BRAND, rt("rt-a", "g-2"), rt("rt-c", "g-2"), clock()) == RefreshResult(
-        RefreshOutcome.REUSED
-    )
+    assert await oauth.rotate_refresh(
+        BRAND, rt("rt-a", gid("g-2", BOB)), rt("rt-c", gid("g-2", BOB)), clock()
+    ) == RefreshResult(RefreshOutcome.REUSED)
 
 
 async def test_s5_3_a_new_grant_supersedes_the_live_one_of_its_user_agent_and_sub(
@@ -658,14 +667,14 @@ async def test_s5_3_a_new_grant_supersedes_the_live_one_of_its_user_agent_and_su
     assert approved is not None
     assert approved.carried == ("orders:read",)
     result = await oauth.poll(
-        BRAND, device_hash, ALICE.digest, clock(), refresh=rt("rt-up", "g-2"), grant_ttl=GRANT_TTL
+        BRAND, device_hash, ALICE.digest, clock(), refresh=rt("rt-up", gid("g-2")), grant_ttl=GRANT_TTL
     )
     assert result.grant is not None
     assert result.superseded
     assert (result.grant.scopes, result.grant.carried) == (scopes, ("orders:read",))
-    assert await oauth.get_grant(BRAND, "g-2", clock()) == result.grant
+    assert await oauth.get_grant(BRAND, gid("g-2"), clock()) == result.grant
     # The superseded grant is revoked: its refresh family with it.
-    assert await oauth.get_grant(BRAND, "g-1", clock()) is None
+    assert await oauth.get_grant(BRAND, gid("g-1"), clock()) is None
     assert await rotation(oauth, clock, "rt-1", "rt-again") is RefreshOutcome.INVALID
     assert await oauth.live_grant_of(BRAND, "user-42", ALICE.digest, clock()) == result.grant
     # Another user of that agent and sub, and another sub of that user, keep theirs.
@@ -674,7 +683,7 @@ async def test_s5_3_a_new_grant_supersedes_the_live_one_of_its_user_agent_and_su
     assert await oauth.grants_of_user(BRAND, "user-42", clock()) == [other_sub, result.grant]
     assert await oauth.grants_of_owner(BRAND, ALICE.digest, clock()) == [other_user, result.grant]
     assert await oauth.live_grant_of(BRAND, "nobody", ALICE.digest, clock()) is None
-    await oauth.revoke_grant(BRAND, "g-2")
+    await oauth.revoke_grant(BRAND, gid("g-2"))
     assert await oauth.live_grant_of(BRAND, "user-42", ALICE.digest, clock()) is None
 
 
@@ -688,14 +697,14 @@ async def test_s5_3_a_grant_revoked_before_the_redemption_hands_no_scope_on(
     scopes = ("orders:read", "orders:cancel")
     step_up = at(clock, device_hash)
     assert await oauth.approve(BRAND, step_up, "user-42", scopes, clock(), carried=("orders:read",))
-    assert await oauth.revoke_grant(BRAND, "g-1")
+    assert await oauth.revoke_grant(BRAND, gid("g-1"))
     result = await oauth.poll(
-        BRAND, device_hash, ALICE.digest, clock(), refresh=rt("rt-up", "g-2"), grant_ttl=GRANT_TTL
+        BRAND, device_hash, ALICE.digest, clock(), refresh=rt("rt-up", gid("g-2")), grant_ttl=GRANT_TTL
     )
     assert result.grant is not None
     assert not result.superseded  # it was revoked already
     assert (result.grant.scopes, result.grant.carried) == (("orders:cancel",), ())
-    assert await oauth.get_grant(BRAND, "g-2", clock()) == result.grant
+    assert await oauth.get_grant(BRAND, gid("g-2"), clock()) == result.grant
 
 
 class _CountingEntries(dict[Any, Any]):
@@ -763,15 +772,15 @@ async def test_s5_4_everything_expires_with_the_clock(oauth: OAuthStore, clock: 
     grant = await issue(oauth, clock)
     await oauth.rotate_refresh(BRAND, rt("rt-1"), rt("rt-2"), clock())
     clock.advance(GRANT_TTL - 1)
-    assert await oauth.get_grant(BRAND, "g-1", clock()) == grant
+    assert await oauth.get_grant(BRAND, gid("g-1"), clock()) == grant
     clock.advance(1)
-    assert await oauth.get_grant(BRAND, "g-1", clock()) is None
+    assert await oauth.get_grant(BRAND, gid("g-1"), clock()) is None
     assert await oauth.grant_of_refresh(BRAND, rt("rt-2"), clock()) is None
     assert await oauth.grants_of_user(BRAND, "user-42", clock()) == []
     # An expired grant is not "reused": the spent token is just invalid, like the current one.
     assert await rotation(oauth, clock, "rt-1", "rt-3") is RefreshOutcome.INVALID
     assert await rotation(oauth, clock, "rt-2", "rt-3") is RefreshOutcome.INVALID
-    assert not await oauth.revoke_grant(BRAND, "g-1")
+    assert not await oauth.revoke_grant(BRAND, gid("g-1"))
 
 
 async def test_s5_3_a_new_authorization_round_trips_every_field(
@@ -791,7 +800,7 @@ async def test_s5_3_a_new_authorization_round_trips_every_field(
     issued = await oauth.poll(BRAND, DEVICE, ALICE.digest, later, refresh=rt("rt-1"), grant_ttl=GRANT_TTL)
     assert issued.grant is not None
     assert (issued.grant.scopes, issued.grant.issued_at) == (("c", "a:b"), later)
-    assert await oauth.get_grant(BRAND, "g-1", later) == issued.grant
+    assert await oauth.get_grant(BRAND, gid("g-1"), later) == issued.grant
 
 
 # --- Redis: two replicas on one Redis, and what lands in it -------------------------------------
@@ -840,8 +849,8 @@ async def test_redis_oauth_keys_expire_and_hold_no_secret_in_clear_previous_layo
     """``cache.key_layout: previous`` writes exactly the keys the previous release writes (issue 20)."""
     oauth = RedisOAuthStore(redis_store.redis, clock=redis_store.clock, tagged=False)
     assert not keys_tagged(oauth.new_grant_id(ALICE.digest))
-    await issue(oauth, clock)
-    await oauth.rotate_refresh(BRAND, rt("rt-1"), rt("rt-2"), clock())
+    await issue(oauth, clock, grant_id=LEGACY_GRANT)
+    await oauth.rotate_refresh(BRAND, rt("rt-1", LEGACY_GRANT), rt("rt-2", LEGACY_GRANT), clock())
     await oauth.put_consent_session(
         BRAND, sha("session"), ConsentSession(DEVICE, "user-42", expires_at=clock() + 300)
     )
@@ -850,21 +859,25 @@ async def test_redis_oauth_keys_expire_and_hold_no_secret_in_clear_previous_layo
     kinds = {name.split(":")[3] for name in names if ":oauth:" in name}
     # No key per refresh token: the family lives in the grant's hash.
     assert kinds == {"device", "user_code", "consent", "once", "user", "owner", "owner_authz", "user_authz"}
-    assert store_keys.grant_key(BRAND, "g-1") in names
+    assert store_keys.grant_key(BRAND, LEGACY_GRANT) in names
     assert not [name for name in names if "{" in name]
     slot = store_keys.grant_slot_key(BRAND, store_keys.user_digest(BRAND, "user-42"), ALICE.digest)
-    assert await redis_client.get(slot) == b"g-1"
+    assert await redis_client.get(slot) == LEGACY_GRANT.encode()
     assert all(name.startswith(f"pact:{BRAND}:") for name in names)
     assert "user-42" not in " ".join(names)
     for name in names:
         assert await redis_client.pttl(name) > 0, name
-    grant = await redis_client.hgetall(store_keys.grant_key(BRAND, "g-1"))
+    grant = await redis_client.hgetall(store_keys.grant_key(BRAND, LEGACY_GRANT))
     assert grant[b"o"] == ALICE.digest.encode()
     assert (grant[b"f"], grant[b"r"], grant[b"p"]) == (
-        sha("family-g-1").encode(),
+        sha(f"family-{LEGACY_GRANT}").encode(),
         sha("rt-2").encode(),
         sha("rt-1").encode(),
     )
+
+
+LEGACY_GRANT = store_keys.GRANT_ID_PREFIX + "previous-release-id"
+"""A grant id without an owner's tag, as ``key_layout: previous`` (and the previous release) mints."""
 
 
 def keys_tagged(grant_id: str) -> bool:
@@ -909,14 +922,15 @@ async def test_redis_grants_of_user_drops_dead_ids(
     redis_store: RedisStore, redis_client: aioredis.Redis, clock: ManualClock
 ) -> None:
     oauth = open_oauth_store(redis_store)
-    await issue(oauth, clock, grant_id="g-1", refresh="rt-1")
-    await issue(oauth, clock, grant_id="g-2", refresh="rt-2", owner=MALLORY)
-    await oauth.revoke_grant(BRAND, "g-1")
+    alices, mallorys = gid("g-1"), gid("g-2", MALLORY)
+    await issue(oauth, clock, grant_id=alices, refresh="rt-1")
+    await issue(oauth, clock, grant_id=mallorys, refresh="rt-2", owner=MALLORY)
+    await oauth.revoke_grant(BRAND, alices)
     digest = store_keys.user_digest(BRAND, "user-42")
     user_set = store_keys.oauth_tagged_key(BRAND, store_keys.owner_tag(digest), "u", digest)
-    assert await redis_client.smembers(user_set) == {b"g-1", b"g-2"}
-    assert [grant.grant_id for grant in await oauth.grants_of_user(BRAND, "user-42", clock())] == ["g-2"]
-    assert await redis_client.smembers(user_set) == {b"g-2"}
+    assert await redis_client.smembers(user_set) == {alices.encode(), mallorys.encode()}
+    assert [grant.grant_id for grant in await oauth.grants_of_user(BRAND, "user-42", clock())] == [mallorys]
+    assert await redis_client.smembers(user_set) == {mallorys.encode()}
 
 
 async def test_redis_records_of_the_previous_release_keep_working_until_they_expire(

@@ -43,8 +43,8 @@ async def limiter(cache_url: str, clock: ManualClock) -> AsyncIterator[RateLimit
         yield memory
         await memory.close()
         return
-    store = RedisStore(CacheConfig(url=cache_url))
-    yield RedisRateLimiter(store.redis, clock=clock)
+    store = RedisStore(CacheConfig(url=cache_url), clock=clock)
+    yield open_rate_limiter(store)
     await store.close()
 
 

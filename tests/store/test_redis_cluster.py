@@ -25,7 +25,7 @@ from gateway.store.base import StoreError
 from gateway.store.redis import RedisStore
 from gateway.store.redis_cluster import ClusterPipe, CrossSlotError, RedirectKind, RefreshOutcome
 from gateway.store.redis_pipe import Script
-from gateway.store.slots import key_slot
+from gateway.store.slots import NO_KEY_LUA, key_slot
 from tests.support.redis_cluster import ClusterNode, RedisCluster
 
 # Appends ARGV[1] to a list and returns the list's length: every acknowledged append must stay.
@@ -102,11 +102,17 @@ async def test_a_script_whose_keys_span_slots_is_refused_before_anything_is_sent
     with pytest.raises(CrossSlotError, match="give them one hash tag"):
         await pipe.run(COPY, ["test:{a}:x", "test:{b}:x"], [])
     assert not recorder.commands
-    # An empty placeholder is in slot 0 (the server would answer CROSSSLOT): refused alike.
-    with pytest.raises(CrossSlotError):
-        await pipe.run(COPY, ["test:{a}:x", ""], [])
-    assert not recorder.commands
     assert await pipe.run(COPY, ["test:{a}:x", "test:{a}:y"], []) is None  # one tag, one slot
+
+
+async def test_an_empty_key_is_sent_as_the_calls_hash_tag(
+    cluster_url: str, open_cluster_pipe: Callable[..., tuple[ClusterPipe, Recorder]]
+) -> None:
+    """``""`` (a script's "no such key") is in slot 0, which the server would answer ``CROSSSLOT``
+    beside any other: it goes as the others' tag, which NO_KEY_LUA turns back into ``""``."""
+    pipe, _ = open_cluster_pipe(cluster_url)
+    seen = Script(NO_KEY_LUA + "return {KEYS[1], KEYS[2]}")
+    assert await pipe.run(seen, ["test:{a}:x", ""], []) == [b"test:{a}:x", b""]
 
 
 def _migrate_slot(cluster: RedisCluster, key: str, *, finish: bool) -> tuple[str, str]:

@@ -23,6 +23,7 @@ from gateway.oauth.access_token import mint_access_token
 from gateway.oauth.device import code_hash, start_device_authorization
 from gateway.oauth.server import AuthorizationServer
 from gateway.oauth.tokens import new_family, new_refresh_token
+from gateway.store import keys as store_keys
 from gateway.store.base import Owner
 from gateway.store.oauth import Grant, PollOutcome
 from tests.support.gateway import Harness, MakeGateway
@@ -44,6 +45,7 @@ __all__ = [
     "dgw",
     "dgw_memory",
     "enable_delegation",
+    "grant_id",
     "grant_via_store",
     "mint_for",
     "new_provider_key_pem",
@@ -388,3 +390,12 @@ def mint_for(
 def delegated(token: str) -> dict[str, str]:
     """The §5.5 request header carrying ``token``."""
     return {"X-A2A-User-Delegation": f"Bearer {token}"}
+
+
+def grant_id(name: str, owner: Owner) -> str:
+    """Grant ``name`` of ``owner`` as an id of the tagged layout (``OAuthStore.new_grant_id``'s shape,
+    readable in a failure), so that on a Redis Cluster it is in its owner's slot (issue 20); an id
+    already minted (``a2agrant_…``) stays as it is."""
+    if name.startswith(store_keys.GRANT_ID_PREFIX):
+        return name
+    return store_keys.GRANT_ID_PREFIX + store_keys.owner_tag(owner.digest) + name.rjust(22, "0")
