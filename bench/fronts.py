@@ -43,6 +43,7 @@ from bench.profile import summarize
 from bench.redis_probe import RedisProbe
 from gateway.config import RATE_RULE_NAMES
 from gateway.pa_keys import generate_private_jwk, public_jwks
+from gateway.store.redis import CHARGE
 
 ISSUER = "https://pa.bench.invalid"
 AUDIENCE = "pact-gateway-bench"
@@ -475,7 +476,7 @@ class Bench:
     def redis_round_trips(self, name: str = GW_REDIS) -> dict[str, Any]:
         """Round trips per turn on the hot path, counted exactly with MONITOR over a fixed number of turns."""
         front = self.fronts[name]
-        monitor = self.redis.monitor()
+        monitor = self.redis.monitor(riding=frozenset({CHARGE.sha}))
         try:
             result = self.drive(
                 front,
@@ -494,8 +495,9 @@ class Bench:
             "turns": result["turns_total"],
             "errors": result["errors"],
             "turns_per_conversation": self.settings.turns,
-            "round_trips_per_turn": sum(client.values()) / turns,
+            "round_trips_per_turn": monitor.round_trips / turns,
             "client_commands": client,
+            "riding_commands_per_turn": monitor.riding / turns,
             "script_internal_commands_per_turn": sum(monitor.script_commands.values()) / turns,
             "script_internal_commands": dict(monitor.script_commands),
         }

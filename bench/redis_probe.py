@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 
 __all__ = ["MonitorCount", "RedisProbe"]
 
-_MONITOR_LINE = re.compile(rb'^\+\d+\.\d+ \[(\d+) ([^\]]+)\] "([^"]+)"')
+_MONITOR_LINE = re.compile(rb'^\+\d+\.\d+ \[(\d+) ([^\]]+)\] "([^"]+)"(?: "([^"]*)")?')
 
 
 class RedisProbe:
@@ -122,14 +122,21 @@ class RedisProbe:
                         calls[name] = int(value)
         return calls
 
-    def monitor(self) -> MonitorCount:
-        return MonitorCount(self)
+    def monitor(self, riding: frozenset[str] = frozenset()) -> MonitorCount:
+        return MonitorCount(self, riding)
 
 
 class MonitorCount:
-    """A MONITOR connection that tallies client commands (not Lua-internal ones) on the probe's db."""
+    """A MONITOR connection that tallies client commands (not Lua-internal ones) on the probe's db.
 
-    def __init__(self, probe: RedisProbe) -> None:
+    ``riding``: the SHA-1s of scripts the gateway only ever sends in the same write as another
+    command (the per-agent §6 charge beside the turn's script, in the tagged layout: issue 20). They
+    are client commands but no round trip of their own, and are tallied apart (:attr:`riding`).
+    """
+
+    def __init__(self, probe: RedisProbe, riding: frozenset[str] = frozenset()) -> None:
+        self._riding = {sha.encode() for sha in riding}
+        self.riding = 0
         self._db = str(probe.db).encode()
         self._sock = probe._connect()
         self._sock.sendall(RedisProbe._encode("MONITOR"))
@@ -166,6 +173,13 @@ class MonitorCount:
             self.script_commands[command] += 1
         else:
             self.client_commands[command] += 1
+            if command == "evalsha" and match.group(4) in self._riding:
+                self.riding += 1
+
+    @property
+    def round_trips(self) -> int:
+        """Client commands less those that rode in another's write."""
+        return sum(self.client_commands.values()) - self.riding
 
     def close(self) -> None:
         self._sock.close()

@@ -302,9 +302,9 @@ def render_table(result: dict[str, Any]) -> str:
         f"p50 {half['added_p50_ms']:.2f} ms, p99 {half['added_p99_ms']:.2f} ms",
         f"half of gateway-redis's peak ({half['rate_rps_redis']:.0f} turns/s): added over pass-through "
         f"p50 {half['added_p50_ms_redis']:.2f} ms, p99 {half['added_p99_ms_redis']:.2f} ms",
-        f"Redis round trips per turn {redis['round_trips_per_turn']:.2f} ({redis['client_commands']}); "
-        f"commands incl. inside scripts "
-        f"{redis['round_trips_per_turn'] + redis['script_internal_commands_per_turn']:.2f}",
+        f"Redis round trips per turn {redis['round_trips_per_turn']:.2f} ({redis['client_commands']}; "
+        f"{redis['riding_commands_per_turn']:.2f} of them a turn in another's write); commands incl. "
+        f"inside scripts {redis['round_trips_per_turn'] + redis['script_internal_commands_per_turn']:.2f}",
         f"Redis client CPU per script call, 32 concurrent: redis-py "
         f"{redis['client']['redis_py_cpu_us_per_call']:.1f} us, the gateway's pipe "
         f"{redis['client']['pipe_cpu_us_per_call']:.1f} us "
