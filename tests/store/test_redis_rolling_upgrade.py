@@ -29,10 +29,8 @@ from gateway.store.base import GrantCheck, Owner, TurnStatus
 from gateway.store.factory import open_conversation_admin
 from gateway.store.redis import RedisStore
 from tests.support.pa import ManualClock
-from tests.support.releases import extract_release, run_release
+from tests.support.releases import CONVERSATIONS_WRITER, PREVIOUS_RELEASE, extract_release, run_release
 
-PREVIOUS_RELEASE = "6ad6c1f"
-"""The last landed release: what a deployment runs when it upgrades to the tagged layout."""
 ALICE = Owner("acme", "https://pa.example", "alice")
 BOB = Owner("acme", "https://pa.example", "bob")
 GRANT = "pact:acme:grant:g-1"
@@ -41,35 +39,6 @@ USER_2 = "2" * 32
 START = 1_800_000_000.0
 TAG = keys.owner_tag(ALICE.digest)
 
-# Step 1, by the previous release: Alice's conversations ctx-a (two replies, a turn still running),
-# ctx-b (closed) and ctx-c (delegated, as USER_1); prints the replies it stored.
-_WRITER = """
-import asyncio, json, sys
-from gateway.config import CacheConfig
-from gateway.protocol.messages import render_reply
-from gateway.store.base import GrantCheck, Owner
-from gateway.store.redis import RedisStore
-
-async def main(url, now):
-    store = RedisStore(CacheConfig(url=url), clock=lambda: now)
-    alice = Owner("acme", "https://pa.example", "alice")
-    replies = {}
-    for context, message, text, close in (("ctx-a", "a1", "hello", False), ("ctx-b", "b1", "bye", True)):
-        await store.begin_turn(alice, None, message, text, context)
-        replies[message] = render_reply("r-" + "ab" * 16, context, "Answer to " + text).decode()
-        await store.complete_turn(alice, context, message, replies[message].encode(), close=close)
-    await store.begin_turn(alice, "ctx-a", "a2", "more", "")
-    replies["a2"] = '{"message":"kept as sent"}'
-    await store.complete_turn(alice, "ctx-a", "a2", replies["a2"].encode(), close=False)
-    await store.begin_turn(alice, "ctx-a", "a3", "still running", "")
-    grant = GrantCheck("pact:acme:grant:g-1", "1" * 32)
-    await store.begin_turn(alice, None, "c1", "as a user", "ctx-c", grant=grant)
-    await store.complete_turn(alice, "ctx-c", "c1", b"delegated reply", close=False)
-    await store.close()
-    print(json.dumps(replies))
-
-asyncio.run(main(sys.argv[1], float(sys.argv[2])))
-"""
 
 # Step 2, by the previous release: what it answers for what this release wrote (ctx-n, opened by
 # message n1) and for ctx-a, which this release served: one JSON line of verdicts.
@@ -117,7 +86,7 @@ async def test_previous_and_this_release_serve_side_by_side_then_tagged_serves_e
     replies = {
         message: reply.encode()
         for message, reply in json.loads(
-            await run_release(previous_release, _WRITER, redis_url, str(START))
+            await run_release(previous_release, CONVERSATIONS_WRITER, redis_url, str(START))
         ).items()
     }
     assert await redis_client.exists(keys.conv_key("acme", "ctx-a")) == 1, "the previous release's layout"

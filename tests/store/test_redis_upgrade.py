@@ -24,7 +24,7 @@ from gateway.store.base import GrantCheck, Owner, TurnStatus
 from gateway.store.factory import open_conversation_admin
 from gateway.store.redis import RedisStore
 from tests.support.pa import ManualClock
-from tests.support.releases import extract_release, run_release
+from tests.support.releases import CONVERSATIONS_WRITER, extract_release, run_release
 
 PREVIOUS_RELEASE = "b17dd54"
 """main's head before the layout changed: what a deployment runs when it upgrades."""
@@ -35,37 +35,6 @@ USER_1 = "1" * 32
 USER_2 = "2" * 32
 START = 1_800_000_000.0
 TAG = keys.owner_tag(ALICE.digest)
-
-# Run by the previous release's code: three conversations of Alice's, one answered and with a
-# turn still running, one closed, one delegated; prints the replies it stored.
-_WRITER = """
-import asyncio, json, sys
-from gateway.config import CacheConfig
-from gateway.protocol.messages import render_reply
-from gateway.store import keys
-from gateway.store.base import GrantCheck, Owner
-from gateway.store.redis import RedisStore
-
-async def main(url, now):
-    store = RedisStore(CacheConfig(url=url), clock=lambda: now)
-    alice = Owner("acme", "https://pa.example", "alice")
-    replies = {}
-    for context, message, text, close in (("ctx-a", "a1", "hello", False), ("ctx-b", "b1", "bye", True)):
-        await store.begin_turn(alice, None, message, text, context)
-        replies[message] = render_reply("r-" + "ab" * 16, context, "Answer to " + text).decode()
-        await store.complete_turn(alice, context, message, replies[message].encode(), close=close)
-    await store.begin_turn(alice, "ctx-a", "a2", "more", "")
-    replies["a2"] = '{"message":"kept as sent"}'
-    await store.complete_turn(alice, "ctx-a", "a2", replies["a2"].encode(), close=False)
-    await store.begin_turn(alice, "ctx-a", "a3", "still running", "")
-    grant = GrantCheck("pact:acme:grant:g-1", "1" * 32)
-    await store.begin_turn(alice, None, "c1", "as a user", "ctx-c", grant=grant)
-    await store.complete_turn(alice, "ctx-c", "c1", b"delegated reply", close=False)
-    await store.close()
-    print(json.dumps(replies))
-
-asyncio.run(main(sys.argv[1], float(sys.argv[2])))
-"""
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +47,7 @@ async def written_by_previous_release(
     root: Path, redis_url: str, redis_client: aioredis.Redis
 ) -> dict[str, bytes]:
     await redis_client.hset(GRANT, mapping={"o": ALICE.digest, "e": str(int(START) + 3600)})
-    out = await run_release(root, _WRITER, redis_url, str(START))
+    out = await run_release(root, CONVERSATIONS_WRITER, redis_url, str(START))
     assert await redis_client.exists("pact:acme:conv:ctx-a") == 1, "the previous release's layout"
     return {message: reply.encode() for message, reply in json.loads(out).items()}
 

@@ -20,6 +20,39 @@ PREVIOUS_RELEASE = "6ad6c1f"
 """The last landed release (issue 20): what replicas run beside this one during a rolling upgrade."""
 
 
+CONVERSATIONS_WRITER = """
+import asyncio, json, sys
+from gateway.config import CacheConfig
+from gateway.protocol.messages import render_reply
+from gateway.store.base import GrantCheck, Owner
+from gateway.store.redis import RedisStore
+
+async def main(url, now):
+    store = RedisStore(CacheConfig(url=url), clock=lambda: now)
+    alice = Owner("acme", "https://pa.example", "alice")
+    replies = {}
+    for context, message, text, close in (("ctx-a", "a1", "hello", False), ("ctx-b", "b1", "bye", True)):
+        await store.begin_turn(alice, None, message, text, context)
+        replies[message] = render_reply("r-" + "ab" * 16, context, "Answer to " + text).decode()
+        await store.complete_turn(alice, context, message, replies[message].encode(), close=close)
+    await store.begin_turn(alice, "ctx-a", "a2", "more", "")
+    replies["a2"] = '{"message":"kept as sent"}'
+    await store.complete_turn(alice, "ctx-a", "a2", replies["a2"].encode(), close=False)
+    await store.begin_turn(alice, "ctx-a", "a3", "still running", "")
+    grant = GrantCheck("pact:acme:grant:g-1", "1" * 32)
+    await store.begin_turn(alice, None, "c1", "as a user", "ctx-c", grant=grant)
+    await store.complete_turn(alice, "ctx-c", "c1", b"delegated reply", close=False)
+    await store.close()
+    print(json.dumps(replies))
+
+asyncio.run(main(sys.argv[1], float(sys.argv[2])))
+"""
+"""Run by an earlier release (``run_release(root, CONVERSATIONS_WRITER, redis_url, now)``): Alice's
+conversations ctx-a (two replies, a turn still running), ctx-b (closed) and ctx-c (delegated, as
+the Brand user ``"1" * 32`` under the grant ``pact:acme:grant:g-1``); prints the replies it stored,
+as JSON by ``messageId``. What every upgrade test starts from."""
+
+
 def extract_release(commit: str, into: Path) -> Path:
     """``gateway/`` as of ``commit``, extracted under ``into``; the directory to put on ``PYTHONPATH``."""
     archive = subprocess.run(
