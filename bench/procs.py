@@ -289,6 +289,9 @@ def start_cluster(children: Children, primaries: int, *, replicas: bool = False)
         argv = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", str(directory)]
         argv += ["--save", "", "--appendonly", "no", "--cluster-enabled", "yes"]
         argv += ["--cluster-config-file", "nodes.conf", "--cluster-port", str(bus)]
+        # A node learns its address from a peer's MEET; a lone primary has none, and would name
+        # itself "" in CLUSTER SHARDS.
+        argv += ["--cluster-announce-ip", "127.0.0.1"]
         nodes.append((children.start(f"redis-cluster-{index}", argv), port))
         buses.append(bus)
     for child, port in nodes:
