@@ -21,7 +21,8 @@ through the store as above, ``--concurrency`` turns at a time so the fill takes 
 ``INFO memory`` ``used_memory`` read before and after on every primary
 (:meth:`ClusterPipe.on_each_primary`). It prints the bytes per conversation overall, each shard's
 growth, conversations and bytes per conversation, and the spread between the shards' growth (the
-issue's bound: within 10 %). A conversation lives in its owner's slot, so the shards share the
+issue's bound: within 10 %); then again once the first-message records and §6 counters are deleted
+(what their expiry leaves). A conversation lives in its owner's slot, so the shards share the
 people, not single conversations: ``--people`` defaults to a third of the conversations, as the
 single-server default has it.
 """
@@ -229,17 +230,27 @@ async def _shard_memory(pipe: ClusterPipe) -> dict[str, int]:
     return found
 
 
-def _conversations_on(node: str) -> int:
-    """The conversation hashes a primary holds (``host:port``), by a ``SCAN`` of it alone."""
+def _keys_on(node: str, pattern: str) -> list[bytes]:
+    """The keys matching ``pattern`` that a primary holds (``host:port``), by a ``SCAN`` of it alone."""
     host, _, port = node.rpartition(":")
     probe = RedisProbe(f"redis://{host}:{port}/0")
-    pattern = store_keys.conv_key("acme", "*", "*")
-    count, cursor = 0, b"0"
+    keys: list[bytes] = []
+    cursor = b"0"
     while True:
         cursor, found = probe.command_array("SCAN", cursor, "MATCH", pattern, "COUNT", "1000")
-        count += len(found)
+        keys.extend(found)
         if cursor == b"0":
-            return count
+            return keys
+
+
+async def _drop_short_lived(pipe: ClusterPipe, nodes: Sequence[str]) -> None:
+    """Delete every first-message record and §6 counter, as their expiry would: one ``DEL`` a key
+    through the pipe (a ``DEL`` of many would cross slots), a thousand in flight at a time."""
+    for node in nodes:
+        for kind in _SHORT_LIVED:
+            keys = _keys_on(node, f"pact:acme:{{*}}{kind}:*")
+            for start in range(0, len(keys), 1000):
+                await asyncio.gather(*(pipe.execute("DEL", key) for key in keys[start : start + 1000]))
 
 
 async def measure_cluster(url: str, conversations: int, people: int, concurrency: int) -> dict[str, Any]:
@@ -258,20 +269,27 @@ async def measure_cluster(url: str, conversations: int, people: int, concurrency
         await fill(store, conversations, people, concurrency)
         seconds = time.perf_counter() - started
         after = await _shard_memory(pipe)
+        # What the conversations hold once their §4.3 retry window (and the §6 counters) expired.
+        await _drop_short_lived(pipe, sorted(before))
+        idle = await _shard_memory(pipe)
     finally:
         await store.close()
     shards: dict[str, dict[str, float]] = {}
+    conversation = store_keys.conv_key("acme", "*", "*")
     for node in sorted(before):
-        held = _conversations_on(node)
+        held = len(_keys_on(node, conversation))
         grown = after[node] - before[node]
         shards[node] = {
             "used_memory_bytes": grown,
             "conversations": held,
             "bytes_per_conversation": grown / held,
+            "idle_bytes_per_conversation": (idle[node] - before[node]) / held,
         }
     growth = [shard["used_memory_bytes"] for shard in shards.values()]
     return {
         "used_memory_bytes_per_conversation": sum(growth) / conversations,
+        "idle_used_memory_bytes_per_conversation": sum(idle[node] - before[node] for node in before)
+        / conversations,
         "shards": shards,
         "shard_spread": max(growth) / min(growth) - 1,
         "fill_turns_per_s": conversations / seconds,
@@ -299,10 +317,15 @@ def main_cluster(args: argparse.Namespace) -> int:
             f"used_memory per conversation: {result['used_memory_bytes_per_conversation']:.0f} B "
             f"(filled at {result['fill_turns_per_s']:.0f} turns/s, {args.concurrency} at a time)"
         )
+        print(
+            "  once the retry window passed (first-message records and rate counters gone): "
+            f"{result['idle_used_memory_bytes_per_conversation']:.0f} B"
+        )
         for node, shard in result["shards"].items():
             print(
                 f"  shard {node}: +{shard['used_memory_bytes'] / 2**20:.1f} MiB, "
-                f"{shard['conversations']} conversations, {shard['bytes_per_conversation']:.0f} B each"
+                f"{shard['conversations']} conversations, {shard['bytes_per_conversation']:.0f} B each "
+                f"({shard['idle_bytes_per_conversation']:.0f} B once the retry window passed)"
             )
         spread = result["shard_spread"]
         print(

@@ -676,7 +676,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--stores",
         type=lambda text: text.split(","),
         default=["memory", "redis"],
-        help="gateway stores to run: memory,redis",
+        help="gateway stores to run: memory,redis ('' for neither, beside --cluster)",
     )
     parser.add_argument(
         "--gc-threshold",
