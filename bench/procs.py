@@ -4,6 +4,10 @@ Each party (bot, pass-through, gateway, load generator) is a separate process so
 time can be attributed to it alone. CPU is read from ``/proc/<pid>/stat`` (``utime`` +
 ``stime``) of a process and all its descendants, so a gateway that forks workers is
 counted whole. No third-party process library is needed on Linux.
+
+:func:`start_cluster` starts a Redis Cluster the same way, one child a node, for the fronts that
+compare one primary with several (issue 20 item 6). The test fixtures start theirs apart
+(``tests/support/redis_cluster.py``): the tests do not depend on ``bench``.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from pathlib import Path
 from types import TracebackType
 
 from bench.redis_probe import RedisProbe
+from gateway.store.slots import SLOTS
 
 __all__ = [
     "REPO_ROOT",
@@ -247,7 +252,6 @@ class Children:
         signal.signal(signal.SIGTERM, self._previous_handler or signal.SIG_DFL)
 
 
-CLUSTER_SLOTS = 16384
 CLUSTER_LIMIT = 30.0
 """Seconds a bench cluster gets to agree on its slots and attach its replicas."""
 
@@ -298,17 +302,20 @@ def start_cluster(children: Children, primaries: int, *, replicas: bool = False)
         child.wait_port(port)
     probes = [RedisProbe(f"redis://127.0.0.1:{port}/0") for _, port in nodes]
     for index, probe in enumerate(probes[:primaries]):
-        first, last = index * CLUSTER_SLOTS // primaries, (index + 1) * CLUSTER_SLOTS // primaries - 1
+        first, last = index * SLOTS // primaries, (index + 1) * SLOTS // primaries - 1
         probe.command("CLUSTER", "ADDSLOTSRANGE", str(first), str(last))
     for probe in probes[1:]:
         # The bus port is named: its default (port + 10000) is not the free one each node was given.
         probe.command("CLUSTER", "MEET", "127.0.0.1", str(probes[0].port), str(buses[0]))
     _until(lambda: all(_knows(probe, len(nodes)) for probe in probes), "every node to know every other")
-    for replica, primary in zip(probes[primaries:], probes[:primaries], strict=False):
+    for replica, primary in zip(probes[primaries:], probes[: len(nodes) - primaries], strict=True):
         replica.command("CLUSTER", "REPLICATE", primary.command("CLUSTER", "MYID").decode())
     _until(
-        lambda: all(b"master_link_status:up" in p.command("INFO", "replication") for p in probes[primaries:]),
-        "every replica's link to its primary",
+        lambda: (
+            all(b"master_link_status:up" in p.command("INFO", "replication") for p in probes[primaries:])
+            and all(_knows(probe, len(nodes)) for probe in probes)
+        ),
+        "every replica's link to its primary, and every node's cluster_state:ok",
     )
     return ClusterNodes(nodes[:primaries], nodes[primaries:])
 

@@ -16,7 +16,7 @@ a conversation and a few that continue one.
 
 ``--cluster`` (issue 20 item 6) measures the tagged layout on Redis Clusters the bench starts
 (:func:`bench.procs.start_cluster`, no replicas: a replica holds its primary's bytes again), one
-primary and three side by side in one run: ``--conversations`` (100,000 for the issue) written
+primary and three side by side in one run, one round each: ``--conversations`` (100,000 for the issue) written
 through the store as above, ``--concurrency`` turns at a time so the fill takes seconds, and
 ``INFO memory`` ``used_memory`` read before and after on every primary
 (:meth:`ClusterPipe.on_each_primary`). It prints the bytes per conversation overall, each shard's
