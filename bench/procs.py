@@ -4,6 +4,10 @@ Each party (bot, pass-through, gateway, load generator) is a separate process so
 time can be attributed to it alone. CPU is read from ``/proc/<pid>/stat`` (``utime`` +
 ``stime``) of a process and all its descendants, so a gateway that forks workers is
 counted whole. No third-party process library is needed on Linux.
+
+:func:`start_cluster` starts a Redis Cluster the same way, one child a node, for the fronts that
+compare one primary with several (issue 20 item 6). The test fixtures start theirs apart
+(``tests/support/redis_cluster.py``): the tests do not depend on ``bench``.
 """
 
 from __future__ import annotations
@@ -15,15 +19,20 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+
+from bench.redis_probe import RedisProbe
+from gateway.store.slots import SLOTS
 
 __all__ = [
     "REPO_ROOT",
     "Child",
     "ChildFailed",
     "Children",
+    "ClusterNodes",
     "cpu_seconds",
     "free_port",
     "machine_busy",
@@ -32,6 +41,7 @@ __all__ = [
     "read_machine_ticks",
     "serve_request",
     "served_through",
+    "start_cluster",
 ]
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -240,3 +250,84 @@ class Children:
             child.stop()
         self._children.clear()
         signal.signal(signal.SIGTERM, self._previous_handler or signal.SIG_DFL)
+
+
+CLUSTER_LIMIT = 30.0
+"""Seconds a bench cluster gets to agree on its slots and attach its replicas."""
+
+
+@dataclass
+class ClusterNodes:
+    """A Redis Cluster the bench started: its primaries and replicas, each a :class:`Child`."""
+
+    primaries: list[tuple[Child, int]]
+    """Each primary's process and port, in slot order (the first serves slot 0)."""
+    replicas: list[tuple[Child, int]]
+
+    @property
+    def url(self) -> str:
+        """The ``redis+cluster://`` URL an operator would give: every primary a seed node."""
+        return "redis+cluster://" + ",".join(f"127.0.0.1:{port}" for _, port in self.primaries)
+
+    @property
+    def pids(self) -> list[int]:
+        """Every node's PID: the cluster's CPU is theirs summed (:func:`cpu_seconds`)."""
+        return [child.pid for child, _ in (*self.primaries, *self.replicas)]
+
+
+def start_cluster(children: Children, primaries: int, *, replicas: bool = False) -> ClusterNodes:
+    """``primaries`` cluster-enabled ``redis-server`` (each with one replica if ``replicas``) on free
+    loopback ports, stopped with ``children`` by PID.
+
+    The slots are split evenly by ``CLUSTER ADDSLOTSRANGE`` and the nodes introduced by ``CLUSTER MEET``
+    rather than by ``redis-cli --cluster create``, which refuses fewer than three primaries: a
+    one-primary cluster is what the bench compares three with, measured the same way. No snapshots,
+    no AOF (what is measured is memory and turns, not disks); the installed server's defaults else.
+    """
+    nodes: list[tuple[Child, int]] = []
+    buses: list[int] = []
+    for index in range(primaries * (2 if replicas else 1)):
+        port, bus = free_port(), free_port()
+        directory = children.log_dir / f"redis-cluster-{port}"
+        directory.mkdir()
+        argv = ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--dir", str(directory)]
+        argv += ["--save", "", "--appendonly", "no", "--cluster-enabled", "yes"]
+        argv += ["--cluster-config-file", "nodes.conf", "--cluster-port", str(bus)]
+        # A node learns its address from a peer's MEET; a lone primary has none, and would name
+        # itself "" in CLUSTER SHARDS.
+        argv += ["--cluster-announce-ip", "127.0.0.1"]
+        nodes.append((children.start(f"redis-cluster-{index}", argv), port))
+        buses.append(bus)
+    for child, port in nodes:
+        child.wait_port(port)
+    probes = [RedisProbe(f"redis://127.0.0.1:{port}/0") for _, port in nodes]
+    for index, probe in enumerate(probes[:primaries]):
+        first, last = index * SLOTS // primaries, (index + 1) * SLOTS // primaries - 1
+        probe.command("CLUSTER", "ADDSLOTSRANGE", str(first), str(last))
+    for probe in probes[1:]:
+        # The bus port is named: its default (port + 10000) is not the free one each node was given.
+        probe.command("CLUSTER", "MEET", "127.0.0.1", str(probes[0].port), str(buses[0]))
+    _until(lambda: all(_knows(probe, len(nodes)) for probe in probes), "every node to know every other")
+    for replica, primary in zip(probes[primaries:], probes[: len(nodes) - primaries], strict=True):
+        replica.command("CLUSTER", "REPLICATE", primary.command("CLUSTER", "MYID").decode())
+    _until(
+        lambda: (
+            all(b"master_link_status:up" in p.command("INFO", "replication") for p in probes[primaries:])
+            and all(_knows(probe, len(nodes)) for probe in probes)
+        ),
+        "every replica's link to its primary, and every node's cluster_state:ok",
+    )
+    return ClusterNodes(nodes[:primaries], nodes[primaries:])
+
+
+def _knows(probe: RedisProbe, nodes: int) -> bool:
+    info = probe.command("CLUSTER", "INFO").decode()
+    return "cluster_state:ok" in info and f"cluster_known_nodes:{nodes}\r" in info
+
+
+def _until(ready: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + CLUSTER_LIMIT
+    while not ready():
+        if time.monotonic() > deadline:
+            raise ChildFailed(f"the bench cluster did not settle within {CLUSTER_LIMIT} s: {what}")
+        time.sleep(0.05)

@@ -13,6 +13,18 @@ it flushes: never give it another's), where other clients' activity is noise. Ea
 the database's keys (per key, so nobody else's writes count), split by kind of key. Round trips
 per turn are client commands counted by ``MONITOR`` on that database over a few turns that open
 a conversation and a few that continue one.
+
+``--cluster`` (issue 20 item 6) measures the tagged layout on Redis Clusters the bench starts
+(:func:`bench.procs.start_cluster`, no replicas: a replica holds its primary's bytes again), one
+primary and three side by side in one run, one round each: ``--conversations`` (100,000 for the issue) written
+through the store as above, ``--concurrency`` turns at a time so the fill takes seconds, and
+``INFO memory`` ``used_memory`` read before and after on every primary
+(:meth:`ClusterPipe.on_each_primary`). It prints the bytes per conversation overall, each shard's
+growth, conversations and bytes per conversation, and the spread between the shards' growth (the
+issue's bound: within 10 %); then again once the first-message records and §6 counters are deleted
+(what their expiry leaves). A conversation lives in its owner's slot, so the shards share the
+people, not single conversations: ``--people`` defaults to a third of the conversations, as the
+single-server default has it.
 """
 
 from __future__ import annotations
@@ -28,14 +40,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.procs import Children, free_port
+from bench.procs import Children, free_port, start_cluster
 from bench.redis_probe import RedisProbe
 from gateway.config import KEY_LAYOUTS, CacheConfig, KeyLayoutName, RateLimitsConfig, RateRule
 from gateway.ops.limits import RateLimits
 from gateway.protocol.messages import render_reply
+from gateway.store import keys as store_keys
 from gateway.store.base import Owner, TurnStatus
 from gateway.store.limits import RedisRateLimiter
 from gateway.store.redis import CHARGE, RedisStore
+from gateway.store.redis_cluster import ClusterPipe
 
 ISSUER = "https://pa.bench.invalid"
 FIRST_MESSAGE = "Hi, where is my order A-100017?"
@@ -70,9 +84,15 @@ async def turn(store: RedisStore, owner: Owner, context_id: str | None, message_
     return claim.context_id
 
 
-async def fill(store: RedisStore, conversations: int, people: int) -> None:
-    for index in range(conversations):
-        await turn(store, _owner(index % people), None, f"m-{uuid.uuid4()}")
+async def fill(store: RedisStore, conversations: int, people: int, concurrency: int = 1) -> None:
+    """``conversations`` opened among ``people``, ``concurrency`` turns at a time (as many gateway
+    connections would); each task keeps to its own conversations, so the bytes do not depend on it."""
+
+    async def worker(task: int) -> None:
+        for index in range(task, conversations, concurrency):
+            await turn(store, _owner(index % people), None, f"m-{uuid.uuid4()}")
+
+    await asyncio.gather(*(worker(task) for task in range(concurrency)))
 
 
 def _used_memory(probe: RedisProbe, reads: int = 3) -> int:
@@ -195,14 +215,145 @@ async def measure(
     }
 
 
+CLUSTER_SPREAD_TARGET = 0.10
+"""Issue 20 item 6: the shards' memory within 10 % of each other at 100,000 conversations."""
+CLUSTER_SIZES = (1, 3)
+
+
+async def _shard_memory(pipe: ClusterPipe) -> dict[str, int]:
+    """``used_memory`` of every primary, by ``host:port``."""
+    found: dict[str, int] = {}
+    for node, answer in (await pipe.on_each_primary("INFO", "memory")).items():
+        for line in bytes(answer).decode().splitlines():
+            if line.startswith("used_memory:"):
+                found[node] = int(line.split(":", 1)[1])
+    return found
+
+
+def _keys_on(node: str, pattern: str) -> list[bytes]:
+    """The keys matching ``pattern`` that a primary holds (``host:port``), by a ``SCAN`` of it alone."""
+    host, _, port = node.rpartition(":")
+    probe = RedisProbe(f"redis://{host}:{port}/0")
+    keys: list[bytes] = []
+    cursor = b"0"
+    while True:
+        cursor, found = probe.command_array("SCAN", cursor, "MATCH", pattern, "COUNT", "1000")
+        keys.extend(found)
+        if cursor == b"0":
+            return keys
+
+
+async def _drop_short_lived(pipe: ClusterPipe, nodes: Sequence[str]) -> None:
+    """Delete every first-message record and §6 counter, as their expiry would: one ``DEL`` a key
+    through the pipe (a ``DEL`` of many would cross slots), a thousand in flight at a time."""
+    for node in nodes:
+        for kind in _SHORT_LIVED:
+            keys = _keys_on(node, f"pact:acme:{{*}}{kind}:*")
+            for start in range(0, len(keys), 1000):
+                await asyncio.gather(*(pipe.execute("DEL", key) for key in keys[start : start + 1000]))
+
+
+async def measure_cluster(url: str, conversations: int, people: int, concurrency: int) -> dict[str, Any]:
+    """Bytes per conversation on a Redis Cluster, overall and per shard (tagged layout, the only one
+    a cluster runs)."""
+    # No replicas here (a replica holds its primary's bytes again), so no WAIT for one.
+    store = RedisStore(CacheConfig(url=url, key_layout="tagged", wait_replicas=0))
+    pipe = store.redis
+    assert isinstance(pipe, ClusterPipe)
+    try:
+        await store.ping()
+        await warm_up(store, people)
+        await pipe.on_each_primary("FLUSHALL")
+        before = await _shard_memory(pipe)
+        started = time.perf_counter()
+        await fill(store, conversations, people, concurrency)
+        seconds = time.perf_counter() - started
+        after = await _shard_memory(pipe)
+        # What the conversations hold once their §4.3 retry window (and the §6 counters) expired.
+        await _drop_short_lived(pipe, sorted(before))
+        idle = await _shard_memory(pipe)
+    finally:
+        await store.close()
+    shards: dict[str, dict[str, float]] = {}
+    conversation = store_keys.conv_key("acme", "*", "*")
+    for node in sorted(before):
+        held = len(_keys_on(node, conversation))
+        grown = after[node] - before[node]
+        shards[node] = {
+            "used_memory_bytes": grown,
+            "conversations": held,
+            "bytes_per_conversation": grown / held,
+            "idle_bytes_per_conversation": (idle[node] - before[node]) / held,
+        }
+    growth = [shard["used_memory_bytes"] for shard in shards.values()]
+    return {
+        "used_memory_bytes_per_conversation": sum(growth) / conversations,
+        "idle_used_memory_bytes_per_conversation": sum(idle[node] - before[node] for node in before)
+        / conversations,
+        "shards": shards,
+        "shard_spread": max(growth) / min(growth) - 1,
+        "fill_turns_per_s": conversations / seconds,
+    }
+
+
+def main_cluster(args: argparse.Namespace) -> int:
+    people = args.people if args.people is not None else max(args.conversations // 3, 1)
+    started = time.perf_counter()
+    results: dict[int, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory() as logs, Children(Path(logs)) as children:
+        clusters = {size: start_cluster(children, size) for size in CLUSTER_SIZES}
+        for size, cluster in clusters.items():
+            results[size] = asyncio.run(
+                measure_cluster(cluster.url, args.conversations, people, args.concurrency)
+            )
+    print(
+        f"# {args.conversations} conversations of {people} people, tagged layout, on Redis Clusters of "
+        f"{' and '.join(map(str, CLUSTER_SIZES))} primaries started by the bench (no replicas); "
+        "shared 2-core machine"
+    )
+    for size, result in results.items():
+        print(f"## {size} primar{'y' if size == 1 else 'ies'}")
+        print(
+            f"used_memory per conversation: {result['used_memory_bytes_per_conversation']:.0f} B "
+            f"(filled at {result['fill_turns_per_s']:.0f} turns/s, {args.concurrency} at a time)"
+        )
+        print(
+            "  once the retry window passed (first-message records and rate counters gone): "
+            f"{result['idle_used_memory_bytes_per_conversation']:.0f} B"
+        )
+        for node, shard in result["shards"].items():
+            print(
+                f"  shard {node}: +{shard['used_memory_bytes'] / 2**20:.1f} MiB, "
+                f"{shard['conversations']} conversations, {shard['bytes_per_conversation']:.0f} B each "
+                f"({shard['idle_bytes_per_conversation']:.0f} B once the retry window passed)"
+            )
+        spread = result["shard_spread"]
+        print(
+            f"spread between shards (largest / smallest growth - 1): {spread:.1%}; "
+            f"target <= {CLUSTER_SPREAD_TARGET:.0%} {'PASS' if spread <= CLUSTER_SPREAD_TARGET else 'MISS'}"
+        )
+    one, three = (results[size]["used_memory_bytes_per_conversation"] for size in CLUSTER_SIZES)
+    print(f"3 primaries / 1 primary used_memory per conversation: {three / one:.3f}")
+    print(f"# {time.perf_counter() - started:.1f} s")
+    return 0
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench capacity redis_bytes", description=__doc__)
     parser.add_argument(
         "--redis-url", help="a database this bench may flush (default: a redis-server of its own)"
     )
     parser.add_argument("--conversations", type=int, default=3000)
-    parser.add_argument("--people", type=int, default=1000)
+    parser.add_argument("--people", type=int, help="default 1000 (--cluster: a third of the conversations)")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--cluster",
+        action="store_true",
+        help="on Redis Clusters of 1 and 3 primaries the bench starts: bytes per conversation per shard",
+    )
+    parser.add_argument(
+        "--concurrency", type=int, default=32, help="--cluster: turns at a time while filling"
+    )
     parser.add_argument(
         "--layout",
         choices=[*KEY_LAYOUTS, "both"],
@@ -210,6 +361,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="cache.key_layout to measure (default: both, one after the other on the same server)",
     )
     args = parser.parse_args(argv)
+    if args.cluster:
+        return main_cluster(args)
+    if args.people is None:
+        args.people = 1000
     layouts: list[KeyLayoutName] = list(KEY_LAYOUTS) if args.layout == "both" else [args.layout]
     started = time.perf_counter()
 

@@ -15,7 +15,12 @@ same load generator and the same bot process drive every front:
   (one personal agent carries the whole load here);
 * with ``--gc-threshold N,M``, **gateway memory gc=N** …: the memory gateway again with its
   young-generation collector threshold set to N instead of ``YOUNG_GC_THRESHOLD``, side by side;
-  with ``--uvloop``, **gateway memory uvloop**: the same on uvloop's event loop.
+  with ``--uvloop``, **gateway memory uvloop**: the same on uvloop's event loop;
+* with ``--cluster 1,3``, **gateway cluster N** for each N: the gateway on a Redis Cluster of N
+  primaries, each with one replica, that the run starts (:func:`bench.procs.start_cluster`) and
+  the gateway reaches by its ``redis+cluster://`` URL with the defaults (``cache.wait_replicas``
+  1). ``--latency 0 --where 64`` makes it a turns/s comparison of one primary with three (issue 20
+  item 6), where the CPU of the cluster's nodes is read beside the gateway's.
 
 ``--repeats`` rounds of every front, interleaved (each repeat starts one front later, so a drift
 of the shared machine falls on every front alike), every server process started afresh for its
@@ -68,6 +73,7 @@ from aiohttp import web
 from bench.procs import (
     Child,
     Children,
+    ClusterNodes,
     cpu_seconds,
     free_port,
     machine_busy,
@@ -75,6 +81,7 @@ from bench.procs import (
     read_machine_ticks,
     serve_request,
     served_through,
+    start_cluster,
 )
 from gateway.pa_keys import generate_private_jwk, public_jwks
 
@@ -212,6 +219,8 @@ class Front:
     """The gateway's store; ``None`` for bot direct and the pass-through."""
     gc_threshold: str = "default"
     loop: str = "asyncio"
+    redis_pids: tuple[int, ...] = ()
+    """The Redis processes of a store the run started (a cluster's nodes): their CPU is read too."""
 
 
 @dataclass
@@ -358,7 +367,12 @@ def read_stats(server: Server, signum: signal.Signals, suffix: str = "") -> dict
 
 
 def measure(
-    setup: Setup, server: Server, concurrency: int, args: argparse.Namespace, bot: Child
+    setup: Setup,
+    server: Server,
+    concurrency: int,
+    args: argparse.Namespace,
+    bot: Child,
+    redis_pids: Sequence[int] = (),
 ) -> dict[str, Any]:
     """One round: (for a front of its own) a warm-up and the idle RSS, then the measured load."""
     timeout = args.warmup + args.duration + args.latency * 4 + 120
@@ -370,8 +384,9 @@ def measure(
         idle = rss_bytes(child.pid)
         if setup.tracemalloc:
             read_stats(server, signal.SIGUSR2, ".top")
-    parties = {"bot": bot} if child is None else {"bot": bot, "front": child}
-    cpu_before = {name: cpu_seconds(party.pid) for name, party in parties.items()}
+    parties = {"bot": bot.pid} if child is None else {"bot": bot.pid, "front": child.pid}
+    parties.update({f"redis-{pid}": pid for pid in redis_pids})
+    cpu_before = {name: cpu_seconds(pid) for name, pid in parties.items()}
     ticks_before = read_machine_ticks()
     started = time.monotonic()
     window = (started + args.warmup, started + args.warmup + args.duration)
@@ -399,8 +414,13 @@ def measure(
         raise RuntimeError(f"load generator failed:\n{err[-2000:]}")
     result: dict[str, Any] = json.loads(out)
     ticks_after = read_machine_ticks()
-    cpu = {name: cpu_seconds(party.pid) - cpu_before[name] for name, party in parties.items()}
+    cpu = {name: cpu_seconds(pid) - cpu_before[name] for name, pid in parties.items()}
+    redis_cpu = sum(seconds for name, seconds in cpu.items() if name.startswith("redis-"))
+    cpu = {name: seconds for name, seconds in cpu.items() if not name.startswith("redis-")}
+    if redis_pids:
+        cpu["redis"] = redis_cpu
     cpu["loadgen"] = result["cpu_s"]
+    turns = max(result["turns_total"], 1)
     peak = sampler.peak_between(*window)
     per_turn = None
     if idle is not None and peak is not None:
@@ -422,9 +442,13 @@ def measure(
         "cpu_s": cpu,
         "machine_busy": machine_busy(ticks_before, ticks_after),
         # Every completed turn of the round (warm-up too) against the CPU of the whole round.
-        "front_cpu_ms_per_turn": None
-        if child is None
-        else cpu["front"] * 1000 / max(result["turns_total"], 1),
+        "front_cpu_ms_per_turn": None if child is None else cpu["front"] * 1000 / turns,
+        "redis_cpu_ms_per_turn": redis_cpu * 1000 / turns if redis_pids else None,
+        # Cores busy at the measured rate (CPU per turn times turns/s; the round's CPU includes the
+        # load generator's start-up, when nothing is served): a front near 1.0 is bound by its own
+        # single-threaded process, one well under it by the machine (``busy`` near 100 %).
+        "front_cores": None if child is None else cpu["front"] / turns * result["throughput_rps"],
+        "redis_cores": redis_cpu / turns * result["throughput_rps"] if redis_pids else None,
         "gc": gc_figures,
         "rss_idle_mib": None if idle is None else idle / 2**20,
         "rss_peak_mib": None if peak is None else peak / 2**20,
@@ -471,6 +495,9 @@ def summarise(repeats: Sequence[dict[str, dict[str, Any]]]) -> dict[str, dict[st
             "errors": sum(r["errors"] for r in rounds),
             "p50_ms": spread([r["p50_ms"] for r in rounds]),
             "front_cpu_ms_per_turn": spread([r["front_cpu_ms_per_turn"] for r in rounds]),
+            "redis_cpu_ms_per_turn": spread([r["redis_cpu_ms_per_turn"] for r in rounds]),
+            "front_cores": spread([r["front_cores"] for r in rounds]),
+            "redis_cores": spread([r["redis_cores"] for r in rounds]),
             "gc_cpu_s": spread([None if r["gc"] is None else r["gc"]["cpu_s"] for r in rounds]),
             "machine_busy": spread([r["machine_busy"] for r in rounds]),
             "rss_kib_per_turn_in_flight": spread([r["rss_kib_per_turn_in_flight"] for r in rounds]),
@@ -478,7 +505,7 @@ def summarise(repeats: Sequence[dict[str, dict[str, Any]]]) -> dict[str, dict[st
     return out
 
 
-def fronts_of(args: argparse.Namespace) -> list[Front]:
+def fronts_of(args: argparse.Namespace, clusters: dict[int, ClusterNodes]) -> list[Front]:
     fronts = [Front(BOT_DIRECT)]
     if not args.no_passthrough:
         fronts.append(Front(PASSTHROUGH))
@@ -489,13 +516,18 @@ def fronts_of(args: argparse.Namespace) -> list[Front]:
     fronts.extend(Front(f"gateway memory gc={n}", "memory://", str(n)) for n in args.gc_threshold)
     if args.uvloop:
         fronts.append(Front("gateway memory uvloop", "memory://", loop="uvloop"))
+    fronts.extend(
+        Front(f"gateway cluster {size}", nodes.url, redis_pids=tuple(nodes.pids))
+        for size, nodes in clusters.items()
+    )
     return fronts
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    fronts = fronts_of(args)
     with tempfile.TemporaryDirectory(prefix="slow-bot-") as tmp, Children(Path(tmp)) as children:
         workdir = Path(tmp)
+        clusters = {size: start_cluster(children, size, replicas=True) for size in args.cluster}
+        fronts = fronts_of(args, clusters)
         private = generate_private_jwk("ES256")
         key_file = workdir / "pa-key.json"
         key_file.write_text(json.dumps(private))
@@ -520,7 +552,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                     )
                     server = start_server(children, setup, front, bot, bot_port)
                     try:
-                        figures[front.name] = measure(setup, server, concurrency, args, bot)
+                        figures[front.name] = measure(setup, server, concurrency, args, bot, front.redis_pids)
                     finally:
                         if server.child is not None:
                             children.stop(server.child)
@@ -534,6 +566,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "warmup_s": args.warmup,
             "repeats": args.repeats,
             "fronts": [front.name for front in fronts],
+            "clusters": {str(size): nodes.url for size, nodes in clusters.items()},
             "tracemalloc": args.tracemalloc,
         },
         "rounds": rounds,
@@ -583,7 +616,8 @@ def render(result: dict[str, Any]) -> str:
         f"slow bot: {s['latency_s']:g} s a turn; {s['duration_s']:g} s measured after {s['warmup_s']:g} s; "
         f"median (min-max) of {s['repeats']} interleaved repeats",
         f"{'concurrent':>10} {'front':<22} {'turns/s':>20} {'ratio':>20} {'errors':>6} {'p50 ms':>7} "
-        f"{'front ms/turn':>17} {'GC CPU s':>17} {'busy':>5} {'KiB/turn':>17}",
+        f"{'front ms/turn':>17} {'GC CPU s':>17} {'busy':>5} {'KiB/turn':>17} {'redis ms/turn':>17} "
+        f"{'front cores':>17} {'redis cores':>17}",
     ]
     for row in result["rounds"]:
         for name, f in row["fronts"].items():
@@ -592,7 +626,9 @@ def render(result: dict[str, Any]) -> str:
                 f"{row['concurrency']:>10} {name:<22} {_cell(f['turns_per_s'], '.0f'):>20} "
                 f"{_cell(f['ratio'], '.3f'):>20} {f['errors']:>6} {f['p50_ms']['median']:>7.0f} "
                 f"{_cell(f['front_cpu_ms_per_turn'], '.2f'):>17} {_cell(f['gc_cpu_s'], '.2f'):>17} "
-                f"{busy:>5.0%} {_cell(f['rss_kib_per_turn_in_flight'], '.1f'):>17}"
+                f"{busy:>5.0%} {_cell(f['rss_kib_per_turn_in_flight'], '.1f'):>17} "
+                f"{_cell(f['redis_cpu_ms_per_turn'], '.2f'):>17} {_cell(f['front_cores'], '.2f'):>17} "
+                f"{_cell(f['redis_cores'], '.2f'):>17}"
             )
         for name, figures in row["repeats"][-1].items():
             traced = figures["tracemalloc"]
@@ -640,7 +676,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--stores",
         type=lambda text: text.split(","),
         default=["memory", "redis"],
-        help="gateway stores to run: memory,redis",
+        help="gateway stores to run: memory,redis ('' for neither, beside --cluster)",
     )
     parser.add_argument(
         "--gc-threshold",
@@ -652,6 +688,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         "--uvloop",
         action="store_true",
         help="one more memory gateway on uvloop's event loop (installed apart)",
+    )
+    parser.add_argument(
+        "--cluster",
+        type=_numbers,
+        default=[],
+        help="primaries of Redis Clusters (one replica each) the run starts, comma-separated: "
+        "one gateway cluster front on each",
     )
     parser.add_argument("--no-passthrough", action="store_true", help="leave the bare aiohttp forwarder out")
     parser.add_argument("--tracemalloc", action="store_true", help="trace the gateways' allocations (slow)")

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import pytest
 
 from bench import ablate, rate_scan
-from bench.procs import serve_request, served_through
+from bench.procs import Children, serve_request, served_through, start_cluster
+from bench.redis_probe import RedisProbe
 
 
 def test_a_served_gateway_gets_back_exactly_the_cli_arguments_it_was_given() -> None:
@@ -34,3 +36,33 @@ def test_a_malformed_serve_request_is_a_usage_error(
 def test_ablate_refuses_an_ablation_it_does_not_have() -> None:
     with pytest.raises(SystemExit, match=re.escape("usage: python -m bench.ablate --serve")):
         ablate.main(["--serve", "no-such-part", "--", "serve"])
+
+
+def test_a_bench_cluster_serves_every_slot_with_a_replica_a_primary_and_is_stopped_by_pid(
+    tmp_path: Path,
+) -> None:
+    """Issue 20 item 6: the bench's clusters split the 16384 slots over N primaries, each replica
+    attached to its own primary; leaving the run's ``Children`` ends every node."""
+    with Children(tmp_path) as children:
+        nodes = start_cluster(children, 2, replicas=True)
+        assert nodes.url.startswith("redis+cluster://127.0.0.1:")
+        assert nodes.url.count(",") == 1
+        ports = [port for _, port in (*nodes.primaries, *nodes.replicas)]
+        probes = [RedisProbe(f"redis://127.0.0.1:{port}/0") for port in ports]
+        for probe in probes:
+            info = probe.command("CLUSTER", "INFO").decode()
+            assert "cluster_state:ok" in info, info
+            assert "cluster_slots_assigned:16384" in info, info
+        for probe in probes[:2]:
+            assert b"role:master" in probe.command("INFO", "replication")
+        primary_ids = {probe.command("CLUSTER", "MYID") for probe in probes[:2]}
+        for probe in probes[2:]:
+            replication = probe.command("INFO", "replication").decode()
+            assert "role:slave" in replication, replication
+            assert "master_link_status:up" in replication, replication
+            [line] = [ln for ln in probe.command("CLUSTER", "NODES").split(b"\n") if b"myself" in ln]
+            assert line.split()[3] in primary_ids, line
+        pids = nodes.pids
+        assert len(pids) == 4
+        assert all(Path(f"/proc/{pid}").exists() for pid in pids)
+    assert not any(Path(f"/proc/{pid}").exists() for pid in pids)

@@ -67,3 +67,17 @@ def test_the_redis_bytes_front_prints_its_figures_beside_the_targets() -> None:
     assert re.search(r"MEMORY USAGE of keys per conversation: \d+ B", out), out
     assert re.search(r"round trips per opening turn: 2\.00; target <= 2", out), out
     assert re.search(r"round trips per continuing turn: 2\.00; target <= 2", out), out
+
+
+def test_the_cluster_front_measures_every_shard_of_three_beside_one_primary() -> None:
+    """Issue 20 item 6: bytes per conversation per shard and the spread, one primary and three in one run."""
+    out = run_module(
+        "bench", *("capacity", "redis_bytes", "--cluster", "--conversations", "300", "--concurrency", "4")
+    )
+    one, three = out.split("## 3 primaries")
+    assert len(re.findall(r"^  shard 127\.0\.0\.1:\d+: \+[\d.]+ MiB, \d+ conversations", one, re.M)) == 1, out
+    shards = re.findall(r"^  shard 127\.0\.0\.1:\d+: \+[\d.]+ MiB, (\d+) conversations", three, re.M)
+    assert len(shards) == 3, out
+    assert sum(map(int, shards)) == 300, out
+    assert re.search(r"spread between shards .*: \d+\.\d%; target <= 10%", three), out
+    assert re.search(r"3 primaries / 1 primary used_memory per conversation: \d\.\d{3}", out), out

@@ -78,3 +78,32 @@ def test_a_gc_threshold_front_runs_the_gateway_with_that_threshold(tmp_path: Pat
     # About 14 against 0 on an idle machine; the turns/s, and so the count, hardly move when it is busy.
     assert lowered >= 5, (stock, lowered)
     assert lowered > 3 * stock, (stock, lowered)
+
+
+def test_a_cluster_front_runs_the_gateway_on_each_cluster_the_run_starts_and_reads_its_nodes_cpu(
+    tmp_path: Path,
+) -> None:
+    """Issue 20 item 6: one primary against three, side by side; each node's CPU is the front's Redis CPU.
+
+    A cluster of N primaries with a replica each is 2N nodes; the gateway reaches it with the
+    defaults (``cache.wait_replicas`` 1), so a turn served at all was acknowledged by a replica.
+    """
+    out = tmp_path / "slow_bot.json"
+    args = ("--latency", "0", "--where", "4", "--duration", "1", "--warmup", "0.5", "--repeats", "1")
+    fronts = ("--stores", "", "--no-passthrough", "--cluster", "1,3")
+    stdout = run_module("bench", "capacity", "slow_bot", *args, *fronts, "--out", str(out))
+    result = json.loads(out.read_text())
+    clusters = result["settings"]["clusters"]
+    assert [url.count(",") + 1 for url in clusters.values()] == [1, 3]
+    assert all(url.startswith("redis+cluster://127.0.0.1:") for url in clusters.values())
+    [repeat] = result["rounds"][0]["repeats"]
+    assert tuple(repeat) == (BOT_DIRECT, "gateway cluster 1", "gateway cluster 3")
+    for name in ("gateway cluster 1", "gateway cluster 3"):
+        front = repeat[name]
+        assert front["errors"] == 0, (name, front["error_samples"])
+        assert front["turns_per_s"] > 0, name
+        assert front["redis_cpu_ms_per_turn"] > 0, name
+        assert front["cpu_s"]["redis"] > 0, name
+        assert front["front_cores"] > 0, name
+    assert repeat[BOT_DIRECT]["redis_cores"] is None
+    assert "gateway cluster 3" in stdout
