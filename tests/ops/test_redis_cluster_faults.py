@@ -12,7 +12,7 @@ three primaries; a fault is aimed at the primary serving some of them (never the
   new primary), no turn run by the bot beyond its failed attempts; how long its users' turns
   failed is recorded (``record_figure``);
 - a live reshard of every slot holding a user's conversations, by the steps ``redis-cli --cluster
-  reshard`` takes (``SETSLOT IMPORTING``/``MIGRATING``, ``MIGRATE`` key by key, ``SETSLOT NODE``):
+  reshard`` takes (``SETSLOT IMPORTING``/``MIGRATING``, ``MIGRATE`` the keys, ``SETSLOT NODE``):
   every turn answered, and the gateways' ``/metrics`` count ``ASK`` and ``MOVED`` redirects;
 - a primary that stops answering (``SIGSTOP``): the users on other primaries are answered as fast
   as before, with no failed attempt; only the stopped node's users fail.
@@ -53,8 +53,8 @@ SETUP_LIMIT = 30.0
 """Seconds the stream gets for its first answers."""
 STOP_SECONDS = 4.0
 """How long the stopped primary stays stopped."""
-MIGRATION_PAUSE = 0.3
-"""Seconds between two steps of a slot's migration, so that turns meet it half done (``ASK``)."""
+MIGRATION_PAUSE = 1.0
+"""Seconds a slot stays migrating with its keys moved, so that turns meet it half done (``ASK``)."""
 
 
 def cluster_turns(url: str) -> Callable[[dict[str, Any]], None]:
@@ -209,9 +209,11 @@ async def test_a_primary_lost_or_failed_over_under_a_stream_of_turns_loses_no_re
     assert stream.bot_calls_beyond_attempts() == {}
 
 
-def migrate_slot(cluster: RedisCluster, slot: int, stop_before_assigning: float) -> None:
-    """Move ``slot`` to another primary as ``redis-cli --cluster reshard`` does, one key at a time,
-    pausing between steps (and ``stop_before_assigning`` s with every key moved) while turns flow."""
+def migrate_slot(cluster: RedisCluster, slot: int) -> None:
+    """Move ``slot`` to another primary as ``redis-cli --cluster reshard`` does: mark it importing on
+    the target and migrating on the source, ``MIGRATE`` its keys in batches, then, after
+    :data:`MIGRATION_PAUSE` with every key moved and the slot still migrating (each turn on it meets
+    ``ASK``), assign it to the target on the target, the source and the third primary, in that order."""
     probe = next(f"k{n}" for n in range(1_000_000) if key_slot(f"k{n}") == slot)
     source = cluster.node_of_key(probe)
     target = next(node for node in cluster.primaries() if node is not source)
@@ -220,10 +222,8 @@ def migrate_slot(cluster: RedisCluster, slot: int, stop_before_assigning: float)
         target_client.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
         source_client.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
         while moving := source_client.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100):
-            for key in moving:
-                source_client.execute_command("MIGRATE", "127.0.0.1", target.port, key, 0, 5000)
-                time.sleep(MIGRATION_PAUSE)
-        time.sleep(stop_before_assigning)
+            source_client.execute_command("MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", *moving)
+        time.sleep(MIGRATION_PAUSE)
         for node in (target, source, *(node for node in cluster.primaries() if node not in (source, target))):
             with node.client() as client:
                 client.execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
@@ -241,7 +241,7 @@ async def test_a_live_reshard_of_open_conversations_answers_every_turn_and_follo
         await stream.until_answered(2 * WORKERS, limit=SETUP_LIMIT)
         slots = sorted({key_slot(keys.conv_key("acme", "x", owner_tag(gw, sub))) for sub in users()})
         for slot in slots:
-            await asyncio.to_thread(migrate_slot, redis_cluster, slot, 1.0)
+            await asyncio.to_thread(migrate_slot, redis_cluster, slot)
         await asyncio.to_thread(redis_cluster.wait_healthy)
         await stream.until_answered(2 * WORKERS, since=loop.time(), limit=SETUP_LIMIT)
         await stream.stop()
