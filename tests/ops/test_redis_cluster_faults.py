@@ -30,6 +30,7 @@ import orjson
 import pytest
 import redis.asyncio as aioredis
 
+from gateway.ops.limits import PER_AGENT, subject_digest
 from gateway.store import keys
 from gateway.store.base import Owner
 from gateway.store.slots import key_slot
@@ -91,15 +92,10 @@ def placement(cluster: RedisCluster, gw: Harness) -> dict[int, list[str]]:
     return placed
 
 
-def per_agent_node(cluster: RedisCluster) -> ClusterNode:
+def per_agent_node(cluster: RedisCluster, gw: Harness) -> ClusterNode:
     """The primary holding the §6 per-agent counter (a slot of its own, charged on every turn)."""
-    held = []
-    for node in cluster.primaries():
-        with node.client() as client:
-            if client.keys("pact:acme:*rl:per_agent:*"):
-                held.append(node)
-    assert len(held) == 1, [node.port for node in held]
-    return held[0]
+    subject = subject_digest(gw.issuer)
+    return cluster.node_of_key(keys.limit_key("acme", PER_AGENT, subject, keys.owner_tag(subject)))
 
 
 async def two_gateways(metered: Metered, cluster: RedisCluster) -> list[tuple[Harness, Any]]:
@@ -288,7 +284,7 @@ async def test_a_stopped_primary_fails_only_its_own_users_turns_the_others_are_a
         placed = placement(redis_cluster, gw)
         # Not the per-agent counter's primary: every turn charges that counter, so stopping it
         # would slow every user's turns, not only its own (rate_limits.fail_open serves them late).
-        counter = per_agent_node(redis_cluster)
+        counter = per_agent_node(redis_cluster, gw)
         candidates = [port for port in placed if port != counter.port and len(placed) > 1]
         assert candidates, f"every user on the per-agent counter's primary: {placed}"
         victim = redis_cluster.by_port(max(candidates, key=lambda port: len(placed[port])))
@@ -314,10 +310,15 @@ async def test_a_stopped_primary_fails_only_its_own_users_turns_the_others_are_a
     usual = max(before)
     slowest = max(sent.answered_at - sent.started_at for sent in served)
     assert slowest < max(3 * usual, TIMEOUT), (slowest, usual)
-    # A turn that began a timeout before SIGCONT could only fail: the node answered nothing till then.
-    doomed = [sent for sent in during if sent.sub in hit and sent.started_at < resumed - TIMEOUT]
-    assert doomed
-    assert [sent.message_id for sent in doomed if not sent.failures] == []
+    # Each of its users was on a message through the stop: none answered before SIGCONT, each only
+    # after failed attempts (the node silent; then its replica, promoted, has no replica for WAIT).
+    caught = [
+        sent
+        for sent in stream.answered
+        if sent.sub in hit and sent.started_at < resumed - TIMEOUT and sent.answered_at >= stopped + TIMEOUT
+    ]
+    assert sorted({sent.sub for sent in caught}) == sorted(hit)
+    assert all(sent.failures and sent.answered_at >= resumed for sent in caught)
     record_figure(
         "cluster_stopped_node",
         what=f"one primary stopped {STOP_SECONDS} s (SIGSTOP) under a stream of turns",
