@@ -314,7 +314,7 @@ async def test_a_stopped_primary_fails_only_its_own_users_turns_the_others_are_a
     assert [sent.message_id for sent in served if sent.failures] == []
     usual = max(before)
     slowest = max(sent.answered_at - sent.started_at for sent in served)
-    assert slowest < max(3 * usual, TIMEOUT), (slowest, usual)
+    assert slowest < TIMEOUT, (slowest, usual)  # none waited on the stopped node
     # Each of its users was on a message through the stop: none answered before SIGCONT, each only
     # after failed attempts (the node silent; then its replica, promoted, has no replica for WAIT).
     caught = [
