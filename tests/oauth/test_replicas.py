@@ -1,5 +1,6 @@
-"""§5.3 across replicas: two gateways on one Redis share every device code and grant, and each
-single-use decision (redeeming a code, rotating a refresh token) is made once between them."""
+"""§5.3 across replicas: two gateways on one Redis (or one Redis Cluster, issue 20) share every
+device code and grant, and each single-use decision (redeeming a code, rotating a refresh token)
+is made once between them."""
 
 from __future__ import annotations
 
@@ -27,18 +28,27 @@ def clock() -> ManualClock:
     return ManualClock()
 
 
+@pytest.fixture(params=["redis", "cluster"])
+def shared_url(request: pytest.FixtureRequest) -> str:
+    """The store both replicas share, once per backend: the Redis database, then a Redis Cluster
+    of three primaries (issue 20), where every write also waits for a replica (``wait_replicas``)."""
+    url: str = request.getfixturevalue(f"{request.param}_url")
+    return url
+
+
 @pytest.fixture
 async def replicas(
     make_gateway: MakeGateway,
-    redis_url: str,
+    shared_url: str,
     brand_login: BrandLogin,
     provider_key_pem: str,
     clock: ManualClock,
 ) -> tuple[Harness, Harness]:
-    """Two gateways on one Redis database, deciding by one clock (as replicas share wall time)."""
+    """Two gateways on one Redis database or one Redis Cluster, deciding by one clock (as replicas
+    share wall time)."""
     edit = enable_delegation(brand_login, provider_key_pem)
-    return await make_gateway(redis_url, edit=edit, clock=clock), await make_gateway(
-        redis_url, edit=edit, clock=clock
+    return await make_gateway(shared_url, edit=edit, clock=clock), await make_gateway(
+        shared_url, edit=edit, clock=clock
     )
 
 

@@ -1,6 +1,7 @@
-"""Several replicas, one truth: two gateway instances, each with its own RedisStore on one Redis.
+"""Several replicas, one truth: two gateway instances, each with its own RedisStore on one Redis
+(and, issue 20, on one Redis Cluster).
 
-Each ``make_gateway(redis_url)`` is an independent app that opens its own connection pool,
+Each ``make_gateway(shared_url)`` is an independent app that opens its own connection pool,
 as two pods would; they share only the Redis and the bot. Conversations (§4.2), retries and
 in-flight markers (§4.3) and rate limits (§6) must behave as if there were one gateway.
 Also measures the Redis round trips one ``message:send`` costs on the hot path.
@@ -25,9 +26,17 @@ from tests.support.waiting import until
 STILL_RUNNING = "A message with this messageId is still being processed"
 
 
+@pytest.fixture(params=["redis", "cluster"])
+def shared_url(request: pytest.FixtureRequest) -> str:
+    """The store both replicas share, once per backend: the Redis database, then a Redis Cluster
+    of three primaries (issue 20), where every write also waits for a replica (``wait_replicas``)."""
+    url: str = request.getfixturevalue(f"{request.param}_url")
+    return url
+
+
 @pytest.fixture
-async def replicas(make_gateway: MakeGateway, redis_url: str) -> tuple[Harness, Harness]:
-    return await make_gateway(redis_url), await make_gateway(redis_url)
+async def replicas(make_gateway: MakeGateway, shared_url: str) -> tuple[Harness, Harness]:
+    return await make_gateway(shared_url), await make_gateway(shared_url)
 
 
 async def message(response: ClientResponse) -> dict[str, Any]:
@@ -126,14 +135,14 @@ async def test_s4_3_twenty_concurrent_duplicates_over_both_make_one_bot_call(
     assert len(bot.calls) == 2
 
 
-async def test_s6_rate_limits_add_up_across_replicas(make_gateway: MakeGateway, redis_url: str) -> None:
+async def test_s6_rate_limits_add_up_across_replicas(make_gateway: MakeGateway, shared_url: str) -> None:
     clock = ManualClock(start=1_700_000_000.0)
 
     def limits(raw: dict[str, Any]) -> None:
         raw["rate_limits"] = {"per_user": {"rate": 0.2, "burst": 4}, "per_agent": {"rate": 0.5, "burst": 6}}
 
-    a = await make_gateway(redis_url, edit=limits, clock=clock)
-    b = await make_gateway(redis_url, edit=limits, clock=clock)
+    a = await make_gateway(shared_url, edit=limits, clock=clock)
+    b = await make_gateway(shared_url, edit=limits, clock=clock)
     for gw in (a, b, a, b):
         await message(await gw.send())
     for gw in (a, b):

@@ -13,9 +13,16 @@ def tag_of(owner: Owner) -> str:
     return keys.owner_tag(owner.digest)
 
 
-async def conversation_key(client: aioredis.Redis, brand_id: str, context_id: str) -> bytes | None:
+async def conversation_key(
+    client: aioredis.Redis, brand_id: str, context_id: str, tag: str | None = None
+) -> bytes | None:
     """The key holding conversation ``context_id`` in either current layout (its owner's tag is found
-    by a scan, as a test may not know the owner), or ``None``."""
+    by a scan, as a test may not know the owner), or ``None``. Given the owner's ``tag``, only the
+    tagged key is looked at: a Redis Cluster node would answer ``MOVED`` for the untagged one, and a
+    scan there covers that node's keys alone."""
+    if tag is not None:
+        tagged = keys.conv_key(brand_id, context_id, tag).encode()
+        return tagged if await client.exists(tagged) else None
     untagged = keys.conv_key(brand_id, context_id).encode()
     if await client.exists(untagged):
         return untagged
@@ -24,10 +31,11 @@ async def conversation_key(client: aioredis.Redis, brand_id: str, context_id: st
 
 
 async def stored_reply(
-    client: aioredis.Redis, brand_id: str, context_id: str, message_id: str
+    client: aioredis.Redis, brand_id: str, context_id: str, message_id: str, tag: str | None = None
 ) -> bytes | None:
-    """The reply stored for ``message_id``, joined from its pieces and unpacked; ``None`` if there is none."""
-    key = await conversation_key(client, brand_id, context_id)
+    """The reply stored for ``message_id``, joined from its pieces and unpacked; ``None`` if there is none.
+    ``tag`` as in :func:`conversation_key`."""
+    key = await conversation_key(client, brand_id, context_id, tag)
     if key is None:
         return None
     field = keys.message_digest(message_id)

@@ -40,6 +40,8 @@ class Sent:
     sub: str
     failures: list[str] = field(default_factory=list)
     reply: bytes = b""
+    started_at: float = 0.0
+    """Loop time of its first attempt."""
     answered_at: float = 0.0
 
 
@@ -103,6 +105,7 @@ class TurnStream:
                 if self._stopping.is_set():
                     return
                 sent = Sent(f"m-{uuid.uuid4().hex}", f"Where is order A-1000{turn}?", context_id, sub)
+                sent.started_at = loop.time()
                 await self._until_answered(sent)
                 sent.answered_at = loop.time()
                 self.answered.append(sent)
