@@ -175,6 +175,7 @@ class TurnService:
                     new_context_id() if context_id is None else "",
                     limits=charge.hits,
                     grant=grant,
+                    fail_open=charge.fail_open,
                 ),
             )
         except StoreError as exc:
@@ -193,14 +194,18 @@ class TurnService:
     ) -> TurnAnswer:
         """Run the turn, charging ``charge`` (§6) in the same store step that claims it.
 
-        The store is needed for the turn anyway, so a store failure is ``INTERNAL`` whatever
-        ``rate_limits.fail_open`` says, and the hot path saves the limits' own round trip.
+        The store is needed for the turn anyway, so a failure of the turn's store step is
+        ``INTERNAL`` whatever ``rate_limits.fail_open`` says, and the hot path saves the limits' own
+        round trip; a counter the store keeps apart (a Redis Cluster node of its own) that cannot be
+        charged is what ``fail_open`` decides, as it is for every other limit.
         Under a ``delegation`` (§5.5) that same step checks the grant and the context's user.
         The bot is called as a child of ``trace``'s span (W3C Trace Context).
         """
         claim = await self._claim(
             owner, message, charge, request_id, None if delegation is None else delegation.grant
         )
+        if claim.uncounted:
+            self._limits.not_counted(charge, "a counter's Redis node did not answer", fail_open=True)
         if claim.status is TurnStatus.RATE_LIMITED:
             # Nothing was charged or claimed: the retry after Retry-After runs the turn.
             raise self._limits.refusal(charge, claim.waits)

@@ -27,7 +27,7 @@ import logging
 import math
 from collections import OrderedDict
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from gateway.config import RateLimitsConfig, RateRule
 from gateway.ops.metrics import Metrics
@@ -155,6 +155,8 @@ class Charge:
     brand_id: str
     names: tuple[str, ...]
     hits: tuple[Hit, ...]
+    fail_open: bool = False
+    """``rate_limits.fail_open`` where the charge is made inside the turn's store step (A2A)."""
 
 
 class RateLimits:
@@ -204,7 +206,10 @@ class RateLimits:
             self._a2a.move_to_end(identity)
             return cached[1]
         owner_tag = keys.owner_tag(Owner(brand_id, issuer, sub).digest) if self._limiter.tagged else ""
-        charge = self.charge(brand_id, a2a_limits(settings, issuer, sub), owner_tag=owner_tag)
+        charge = replace(
+            self.charge(brand_id, a2a_limits(settings, issuer, sub), owner_tag=owner_tag),
+            fail_open=settings.fail_open,
+        )
         self._a2a[identity] = (settings, charge)
         if len(self._a2a) > self._identities:
             self._a2a.popitem(last=False)
@@ -233,17 +238,22 @@ class RateLimits:
                 return await self._limiter.hit_all(charge.hits)
             return await self._limiter.waits(charge.hits)
         except StoreError as exc:
-            if self._metrics is not None:
-                self._metrics.store_error("rate_limit")
-            log.warning(
-                "rate limits not counted (%s): %s",
-                "serving anyway" if fail_open else "refusing",
-                exc,
-                extra={"brand": charge.brand_id},
-            )
+            self.not_counted(charge, str(exc), fail_open=fail_open)
             if fail_open:
                 return ()
             raise
+
+    def not_counted(self, charge: Charge, why: str, *, fail_open: bool) -> None:
+        """Log and count a charge the store could not make (``why``), served or refused as
+        ``fail_open`` says: here, or by a turn's store step (:attr:`TurnClaim.uncounted`)."""
+        if self._metrics is not None:
+            self._metrics.store_error("rate_limit")
+        log.warning(
+            "rate limits not counted (%s): %s",
+            "serving anyway" if fail_open else "refusing",
+            why,
+            extra={"brand": charge.brand_id},
+        )
 
     async def check_budget(self, brand_id: str, limits: Sequence[Limit], *, fail_open: bool) -> None:
         """Raise :class:`RateLimited` when any of ``limits`` is spent, charging nothing.

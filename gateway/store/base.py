@@ -89,6 +89,9 @@ class TurnClaim(NamedTuple):
     reply: bytes | None = None
     waits: tuple[float, ...] = ()
     """``RATE_LIMITED``: seconds to wait per limit passed to ``begin_turn``, in order (0 where allowed)."""
+    uncounted: bool = False
+    """A §6 counter kept apart from the turn's own step could not be charged and ``begin_turn``'s
+    ``fail_open`` served the turn anyway: the caller logs and counts it as any uncounted limit."""
 
 
 def text_digest(text: str) -> bytes:
@@ -110,8 +113,14 @@ class ConversationStore(ABC):
         *,
         limits: Sequence[Hit] = (),
         grant: GrantCheck | None = None,
+        fail_open: bool = False,
     ) -> TurnClaim:
         """Claim the turn ``message_id``, after charging ``limits`` (§6 counters, all or nothing).
+
+        ``fail_open`` (``rate_limits.fail_open``): a counter the backend keeps apart from the turn's
+        own step (on Redis in the tagged layout, the per-agent one, in a slot of its own) that cannot
+        be charged (its Redis Cluster node is down) leaves the turn uncounted by it
+        (:attr:`TurnClaim.uncounted`) instead of failing it; the turn's own step failing still fails it.
 
         With ``grant`` (a turn under a delegation token, §5.5), after the limits and before
         anything else: a grant that is not live or whose owner is not ``owner`` is

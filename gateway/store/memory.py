@@ -518,6 +518,7 @@ class MemoryStore(ConversationStore):
         *,
         limits: Sequence[Hit] = (),
         grant: GrantCheck | None = None,
+        fail_open: bool = False,
     ) -> TurnClaim:
         now = self._clock()
         entries = self.keyspace.entries

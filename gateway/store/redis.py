@@ -69,6 +69,7 @@ import contextlib
 import random
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, Final, NamedTuple
 
 from gateway.config import CacheConfig
@@ -400,6 +401,16 @@ class Layouts(NamedTuple):
     older: bool
 
 
+@dataclass
+class _ApartCharge:
+    """A turn's §6 counters charged beside its script (the per-agent one, tagged layout), and what
+    became of them: with ``fail_open`` (``rate_limits.fail_open``) a charge that fails (its node is
+    down) leaves the turn ``uncounted`` by them rather than failing it."""
+
+    fail_open: bool
+    uncounted: bool = False
+
+
 class RedisStore(ConversationStore):
     """Conversations on Redis, in the layout ``cache.key_layout`` names, reading every layout.
 
@@ -478,6 +489,7 @@ class RedisStore(ConversationStore):
         args: list[Any],
         release: tuple[Owner, str, bytes, str, bool],
         charge: tuple[Sequence[Hit], Sequence[Hit], int] = ((), (), 0),
+        outcome: _ApartCharge | None = None,
     ) -> list[Any]:
         """Run a begin-turn script; if its outcome is unknown, release what it may have claimed.
 
@@ -494,12 +506,13 @@ class RedisStore(ConversationStore):
         counter refuses, those that allowed on the other side are given back (:data:`REFUND`, sent
         with the claim's release when the turn's script claimed), one more round trip on the
         refusal path only; the answer is then ``{'limited', wait per limit}`` in ``limits``' order.
+        When that charge fails and ``outcome`` says to serve anyway, the turn goes on and
+        ``outcome`` records it as uncounted.
         """
         limits, apart, now = charge
         charged = asyncio.ensure_future(charge_by_slot(self._redis, apart, now)) if apart else None
         try:
             result: list[Any] = await self._redis.run(script, keys_, args, replicated=True)
-            waits = {} if charged is None else await charged
         except BaseException:
             if charged is not None:
                 # Its answer no longer matters (the turn fails); its failure is not to be logged as lost.
@@ -507,28 +520,59 @@ class RedisStore(ConversationStore):
                 charged.add_done_callback(_settled)
             await asyncio.shield(self._release(*release))
             raise
+        apart_keys = {hit.key for hit in apart}
+        inline = [hit for hit in limits if hit.key not in apart_keys]
+        # The script charged its own counters unless it refused or did nothing (a released attempt).
+        spent_here = result[0] not in (b"limited", b"released")
+        claimed = result[0] == b"new"
+        try:
+            waits = {} if charged is None else await self._charged_apart(charged, outcome)
+        except BaseException:
+            await asyncio.shield(
+                self._give_back(release if claimed else None, inline if spent_here else [], now)
+            )
+            raise
         refused_here = result[0] == b"limited"
         if charged is None or (not any(waits.values()) and not refused_here):
             return result
-        if refused_here:
-            back = [hit for hit in apart if not waits[hit.key]]
-        else:
-            back = [hit for hit in limits if hit.key not in waits] if result[0] != b"released" else []
-            back += [hit for hit in apart if not waits[hit.key]]
-        await asyncio.shield(self._give_back(release, back, now, claimed=result[0] == b"new"))
-        inline = iter(result[1:] if refused_here else ())
-        return [b"limited", *(waits[hit.key] if hit.key in waits else int(next(inline, 0)) for hit in limits)]
+        # Given back: what was charged and allowed on each side of the one that refused.
+        back = [hit for hit in apart if waits.get(hit.key) == 0]
+        if spent_here:
+            back += inline
+        await asyncio.shield(self._give_back(release if claimed else None, back, now))
+        script_waits = iter(result[1:] if refused_here else ())
+        return [
+            b"limited",
+            *(
+                waits.get(hit.key, 0) if hit.key in apart_keys else int(next(script_waits, 0))
+                for hit in limits
+            ),
+        ]
+
+    @staticmethod
+    async def _charged_apart(
+        charged: asyncio.Future[dict[str, int]], outcome: _ApartCharge | None
+    ) -> dict[str, int]:
+        """The counters charged apart: their waits, or none (not counted) if their charge failed
+        and ``outcome`` serves anyway; otherwise the failure, which fails the claim."""
+        try:
+            return await charged
+        except StoreError:
+            if outcome is None or not outcome.fail_open:
+                raise
+            outcome.uncounted = True
+            return {}
 
     async def _give_back(
-        self, release: tuple[Owner, str, bytes, str, bool], hits: Sequence[Hit], now: int, *, claimed: bool
+        self, release: tuple[Owner, str, bytes, str, bool] | None, hits: Sequence[Hit], now: int
     ) -> None:
-        """A refused turn's aftermath: its claim released (if the script claimed) and ``hits``
-        refunded, sent together. A failure leaves the marker to ``pending_ttl`` and the charge to
-        lapse (a burst's worth at most): the refusal is answered either way."""
+        """A refused or failed turn's aftermath: its claim released (``release``, if the script
+        claimed) and ``hits`` refunded, sent together. A failure leaves the marker to ``pending_ttl``
+        and the charge to lapse (a burst's worth at most): the refusal is answered either way."""
         with contextlib.suppress(StoreError):
             await asyncio.gather(
-                *((self._release(*release),) if claimed else ()),
-                refund_by_slot(self._redis, hits, now),
+                *((self._release(*release),) if release is not None else ()),
+                *((refund_by_slot(self._redis, hits, now),) if hits else ()),
             )
 
     async def _release(
@@ -551,6 +595,7 @@ class RedisStore(ConversationStore):
         takes_over: bytes = b"",
         limits: Sequence[Hit] = (),
         grant: GrantCheck | None = None,
+        outcome: _ApartCharge | None = None,
     ) -> list[Any]:
         """``first``: the message's first-message key in the written layout, or ``None`` (no check)."""
         inline, apart = self._split(owner, limits)
@@ -591,6 +636,7 @@ class RedisStore(ConversationStore):
             ],
             (owner, context_id, field, token, True),
             (limits, apart, int(now * US)),
+            outcome,
         )
 
     async def _continue(
@@ -602,6 +648,7 @@ class RedisStore(ConversationStore):
         token: str,
         limits: Sequence[Hit] = (),
         grant: GrantCheck | None = None,
+        outcome: _ApartCharge | None = None,
     ) -> TurnClaim:
         inline, apart = self._split(owner, limits)
         limit_keys, limit_args = script_arguments(inline, int(now * US))
@@ -637,6 +684,7 @@ class RedisStore(ConversationStore):
             ],
             (owner, context_id, field, token, False),
             (limits, apart, int(now * US)),
+            outcome,
         )
 
         verdict = result[0]
@@ -666,6 +714,7 @@ class RedisStore(ConversationStore):
         *,
         limits: Sequence[Hit] = (),
         grant: GrantCheck | None = None,
+        fail_open: bool = False,
     ) -> TurnClaim:
         """One round trip on the hot path (the limits and the grant check ride along in the script).
 
@@ -677,13 +726,28 @@ class RedisStore(ConversationStore):
         ``_OPEN`` that takes the first-message record over, unless a concurrent copy of the
         message took it first: then the next round claims that copy's conversation).
         """
+        outcome = _ApartCharge(fail_open)
+        claim = await self._begin(owner, context_id, message_id, text, new_context_id, limits, grant, outcome)
+        return claim._replace(uncounted=True) if outcome.uncounted else claim
+
+    async def _begin(
+        self,
+        owner: Owner,
+        context_id: str | None,
+        message_id: str,
+        text: str,
+        new_context_id: str,
+        limits: Sequence[Hit],
+        grant: GrantCheck | None,
+        outcome: _ApartCharge,
+    ) -> TurnClaim:
         if grant is not None and not self._grant_may_be_owners(grant.grant_key, owner):
             return TurnClaim(TurnStatus.GRANT_REVOKED)
         now = self._clock()
         token = _token()
         field = keys.message_digest(message_id)
         if context_id is not None:
-            return await self._continue(owner, context_id, field, now, token, limits, grant)
+            return await self._continue(owner, context_id, field, now, token, limits, grant, outcome)
         digest = text_digest(text)[:FIRST_DIGEST]
         first = keys.first_key(owner.brand_id, owner.digest_bytes, field, self.layouts(owner).tag)
         result = await self._open(
@@ -697,6 +761,7 @@ class RedisStore(ConversationStore):
             message_id=message_id,
             limits=limits,
             grant=grant,
+            outcome=outcome,
         )
         for _ in range(_TAKEOVERS):
             if result[0] == b"new":

@@ -440,3 +440,26 @@ async def test_rfc8628_5_1_a_failure_budget_is_looked_at_then_spent_and_says_whe
     assert await broken.spend("acme", budgets, fail_open=True) == ()
     with pytest.raises(StoreError):
         await broken.check_budget("acme", budgets, fail_open=False)
+
+
+async def test_s6_a_per_agent_counter_that_cannot_be_charged_serves_the_turn_uncounted(
+    make_gateway: MakeGateway,
+    redis_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Issue 20: with the per-agent counter in a slot of its own (a Redis Cluster node of its own), its
+    node not answering is a store failure of the limits, not of the turn: ``fail_open`` (the default)
+    serves the turn, logged and counted as any limit the store could not count."""
+
+    async def node_down(*_: object) -> dict[str, int]:
+        raise StoreError("redis: 127.0.0.1:7002: the node did not answer")
+
+    monkeypatch.setattr("gateway.store.redis.charge_by_slot", node_down)
+    gw = await make_gateway(redis_url)
+    response = await gw.send()
+    assert response.status == 200
+    assert "rate limits not counted (serving anyway)" in caplog.text
+    app = gw.client.app
+    assert app is not None
+    assert app[METRICS].registry.get_sample_value("pact_store_errors_total", {"operation": "rate_limit"}) == 1

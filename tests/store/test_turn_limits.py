@@ -13,6 +13,7 @@ import redis.asyncio as aioredis
 from gateway.config import CacheConfig, KeyLayoutName
 from gateway.store import ConversationStore, Owner, TurnStatus
 from gateway.store import keys as store_keys
+from gateway.store.base import StoreError
 from gateway.store.gcra import GCRA_LUA, Hit, Rule
 from gateway.store.limits import RateLimiter, open_rate_limiter
 from gateway.store.memory import MemoryStore
@@ -195,3 +196,32 @@ async def test_redis_fused_begin_is_one_round_trip(redis_store: RedisStore, cloc
         await redis_store.begin_turn(ALICE, "ctx-1", "m2", "x", "u", limits=[AGENT, USER])
     for seen in (first, refused):
         assert (seen.rounds, seen.commands) == (1, ["EVALSHA", "EVALSHA"])
+
+
+@pytest.mark.parametrize("fail_open", [True, False])
+async def test_s6_a_counter_apart_that_cannot_be_charged_is_what_fail_open_says(
+    redis_store: RedisStore, monkeypatch: pytest.MonkeyPatch, fail_open: bool
+) -> None:
+    """Issue 20: in the tagged layout the per-agent counter is in a slot of its own (on a Redis
+    Cluster, maybe a node of its own). When its charge fails, ``rate_limits.fail_open`` decides as for
+    any other limit: the turn is claimed and served uncounted, or it fails having claimed nothing.
+    The turn's own step failing still fails it (tests/ops/test_rate_limits.py)."""
+
+    async def node_down(*_: object) -> dict[str, int]:
+        raise StoreError("redis: 127.0.0.1:7002: the node did not answer")
+
+    monkeypatch.setattr("gateway.store.redis.charge_by_slot", node_down)
+    limits = [AGENT, USER]
+    if fail_open:
+        claim = await redis_store.begin_turn(ALICE, None, "m1", "hi", "ctx-1", limits=limits, fail_open=True)
+        assert (claim.status, claim.context_id, claim.uncounted) == (TurnStatus.NEW, "ctx-1", True)
+        # Claimed: the same message again is the turn still running, not a second bot call (§4.3).
+        again = await redis_store.begin_turn(ALICE, None, "m1", "hi", "ctx-2", limits=[AGENT], fail_open=True)
+        assert again.status is TurnStatus.IN_FLIGHT
+        return
+    with pytest.raises(StoreError):
+        await redis_store.begin_turn(ALICE, None, "m1", "hi", "ctx-1", limits=limits)
+    monkeypatch.undo()
+    # The failed attempt claimed nothing and charged nothing (the per-person counter, burst 1, given back).
+    claim = await redis_store.begin_turn(ALICE, None, "m1", "hi", "ctx-1", limits=limits)
+    assert (claim.status, claim.uncounted) == (TurnStatus.NEW, False)
