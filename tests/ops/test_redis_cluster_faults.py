@@ -270,22 +270,42 @@ async def test_a_live_reshard_of_open_conversations_answers_every_turn_and_follo
     )
 
 
-async def test_a_stopped_primary_fails_only_its_own_users_turns_the_others_are_answered_as_before(
-    redis_cluster: RedisCluster, metered: Metered
-) -> None:
-    # A stopped primary is declared failed after the node timeout and its replica promoted a moment
-    # later; in between, a cluster requiring full coverage refuses every slot (CLUSTERDOWN). An
-    # operator who wants the other slots served through that moment turns the requirement off.
-    for node in redis_cluster.nodes:
+async def partial_coverage_stream(
+    cluster: RedisCluster, metered: Metered
+) -> tuple[list[tuple[Harness, Any]], TurnStream]:
+    """Two gateways and a started stream over ``cluster``, which serves the slots it can.
+
+    A stopped primary is declared failed after the node timeout and its replica promoted a moment
+    later; in between, a cluster requiring full coverage refuses every slot (``CLUSTERDOWN``). An
+    operator who wants the other slots served through that moment turns the requirement off."""
+    for node in cluster.nodes:
         with node.client() as client:
             client.config_set("cluster-require-full-coverage", "no")
-    gateways = await two_gateways(metered, redis_cluster)
-    gw = gateways[0][0]
+    gateways = await two_gateways(metered, cluster)
     stream = TurnStream(
         [harness for harness, _ in gateways], workers=WORKERS, retry_limit=RECOVERY_BOUND + 10
     )
     stream.start()
+    return gateways, stream
+
+
+async def stopped_for(node: ClusterNode, seconds: float) -> tuple[float, float]:
+    """Stop ``node`` (``SIGSTOP``) for ``seconds``: when it stopped and when it went on (loop time)."""
     loop = asyncio.get_running_loop()
+    node.signal(signal.SIGSTOP)
+    stopped = loop.time()
+    try:
+        await asyncio.sleep(seconds)
+    finally:
+        node.signal(signal.SIGCONT)
+    return stopped, loop.time()
+
+
+async def test_a_stopped_primary_fails_only_its_own_users_turns_the_others_are_answered_as_before(
+    redis_cluster: RedisCluster, metered: Metered
+) -> None:
+    gateways, stream = await partial_coverage_stream(redis_cluster, metered)
+    gw = gateways[0][0]
     try:
         await stream.until_answered(3 * WORKERS, limit=SETUP_LIMIT)
         placed = placement(redis_cluster, gw)
@@ -298,13 +318,7 @@ async def test_a_stopped_primary_fails_only_its_own_users_turns_the_others_are_a
         hit = placed[victim.port]
         spared = [sub for sub in users() if sub not in hit]
         before = [sent.answered_at - sent.started_at for sent in stream.answered if not sent.failures]
-        victim.signal(signal.SIGSTOP)
-        stopped = loop.time()
-        try:
-            await asyncio.sleep(STOP_SECONDS)
-        finally:
-            victim.signal(signal.SIGCONT)
-        resumed = loop.time()
+        stopped, resumed = await stopped_for(victim, STOP_SECONDS)
         await until_answered_by(stream, hit, 2 * len(hit), resumed, RECOVERY_BOUND)
         await stream.stop()
     finally:
@@ -346,29 +360,15 @@ async def test_a_stopped_primary_holding_the_per_agent_counter_leaves_the_other_
     answering is a failure of the limits, not of the turns, so ``rate_limits.fail_open`` (the default)
     serves the users whose conversations live elsewhere, each about ``cache.timeout`` late, logged and
     counted as uncounted; only the users on that primary wait for it."""
-    for node in redis_cluster.nodes:
-        with node.client() as client:
-            client.config_set("cluster-require-full-coverage", "no")
-    gateways = await two_gateways(metered, redis_cluster)
+    gateways, stream = await partial_coverage_stream(redis_cluster, metered)
     gw = gateways[0][0]
-    stream = TurnStream(
-        [harness for harness, _ in gateways], workers=WORKERS, retry_limit=RECOVERY_BOUND + 10
-    )
-    stream.start()
-    loop = asyncio.get_running_loop()
     try:
         await stream.until_answered(3 * WORKERS, limit=SETUP_LIMIT)
         placed = placement(redis_cluster, gw)
         victim = per_agent_node(redis_cluster, gw)
         hit = placed.get(victim.port, [])
         spared = [sub for sub in users() if sub not in hit]
-        victim.signal(signal.SIGSTOP)
-        stopped = loop.time()
-        try:
-            await asyncio.sleep(STOP_SECONDS)
-        finally:
-            victim.signal(signal.SIGCONT)
-        resumed = loop.time()
+        stopped, resumed = await stopped_for(victim, STOP_SECONDS)
         await stream.until_answered(2 * WORKERS, since=resumed, limit=RECOVERY_BOUND)
         await stream.stop()
     finally:
