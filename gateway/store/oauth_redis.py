@@ -435,6 +435,20 @@ class RedisOAuthStore(OAuthStore):
             return keys.oauth_tagged_key(brand_id, keys.owner_tag(owner_digest), "d", device_hash)
         return keys.oauth_key(brand_id, "device", device_hash)
 
+    @staticmethod
+    def _owner_grants_key(brand_id: str, owner_digest: str, *, tagged: bool) -> str:
+        """The set of an owner's grants, in one layout (tagged: under the owner's own tag)."""
+        if tagged:
+            return keys.oauth_tagged_key(brand_id, keys.owner_tag(owner_digest), "o", owner_digest)
+        return keys.oauth_key(brand_id, "owner", owner_digest)
+
+    @staticmethod
+    def _user_grants_key(brand_id: str, user_digest: str, *, tagged: bool) -> str:
+        """The set of a Brand user's grants, in one layout (tagged: under the user's own tag)."""
+        if tagged:
+            return keys.oauth_tagged_key(brand_id, keys.owner_tag(user_digest), "u", user_digest)
+        return keys.oauth_key(brand_id, "user", user_digest)
+
     def _devices(self, authorization: DeviceAuthorization) -> list[_At]:
         """Where ``authorization`` may be, in the order to look: each layout's key for it."""
         brand_id, owner = authorization.brand_id, authorization.owner_digest
@@ -676,9 +690,7 @@ class RedisOAuthStore(OAuthStore):
                 [
                     self._device_key(brand_id, owner_digest, device_hash, tagged=tagged),
                     keys.grant_key(brand_id, grant_id),
-                    keys.oauth_tagged_key(brand_id, tag, "o", owner_digest)
-                    if tagged
-                    else keys.oauth_key(brand_id, "owner", owner_digest),
+                    self._owner_grants_key(brand_id, owner_digest, tagged=tagged),
                 ],
                 [
                     owner_digest,
@@ -703,7 +715,7 @@ class RedisOAuthStore(OAuthStore):
             return PollResult(outcome)
         _, client_id, user, scopes, carried, ended, digest = result
         if tagged:
-            user_set = keys.oauth_tagged_key(brand_id, keys.owner_tag(digest.decode()), "u", digest.decode())
+            user_set = self._user_grants_key(brand_id, digest.decode(), tagged=True)
             await self._redis.run(_ADD_MEMBER, [user_set], [grant_id, _ttl_ms(expires, now)])
         grant = Grant(
             grant_id=grant_id,
@@ -803,28 +815,12 @@ class RedisOAuthStore(OAuthStore):
 
     async def grants_of_user(self, brand_id: str, user: str, now: float) -> list[Grant]:
         digest = keys.user_digest(brand_id, user)
-        return await self._indexed(
-            brand_id,
-            [
-                keys.oauth_tagged_key(brand_id, keys.owner_tag(digest), "u", digest)
-                if tagged
-                else keys.oauth_key(brand_id, "user", digest)
-                for tagged in self._layouts()
-            ],
-            now,
-        )
+        sets = [self._user_grants_key(brand_id, digest, tagged=tagged) for tagged in self._layouts()]
+        return await self._indexed(brand_id, sets, now)
 
     async def grants_of_owner(self, brand_id: str, owner_digest: str, now: float) -> list[Grant]:
-        return await self._indexed(
-            brand_id,
-            [
-                keys.oauth_tagged_key(brand_id, keys.owner_tag(owner_digest), "o", owner_digest)
-                if tagged
-                else keys.oauth_key(brand_id, "owner", owner_digest)
-                for tagged in self._layouts()
-            ],
-            now,
-        )
+        sets = [self._owner_grants_key(brand_id, owner_digest, tagged=tagged) for tagged in self._layouts()]
+        return await self._indexed(brand_id, sets, now)
 
     async def _indexed(self, brand_id: str, index_sets: Sequence[str], now: float) -> list[Grant]:
         """The live grants the sets (one per layout) name, oldest first; the dead ones leave their set."""
