@@ -24,16 +24,20 @@ from gateway.store.base import GrantCheck, Owner, TurnStatus
 from gateway.store.factory import open_conversation_admin
 from gateway.store.redis import RedisStore
 from tests.support.pa import ManualClock
-from tests.support.releases import CONVERSATIONS_WRITER, extract_release, run_release
+from tests.support.releases import (
+    ALICE,
+    CONVERSATIONS_WRITER,
+    GRANT,
+    START,
+    USER_1,
+    extract_release,
+    run_release,
+)
 
 PREVIOUS_RELEASE = "b17dd54"
 """main's head before the layout changed: what a deployment runs when it upgrades."""
-ALICE = Owner("acme", "https://pa.example", "alice")
 BOB = Owner("acme", "https://pa.example", "bob")
-GRANT = "pact:acme:grant:g-1"
-USER_1 = "1" * 32
 USER_2 = "2" * 32
-START = 1_800_000_000.0
 TAG = keys.owner_tag(ALICE.digest)
 
 

@@ -14,6 +14,9 @@ import sys
 import tarfile
 from io import BytesIO
 from pathlib import Path
+from typing import Final
+
+from gateway.store.base import Owner
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 PREVIOUS_RELEASE = "6ad6c1f"
@@ -51,6 +54,16 @@ asyncio.run(main(sys.argv[1], float(sys.argv[2])))
 conversations ctx-a (two replies, a turn still running), ctx-b (closed) and ctx-c (delegated, as
 the Brand user ``"1" * 32`` under the grant ``pact:acme:grant:g-1``); prints the replies it stored,
 as JSON by ``messageId``. What every upgrade test starts from."""
+
+
+ALICE: Final = Owner("acme", "https://pa.example", "alice")
+"""The owner of every conversation :data:`CONVERSATIONS_WRITER` writes."""
+GRANT: Final = "pact:acme:grant:g-1"
+"""The grant its delegated conversation ctx-c ran under (its key, as the release reads it)."""
+USER_1: Final = "1" * 32
+"""ctx-c's Brand user (a user digest)."""
+START: Final = 1_800_000_000.0
+"""The time the upgrade tests give it (``now``), and start their own clock at."""
 
 
 def extract_release(commit: str, into: Path) -> Path:
