@@ -218,18 +218,9 @@ def migrate_slot(cluster: RedisCluster, slot: int) -> None:
     :data:`MIGRATION_PAUSE` with every key moved and the slot still migrating (each turn on it meets
     ``ASK``), assign it to the target on the target, the source and the third primary, in that order."""
     probe = next(f"k{n}" for n in range(1_000_000) if key_slot(f"k{n}") == slot)
-    source = cluster.node_of_key(probe)
-    target = next(node for node in cluster.primaries() if node is not source)
-    source_id, target_id = cluster.node_id(source), cluster.node_id(target)
-    with source.client() as source_client, target.client() as target_client:
-        target_client.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
-        source_client.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
-        while moving := source_client.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100):
-            source_client.execute_command("MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", *moving)
-        time.sleep(MIGRATION_PAUSE)
-        for node in (target, source, *(node for node in cluster.primaries() if node not in (source, target))):
-            with node.client() as client:
-                client.execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
+    source, target = cluster.migrate(probe)
+    time.sleep(MIGRATION_PAUSE)
+    cluster.assign(probe, source, target)
 
 
 async def test_a_live_reshard_of_open_conversations_answers_every_turn_and_follows_ask_and_moved(

@@ -117,20 +117,10 @@ async def test_an_empty_key_is_sent_as_the_calls_hash_tag(
 
 def _migrate_slot(cluster: RedisCluster, key: str, *, finish: bool) -> tuple[str, str]:
     """Open a migration of ``key``'s slot to another primary and move its keys; with ``finish``, assign
-    it there for good (``CLUSTER SETSLOT … NODE`` on every primary). The source's and target's addresses."""
-    slot = key_slot(key)
-    source = cluster.node_of_key(key)
-    target = next(node for node in cluster.primaries() if node is not source)
-    source_id, target_id = cluster.node_id(source), cluster.node_id(target)
-    with source.client() as source_client, target.client() as target_client:
-        target_client.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
-        source_client.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
-        for key in source_client.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100):
-            source_client.execute_command("MIGRATE", "127.0.0.1", target.port, key, 0, 5000)
-        if finish:
-            for node in cluster.primaries():
-                with node.client() as client:
-                    client.execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
+    it there for good. The source's and target's addresses."""
+    source, target = cluster.migrate(key)
+    if finish:
+        cluster.assign(key, source, target)
     return f"127.0.0.1:{source.port}", f"127.0.0.1:{target.port}"
 
 

@@ -24,6 +24,7 @@ import pytest
 import redis
 from redis.exceptions import RedisError, ResponseError
 
+from gateway.store.slots import key_slot
 from tests.support.redis_servers import START_LIMIT, STOP_LIMIT, free_port
 
 NODE_TIMEOUT_MS = 1000
@@ -177,6 +178,33 @@ class RedisCluster:
                 client.exists(key)
                 return node
         raise AssertionError(f"no primary serves {key!r}")
+
+    def migrate(self, key: str) -> tuple[ClusterNode, ClusterNode]:
+        """Start moving ``key``'s slot to another primary as ``redis-cli --cluster reshard`` does: the
+        slot importing on the target and migrating on the source, then its keys ``MIGRATE``d in
+        batches. The slot stays migrating (a key asked of the source meets ``ASK``) until
+        :meth:`assign`. The source and the target."""
+        slot = key_slot(key)
+        source = self.node_of_key(key)
+        target = next(node for node in self.primaries() if node is not source)
+        source_id, target_id = self.node_id(source), self.node_id(target)
+        with source.client() as source_client, target.client() as target_client:
+            target_client.execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", source_id)
+            source_client.execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", target_id)
+            while moving := source_client.execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100):
+                source_client.execute_command(
+                    "MIGRATE", "127.0.0.1", target.port, "", 0, 5000, "KEYS", *moving
+                )
+        return source, target
+
+    def assign(self, key: str, source: ClusterNode, target: ClusterNode) -> None:
+        """End a :meth:`migrate`: the slot the target's for good (``CLUSTER SETSLOT … NODE``), told to
+        the target, the source and the other primaries in that order, as ``redis-cli`` does."""
+        slot, target_id = key_slot(key), self.node_id(target)
+        others = [node for node in self.primaries() if node not in (source, target)]
+        for node in (target, source, *others):
+            with node.client() as client:
+                client.execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
 
     def replica_of(self, primary: ClusterNode) -> ClusterNode:
         with primary.client() as client:
