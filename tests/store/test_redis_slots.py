@@ -14,7 +14,7 @@ It also counts round trips (calls in flight together are one): an accepted turn 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import pytest
@@ -27,8 +27,9 @@ from gateway.store.base import GrantCheck, Owner, TurnStatus
 from gateway.store.factory import open_adapter_state, open_conversation_admin, open_oauth_store
 from gateway.store.limits import open_rate_limiter
 from gateway.store.redis import RedisStore
-from gateway.store.redis_pipe import Arg, RedisPipe
+from gateway.store.redis_pipe import Arg
 from gateway.store.slots import key_slot
+from tests.support.commands import Rounds, recorded_rounds
 from tests.support.pa import ManualClock
 
 ALICE = Owner("acme", "https://pa.example", "alice")
@@ -47,9 +48,11 @@ class Call:
 
 @dataclass
 class Recorder:
-    calls: list[Call] = field(default_factory=list)
-    rounds: int = 0
-    waiting: int = 0
+    calls: list[Call]
+
+    @classmethod
+    def of(cls, seen: Rounds) -> Recorder:
+        return cls([Call(str(args[0]).upper(), _keys(args), number) for number, args in seen.sent])
 
     def slots(self, call: Call) -> set[int]:
         return {key_slot(key) for key in call.keys}
@@ -74,22 +77,6 @@ def _keys(args: tuple[Arg, ...]) -> list[bytes]:
     return [key for key in raw if key]
 
 
-def record(redis: RedisPipe, recorder: Recorder) -> None:
-    original = redis.execute
-
-    async def recording(*args: Arg, replicated: bool = False, asking: bool = False) -> Any:
-        if not recorder.waiting:
-            recorder.rounds += 1
-        recorder.calls.append(Call(str(args[0]).upper(), _keys(args), recorder.rounds))
-        recorder.waiting += 1
-        try:
-            return await original(*args, replicated=replicated, asking=asking)
-        finally:
-            recorder.waiting -= 1
-
-    redis.execute = recording  # type: ignore[method-assign]
-
-
 @dataclass
 class Tour:
     recorder: Recorder
@@ -101,8 +88,6 @@ async def tour(redis_url: str, layout: KeyLayoutName, clock: ManualClock) -> Tou
     """Everything the stores do for one person, recorded."""
     config = CacheConfig(url=redis_url, key_layout=layout)
     store = RedisStore(config, clock=clock, reads_previous=layout == "previous")
-    recorder = Recorder()
-    record(store.redis, recorder)
     limiter = open_rate_limiter(store)
     rates = RateLimits(limiter)
     settings = RateLimitsConfig(per_agent=RateRule(100.0, 100), per_user=RateRule(100.0, 100))
@@ -112,62 +97,63 @@ async def tour(redis_url: str, layout: KeyLayoutName, clock: ManualClock) -> Tou
     grant_key = f"pact:acme:{{{tag}}}grant:a2agrant_{tag}" if layout == "tagged" else "pact:acme:grant:g-1"
     turn_rounds: list[int] = []
     try:
-        await store.redis.execute("HSET", grant_key, "o", ALICE.digest, "e", int(clock()) + 3600)
+        with recorded_rounds(store.redis) as seen:
+            await store.redis.execute("HSET", grant_key, "o", ALICE.digest, "e", int(clock()) + 3600)
 
-        async def accepted(context: str | None, message: str, new: str = "", **extra: Any) -> str:
-            before = recorder.rounds
-            claim = await store.begin_turn(ALICE, context, message, "hello " + message, new, **extra)
-            assert claim.status is TurnStatus.NEW, claim
-            await store.complete_turn(
-                ALICE, claim.context_id, message, b"reply " + message.encode(), close=False
-            )
-            turn_rounds.append(recorder.rounds - before)
-            return claim.context_id
+            async def accepted(context: str | None, message: str, new: str = "", **extra: Any) -> str:
+                before = seen.rounds
+                claim = await store.begin_turn(ALICE, context, message, "hello " + message, new, **extra)
+                assert claim.status is TurnStatus.NEW, claim
+                await store.complete_turn(
+                    ALICE, claim.context_id, message, b"reply " + message.encode(), close=False
+                )
+                turn_rounds.append(seen.rounds - before)
+                return claim.context_id
 
-        # Scripts are loaded (EVALSHA answered NOSCRIPT, then EVAL) by a first turn: not counted.
-        await accepted(None, "warm", "ctx-warm", limits=charge.hits)
-        await accepted("ctx-warm", "warm-2", limits=charge.hits)
-        turn_rounds.clear()
-        context = await accepted(None, "m1", "ctx-1", limits=charge.hits)  # open
-        await accepted(context, "m2", limits=charge.hits)  # continue
-        replay = await store.begin_turn(ALICE, context, "m2", "hello m2", "", limits=charge.hits)
-        assert replay.status is TurnStatus.REPLAY
-        retried = await store.begin_turn(ALICE, None, "m1", "hello m1", "ctx-x", limits=charge.hits)
-        assert (retried.status, retried.context_id) == (TurnStatus.REPLAY, context)
-        aborted = await store.begin_turn(ALICE, None, "m3", "hello m3", "ctx-3", limits=charge.hits)
-        await store.abort_turn(ALICE, "ctx-3", "m3", new_conversation=aborted.new_conversation)
-        claim = await store.begin_turn(ALICE, context, "m4", "bye", "", limits=charge.hits)
-        await store.complete_turn(ALICE, context, "m4", b"farewell", close=True)
-        assert claim.status is TurnStatus.NEW
-        grant = GrantCheck(grant_key, "1" * 32)
-        await accepted(None, "d1", "ctx-d", limits=charge.hits, grant=grant)  # delegated
-        # §6 refusals: the per-person counter (in the turn's script), then the per-agent one (beside it).
-        tight = RateLimitsConfig(per_agent=RateRule(100.0, 100), per_user=RateRule(0.001, 1))
-        person = RateLimits(limiter).a2a_charge("acme", tight, ALICE.issuer, ALICE.sub)
-        await store.begin_turn(ALICE, "ctx-d", "r1", "x", "", limits=person.hits, grant=grant)
-        refused = await store.begin_turn(ALICE, "ctx-d", "r2", "x", "", limits=person.hits, grant=grant)
-        assert refused.status is TurnStatus.RATE_LIMITED
-        tight = RateLimitsConfig(per_agent=RateRule(0.001, 1), per_user=RateRule(100.0, 100))
-        agent = RateLimits(limiter).a2a_charge("acme", tight, ALICE.issuer, "someone else")
-        await limiter.hit_all(agent.hits)  # the separate path, as a malformed request charges
-        agent = RateLimits(limiter).a2a_charge("acme", tight, ALICE.issuer, ALICE.sub)
-        refused = await store.begin_turn(ALICE, "ctx-d", "r3", "x", "", limits=agent.hits)
-        assert refused.status is TurnStatus.RATE_LIMITED
-        await limiter.waits(agent.hits)
-        state = open_adapter_state(store)
-        state_key = keys.adapter_key("acme", "ctx-d", "openai")
-        await state.put(state_key, b"history", 60)
-        await state.get(state_key)
-        await state.delete(state_key)
-        admin = open_conversation_admin(store, config, ("openai", "directline"))
-        records = PersonRecords(admin, open_oauth_store(store), clock, via="api")
-        listed = await records.conversations(ALICE)
-        assert {info.context_id for info in listed} >= {"ctx-1", "ctx-d"}
-        assert await records.close(ALICE, "ctx-d")
-        await admin.erase(ALICE, [])
+            # Scripts are loaded (EVALSHA answered NOSCRIPT, then EVAL) by a first turn: not counted.
+            await accepted(None, "warm", "ctx-warm", limits=charge.hits)
+            await accepted("ctx-warm", "warm-2", limits=charge.hits)
+            turn_rounds.clear()
+            context = await accepted(None, "m1", "ctx-1", limits=charge.hits)  # open
+            await accepted(context, "m2", limits=charge.hits)  # continue
+            replay = await store.begin_turn(ALICE, context, "m2", "hello m2", "", limits=charge.hits)
+            assert replay.status is TurnStatus.REPLAY
+            retried = await store.begin_turn(ALICE, None, "m1", "hello m1", "ctx-x", limits=charge.hits)
+            assert (retried.status, retried.context_id) == (TurnStatus.REPLAY, context)
+            aborted = await store.begin_turn(ALICE, None, "m3", "hello m3", "ctx-3", limits=charge.hits)
+            await store.abort_turn(ALICE, "ctx-3", "m3", new_conversation=aborted.new_conversation)
+            claim = await store.begin_turn(ALICE, context, "m4", "bye", "", limits=charge.hits)
+            await store.complete_turn(ALICE, context, "m4", b"farewell", close=True)
+            assert claim.status is TurnStatus.NEW
+            grant = GrantCheck(grant_key, "1" * 32)
+            await accepted(None, "d1", "ctx-d", limits=charge.hits, grant=grant)  # delegated
+            # §6 refusals: the per-person counter (in the turn's script), then the per-agent one (beside it).
+            tight = RateLimitsConfig(per_agent=RateRule(100.0, 100), per_user=RateRule(0.001, 1))
+            person = RateLimits(limiter).a2a_charge("acme", tight, ALICE.issuer, ALICE.sub)
+            await store.begin_turn(ALICE, "ctx-d", "r1", "x", "", limits=person.hits, grant=grant)
+            refused = await store.begin_turn(ALICE, "ctx-d", "r2", "x", "", limits=person.hits, grant=grant)
+            assert refused.status is TurnStatus.RATE_LIMITED
+            tight = RateLimitsConfig(per_agent=RateRule(0.001, 1), per_user=RateRule(100.0, 100))
+            agent = RateLimits(limiter).a2a_charge("acme", tight, ALICE.issuer, "someone else")
+            await limiter.hit_all(agent.hits)  # the separate path, as a malformed request charges
+            agent = RateLimits(limiter).a2a_charge("acme", tight, ALICE.issuer, ALICE.sub)
+            refused = await store.begin_turn(ALICE, "ctx-d", "r3", "x", "", limits=agent.hits)
+            assert refused.status is TurnStatus.RATE_LIMITED
+            await limiter.waits(agent.hits)
+            state = open_adapter_state(store)
+            state_key = keys.adapter_key("acme", "ctx-d", "openai")
+            await state.put(state_key, b"history", 60)
+            await state.get(state_key)
+            await state.delete(state_key)
+            admin = open_conversation_admin(store, config, ("openai", "directline"))
+            records = PersonRecords(admin, open_oauth_store(store), clock, via="api")
+            listed = await records.conversations(ALICE)
+            assert {info.context_id for info in listed} >= {"ctx-1", "ctx-d"}
+            assert await records.close(ALICE, "ctx-d")
+            await admin.erase(ALICE, [])
     finally:
         await store.close()
-    return Tour(recorder, turn_rounds)
+    return Tour(Recorder.of(seen), turn_rounds)
 
 
 @pytest.fixture

@@ -39,8 +39,14 @@ class Rounds:
     them together, or at least has them on the wire at once)."""
 
     rounds: int = 0
-    commands: list[str] = field(default_factory=list)
+    sent: list[tuple[int, tuple[Arg, ...]]] = field(default_factory=list)
+    """Each command as sent, with the round it rode in."""
     _waiting: int = 0
+
+    @property
+    def commands(self) -> list[str]:
+        """The commands' names, in order."""
+        return [str(args[0]) for _, args in self.sent]
 
 
 @contextmanager
@@ -52,7 +58,7 @@ def recorded_rounds(redis: RedisPipe) -> Iterator[Rounds]:
     async def counting(*args: Arg, replicated: bool = False, asking: bool = False) -> Any:
         if not seen._waiting:
             seen.rounds += 1
-        seen.commands.append(str(args[0]))
+        seen.sent.append((seen.rounds, args))
         seen._waiting += 1
         try:
             return await original(*args, replicated=replicated, asking=asking)
