@@ -205,7 +205,7 @@ class TurnService:
             owner, message, charge, request_id, None if delegation is None else delegation.grant
         )
         if claim.uncounted:
-            self._limits.not_counted(charge, "a counter's Redis node did not answer", fail_open=True)
+            self._limits.not_counted(charge, claim.uncounted, fail_open=True)
         if claim.status is TurnStatus.RATE_LIMITED:
             # Nothing was charged or claimed: the retry after Retry-After runs the turn.
             raise self._limits.refusal(charge, claim.waits)

@@ -89,9 +89,10 @@ class TurnClaim(NamedTuple):
     reply: bytes | None = None
     waits: tuple[float, ...] = ()
     """``RATE_LIMITED``: seconds to wait per limit passed to ``begin_turn``, in order (0 where allowed)."""
-    uncounted: bool = False
-    """A §6 counter kept apart from the turn's own step could not be charged and ``begin_turn``'s
-    ``fail_open`` served the turn anyway: the caller logs and counts it as any uncounted limit."""
+    uncounted: str = ""
+    """Why a §6 counter kept apart from the turn's own step could not be charged, when ``begin_turn``'s
+    ``fail_open`` served the turn anyway (``""`` when every counter was charged): the caller logs and
+    counts it as any uncounted limit."""
 
 
 def text_digest(text: str) -> bytes:

@@ -405,10 +405,10 @@ class Layouts(NamedTuple):
 class _ApartCharge:
     """A turn's §6 counters charged beside its script (the per-agent one, tagged layout), and what
     became of them: with ``fail_open`` (``rate_limits.fail_open``) a charge that fails (its node is
-    down) leaves the turn ``uncounted`` by them rather than failing it."""
+    down) leaves the turn ``uncounted`` by them, for that failure's reason, rather than failing it."""
 
     fail_open: bool
-    uncounted: bool = False
+    uncounted: str = ""
 
 
 class RedisStore(ConversationStore):
@@ -557,10 +557,10 @@ class RedisStore(ConversationStore):
         and ``outcome`` serves anyway; otherwise the failure, which fails the claim."""
         try:
             return await charged
-        except StoreError:
+        except StoreError as failed:
             if outcome is None or not outcome.fail_open:
                 raise
-            outcome.uncounted = True
+            outcome.uncounted = str(failed)
             return {}
 
     async def _give_back(
@@ -728,7 +728,7 @@ class RedisStore(ConversationStore):
         """
         outcome = _ApartCharge(fail_open)
         claim = await self._begin(owner, context_id, message_id, text, new_context_id, limits, grant, outcome)
-        return claim._replace(uncounted=True) if outcome.uncounted else claim
+        return claim._replace(uncounted=outcome.uncounted) if outcome.uncounted else claim
 
     async def _begin(
         self,

@@ -459,7 +459,8 @@ async def test_s6_a_per_agent_counter_that_cannot_be_charged_serves_the_turn_unc
     gw = await make_gateway(redis_url)
     response = await gw.send()
     assert response.status == 200
-    assert "rate limits not counted (serving anyway)" in caplog.text
+    # Logged with the store's own reason, which names the node.
+    assert "rate limits not counted (serving anyway): redis: 127.0.0.1:7002: " in caplog.text
     app = gw.client.app
     assert app is not None
     assert app[METRICS].registry.get_sample_value("pact_store_errors_total", {"operation": "rate_limit"}) == 1
