@@ -16,7 +16,7 @@ from gateway.store.oauth import OAuthStore
 from gateway.store.oauth_memory import MemoryOAuthStore
 from gateway.store.oauth_redis import RedisOAuthStore
 from gateway.store.redis import RedisStore
-from gateway.store.redis_cluster import ClusterObserver, ClusterPipe
+from gateway.store.redis_cluster import ClusterObserver
 
 
 def open_store(
@@ -31,10 +31,7 @@ def open_store(
     ``cluster_observer`` what the Redis Cluster client does (calls, redirects, map look-ups per node)."""
     if config.backend == "memory":
         return MemoryStore(config, clock=clock, observer=observer)
-    store = RedisStore(config, clock=clock)
-    if isinstance(store.redis, ClusterPipe):
-        store.redis.observer = cluster_observer
-    return store
+    return RedisStore(config, clock=clock, cluster_observer=cluster_observer)
 
 
 def open_oauth_store(store: ConversationStore) -> OAuthStore:

@@ -84,7 +84,7 @@ from gateway.store.base import (
     text_digest,
 )
 from gateway.store.gcra import GCRA_LUA, US, Hit, script_arguments
-from gateway.store.redis_cluster import ClusterPipe, open_pipe
+from gateway.store.redis_cluster import ClusterObserver, ClusterPipe, open_pipe
 from gateway.store.redis_pipe import RedisPipe, Script
 from gateway.store.slots import NO_KEY_LUA, hashed_part
 
@@ -419,15 +419,21 @@ class RedisStore(ConversationStore):
     any slot; False on a Redis Cluster, which never held them (the previous release could not run
     on one, and only ``tagged`` is allowed there) and where every key of a script must share its
     slot: their keys are then passed as ``""``, which the scripts skip.
+    ``cluster_observer`` hears what the cluster client does, on a Redis Cluster.
     """
 
     def __init__(
-        self, config: CacheConfig, *, clock: Callable[[], float] = time.time, reads_previous: bool = True
+        self,
+        config: CacheConfig,
+        *,
+        clock: Callable[[], float] = time.time,
+        reads_previous: bool = True,
+        cluster_observer: ClusterObserver | None = None,
     ) -> None:
         self._config = config
         self._clock = clock
         self._tagged = config.key_layout == "tagged"
-        self._redis = open_pipe(config)
+        self._redis = open_pipe(config, cluster_observer)
         self._reads_previous = reads_previous and not isinstance(self._redis, ClusterPipe)
 
     @property

@@ -114,8 +114,7 @@ class ClusterPipe(RedisPipe):
         self._cluster = address
         self._timeout = timeout
         self._replicas = replicas
-        self.observer = observer
-        """Who hears calls, redirects and map look-ups (set after opening by the store factory)."""
+        self._observer = observer
         self._nodes: dict[Node, RedisPipe] = {}
         self._slots: list[Node | None] = [None] * SLOTS
         self._replicas_online: dict[Node, int] = {}
@@ -319,16 +318,16 @@ class ClusterPipe(RedisPipe):
     # -- observation ------------------------------------------------------------------------------
 
     def _observe(self, node: Node, *, ok: bool) -> None:
-        if self.observer is not None:
-            self.observer.cluster_command(_label(node), ok)
+        if self._observer is not None:
+            self._observer.cluster_command(_label(node), ok)
 
     def _observe_redirect(self, node: Node, kind: RedirectKind) -> None:
-        if self.observer is not None:
-            self.observer.cluster_redirect(_label(node), kind)
+        if self._observer is not None:
+            self._observer.cluster_redirect(_label(node), kind)
 
     def _notify(self, outcome: RefreshOutcome) -> None:
-        if self.observer is not None:
-            self.observer.cluster_refresh(outcome)
+        if self._observer is not None:
+            self._observer.cluster_refresh(outcome)
 
 
 def common_slot(keys: Iterable[str | bytes]) -> int | None:
