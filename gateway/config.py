@@ -31,7 +31,7 @@ import jsonschema
 import yaml
 
 from gateway.oauth.keys import SigningKey, parse_signing_key
-from gateway.redis_url import parse_redis_url
+from gateway.redis_url import CLUSTER_SCHEMES, parse_redis_url
 
 __all__ = [
     "ADAPTERS",
@@ -81,7 +81,7 @@ _BRAND_ID = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 _HTTP_URL = r"^https?://"
 _CACHE_URL = r"^(memory|redis|rediss|redis\+sentinel|redis\+cluster|rediss\+cluster)://"
 _DOMAIN = r"^[A-Za-z0-9.-]+$"
-_FAILOVER_SCHEMES = frozenset({"redis+sentinel", "redis+cluster", "rediss+cluster"})
+_FAILOVER_SCHEMES = frozenset({"redis+sentinel", *CLUSTER_SCHEMES})
 """URL schemes whose primary a failover replaces by a replica: ``wait_replicas`` defaults to 1."""
 _SCHEME_NAME = r"^[A-Za-z][A-Za-z0-9_-]*$"
 _HEADER_NAME = r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$"  # RFC 9110 §5.6.2 token
@@ -1398,7 +1398,7 @@ def _cache(raw: Mapping[str, Any], environ: _Environment) -> CacheConfig:
         cache = replace(cache, max_entries=None)
     elif "key_layout" in raw:
         raise ConfigError("cache.key_layout", "Redis only: the memory store has no key layout")
-    if cache.key_layout == "previous" and urlsplit(cache.url).scheme.endswith("+cluster"):
+    if cache.key_layout == "previous" and urlsplit(cache.url).scheme in CLUSTER_SCHEMES:
         raise ConfigError(
             "cache.key_layout",
             "previous is refused on a Redis Cluster: the previous release's keys span hash slots, and a"

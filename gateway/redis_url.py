@@ -22,7 +22,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from urllib.parse import parse_qs, unquote, urlsplit
 
-__all__ = ["SENTINEL_PORT", "ClusterAddress", "RedisAddress", "SentinelAddress", "parse_redis_url"]
+__all__ = [
+    "CLUSTER_SCHEMES",
+    "SENTINEL_PORT",
+    "ClusterAddress",
+    "RedisAddress",
+    "SentinelAddress",
+    "parse_redis_url",
+]
 
 SENTINEL_PORT = 26379
 _SENTINEL_OPTIONS = frozenset({"sentinel_username", "sentinel_password"})
