@@ -180,7 +180,7 @@ def create_app(
         app[STORE] = (
             open_store(
                 config.cache,
-                clock=clock or time.time,
+                clock=clock,
                 observer=app[METRICS],
                 cluster_observer=app[METRICS],
             )

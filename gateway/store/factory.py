@@ -22,15 +22,16 @@ from gateway.store.redis_cluster import ClusterObserver
 def open_store(
     config: CacheConfig,
     *,
-    clock: Callable[[], float] = time.time,
+    clock: Callable[[], float] | None = None,
     observer: KeyspaceObserver | None = None,
     cluster_observer: ClusterObserver | None = None,
 ) -> ConversationStore:
-    """The backend for ``config``; ``clock`` is its wall clock, and its rate limiter's (tests move it).
+    """The backend for ``config``; ``clock`` a test's, for it and its rate limiter (without one, the
+    wall clock, and on Redis each §6 counter's node's clock: :class:`RedisStore`).
     ``observer`` hears the memory store's size and evictions (Redis reports its own, ``INFO``);
     ``cluster_observer`` what the Redis Cluster client does (calls, redirects, map look-ups per node)."""
     if config.backend == "memory":
-        return MemoryStore(config, clock=clock, observer=observer)
+        return MemoryStore(config, clock=clock or time.time, observer=observer)
     return RedisStore(config, clock=clock, cluster_observer=cluster_observer)
 
 

@@ -13,6 +13,15 @@ memory backend) and :data:`GCRA_LUA` (the Lua every Redis script that charges li
 from, by string composition, so the separate limit check and the begin-turn scripts run
 literally the same code). Both work in whole microseconds: integers below 2**53 are exact in
 Lua's doubles too, so a request at the edge of its burst is never refused by a rounding error.
+
+On Redis, "now" is the clock of the node holding the counter, read by the script when it runs
+(``TIME``), unless the caller passes one (a test's clock). GCRA is only right when the requests
+charged to one counter see a clock that never runs backwards between them. A time taken by the
+gateway before sending breaks that twice over. Replicas' clocks differ by their skew. And a
+charge whose call was held up (retried through a cluster failover) arrives with a time older
+than the charges made meanwhile: after a 1.57 s hold-up, a counter kept busy at a third of its
+rate refused it as 0.57 s over its 1 s burst. The node's clock is the one clock every charge to
+that counter meets, in the order the charges run.
 """
 
 from __future__ import annotations
@@ -20,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["GCRA_LUA", "US", "Hit", "Rule", "gcra", "now_us", "script_arguments"]
+__all__ = ["CLOCK_LUA", "GCRA_LUA", "US", "Hit", "Rule", "gcra", "now_us", "script_arguments"]
 
 US = 1_000_000
 """Microseconds per second."""
@@ -70,13 +79,28 @@ def now_us(clock: Callable[[], float]) -> int:
     return int(clock() * US)
 
 
-GCRA_LUA = """
--- gcra(): GCRA over the leading KEYS[1..n], all or nothing. ARGV[1] n, ARGV[2] now (µs), then per
--- key its interval and tolerance (µs). Charges every key (PX: gone once idle again) or none.
--- Returns refused (boolean), the waits (µs, 0 where allowed) and n.
+CLOCK_LUA = """
+-- now_us(given): the time a charge is made at (µs): ``given`` if it is a number (a test's clock),
+-- else this node's clock as the script runs (see gateway/store/gcra.py).
+local function now_us(given)
+  local at = tonumber(given)
+  if at then return at end
+  local time = redis.call('TIME')
+  return tonumber(time[1]) * 1000000 + tonumber(time[2])
+end
+"""
+"""Lua defining ``now_us(given)``; :data:`GCRA_LUA` starts with it, and so does a script that
+gives charges back."""
+
+GCRA_LUA = (
+    CLOCK_LUA
+    + """
+-- gcra(): GCRA over the leading KEYS[1..n], all or nothing. ARGV[1] n, ARGV[2] now (µs, or "" for
+-- the node's clock), then per key its interval and tolerance (µs). Charges every key (PX: gone
+-- once idle again) or none. Returns refused (boolean), the waits (µs, 0 where allowed) and n.
 local function gcra()
   local n = tonumber(ARGV[1])
-  local now = tonumber(ARGV[2])
+  local now = now_us(ARGV[2])
   local tats, waits, refused = {}, {}, false
   for i = 1, n do
     local tat = tonumber(redis.call('GET', KEYS[i]) or '0')
@@ -106,12 +130,14 @@ local function after_limits(n)
   return keys, argv
 end
 """
+)
 """Lua defining ``gcra()`` and ``after_limits(n)``; a script that charges limits starts with it."""
 
 
-def script_arguments(hits: Sequence[Hit], now: int) -> tuple[list[str], list[int]]:
-    """The leading KEYS and ARGV that :data:`GCRA_LUA` reads, for ``hits`` charged at ``now`` (µs)."""
-    args = [len(hits), now]
+def script_arguments(hits: Sequence[Hit], now: int | None) -> tuple[list[str], list[int | str]]:
+    """The leading KEYS and ARGV that :data:`GCRA_LUA` reads, for ``hits`` charged at ``now`` (µs),
+    or at the counters' node's time when it runs (``None``)."""
+    args: list[int | str] = [len(hits), "" if now is None else now]
     for hit in hits:
         args += [hit.rule.interval_us, hit.rule.tolerance_us]
     return [hit.key for hit in hits], args

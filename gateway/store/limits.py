@@ -11,14 +11,14 @@ code, keys and clock, so the two paths draw on one budget.
 from __future__ import annotations
 
 import asyncio
-import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from gateway.store.base import ConversationStore
 from gateway.store.gcra import US, Hit, Rule, gcra, now_us, script_arguments
 from gateway.store.memory import MemoryKeyspace, MemoryStore
-from gateway.store.redis import CHARGE, RedisStore, charge_by_slot, refund_by_slot
+from gateway.store.redis import CHARGE, PEEK, RedisStore, by_slot, charge_by_slot, refund_by_slot
 from gateway.store.redis_pipe import RedisPipe
 
 __all__ = [
@@ -98,16 +98,16 @@ class RedisRateLimiter(RateLimiter):
     """
 
     def __init__(
-        self, redis: RedisPipe, *, clock: Callable[[], float] = time.time, tagged: bool = False
+        self, redis: RedisPipe, *, clock: Callable[[], float] | None = None, tagged: bool = False
     ) -> None:
-        # The replicas' wall clocks meet in one counter: NTP-level skew (ms) shifts a limit by
-        # skew × rate requests, which is noise next to a burst.
+        # Without a clock (a test's), each counter is charged at its node's time as the script runs
+        # (gateway/store/gcra.py says why).
         self._clock = clock
         self._redis = redis
         self.tagged = tagged
 
     async def hit_all(self, hits: Sequence[Hit]) -> list[float]:
-        now = now_us(self._clock)
+        now = None if self._clock is None else now_us(self._clock)
         if self.tagged:
             waits = await charge_by_slot(self._redis, hits, now)
             if any(waits.values()):
@@ -118,14 +118,19 @@ class RedisRateLimiter(RateLimiter):
         return [int(wait) / US for wait in answered]
 
     async def waits(self, hits: Sequence[Hit]) -> list[float]:
-        # The same GCRA step as the script, on the counters as they stand: one read, no write (a
-        # read per counter when tagged, sent together, since they may sit in different slots).
-        if self.tagged:
-            tats = await asyncio.gather(*(self._redis.execute("GET", hit.key) for hit in hits))
-        else:
-            tats = await self._redis.execute("MGET", *(hit.key for hit in hits))
-        now = now_us(self._clock)
-        return [gcra(_tat(tat), now, hit.rule)[1] / US for tat, hit in zip(tats, hits, strict=True)]
+        # The same GCRA step as the script, on the counters as they stand and on the clock they are
+        # charged by (PEEK: one read, no write); one per slot when tagged, sent together.
+        groups = by_slot(hits) if self.tagged else [list(hits)]
+        at = "" if self._clock is None else now_us(self._clock)
+        answers: list[list[Any]] = await asyncio.gather(
+            *(self._redis.run(PEEK, [hit.key for hit in group], [at]) for group in groups)
+        )
+        waits = {
+            hit.key: gcra(_tat(tat), int(now), hit.rule)[1] / US
+            for group, (now, *tats) in zip(groups, answers, strict=True)
+            for hit, tat in zip(group, tats, strict=True)
+        }
+        return [waits[hit.key] for hit in hits]
 
     async def close(self) -> None:
         return None
@@ -135,7 +140,7 @@ def _tat(stored: object) -> int | None:
     """A counter's theoretical arrival time as either backend keeps it (int, or Redis' digits)."""
     if type(stored) is int:
         return stored
-    return int(stored) if isinstance(stored, bytes) else None
+    return int(stored) if isinstance(stored, bytes) and stored else None
 
 
 def open_rate_limiter(store: ConversationStore) -> RateLimiter:
@@ -145,7 +150,7 @@ def open_rate_limiter(store: ConversationStore) -> RateLimiter:
     store's begin-turn step: both paths must agree on what "now" is.
     """
     if isinstance(store, RedisStore):
-        return RedisRateLimiter(store.redis, clock=store.clock, tagged=store.tagged)
+        return RedisRateLimiter(store.redis, clock=store.counter_clock, tagged=store.tagged)
     if isinstance(store, MemoryStore):
         return MemoryRateLimiter(store.keyspace)
     raise TypeError(f"no rate limiter for {type(store).__name__}")

@@ -83,7 +83,7 @@ from gateway.store.base import (
     TurnStatus,
     text_digest,
 )
-from gateway.store.gcra import GCRA_LUA, US, Hit, script_arguments
+from gateway.store.gcra import CLOCK_LUA, GCRA_LUA, US, Hit, script_arguments
 from gateway.store.redis_cluster import ClusterObserver, ClusterPipe, open_pipe
 from gateway.store.redis_pipe import RedisPipe, Script
 from gateway.store.slots import NO_KEY_LUA, hashed_part
@@ -354,11 +354,14 @@ return waits
 """
 )
 
-# KEYS: counters a request charged before another counter refused it. ARGV[1] now (µs), then per key
-# its interval (µs). Takes one charge back from each: GCRA charges add up while a counter is busy, so
-# taking one interval off leaves it as if this request had not come (an idle counter goes).
-REFUND = Script("""
-local now = tonumber(ARGV[1])
+# KEYS: counters a request charged before another counter refused it. ARGV[1] now (µs, or "" for the
+# node's clock), then per key its interval (µs). Takes one charge back from each: GCRA charges add up
+# while a counter is busy, so taking one interval off leaves it as if this request had not come (an
+# idle counter goes).
+REFUND = Script(
+    CLOCK_LUA
+    + """
+local now = now_us(ARGV[1])
 for i = 1, #KEYS do
   local tat = tonumber(redis.call('GET', KEYS[i]) or '0') - tonumber(ARGV[1 + i])
   if tat > now then
@@ -368,7 +371,19 @@ for i = 1, #KEYS do
   end
 end
 return 0
-""")
+"""
+)
+
+# KEYS: counters to look at. ARGV[1] now (µs, or "" for the node's clock). Returns that now, then each
+# counter's stored time ("" where idle): what gcra() would decide on, decided by the caller, no write.
+PEEK = Script(
+    CLOCK_LUA
+    + """
+local values = {now_us(ARGV[1])}
+for i = 1, #KEYS do values[i + 1] = redis.call('GET', KEYS[i]) or '' end
+return values
+"""
+)
 
 _READY_KEY: Final = f"{keys.PREFIX}:readyz"
 """Deleted (it never exists) by the readiness check: a write that only a primary accepts, and that
@@ -420,18 +435,21 @@ class RedisStore(ConversationStore):
     on one, and only ``tagged`` is allowed there) and where every key of a script must share its
     slot: their keys are then passed as ``""``, which the scripts skip.
     ``cluster_observer`` hears what the cluster client does, on a Redis Cluster.
+    ``clock``: a test's clock, then the time of everything here, §6 counters included; without
+    one, the wall clock, and each §6 counter's node's own clock (:mod:`gateway.store.gcra`).
     """
 
     def __init__(
         self,
         config: CacheConfig,
         *,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] | None = None,
         reads_previous: bool = True,
         cluster_observer: ClusterObserver | None = None,
     ) -> None:
         self._config = config
-        self._clock = clock
+        self._clock = clock or time.time
+        self._counter_clock = clock
         self._tagged = config.key_layout == "tagged"
         self._redis = open_pipe(config, cluster_observer)
         self._reads_previous = reads_previous and not isinstance(self._redis, ClusterPipe)
@@ -440,6 +458,16 @@ class RedisStore(ConversationStore):
     def redis(self) -> RedisPipe:
         """The connection; other Redis state (rate limits, grants) shares it."""
         return self._redis
+
+    @property
+    def counter_clock(self) -> Callable[[], float] | None:
+        """The clock the §6 counters are charged by: ``None`` for each counter's node's own."""
+        return self._counter_clock
+
+    def _counter_now(self, now: float) -> int | None:
+        """A charge's time (µs) for a turn begun at ``now``: ``None`` (the node's, as it runs) unless
+        the store was given a clock."""
+        return None if self._counter_clock is None else int(now * US)
 
     @property
     def tagged(self) -> bool:
@@ -494,7 +522,7 @@ class RedisStore(ConversationStore):
         keys_: list[str | bytes],
         args: list[Any],
         release: tuple[Owner, str, bytes, str, bool],
-        charge: tuple[Sequence[Hit], Sequence[Hit], int] = ((), (), 0),
+        charge: tuple[Sequence[Hit], Sequence[Hit], int | None] = ((), (), None),
         outcome: _ApartCharge | None = None,
     ) -> list[Any]:
         """Run a begin-turn script; if its outcome is unknown, release what it may have claimed.
@@ -570,7 +598,7 @@ class RedisStore(ConversationStore):
             return {}
 
     async def _give_back(
-        self, release: tuple[Owner, str, bytes, str, bool] | None, hits: Sequence[Hit], now: int
+        self, release: tuple[Owner, str, bytes, str, bool] | None, hits: Sequence[Hit], now: int | None
     ) -> None:
         """A refused or failed turn's aftermath: its claim released (``release``, if the script
         claimed) and ``hits`` refunded, sent together. A failure leaves the marker to ``pending_ttl``
@@ -605,7 +633,7 @@ class RedisStore(ConversationStore):
     ) -> list[Any]:
         """``first``: the message's first-message key in the written layout, or ``None`` (no check)."""
         inline, apart = self._split(owner, limits)
-        limit_keys, limit_args = script_arguments(inline, int(now * US))
+        limit_keys, limit_args = script_arguments(inline, self._counter_now(now))
         now_ms = int(now * 1000)
         where = self.layouts(owner)
         brand, raw = owner.brand_id, owner.digest_bytes
@@ -641,7 +669,7 @@ class RedisStore(ConversationStore):
                 token,
             ],
             (owner, context_id, field, token, True),
-            (limits, apart, int(now * US)),
+            (limits, apart, self._counter_now(now)),
             outcome,
         )
 
@@ -657,7 +685,7 @@ class RedisStore(ConversationStore):
         outcome: _ApartCharge | None = None,
     ) -> TurnClaim:
         inline, apart = self._split(owner, limits)
-        limit_keys, limit_args = script_arguments(inline, int(now * US))
+        limit_keys, limit_args = script_arguments(inline, self._counter_now(now))
         now_ms = int(now * 1000)
         where = self.layouts(owner)
         brand, raw = owner.brand_id, owner.digest_bytes
@@ -689,7 +717,7 @@ class RedisStore(ConversationStore):
                 token,
             ],
             (owner, context_id, field, token, False),
-            (limits, apart, int(now * US)),
+            (limits, apart, self._counter_now(now)),
             outcome,
         )
 
@@ -883,32 +911,38 @@ class RedisStore(ConversationStore):
         await self._redis.close()
 
 
-async def refund_by_slot(redis: RedisPipe, hits: Sequence[Hit], now: int) -> None:
-    """Give back one charge of each of ``hits`` made at ``now`` (µs), one :data:`REFUND` per slot, sent
-    together: what a request that another counter refused had charged (all or nothing, §6)."""
+def by_slot(hits: Sequence[Hit]) -> list[list[Hit]]:
+    """``hits`` grouped by hash slot: what one script may charge together on a Redis Cluster."""
     groups: dict[bytes, list[Hit]] = {}
     for hit in hits:
         groups.setdefault(hashed_part(hit.key.encode()), []).append(hit)
+    return list(groups.values())
+
+
+async def refund_by_slot(redis: RedisPipe, hits: Sequence[Hit], now: int | None) -> None:
+    """Give back one charge of each of ``hits`` made at ``now`` (µs, ``None`` for the counters'
+    node's clock), one :data:`REFUND` per slot, sent together: what a request that another counter
+    refused had charged (all or nothing, §6)."""
+    at = "" if now is None else now
     await asyncio.gather(
         *(
-            redis.run(REFUND, [hit.key for hit in group], [now, *(hit.rule.interval_us for hit in group)])
-            for group in groups.values()
+            redis.run(REFUND, [hit.key for hit in group], [at, *(hit.rule.interval_us for hit in group)])
+            for group in by_slot(hits)
         )
     )
 
 
-async def charge_by_slot(redis: RedisPipe, hits: Sequence[Hit], now: int) -> dict[str, int]:
-    """Charge ``hits`` at ``now`` (µs), one :data:`CHARGE` per hash slot (each all or nothing), the
-    scripts sent together: the wait per key (µs, 0 where allowed)."""
-    groups: dict[bytes, list[Hit]] = {}
-    for hit in hits:
-        groups.setdefault(hashed_part(hit.key.encode()), []).append(hit)
+async def charge_by_slot(redis: RedisPipe, hits: Sequence[Hit], now: int | None) -> dict[str, int]:
+    """Charge ``hits`` at ``now`` (µs, ``None`` for the counters' node's clock), one :data:`CHARGE`
+    per hash slot (each all or nothing), the scripts sent together: the wait per key (µs, 0 where
+    allowed)."""
+    groups = by_slot(hits)
     answers: list[list[Any]] = await asyncio.gather(
-        *(redis.run(CHARGE, *script_arguments(group, now)) for group in groups.values())
+        *(redis.run(CHARGE, *script_arguments(group, now)) for group in groups)
     )
     return {
         hit.key: int(wait)
-        for group, waits in zip(groups.values(), answers, strict=True)
+        for group, waits in zip(groups, answers, strict=True)
         for hit, wait in zip(group, waits, strict=True)
     }
 

@@ -25,10 +25,13 @@ look-up at a time, whoever asks for it. A call is sent to its slot's primary and
   outcome as unknown, as on one Redis), and the map is looked up again, since a failover or a
   node that left is the likely cause.
 
-A call follows at most :data:`MAX_REDIRECTS` of those, and none once ``cache.timeout`` has
-passed since it started, then fails with the last answer. A node that stops answering fails
-the calls sent to it, each after ``cache.timeout``; calls whose slots live on other primaries
-go over their own connections and never wait behind it.
+A call follows at most :data:`MAX_REDIRECTS` of those, and fails with the last answer once
+``cache.timeout`` has passed since it started: a retry's pause never ends past it, and a retry
+still unanswered then is given up. That bound matters beyond the caller's wait: a call's
+arguments were computed when it started (a claim's deadlines among them), and a call that ran
+late would act on stale ones. A node that stops answering fails the calls sent to it, each
+after ``cache.timeout``; calls whose slots live on other primaries go over their own
+connections and never wait behind it.
 
 Every key of one call must hash to one slot (a Lua script may only touch keys of its slot): a
 call whose keys do not is a programming error, refused with :class:`CrossSlotError` before
@@ -88,6 +91,18 @@ class ClusterObserver(Protocol):
     def cluster_refresh(self, outcome: RefreshOutcome) -> None:
         """A look-up of the slot map: ``ok`` (``CLUSTER SHARDS``), ``fallback`` (``CLUSTER SLOTS``),
         ``incomplete`` (an answer that leaves slots unserved) or ``failed`` (no node answered)."""
+
+
+async def _retry(
+    send: Callable[[RedisPipe, bool], Awaitable[Any]], pipe: RedisPipe, asking: bool, deadline: float
+) -> Any:
+    """A call tried again, given up at the call's ``deadline`` (a loop time): its command is left
+    to its connection, which discards the answer, as for any caller that gave up."""
+    try:
+        async with asyncio.timeout_at(deadline):
+            return await send(pipe, asking)
+    except TimeoutError:
+        raise StoreError("redis: TimeoutError") from None
 
 
 def _label(node: Node) -> str:
@@ -160,7 +175,10 @@ class ClusterPipe(RedisPipe):
         for attempt in range(MAX_REDIRECTS + 1):
             last = attempt == MAX_REDIRECTS or loop.time() >= deadline
             try:
-                reply = await send(self._pipe(node), asking)
+                # The first attempt is bounded by its connection's own timeout (cache.timeout); a
+                # retry by what is left of the call's, so the whole call fails within cache.timeout.
+                pipe = self._pipe(node)
+                reply = await (_retry(send, pipe, asking, deadline) if attempt else send(pipe, asking))
             except ReplyRefused as refused:
                 asking = False
                 if refused.redirect is not None and not last:
@@ -174,7 +192,12 @@ class ClusterPipe(RedisPipe):
                     else:
                         asking = True
                     continue
-                if refused.code in ("TRYAGAIN", "CLUSTERDOWN") and not last:
+                # No pause that would end at or past the deadline: the call fails now, with this answer.
+                if (
+                    refused.code in ("TRYAGAIN", "CLUSTERDOWN")
+                    and not last
+                    and loop.time() + pause < deadline
+                ):
                     self._observe(node, ok=False)
                     if refused.code == "CLUSTERDOWN":
                         self._refresh_soon()

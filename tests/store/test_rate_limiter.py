@@ -5,6 +5,7 @@ Time is a :class:`ManualClock`, so "wait ``Retry-After`` and try again" is exact
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from collections.abc import AsyncIterator
 
@@ -14,6 +15,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from gateway.config import CacheConfig
+from gateway.redis_url import ClusterAddress
 from gateway.store.base import StoreError
 from gateway.store.limits import (
     Hit,
@@ -26,8 +28,10 @@ from gateway.store.limits import (
 )
 from gateway.store.memory import MemoryKeyspace, MemoryStore
 from gateway.store.redis import RedisStore
+from gateway.store.redis_cluster import ClusterPipe
 from tests.support.commands import recorded_commands
 from tests.support.pa import ManualClock
+from tests.support.redis_cluster import RedisCluster
 
 
 @pytest.fixture
@@ -196,3 +200,40 @@ async def test_waits_looks_at_a_budget_without_spending_it(limiter: RateLimiter,
     assert await limiter.hit_all([hits[0]]) == spent[:1]
     clock.advance(2.0)
     assert await limiter.waits(hits) == [0.0, 0.0]
+
+
+async def test_redis_waits_reads_the_counters_on_their_nodes_clock(redis_store: RedisStore) -> None:
+    """Without a given clock, a look at a budget (PEEK) and a charge both run on Redis' own clock."""
+    limiter = open_rate_limiter(redis_store)
+    hits = [Hit("budget:node-clock", Rule(rate=0.5, burst=2))]
+    assert await limiter.waits(hits) == [0.0]
+    assert await limiter.hit_all(hits) == [0.0]
+    assert await limiter.hit_all(hits) == [0.0]
+    assert (await limiter.waits(hits))[0] == pytest.approx(2.0, abs=0.1)
+
+
+async def test_s6_a_charge_held_up_by_a_cluster_outage_counts_from_when_it_runs(
+    redis_cluster: RedisCluster,
+) -> None:
+    """A charge retried through ``CLUSTERDOWN`` is made at its node's time as it finally runs, not
+    at the time it was first sent: charged with that older time after a failover, a busy counter
+    refused it as over its burst (issue 20: 429s after a kill -9 at a third of the rate)."""
+    pipe = ClusterPipe(ClusterAddress.from_url(redis_cluster.url), timeout=3.0)
+    limiter = RedisRateLimiter(pipe, tagged=True)
+    key, interval, elsewhere = "test:{t0}:counter", 100_000, "{unserved}"
+    home = redis_cluster.node_of_key(key)
+    try:
+        await pipe.ping()
+        owner = await asyncio.to_thread(redis_cluster.take_down, elsewhere)
+        held = asyncio.ensure_future(limiter.hit_all([Hit(key, Rule(rate=10, burst=2))]))
+        await asyncio.sleep(0.5)
+        assert not held.done()
+        with home.client() as client:
+            seconds, micros = client.time()
+        redis_cluster.bring_up(elsewhere, owner)
+        assert await held == [0.0]
+        with home.client() as client:
+            charged_at = int(client.get(key)) - interval
+        assert charged_at >= seconds * 1_000_000 + micros
+    finally:
+        await pipe.close()

@@ -24,7 +24,7 @@ from gateway.store import open_store
 from gateway.store.base import StoreError
 from gateway.store.redis import RedisStore
 from gateway.store.redis_cluster import ClusterPipe, CrossSlotError, RedirectKind, RefreshOutcome
-from gateway.store.redis_pipe import Script
+from gateway.store.redis_pipe import ReplyRefused, Script
 from gateway.store.slots import NO_KEY_LUA, key_slot
 from tests.support.redis_cluster import ClusterNode, RedisCluster
 
@@ -266,6 +266,26 @@ async def test_a_node_that_stops_answering_fails_its_own_slots_alone_within_the_
         assert took < timeout * 2  # each failed alone, after its own timeout, not one after another
     finally:
         stopped.signal(signal.SIGCONT)
+
+
+async def test_a_call_answered_clusterdown_is_retried_within_its_timeout_and_fails_by_then(
+    redis_cluster: RedisCluster, open_cluster_pipe: Callable[..., tuple[ClusterPipe, Recorder]]
+) -> None:
+    """``cache.timeout`` bounds the whole call, retries and their pauses included: before, the
+    doubling pauses ran 0.55 s past a 1 s timeout, and a §6 charge retried so ran on a time 1.55 s
+    old (a 429 after a failover, issue 20)."""
+    timeout = 1.0
+    pipe, recorder = open_cluster_pipe(redis_cluster.url, timeout=timeout)
+    await pipe.ping()
+    await asyncio.to_thread(redis_cluster.take_down, SLOT_100_KEY)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    with pytest.raises(ReplyRefused) as refused:
+        await pipe.run(APPEND, [tagged(0)], ["x"])
+    took = loop.time() - started
+    assert refused.value.code == "CLUSTERDOWN"
+    assert sum(count for (_, ok), count in recorder.commands.items() if not ok) >= 3  # it was retried
+    assert took <= timeout + 0.2
 
 
 async def test_not_ready_while_any_slot_is_unserved(

@@ -206,6 +206,22 @@ class RedisCluster:
             with node.client() as client:
                 client.execute_command("CLUSTER", "SETSLOT", slot, "NODE", target_id)
 
+    def take_down(self, key: str) -> ClusterNode:
+        """Leave ``key``'s slot unserved (every node forgets its owner) and wait until each node says
+        the cluster is down: with ``cluster-require-full-coverage`` (the default) every call to any
+        node is then answered ``CLUSTERDOWN``. The slot's owner, for :meth:`bring_up`."""
+        owner, slot = self.node_of_key(key), key_slot(key)
+        for node in self.nodes:
+            with node.client() as client:
+                client.execute_command("CLUSTER", "DELSLOTS", slot)
+        self._wait(lambda: all(_state(node) == "fail" for node in self.nodes), "the cluster down")
+        return owner
+
+    def bring_up(self, key: str, owner: ClusterNode) -> None:
+        """Undo :meth:`take_down`: ``owner`` serves ``key``'s slot again, and tells the others."""
+        with owner.client() as client:
+            client.execute_command("CLUSTER", "ADDSLOTS", key_slot(key))
+
     def replica_of(self, primary: ClusterNode) -> ClusterNode:
         with primary.client() as client:
             port = int(client.info("replication")["slave0"]["port"])
@@ -239,6 +255,12 @@ class RedisCluster:
     def stop(self) -> None:
         for node in self.nodes:
             node.stop()
+
+
+def _state(node: ClusterNode) -> str:
+    """``cluster_state`` as ``node`` sees it: ``ok`` or ``fail``."""
+    with node.client() as client:
+        return str(client.cluster("INFO")["cluster_state"])
 
 
 @contextlib.contextmanager
