@@ -534,14 +534,14 @@ class RedisStore(ConversationStore):
         new connection if need be, shielded from cancellation; if Redis cannot be reached for it
         either, the marker lapses after ``pending_ttl`` as before.
 
-        ``charge`` is ``(every limit of the turn, those charged apart, now µs)``: the counters apart
-        are charged by their own script, started before this one's so that the pipe sends both in
-        one write (one round trip). The charge stays all or nothing, as in one script: when a
-        counter refuses, those that allowed on the other side are given back (:data:`REFUND`, sent
-        with the claim's release when the turn's script claimed), one more round trip on the
-        refusal path only; the answer is then ``{'limited', wait per limit}`` in ``limits``' order.
-        When that charge fails and ``outcome`` says to serve anyway, the turn goes on and
-        ``outcome`` records it as uncounted.
+        ``charge`` is ``(every limit of the turn, those charged apart, now)`` (µs, ``None`` for the
+        counters' node's clock): the counters apart are charged by their own script, started
+        before this one's so that the pipe sends both in one write (one round trip). The charge
+        stays all or nothing, as in one script: when a counter refuses, those that allowed on the
+        other side are given back (:data:`REFUND`, sent with the claim's release when the turn's
+        script claimed), one more round trip on the refusal path only; the answer is then
+        ``{'limited', wait per limit}`` in ``limits``' order. When that charge fails and
+        ``outcome`` says to serve anyway, the turn goes on and ``outcome`` records it as uncounted.
         """
         limits, apart, now = charge
         charged = asyncio.ensure_future(charge_by_slot(self._redis, apart, now)) if apart else None

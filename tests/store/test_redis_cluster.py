@@ -272,7 +272,7 @@ async def test_a_call_answered_clusterdown_is_retried_within_its_timeout_and_fai
     redis_cluster: RedisCluster, open_cluster_pipe: Callable[..., tuple[ClusterPipe, Recorder]]
 ) -> None:
     """``cache.timeout`` bounds the whole call, retries and their pauses included: before, the
-    doubling pauses ran 0.55 s past a 1 s timeout, and a §6 charge retried so ran on a time 1.55 s
+    doubling pauses ran 0.55 s past a 1 s timeout, and a §6 charge retried so ran on a time 1.56 s
     old (a 429 after a failover, issue 20)."""
     timeout = 1.0
     pipe, recorder = open_cluster_pipe(redis_cluster.url, timeout=timeout)
