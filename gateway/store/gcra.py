@@ -29,7 +29,17 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-__all__ = ["CLOCK_LUA", "GCRA_LUA", "US", "Hit", "Rule", "gcra", "now_us", "script_arguments"]
+__all__ = [
+    "CLOCK_LUA",
+    "GCRA_LUA",
+    "US",
+    "Hit",
+    "Rule",
+    "gcra",
+    "now_us",
+    "script_arguments",
+    "time_argument",
+]
 
 US = 1_000_000
 """Microseconds per second."""
@@ -134,10 +144,15 @@ end
 """Lua defining ``gcra()`` and ``after_limits(n)``; a script that charges limits starts with it."""
 
 
+def time_argument(now: int | None) -> int | str:
+    """``now`` (µs) as the scripts' ``now_us`` reads it: ``""`` for ``None``, the node's clock."""
+    return "" if now is None else now
+
+
 def script_arguments(hits: Sequence[Hit], now: int | None) -> tuple[list[str], list[int | str]]:
     """The leading KEYS and ARGV that :data:`GCRA_LUA` reads, for ``hits`` charged at ``now`` (µs),
     or at the counters' node's time when it runs (``None``)."""
-    args: list[int | str] = [len(hits), "" if now is None else now]
+    args: list[int | str] = [len(hits), time_argument(now)]
     for hit in hits:
         args += [hit.rule.interval_us, hit.rule.tolerance_us]
     return [hit.key for hit in hits], args

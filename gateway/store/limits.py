@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from gateway.store.base import ConversationStore
-from gateway.store.gcra import US, Hit, Rule, gcra, now_us, script_arguments
+from gateway.store.gcra import US, Hit, Rule, gcra, now_us, script_arguments, time_argument
 from gateway.store.memory import MemoryKeyspace, MemoryStore
 from gateway.store.redis import CHARGE, PEEK, RedisStore, by_slot, charge_by_slot, refund_by_slot
 from gateway.store.redis_pipe import RedisPipe
@@ -106,8 +106,12 @@ class RedisRateLimiter(RateLimiter):
         self._redis = redis
         self.tagged = tagged
 
+    def _now(self) -> int | None:
+        """The time charges and looks are made at (µs): ``None`` for the counters' node's clock."""
+        return None if self._clock is None else now_us(self._clock)
+
     async def hit_all(self, hits: Sequence[Hit]) -> list[float]:
-        now = None if self._clock is None else now_us(self._clock)
+        now = self._now()
         if self.tagged:
             waits = await charge_by_slot(self._redis, hits, now)
             if any(waits.values()):
@@ -121,7 +125,7 @@ class RedisRateLimiter(RateLimiter):
         # The same GCRA step as the script, on the counters as they stand and on the clock they are
         # charged by (PEEK: one read, no write); one per slot when tagged, sent together.
         groups = by_slot(hits) if self.tagged else [list(hits)]
-        at = "" if self._clock is None else now_us(self._clock)
+        at = time_argument(self._now())
         answers: list[list[Any]] = await asyncio.gather(
             *(self._redis.run(PEEK, [hit.key for hit in group], [at]) for group in groups)
         )

@@ -83,7 +83,7 @@ from gateway.store.base import (
     TurnStatus,
     text_digest,
 )
-from gateway.store.gcra import CLOCK_LUA, GCRA_LUA, US, Hit, script_arguments
+from gateway.store.gcra import CLOCK_LUA, GCRA_LUA, US, Hit, script_arguments, time_argument
 from gateway.store.redis_cluster import ClusterObserver, ClusterPipe, open_pipe
 from gateway.store.redis_pipe import RedisPipe, Script
 from gateway.store.slots import NO_KEY_LUA, hashed_part
@@ -923,7 +923,7 @@ async def refund_by_slot(redis: RedisPipe, hits: Sequence[Hit], now: int | None)
     """Give back one charge of each of ``hits`` made at ``now`` (µs, ``None`` for the counters'
     node's clock), one :data:`REFUND` per slot, sent together: what a request that another counter
     refused had charged (all or nothing, §6)."""
-    at = "" if now is None else now
+    at = time_argument(now)
     await asyncio.gather(
         *(
             redis.run(REFUND, [hit.key for hit in group], [at, *(hit.rule.interval_us for hit in group)])
