@@ -5,7 +5,6 @@ from __future__ import annotations
 import time
 from collections.abc import AsyncIterator, Callable
 
-import aiohttp
 from aiohttp import web
 
 from gateway.auth.delegation import DelegationVerifier
@@ -29,13 +28,14 @@ from gateway.store.limits import RateLimiter, open_rate_limiter
 from gateway.store.oauth import OAuthStore
 from gateway.turns import TurnService
 from gateway.upstream.base import BotAdapter
+from gateway.upstream.client import BotClient
 from gateway.upstream.factory import make_adapter
 from gateway.upstream.guard import GuardedBot
 from gateway.upstream.traced import TracedBot
 
 STORE = web.AppKey("store", ConversationStore)
 JWKS = web.AppKey("jwks", JwksCache)
-UPSTREAM_SESSION = web.AppKey("upstream_session", aiohttp.ClientSession)
+BOT_CLIENT = web.AppKey("bot_client", BotClient)
 RATE_LIMITER = web.AppKey("rate_limiter", RateLimiter)
 OAUTH_STORE = web.AppKey("oauth_store", OAuthStore)
 ADAPTER_STATE = web.AppKey("adapter_state", AdapterState)
@@ -68,7 +68,7 @@ def build_runtime(app: web.Application, config: GatewayConfig, *, previous: Runt
             bots[brand.id] = previous.bots[brand.id]
         else:
             bots[brand.id] = GuardedBot(
-                make_adapter(brand, app[UPSTREAM_SESSION], app[ADAPTER_STATE], cache=config.cache),
+                make_adapter(brand, app[BOT_CLIENT], app[ADAPTER_STATE], cache=config.cache),
                 brand.id,
                 brand.upstream,
                 metrics=metrics,
@@ -190,17 +190,10 @@ def create_app(
         if owned_store:
             await app[STORE].start()
         fetch_session = make_fetch_session(config.personal_agents.jwks, config.development)
-        # One session carries every User's turns: a cookie the bot sets for one User must never
-        # ride on another's call, so the session keeps none (and reads no proxy from the environment).
-        # No connection limit, per host or in all: each Brand's upstream.max_concurrency and the
-        # process's limits.max_bot_calls are the caps, in YAML, counted when they bite; a pool
-        # limit here would be a third one, hidden (a per-host 256 here once held every slow bot at 256).
-        app[UPSTREAM_SESSION] = aiohttp.ClientSession(
-            connector=aiohttp.TCPConnector(limit=0, limit_per_host=0, keepalive_timeout=30),
-            auto_decompress=True,
-            cookie_jar=aiohttp.DummyCookieJar(),
-            trust_env=False,
-        )
+        # One client carries every User's turns and keeps nothing between calls but connections;
+        # it has no connection limit: each Brand's upstream.max_concurrency and the process's
+        # limits.max_bot_calls are the caps (gateway/upstream/client.py).
+        app[BOT_CLIENT] = BotClient()
         app[JWKS] = JwksCache(
             fetch_session,
             config.personal_agents.jwks,
@@ -218,7 +211,7 @@ def create_app(
         app[RUNTIME] = RuntimeRef(build_runtime(app, config))
         yield
         await app[RATE_LIMITER].close()
-        await app[UPSTREAM_SESSION].close()
+        await app[BOT_CLIENT].close()
         await fetch_session.close()
         if owned_store:
             await app[STORE].close()

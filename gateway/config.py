@@ -1131,6 +1131,18 @@ def _header(name: str, value: str, path: str) -> str:
     return value
 
 
+def _check_bot_url(url: str, path: str) -> str:
+    """A URL the gateway calls a bot at: a host to connect to, and no credentials in it. The bot
+    client sends none from a URL (gateway/upstream/client.py), and a password in the file would
+    break the rule that secrets come only from the environment: ``headers`` take ``${NAME}``."""
+    parts = urlsplit(url)
+    if not parts.hostname:
+        raise ConfigError(path, "must name a host")
+    if parts.username is not None or parts.password is not None:
+        raise ConfigError(path, "must not carry credentials: send them in upstream.headers from ${NAME}")
+    return url
+
+
 def _upstream(raw: Mapping[str, Any], path: str, environ: Mapping[str, str]) -> UpstreamConfig:
     """The Brand's bot: the common settings, and the chosen adapter's own block (no other's)."""
     adapter: AdapterName = raw.get("adapter", "pact")
@@ -1145,7 +1157,7 @@ def _upstream(raw: Mapping[str, Any], path: str, environ: Mapping[str, str]) -> 
     }
     timeout = float(raw.get("timeout", 10.0))
     return UpstreamConfig(
-        url=raw["url"],
+        url=_check_bot_url(raw["url"], f"{path}.url"),
         timeout=timeout,
         headers=headers,
         max_concurrency=raw.get("max_concurrency", MAX_CONCURRENCY),
@@ -1212,7 +1224,7 @@ def _http_mapping(
         body=_http_body(raw["body"], f"{path}.body", environ),
         reply=HttpReplyPaths(**reply),
         method=raw.get("method", "POST"),
-        probe_url=raw.get("probe_url"),
+        probe_url=None if "probe_url" not in raw else _check_bot_url(raw["probe_url"], f"{path}.probe_url"),
     )
 
 

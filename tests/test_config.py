@@ -590,6 +590,20 @@ def test_adapter_defaults_to_pact_and_takes_its_own_block() -> None:
             "brands[0].upstream.http.probe_url",
             "must be an http:// or https:// URL",
         ),
+        # The bot client sends no credentials from a URL (aiohttp's did, as Basic auth).
+        (
+            None,
+            {"url": "https://bot:s3cret@bot.example/chat"},
+            "brands[0].upstream.url",
+            "must not carry credentials",
+        ),
+        (
+            "http",
+            {"http": {**HTTP_MAPPING, "body": {}, "probe_url": "https://bot:s3cret@bot.example/health"}},
+            "brands[0].upstream.http.probe_url",
+            "must not carry credentials",
+        ),
+        (None, {"url": "http:///chat"}, "brands[0].upstream.url", "must name a host"),
     ],
 )
 def test_bad_adapter_settings_name_their_yaml_path(

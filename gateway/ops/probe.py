@@ -26,8 +26,6 @@ from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
-import aiohttp
-
 from gateway.auth.jwks import FetchError, JsonFetcher, make_fetch_session, parse_jwks
 from gateway.config import BrandConfig, GatewayConfig
 from gateway.store import ConversationStore, open_store
@@ -36,6 +34,7 @@ from gateway.store.base import StoreError
 from gateway.store.factory import open_adapter_state
 from gateway.store.redis_pipe import RedisAddress
 from gateway.upstream.base import UpstreamError
+from gateway.upstream.client import BotClient
 from gateway.upstream.factory import make_adapter
 
 __all__ = ["ProbeResult", "format_table", "run_probes"]
@@ -62,8 +61,8 @@ async def run_probes(config: GatewayConfig) -> list[ProbeResult]:
     store = open_store(config.cache)
     fetch_session = make_fetch_session(config.personal_agents.jwks, config.development)
     fetcher = JsonFetcher(fetch_session, config.personal_agents.jwks, development=config.development)
-    # The bots' session as the gateway makes it: no cookies, no proxy from the environment.
-    upstream_session = aiohttp.ClientSession(cookie_jar=aiohttp.DummyCookieJar(), trust_env=False)
+    # The bots' client as the gateway makes it.
+    bot_client = BotClient()
     try:
         state = open_adapter_state(store)
         checks: list[tuple[str, str, Callable[[], Awaitable[str]]]] = [
@@ -84,10 +83,10 @@ async def run_probes(config: GatewayConfig) -> list[ProbeResult]:
                 checks.append(("login keys", brand.id, _fetched_keys(fetcher, login.jwks_uri)))
         for brand in config.brands.values():
             target = f"{brand.id} ({brand.upstream.adapter})"
-            checks.append(("bot", target, _bot(brand, upstream_session, state, config)))
+            checks.append(("bot", target, _bot(brand, bot_client, state, config)))
         return list(await asyncio.gather(*(_timed(*check) for check in checks)))
     finally:
-        await upstream_session.close()
+        await bot_client.close()
         await fetch_session.close()
         await store.close()
 
@@ -149,10 +148,10 @@ def _fetched_keys(fetcher: JsonFetcher, url: str) -> Callable[[], Awaitable[str]
 
 
 def _bot(
-    brand: BrandConfig, session: aiohttp.ClientSession, state: AdapterState, config: GatewayConfig
+    brand: BrandConfig, client: BotClient, state: AdapterState, config: GatewayConfig
 ) -> Callable[[], Awaitable[str]]:
     async def check() -> str:
-        return await make_adapter(brand, session, state, cache=config.cache).probe()
+        return await make_adapter(brand, client, state, cache=config.cache).probe()
 
     return check
 

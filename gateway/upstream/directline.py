@@ -64,7 +64,6 @@ from dataclasses import dataclass
 from typing import Any, Final
 from urllib.parse import quote
 
-import aiohttp
 import orjson
 
 from gateway.config import CacheConfig, UpstreamConfig
@@ -73,6 +72,7 @@ from gateway.store import keys
 from gateway.store.adapter_state import AdapterState
 from gateway.store.base import StoreError
 from gateway.upstream.base import BotReply, Turn, UpstreamError, UpstreamThrottled, retry_after_seconds
+from gateway.upstream.client import BotClient
 from gateway.upstream.json_call import JsonAnswer, request_json, status_detail
 from gateway.upstream.wire import MAX_REPLY_BYTES, user_handle
 from gateway.wire import json_bytes
@@ -123,7 +123,7 @@ class DirectLineAdapter:
     def __init__(
         self,
         upstream: UpstreamConfig,
-        session: aiohttp.ClientSession,
+        client: BotClient,
         state: AdapterState,
         *,
         cache: CacheConfig,
@@ -139,8 +139,7 @@ class DirectLineAdapter:
         self._generate_url = f"{base}/tokens/generate"
         self._headers: Mapping[str, str] = upstream.headers
         self._timeout = upstream.timeout
-        self._within = aiohttp.ClientTimeout(total=upstream.timeout)
-        self._session = session
+        self._client = client
         self._state = state
         self._ttl = cache.conversation_ttl
         self._clock = clock
@@ -317,7 +316,7 @@ class DirectLineAdapter:
             headers["X-Request-Id"] = request_id
         if body is not None:
             headers["Content-Type"] = "application/json"
-        return await request_json(self._session, method, url, headers=headers, within=self._within, body=body)
+        return await request_json(self._client, method, url, headers=headers, within=self._timeout, body=body)
 
     def _failure(self, answer: JsonAnswer, what: str) -> UpstreamError:
         detail = f"{what}: {status_detail(answer.status, answer.doc)}"

@@ -4,11 +4,10 @@ from __future__ import annotations
 
 from typing import assert_never
 
-import aiohttp
-
 from gateway.config import BrandConfig, CacheConfig
 from gateway.store.adapter_state import AdapterState
 from gateway.upstream.base import BotAdapter
+from gateway.upstream.client import BotClient
 from gateway.upstream.directline import DirectLineAdapter
 from gateway.upstream.http_json import HttpJsonAdapter
 from gateway.upstream.http_mapping import HttpMappingAdapter
@@ -19,9 +18,9 @@ __all__ = ["make_adapter"]
 
 
 def make_adapter(
-    brand: BrandConfig, session: aiohttp.ClientSession, state: AdapterState, *, cache: CacheConfig
+    brand: BrandConfig, client: BotClient, state: AdapterState, *, cache: CacheConfig
 ) -> BotAdapter:
-    """The adapter for ``brand``'s bot, on the gateway's shared upstream ``session`` (it keeps no cookies).
+    """The adapter for ``brand``'s bot, on the process's shared ``client`` (it keeps no cookies).
 
     ``state`` is where an adapter keeps what a conversation needs between turns, with
     ``cache.conversation_ttl`` as its lifetime; the stateless adapters take neither.
@@ -29,13 +28,13 @@ def make_adapter(
     """
     upstream = brand.upstream
     if upstream.adapter == "pact":
-        return HttpJsonAdapter(upstream, session)
+        return HttpJsonAdapter(upstream, client)
     if upstream.adapter == "rasa":
-        return RasaAdapter(upstream, session)
+        return RasaAdapter(upstream, client)
     if upstream.adapter == "http":
-        return HttpMappingAdapter(upstream, session)
+        return HttpMappingAdapter(upstream, client)
     if upstream.adapter == "openai":
-        return OpenAIAdapter(upstream, session, state, cache=cache)
+        return OpenAIAdapter(upstream, client, state, cache=cache)
     if upstream.adapter == "directline":
-        return DirectLineAdapter(upstream, session, state, cache=cache)
+        return DirectLineAdapter(upstream, client, state, cache=cache)
     assert_never(upstream.adapter)  # mypy checks every adapter the configuration allows has a branch

@@ -22,15 +22,15 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final
 
-import aiohttp
 import orjson
 import rfc8785
 
 from gateway.config import UpstreamConfig
 from gateway.ops.tracing import trace_headers
 from gateway.upstream.base import Action, BotReply, Turn, UpstreamError
+from gateway.upstream.client import BotClient, Target
 from gateway.upstream.wire import MAX_REPLY_BYTES as MAX_REPLY_BYTES
-from gateway.upstream.wire import connection_failure, loads_reply, probe_endpoint, read_capped
+from gateway.upstream.wire import loads_reply, probe_endpoint
 from gateway.wire import json_bytes
 
 MAX_LIST_ITEMS: Final = 64
@@ -43,11 +43,11 @@ _ACTION_KEYS: Final = frozenset(("tool", "args"))
 
 
 class HttpJsonAdapter:
-    def __init__(self, upstream: UpstreamConfig, session: aiohttp.ClientSession) -> None:
-        self._url = upstream.url
-        self._timeout = aiohttp.ClientTimeout(total=upstream.timeout)
+    def __init__(self, upstream: UpstreamConfig, client: BotClient) -> None:
+        self._target = Target.parse(upstream.url)
+        self._timeout = upstream.timeout
         self._headers: Mapping[str, str] = {"Content-Type": "application/json", **upstream.headers}
-        self._session = session
+        self._client = client
 
     async def send(self, turn: Turn) -> BotReply:
         delegation = turn.delegation
@@ -65,25 +65,17 @@ class HttpJsonAdapter:
             }
         )
         headers = {**self._headers, "X-Request-Id": turn.request_id, **trace_headers(turn.trace)}
-        try:
-            async with self._session.post(
-                self._url, data=body, headers=headers, timeout=self._timeout, allow_redirects=False
-            ) as response:
-                if not 200 <= response.status < 300:
-                    raise UpstreamError("status", f"HTTP {response.status}")
-                raw = await read_capped(response)
-        except TimeoutError:
-            raise UpstreamError("timeout", f"no answer within {self._timeout.total} s") from None
-        except aiohttp.ClientConnectionError as exc:
-            raise UpstreamError("connect", connection_failure(self._url, exc)) from None
-        except aiohttp.ClientError as exc:
-            raise UpstreamError("protocol", connection_failure(self._url, exc)) from None
-        return parse_bot_reply(raw)
+        reply = await self._client.request(
+            "POST", self._target, headers=headers, body=body, within=self._timeout, limit=MAX_REPLY_BYTES
+        )
+        if not 200 <= reply.status < 300:
+            raise UpstreamError("status", f"HTTP {reply.status}")
+        return parse_bot_reply(reply.body)
 
     async def probe(self) -> str:
         headers = {name: value for name, value in self._headers.items() if name != "Content-Type"}
         return await probe_endpoint(
-            self._session, "OPTIONS", self._url, headers=headers, within=self._timeout
+            self._client, "OPTIONS", self._target, headers=headers, within=self._timeout
         )
 
 

@@ -27,7 +27,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import aiohttp
 import jmespath
 import orjson
 from jmespath.parser import ParsedResult
@@ -36,6 +35,7 @@ from jmespath.visitor import TreeInterpreter
 from gateway.config import HTTP_PLACEHOLDER, HttpMappingSettings, HttpReplyPaths, UpstreamConfig
 from gateway.ops.tracing import trace_headers
 from gateway.upstream.base import BotReply, Turn, UpstreamError
+from gateway.upstream.client import BotClient
 from gateway.upstream.http_json import parse_actions, parse_scopes
 from gateway.upstream.wire import exchange, loads_reply, probe_endpoint, user_handle
 from gateway.wire import json_bytes
@@ -47,7 +47,7 @@ Filler = Callable[[Values], Any]
 
 
 class HttpMappingAdapter:
-    def __init__(self, upstream: UpstreamConfig, session: aiohttp.ClientSession) -> None:
+    def __init__(self, upstream: UpstreamConfig, client: BotClient) -> None:
         if upstream.http is None:
             raise ValueError("the http adapter needs upstream.http")
         settings: HttpMappingSettings = upstream.http
@@ -56,15 +56,15 @@ class HttpMappingAdapter:
         self._probe_url = settings.probe_url
         self._fill = compile_template(settings.body)
         self._reply = ReplyMapping(settings.reply)
-        self._timeout = aiohttp.ClientTimeout(total=upstream.timeout)
+        self._timeout = upstream.timeout
         self._brand_headers = dict(upstream.headers)
         self._headers: Mapping[str, str] = {"Content-Type": "application/json", **upstream.headers}
-        self._session = session
+        self._client = client
 
     async def send(self, turn: Turn) -> BotReply:
         body = json_bytes(self._fill(turn_values(turn)))
         answer = await exchange(
-            self._session,
+            self._client,
             self._method,
             self._url,
             headers={**self._headers, "X-Request-Id": turn.request_id, **trace_headers(turn.trace)},
@@ -82,10 +82,10 @@ class HttpMappingAdapter:
     async def probe(self) -> str:
         if self._probe_url is None:
             return await probe_endpoint(
-                self._session, "OPTIONS", self._url, headers=self._brand_headers, within=self._timeout
+                self._client, "OPTIONS", self._url, headers=self._brand_headers, within=self._timeout
             )
         answer = await exchange(
-            self._session,
+            self._client,
             "GET",
             self._probe_url,
             headers=self._brand_headers,

@@ -12,9 +12,9 @@ import re
 from collections.abc import Mapping
 from typing import Any, Final, NamedTuple
 
-import aiohttp
 import orjson
 
+from gateway.upstream.client import BotClient
 from gateway.upstream.wire import exchange, loads_reply
 
 __all__ = ["JsonAnswer", "error_label", "request_json", "status_detail"]
@@ -31,20 +31,20 @@ class JsonAnswer(NamedTuple):
 
 
 async def request_json(
-    session: aiohttp.ClientSession,
+    client: BotClient,
     method: str,
     url: str,
     *,
     headers: Mapping[str, str],
-    within: aiohttp.ClientTimeout,
+    within: float,
     body: bytes | None = None,
 ) -> JsonAnswer:
-    reply = await exchange(session, method, url, headers=headers, within=within, body=body)
+    reply = await exchange(client, method, url, headers=headers, within=within, body=body)
     try:
         doc = loads_reply(reply.body) if reply.body else None
     except orjson.JSONDecodeError:
         doc = None
-    return JsonAnswer(reply.status, doc, reply.headers.get("Retry-After"))
+    return JsonAnswer(reply.status, doc, reply.headers.get("retry-after"))
 
 
 def error_label(doc: Any) -> str:

@@ -34,7 +34,6 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, Final
 
-import aiohttp
 import orjson
 
 from gateway.config import CacheConfig, OpenAISettings, UpstreamConfig
@@ -43,6 +42,7 @@ from gateway.store import keys
 from gateway.store.adapter_state import AdapterState
 from gateway.store.base import StoreError
 from gateway.upstream.base import BotReply, Turn, UpstreamError, UpstreamThrottled, retry_after_seconds
+from gateway.upstream.client import BotClient
 from gateway.upstream.json_call import JsonAnswer, error_label, request_json, status_detail
 from gateway.wire import json_bytes
 
@@ -59,7 +59,7 @@ class OpenAIAdapter:
     def __init__(
         self,
         upstream: UpstreamConfig,
-        session: aiohttp.ClientSession,
+        client: BotClient,
         state: AdapterState,
         *,
         cache: CacheConfig,
@@ -73,8 +73,8 @@ class OpenAIAdapter:
         self._completions_url = f"{base}/chat/completions"
         self._models_url = f"{base}/models"
         self._headers = {**upstream.headers, **_auth_header(settings)}
-        self._timeout = aiohttp.ClientTimeout(total=upstream.timeout)
-        self._session = session
+        self._timeout = upstream.timeout
+        self._client = client
         self._state = state
         self._ttl = cache.conversation_ttl
         self._clock = clock
@@ -136,9 +136,7 @@ class OpenAIAdapter:
         return [] if raw is None else load_history(raw)
 
     async def _call(self, method: str, url: str, headers: dict[str, str], body: bytes | None) -> JsonAnswer:
-        return await request_json(
-            self._session, method, url, headers=headers, within=self._timeout, body=body
-        )
+        return await request_json(self._client, method, url, headers=headers, within=self._timeout, body=body)
 
 
 def _auth_header(settings: OpenAISettings) -> dict[str, str]:

@@ -26,12 +26,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
-import aiohttp
 import orjson
 
 from gateway.config import RasaSettings, UpstreamConfig
 from gateway.ops.tracing import trace_headers
 from gateway.upstream.base import BotReply, Turn, UpstreamError
+from gateway.upstream.client import BotClient
 from gateway.upstream.wire import exchange, loads_reply, user_handle
 from gateway.wire import json_bytes
 
@@ -42,21 +42,21 @@ HEALTH_PATH: Final = "/webhooks/rest/"
 
 
 class RasaAdapter:
-    def __init__(self, upstream: UpstreamConfig, session: aiohttp.ClientSession) -> None:
+    def __init__(self, upstream: UpstreamConfig, client: BotClient) -> None:
         base = upstream.url.rstrip("/")
         self._webhook = base + WEBHOOK_PATH
         self._health = base + HEALTH_PATH
         self._settings = upstream.rasa or RasaSettings()
-        self._timeout = aiohttp.ClientTimeout(total=upstream.timeout)
+        self._timeout = upstream.timeout
         self._headers: Mapping[str, str] = {"Content-Type": "application/json", **upstream.headers}
-        self._session = session
+        self._client = client
 
     async def send(self, turn: Turn) -> BotReply:
         doc: dict[str, Any] = {"sender": turn.conversation_id, "message": turn.text}
         if self._settings.metadata:
             doc["metadata"] = {"pa": turn.pa_issuer, "user": user_handle(turn)}
         reply = await exchange(
-            self._session,
+            self._client,
             "POST",
             self._webhook,
             headers={**self._headers, "X-Request-Id": turn.request_id, **trace_headers(turn.trace)},
@@ -74,7 +74,7 @@ class RasaAdapter:
 
     async def probe(self) -> str:
         headers = {name: value for name, value in self._headers.items() if name != "Content-Type"}
-        reply = await exchange(self._session, "GET", self._health, headers=headers, within=self._timeout)
+        reply = await exchange(self._client, "GET", self._health, headers=headers, within=self._timeout)
         if reply.status != 200:
             raise UpstreamError("status", f"REST channel health answered HTTP {reply.status}")
         try:

@@ -1,36 +1,29 @@
 """What the HTTP adapters share: one bounded exchange with a bot, its failures as bounded labels,
 the pseudonymous user id a bot sees, and the probe's verdict on a status.
 
-The ``pact`` adapter keeps its own tuned copy of the exchange (gateway/upstream/http_json.py,
-measured by the bench per turn); the others use :func:`exchange`.
+Every call goes through the process's :class:`~gateway.upstream.client.BotClient`.
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
-import socket
 from collections.abc import Iterable, Mapping
-from typing import Any, Final, NamedTuple
+from typing import Any, Final
 
-import aiohttp
 import orjson
-from multidict import CIMultiDictProxy
-from yarl import URL
 
 from gateway.upstream.base import Turn, UpstreamError
+from gateway.upstream.client import BotClient, Target, WireReply
 
 __all__ = [
     "MAX_REPLY_BYTES",
     "MAX_REPLY_DEPTH",
     "WireReply",
-    "connection_failure",
     "exchange",
     "loads_reply",
     "nested_deeper_than",
     "probe_endpoint",
     "probe_verdict",
-    "read_capped",
     "user_handle",
 ]
 
@@ -47,69 +40,24 @@ recursion limit is what it would have to stay well under."""
 _PROBE_REFUSALS: Final = frozenset((401, 403, 404, 407))
 
 
-class WireReply(NamedTuple):
-    status: int
-    headers: CIMultiDictProxy[str]
-    body: bytes
-
-
 async def exchange(
-    session: aiohttp.ClientSession,
+    client: BotClient,
     method: str,
-    url: str,
+    url: str | Target,
     *,
     headers: Mapping[str, str],
-    within: aiohttp.ClientTimeout,
+    within: float,
     body: bytes | None = None,
     limit: int = MAX_REPLY_BYTES,
 ) -> WireReply:
-    """One request, its answer read whole (at most ``limit`` bytes) ``within`` the client timeout.
+    """One request, its answer read whole (at most ``limit`` bytes) within ``within`` seconds.
 
     Redirects are not followed: a bot endpoint that moved is a misconfiguration to report, and
     following one would replay the User's text (and the Brand's headers) to wherever it points.
     Any status comes back; the caller decides what it means for its bot's API.
     """
-    try:
-        async with session.request(
-            method, url, data=body, headers=headers, timeout=within, allow_redirects=False
-        ) as response:
-            return WireReply(response.status, response.headers, await read_capped(response, limit))
-    except TimeoutError:
-        raise UpstreamError("timeout", f"no answer within {within.total} s") from None
-    except aiohttp.ClientConnectionError as exc:
-        raise UpstreamError("connect", connection_failure(url, exc)) from None
-    except aiohttp.ClientError as exc:
-        raise UpstreamError("protocol", connection_failure(url, exc)) from None
-
-
-def connection_failure(url: str | URL, exc: aiohttp.ClientError) -> str:
-    """A call that got no usable answer, as the log and the probe say it: the target as ``host:port``
-    (never the URL's credentials, path or query) and the cause in words, e.g.
-    ``127.0.0.1:9100: connection refused``, instead of an exception's class name."""
-    target = URL(url)
-    host = f"[{target.host}]" if target.host and ":" in target.host else target.host
-    if isinstance(exc, aiohttp.ClientConnectorError):
-        cause = _os_cause(exc.os_error)
-    elif isinstance(exc, aiohttp.ServerDisconnectedError):
-        cause = "the server closed the connection without answering"
-    elif isinstance(exc, aiohttp.ClientOSError):
-        cause = _os_cause(exc)
-    elif isinstance(exc, aiohttp.ClientPayloadError):
-        cause = "the answer's body broke off"
-    elif isinstance(exc, aiohttp.ClientResponseError):
-        cause = f"not a valid HTTP answer ({type(exc).__name__})"
-    else:
-        cause = type(exc).__name__
-    return f"{host}:{target.port}: {cause[:1].lower()}{cause[1:]}"
-
-
-def _os_cause(error: OSError) -> str:
-    """The operating system's words for ``error``: asyncio words a refused connect as "Connect call failed
-    (address)", so the errno's own text ("Connection refused") is preferred; a name-resolution failure
-    keeps its resolver's text ("Name or service not known"), whose code is no errno."""
-    if error.errno and error.errno > 0 and not isinstance(error, socket.gaierror):
-        return os.strerror(error.errno)
-    return error.strerror or type(error).__name__
+    target = url if isinstance(url, Target) else Target.parse(url)
+    return await client.request(method, target, headers=headers, body=body, within=within, limit=limit)
 
 
 def nested_deeper_than(value: Any, limit: int) -> bool:
@@ -143,30 +91,6 @@ def loads_reply(raw: bytes) -> Any:
     return doc
 
 
-async def read_capped(response: aiohttp.ClientResponse, limit: int = MAX_REPLY_BYTES) -> bytes:
-    """The whole body, or :class:`UpstreamError` ``bad_body`` past ``limit`` bytes.
-
-    ``StreamReader.read(n)`` returns what has arrived so far, up to ``n``: one call returns only
-    the first piece of a body the bot wrote in several, so read until the end or the limit.
-    """
-    if response.content_length is not None and response.content_length > limit:
-        raise UpstreamError("bad_body", f"reply larger than {limit} bytes")
-    content = response.content
-    chunks: list[bytes] = []
-    size = 0
-    # at_eof() ends the loop once the body is in: the usual one-piece reply takes one read, not a
-    # second that returns b"" (a call through aiohttp's timeout machinery on every turn).
-    while size <= limit and not content.at_eof():
-        chunk = await content.read(limit + 1 - size)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        size += len(chunk)
-    if size > limit:
-        raise UpstreamError("bad_body", f"reply larger than {limit} bytes")
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-
-
 def user_handle(turn: Turn) -> str:
     """A stable pseudonym for the turn's User at this Brand: what a bot sees instead of ``sub`` where its API
     names a user (Rasa's metadata, Direct Line's ``from.id``).
@@ -197,13 +121,13 @@ def probe_verdict(method: str, status: int) -> str:
 
 
 async def probe_endpoint(
-    session: aiohttp.ClientSession,
+    client: BotClient,
     method: str,
-    url: str,
+    url: str | Target,
     *,
     headers: Mapping[str, str],
-    within: aiohttp.ClientTimeout,
+    within: float,
 ) -> str:
     """Send ``method`` to ``url`` with the Brand's headers, no body; :func:`probe_verdict` on the status."""
-    reply = await exchange(session, method, url, headers=headers, within=within, limit=64 * 1024)
+    reply = await exchange(client, method, url, headers=headers, within=within, limit=64 * 1024)
     return probe_verdict(method, reply.status)

@@ -19,6 +19,7 @@ from gateway.ops.tracing import parse_traceparent
 from gateway.store import keys, open_store
 from gateway.store.factory import open_adapter_state
 from gateway.upstream.base import UpstreamError
+from gateway.upstream.client import BotClient
 from gateway.upstream.directline import ENDED_TEXT, AnswerReader, Line, render_activity
 from gateway.upstream.factory import make_adapter
 from tests.support.adapters import (
@@ -323,7 +324,7 @@ async def test_directline_probe_generates_a_token_and_opens_no_conversation(
     raw = base_config("https://pa.example", "https://pa.example/jwks", "http://bot.test/chat", "memory://")
     directline_upstream(fake_directline)(raw)
     config = load_config(raw, ENV)
-    async with aiohttp.ClientSession() as session:
+    async with BotClient() as session:
         state = open_adapter_state(open_store(config.cache))
         adapter = make_adapter(config.brands["acme"], session, state, cache=config.cache)
         assert (

@@ -8,7 +8,6 @@ import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-import aiohttp
 import orjson
 import pytest
 import rfc8785
@@ -17,6 +16,7 @@ from aiohttp.test_utils import TestServer
 
 from gateway.config import UpstreamConfig
 from gateway.upstream.base import Action, BotReply, Turn, UpstreamError
+from gateway.upstream.client import BotClient
 from gateway.upstream.http_json import MAX_LIST_ITEMS, MAX_REPLY_BYTES, HttpJsonAdapter, parse_bot_reply
 
 
@@ -94,7 +94,7 @@ async def bot_answering() -> AsyncIterator[StartBot]:
     """``await bot_answering(handler)``: a real bot on loopback answering with ``handler``, and the
     adapter that calls it (a 30 s timeout: far beyond :data:`READ_BOUND`)."""
     servers: list[TestServer] = []
-    session = aiohttp.ClientSession()
+    session = BotClient()
 
     async def start(handler: Handler) -> HttpJsonAdapter:
         app = web.Application()

@@ -10,12 +10,12 @@ import copy
 from collections.abc import Callable
 from typing import Any
 
-import aiohttp
 import orjson
 import pytest
 
 from gateway.config import HTTP_PLACEHOLDERS, HttpMappingSettings, HttpReplyPaths, UpstreamConfig
 from gateway.upstream.base import Action, BotReply, Turn, UpstreamError, UserDelegation
+from gateway.upstream.client import BotClient
 from gateway.upstream.http_mapping import HttpMappingAdapter, ReplyMapping, compile_template, turn_values
 from gateway.upstream.wire import user_handle
 from tests.support.adapters import (
@@ -231,7 +231,7 @@ def test_reply_paths_read_the_s5_members() -> None:
 async def test_http_probe_uses_the_health_url_or_options(fake_http_bot: FakeHttpBot) -> None:
     """The probe sends no turn: ``GET probe_url`` (2xx healthy) when configured, else ``OPTIONS``."""
     reply = HttpReplyPaths(text="t")
-    async with aiohttp.ClientSession() as session:
+    async with BotClient() as session:
         with_health = HttpMappingAdapter(
             UpstreamConfig(
                 url=fake_http_bot.url(),

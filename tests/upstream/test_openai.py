@@ -11,7 +11,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import pytest
 
 from gateway.app import ADAPTER_STATE
@@ -20,6 +19,7 @@ from gateway.http.state import METRICS
 from gateway.store import keys, open_store
 from gateway.store.factory import open_adapter_state
 from gateway.upstream.base import MAX_THROTTLE_SECONDS, UpstreamError, retry_after_seconds
+from gateway.upstream.client import BotClient
 from gateway.upstream.factory import make_adapter
 from gateway.upstream.json_call import JsonAnswer
 from gateway.upstream.openai import completion_text, load_history, trim_history
@@ -331,7 +331,7 @@ async def test_openai_probe_lists_the_models_and_sends_no_turn(fake_openai: Fake
     openai_upstream(fake_openai)(raw)
     config = load_config(raw, ENV)
     brand = config.brands["acme"]
-    async with aiohttp.ClientSession() as session:
+    async with BotClient() as session:
         state = open_adapter_state(open_store(config.cache))
         adapter = make_adapter(brand, session, state, cache=config.cache)
         assert await adapter.probe() == f"OpenAI-compatible API, 2 models; {MODEL!r} is listed"

@@ -9,11 +9,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import aiohttp
 import pytest
 
 from gateway.config import RasaSettings, UpstreamConfig
 from gateway.upstream.base import UpstreamError
+from gateway.upstream.client import BotClient
 from gateway.upstream.rasa import RasaAdapter, render_messages
 from tests.support.adapters import (
     check_failure_stores_nothing_and_the_retry_runs_once,
@@ -197,7 +197,7 @@ def test_rasa_answer_that_is_no_list_of_objects_is_a_bad_body(messages: Any) -> 
 
 async def test_rasa_probe_asks_the_rest_channel_health(fake_rasa: FakeRasa) -> None:
     """The probe reads the channel's health route and sends no message (no tracker is touched)."""
-    async with aiohttp.ClientSession() as session:
+    async with BotClient() as session:
         adapter = RasaAdapter(UpstreamConfig(url=fake_rasa.url + "/", adapter="rasa", timeout=2.0), session)
         assert await adapter.probe() == "Rasa REST channel: status ok"
         assert (fake_rasa.health_checks, fake_rasa.calls) == (1, [])

@@ -1,0 +1,442 @@
+"""The gateway's HTTP/1.1 client for calls to bots: pooled keep-alive connections on asyncio's own
+transports, each answer parsed by httptools (llhttp, the parser Node.js and uvicorn use).
+
+Why not aiohttp's ``ClientSession``, which the gateway used before: a slow bot keeps thousands of
+turns in flight in one process (issue 17), each holding one call to its bot. Side by side at 2,000
+in flight on a 1.5 s bot (``python -m bench capacity slow_bot``, docs/capacity.md "Slow bots"),
+the same forwarder held about 10 KiB less per turn in flight and spent about 0.25 ms less CPU a
+turn on this client than on ``ClientSession``, whose per-request machinery (URL objects, cookie
+and tracing hooks, a ``StreamReader`` per answer, its timeout context) a bot call never uses.
+What a bot call does need is all here and tested (tests/upstream/test_client.py):
+
+* keep-alive connections pooled per origin (scheme, host, port), the most recently used first,
+  closed after :data:`KEEPALIVE_SECONDS` idle or when the bot says ``Connection: close``; no cap
+  on their number, because each Brand's ``upstream.max_concurrency`` and the process's
+  ``limits.max_bot_calls`` already cap the calls in flight (a pool limit would be a third, hidden);
+* a bot host name looked up once for every connection that waits for it, its addresses reused for
+  :data:`DNS_TTL_SECONDS` and tried in turn;
+* TLS with the system's trust store and hostname checking for ``https`` bots;
+* one deadline over connecting, sending and reading the whole answer; an answer's body read whole
+  and capped (``Content-Length``, chunked, or up to the connection's end);
+* nothing kept between calls but the connection: no cookies, no proxy from the environment, no
+  redirect followed, no compression asked for (a compressed answer is refused, not guessed at);
+* failures as :class:`~gateway.upstream.base.UpstreamError` with the target as ``host:port`` and
+  the cause in words, never the URL's path, query or credentials.
+
+A connection that did not end its exchange cleanly (a timeout, a cancelled turn, a bad answer) is
+closed, never reused: the bot's late answer must not become the next User's reply.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import ipaddress
+import os
+import socket
+import ssl
+from collections import deque
+from collections.abc import Mapping
+from typing import Final, NamedTuple
+from urllib.parse import urlsplit
+
+import httptools
+
+from gateway.upstream.base import UpstreamError
+
+__all__ = ["DNS_TTL_SECONDS", "KEEPALIVE_SECONDS", "BotClient", "Target", "WireReply"]
+
+KEEPALIVE_SECONDS: Final = 30.0
+"""How long an idle connection to a bot stays pooled (aiohttp's default was the same 30 s)."""
+DNS_TTL_SECONDS: Final = 10.0
+"""How long a bot host name's addresses are reused for new connections (aiohttp's default too)."""
+USER_AGENT: Final = "pact-gateway"
+_DISCONNECTED: Final = "the server closed the connection without answering"
+
+
+class WireReply(NamedTuple):
+    """A bot's answer: its status, its headers by lower-case name (the last of repeated ones), its body."""
+
+    status: int
+    headers: Mapping[str, str]
+    body: bytes
+
+
+class Target(NamedTuple):
+    """A bot URL split once: where to connect, and the request line's target and ``Host``."""
+
+    tls: bool
+    host: str
+    port: int
+    path: str
+    """The request target: the URL's path and query (``/`` for none)."""
+    host_header: str
+
+    @classmethod
+    def parse(cls, url: str) -> Target:
+        """``url`` (``http`` or ``https``, as the configuration validated it) split for the wire."""
+        parts = urlsplit(url)
+        tls = parts.scheme == "https"
+        host = parts.hostname or ""
+        port = parts.port or (443 if tls else 80)
+        path = (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+        shown = f"[{host}]" if ":" in host else host
+        host_header = shown if port == (443 if tls else 80) else f"{shown}:{port}"
+        return cls(tls, host, port, path, host_header)
+
+    @property
+    def label(self) -> str:
+        """How a log line and the probe name the target: ``host:port``, an IPv6 host in brackets."""
+        shown = f"[{self.host}]" if ":" in self.host else self.host
+        return f"{shown}:{self.port}"
+
+
+def _os_cause(error: OSError) -> str:
+    """The operating system's words for ``error``: asyncio words a refused connect as "Connect call failed
+    (address)", so the errno's own text ("Connection refused") is preferred; a name-resolution failure
+    keeps its resolver's text ("Name or service not known"), whose code is no errno."""
+    if error.errno and error.errno > 0 and not isinstance(error, socket.gaierror):
+        return os.strerror(error.errno)
+    return error.strerror or type(error).__name__
+
+
+def _failure(target: Target, label: str, cause: str) -> UpstreamError:
+    return UpstreamError(label, f"{target.label}: {cause[:1].lower()}{cause[1:]}")
+
+
+class _Connection(asyncio.Protocol):
+    """One connection to a bot and the exchange on it, if any; its parser calls the ``on_*`` methods."""
+
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpResponseParser(self)
+        self.answer: asyncio.Future[WireReply] | None = None
+        self.limit = 0
+        self.status = 0
+        self.headers: dict[str, str] = {}
+        self.chunks: list[bytes] = []
+        self.size = 0
+        self.until_close = False
+        """The answer's body ends with the connection (no ``Content-Length``, not chunked)."""
+        self.refusal: UpstreamError | None = None
+        self.reusable = False
+        self.closed = False
+        self.idle_since = 0.0
+
+    # asyncio's side
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        if self.answer is None or self.answer.done():
+            # Bytes nobody asked for (a pooled connection's bot talking out of turn): the stream
+            # can no longer be trusted to line up answers with calls.
+            self.close()
+            return
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            self._fail(_failure(self.target, "protocol", "not a valid HTTP answer (an upgrade)"))
+        except httptools.HttpParserCallbackError:
+            self._fail(self.refusal or _failure(self.target, "protocol", "not a valid HTTP answer"))
+        except httptools.HttpParserError as exc:
+            self._fail(_failure(self.target, "protocol", f"not a valid HTTP answer ({exc})"))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        answer = self.answer
+        if answer is None or answer.done():
+            return
+        if self.status and self.until_close:
+            self._complete()
+        elif self.status:
+            self._fail(_failure(self.target, "protocol", "the answer's body broke off"))
+        elif isinstance(exc, OSError):
+            self._fail(_failure(self.target, "connect", _os_cause(exc)))
+        else:
+            self._fail(_failure(self.target, "connect", _DISCONNECTED))
+
+    # the parser's side (httptools calls these while feed_data runs)
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
+
+    def on_headers_complete(self) -> None:
+        status = self.parser.get_status_code()
+        if status < 200:
+            # An interim answer (103 Early Hints): the real one follows on the same stream.
+            self.headers = {}
+            return
+        self.status = status
+        headers = self.headers
+        encoding = headers.get("content-encoding", "identity").strip().lower()
+        if encoding != "identity":
+            self.refusal = UpstreamError("bad_body", f"a compressed answer ({encoding[:32]!r}), unasked")
+            raise self.refusal
+        length = headers.get("content-length")
+        if length is not None and length.strip().isdigit() and int(length) > self.limit:
+            self.refusal = UpstreamError("bad_body", f"reply larger than {self.limit} bytes")
+            raise self.refusal
+        self.until_close = length is None and "transfer-encoding" not in headers and status not in (204, 304)
+
+    def on_body(self, body: bytes) -> None:
+        self.size += len(body)
+        if self.size > self.limit:
+            self.refusal = UpstreamError("bad_body", f"reply larger than {self.limit} bytes")
+            raise self.refusal
+        self.chunks.append(body)
+
+    def on_message_complete(self) -> None:
+        if not self.status:
+            return
+        if self.answer is None or self.answer.done():
+            self.close()  # a second answer to one call: the stream is out of step with the calls
+            return
+        self.reusable = not self.until_close and self.parser.should_keep_alive()
+        self._complete()
+
+    # the call's side
+
+    def start(self, request: bytes, limit: int) -> asyncio.Future[WireReply]:
+        assert self.transport is not None
+        self.answer = asyncio.get_running_loop().create_future()
+        self.limit = limit
+        self.status = self.size = 0
+        self.headers = {}
+        self.chunks = []
+        self.until_close = self.reusable = False
+        self.refusal = None
+        if self.closed:
+            # The bot closed a new connection before the call could use it.
+            self._fail(_failure(self.target, "connect", _DISCONNECTED))
+        else:
+            self.transport.write(request)
+        return self.answer
+
+    def _complete(self) -> None:
+        chunks = self.chunks
+        body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        if self.answer is not None and not self.answer.done():
+            self.answer.set_result(WireReply(self.status, self.headers, body))
+
+    def _fail(self, error: UpstreamError) -> None:
+        if self.answer is not None and not self.answer.done():
+            self.answer.set_exception(error)
+        self.close()
+
+    def close(self) -> None:
+        self.closed = True
+        self.reusable = False
+        if self.transport is not None:
+            self.transport.close()
+
+
+class BotClient:
+    """Every bot call of one process: a pool of keep-alive connections per origin.
+
+    One client serves every Brand. It holds no state between calls but idle connections, so one
+    User's call can never carry anything of another's.
+    """
+
+    def __init__(
+        self,
+        *,
+        keepalive: float = KEEPALIVE_SECONDS,
+        dns_ttl: float = DNS_TTL_SECONDS,
+        tls: ssl.SSLContext | None = None,
+    ) -> None:
+        self._keepalive = keepalive
+        self._tls = tls
+        self._idle: dict[tuple[bool, str, int], deque[_Connection]] = {}
+        self._dns_ttl = dns_ttl
+        self._resolved: dict[str, tuple[tuple[str, ...], float]] = {}
+        self._lookups: dict[str, asyncio.Task[tuple[str, ...]]] = {}
+        self._sweeper: asyncio.TimerHandle | None = None
+        self._closed = False
+
+    async def request(
+        self,
+        method: str,
+        target: Target,
+        *,
+        headers: Mapping[str, str],
+        body: bytes | None,
+        within: float,
+        limit: int,
+    ) -> WireReply:
+        """One call and its whole answer (at most ``limit`` bytes of body) ``within`` seconds.
+
+        Any status comes back; the caller decides what it means for its bot's API. Failures are
+        :class:`UpstreamError`: ``timeout``, ``connect`` (no answer: refused, reset, closed before
+        answering), ``protocol`` (not HTTP, a body that broke off) or ``bad_body`` (over ``limit``,
+        or compressed).
+        """
+        request = _request_bytes(method, target, headers, body)
+        connection: _Connection | None = None
+        try:
+            async with asyncio.timeout(within):
+                connection = await self._acquire(target)
+                reply = await connection.start(request, limit)
+        except TimeoutError:
+            raise UpstreamError("timeout", f"no answer within {within} s") from None
+        finally:
+            if connection is not None:
+                self._release(connection)
+        return reply
+
+    async def __aenter__(self) -> BotClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        """Close every idle connection; calls in flight end with their connections."""
+        self._closed = True
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
+        for pool in self._idle.values():
+            for connection in pool:
+                connection.close()
+        self._idle.clear()
+        for lookup in self._lookups.values():
+            lookup.cancel()
+
+    @property
+    def idle_connections(self) -> int:
+        """Pooled connections waiting for a call (closed ones are dropped as they are met)."""
+        return sum(not connection.closed for pool in self._idle.values() for connection in pool)
+
+    async def _acquire(self, target: Target) -> _Connection:
+        pool = self._idle.get((target.tls, target.host, target.port))
+        if pool:
+            stale = asyncio.get_running_loop().time() - self._keepalive
+            while pool:
+                connection = pool.pop()
+                if not connection.closed and connection.idle_since > stale:
+                    return connection
+                connection.close()
+        return await self._connect(target)
+
+    async def _connect(self, target: Target) -> _Connection:
+        loop = asyncio.get_running_loop()
+        tls: ssl.SSLContext | None = None
+        if target.tls:
+            if self._tls is None:
+                self._tls = ssl.create_default_context()
+            tls = self._tls
+        try:
+            addresses = await self._resolve(target)
+            refused: OSError | None = None
+            for address in addresses:
+                try:
+                    _, connection = await loop.create_connection(
+                        lambda: _Connection(target),
+                        address,
+                        target.port,
+                        ssl=tls,
+                        server_hostname=target.host if tls else None,
+                    )
+                except ssl.SSLError:
+                    raise
+                except OSError as exc:
+                    refused = exc  # the host's next address may answer
+                else:
+                    return connection
+            raise refused or OSError(f"no address for {target.host}")
+        except ssl.SSLCertVerificationError as exc:
+            raise _failure(target, "connect", exc.verify_message or "certificate verify failed") from None
+        except OSError as exc:
+            raise _failure(target, "connect", _os_cause(exc)) from None
+
+    async def _resolve(self, target: Target) -> tuple[str, ...]:
+        """The bot host's addresses: an IP literal as it is; a name from the cache while its
+        :data:`DNS_TTL_SECONDS` last, else looked up once however many connections wait for it.
+
+        A burst of new connections to a named bot (``bot.acme.svc``) would otherwise queue one
+        ``getaddrinfo`` each on the loop's few resolver threads. Entries are the configured bots'
+        host names, so the cache is as large as the configuration.
+        """
+        host = target.host
+        try:
+            ipaddress.ip_address(host)
+        except ValueError:
+            pass
+        else:
+            return (host,)
+        loop = asyncio.get_running_loop()
+        cached = self._resolved.get(host)
+        if cached is not None and cached[1] > loop.time():
+            return cached[0]
+        lookup = self._lookups.get(host)
+        if lookup is None:
+            lookup = loop.create_task(self._lookup(host, target.port))
+            self._lookups[host] = lookup
+            lookup.add_done_callback(functools.partial(self._looked_up, host))
+        # shield: one call given up (its deadline, its turn cancelled) must not fail the others' lookup
+        return await asyncio.shield(lookup)
+
+    async def _lookup(self, host: str, port: int) -> tuple[str, ...]:
+        loop = asyncio.get_running_loop()
+        infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        addresses = tuple(dict.fromkeys(str(info[4][0]) for info in infos))
+        self._resolved[host] = (addresses, loop.time() + self._dns_ttl)
+        return addresses
+
+    def _looked_up(self, host: str, lookup: asyncio.Task[tuple[str, ...]]) -> None:
+        self._lookups.pop(host, None)
+        if not lookup.cancelled():
+            lookup.exception()  # retrieved here: every caller may have given up waiting
+
+    def _release(self, connection: _Connection) -> None:
+        # Only a whole answer marks a connection reusable: after a timeout, a cancelled call or a
+        # bad answer it is closed, whatever the bot sends next.
+        connection.answer = None
+        connection.chunks = []
+        if not connection.reusable or connection.closed or self._closed:
+            connection.close()
+            return
+        loop = asyncio.get_running_loop()
+        connection.idle_since = loop.time()
+        target = connection.target
+        self._idle.setdefault((target.tls, target.host, target.port), deque()).append(connection)
+        if self._sweeper is None:
+            self._sweeper = loop.call_later(self._keepalive, self._sweep)
+
+    def _sweep(self) -> None:
+        """Close the connections idle past the keep-alive: the oldest sit at each pool's left end."""
+        self._sweeper = None
+        loop = asyncio.get_running_loop()
+        stale = loop.time() - self._keepalive
+        for key, pool in list(self._idle.items()):
+            while pool and (pool[0].closed or pool[0].idle_since <= stale):
+                pool.popleft().close()
+            if not pool:
+                del self._idle[key]
+        if self._idle:
+            self._sweeper = loop.call_later(self._keepalive, self._sweep)
+
+
+def _request_bytes(method: str, target: Target, headers: Mapping[str, str], body: bytes | None) -> bytes:
+    """The request's bytes: its line, ``Host``, the caller's headers, the body's length and the body.
+
+    A header name or value with a line break would let it write headers of its own (request
+    splitting); the caller's headers come from the configuration and the gateway, so one is a bug,
+    refused here rather than sent.
+    """
+    lines = [f"{method} {target.path} HTTP/1.1", f"Host: {target.host_header}"]
+    named = {name.lower() for name in headers}
+    if "user-agent" not in named:
+        lines.append(f"User-Agent: {USER_AGENT}")
+    lines.extend(f"{name}: {value}" for name, value in headers.items())
+    if body is not None or method in ("POST", "PUT", "PATCH"):
+        lines.append(f"Content-Length: {0 if body is None else len(body)}")
+    head = "\r\n".join(lines)
+    if head.count("\n") != len(lines) - 1 or "\r" in head.replace("\r\n", ""):
+        raise UpstreamError("protocol", "a header with a line break, not sent")
+    data = f"{head}\r\n\r\n".encode()
+    return data if body is None else data + body
