@@ -9,6 +9,9 @@ same load generator and the same bot process drive every front:
 * **bot direct**: the load generator speaks the bot's contract to the bot itself;
 * **pass-through**: :mod:`bench.passthrough`, a bare aiohttp forwarder with no gateway logic,
   what aiohttp alone costs a turn in flight;
+* **pass-through gateway client**: the same forwarder calling the bot through the gateway's own
+  client (:mod:`gateway.upstream.client`) instead of aiohttp's ``ClientSession``, the server side
+  unchanged: what that client saves a turn in flight, the reason it is kept;
 * **gateway memory** and **gateway redis** (``--redis-url``: use your own database; nothing is
   flushed, the keys live ``KEY_TTL`` seconds), each a ``pact-gateway serve`` process with the
   defaults an operator gets but for addresses, keys, the store and §6 limits that never bind
@@ -70,6 +73,7 @@ import orjson
 import yaml
 from aiohttp import web
 
+from bench.passthrough import Client
 from bench.procs import (
     Child,
     Children,
@@ -101,7 +105,8 @@ RSS_SAMPLE_SECONDS = 0.25
 TRACEMALLOC_TOP = 15
 BOT_DIRECT = "bot direct"
 PASSTHROUGH = "pass-through"
-FRONTS = (BOT_DIRECT, PASSTHROUGH, "gateway memory", "gateway redis")
+PASSTHROUGH_GATEWAY_CLIENT = "pass-through gateway client"
+FRONTS = (BOT_DIRECT, PASSTHROUGH, PASSTHROUGH_GATEWAY_CLIENT, "gateway memory", "gateway redis")
 REPLY = orjson.dumps({"text": "Your order A-10001 is on its way.", "end": False})
 
 
@@ -212,15 +217,17 @@ class Setup:
 
 @dataclass(frozen=True)
 class Front:
-    """What the load generator drives: the bot itself, the pass-through, or a gateway."""
+    """What the load generator drives: the bot itself, a pass-through, or a gateway."""
 
     name: str
     cache_url: str | None = None
-    """The gateway's store; ``None`` for bot direct and the pass-through."""
+    """The gateway's store; ``None`` for bot direct and the pass-throughs."""
     gc_threshold: str = "default"
     loop: str = "asyncio"
     redis_pids: tuple[int, ...] = ()
     """The Redis processes of a store the run started (a cluster's nodes): their CPU is read too."""
+    client: Client = "aiohttp"
+    """A pass-through's bot client (its ``--client``)."""
 
 
 @dataclass
@@ -269,7 +276,8 @@ def start_server(children: Children, setup: Setup, front: Front, bot: Child, bot
     url = f"http://127.0.0.1:{port}/a2a/acme/message:send"
     label = front.name.replace(" ", "-").replace("=", "")
     if front.cache_url is None:
-        argv = ["-m", "bench.passthrough", "--port", str(port), "--upstream", setup.bot_url]
+        argv = ["-m", "bench.passthrough", "--client", front.client, "--port", str(port)]
+        argv += ["--upstream", setup.bot_url]
         child = children.python(label, *argv)
         child.wait_port(port)
         return Server(child, url, "a2a", None)
@@ -509,6 +517,7 @@ def fronts_of(args: argparse.Namespace, clusters: dict[int, ClusterNodes]) -> li
     fronts = [Front(BOT_DIRECT)]
     if not args.no_passthrough:
         fronts.append(Front(PASSTHROUGH))
+        fronts.append(Front(PASSTHROUGH_GATEWAY_CLIENT, client="gateway"))
     if "memory" in args.stores:
         fronts.append(Front("gateway memory", "memory://"))
     if "redis" in args.stores:
@@ -615,7 +624,7 @@ def render(result: dict[str, Any]) -> str:
     lines = [
         f"slow bot: {s['latency_s']:g} s a turn; {s['duration_s']:g} s measured after {s['warmup_s']:g} s; "
         f"median (min-max) of {s['repeats']} interleaved repeats",
-        f"{'concurrent':>10} {'front':<22} {'turns/s':>20} {'ratio':>20} {'errors':>6} {'p50 ms':>7} "
+        f"{'concurrent':>10} {'front':<27} {'turns/s':>20} {'ratio':>20} {'errors':>6} {'p50 ms':>7} "
         f"{'front ms/turn':>17} {'GC CPU s':>17} {'busy':>5} {'KiB/turn':>17} {'redis ms/turn':>17} "
         f"{'front cores':>17} {'redis cores':>17}",
     ]
@@ -623,7 +632,7 @@ def render(result: dict[str, Any]) -> str:
         for name, f in row["fronts"].items():
             busy = f["machine_busy"]["median"]
             lines.append(
-                f"{row['concurrency']:>10} {name:<22} {_cell(f['turns_per_s'], '.0f'):>20} "
+                f"{row['concurrency']:>10} {name:<27} {_cell(f['turns_per_s'], '.0f'):>20} "
                 f"{_cell(f['ratio'], '.3f'):>20} {f['errors']:>6} {f['p50_ms']['median']:>7.0f} "
                 f"{_cell(f['front_cpu_ms_per_turn'], '.2f'):>17} {_cell(f['gc_cpu_s'], '.2f'):>17} "
                 f"{busy:>5.0%} {_cell(f['rss_kib_per_turn_in_flight'], '.1f'):>17} "
@@ -696,7 +705,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="primaries of Redis Clusters (one replica each) the run starts, comma-separated: "
         "one gateway cluster front on each",
     )
-    parser.add_argument("--no-passthrough", action="store_true", help="leave the bare aiohttp forwarder out")
+    parser.add_argument("--no-passthrough", action="store_true", help="leave the bare forwarders out")
     parser.add_argument("--tracemalloc", action="store_true", help="trace the gateways' allocations (slow)")
     parser.add_argument(
         "--redis-url", default=DEFAULT_REDIS_URL, help="your own database; nothing is flushed"
