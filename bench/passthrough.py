@@ -12,17 +12,27 @@ the connector settings the gateway had, ``gateway`` the gateway's own bot client
 measure what the gateway's own client saves against ``ClientSession``, with the server side equal
 (``python -m bench capacity slow_bot``, its "pass-through gateway client" front).
 
-``python -m bench.passthrough --port 9200 --upstream http://127.0.0.1:9100/chat [--client gateway]``
+``--server asyncio`` (with ``--client gateway``) replaces aiohttp's server too, by an asyncio
+protocol with httptools' request parser that serves the load generator's keep-alive POSTs and
+nothing more: no routing, no limits, no timeouts. It is no front a gateway could be; it is the
+floor, what Python's event loop and two connections cost a turn in flight with no HTTP framework
+on either side, to show how much of a turn's memory aiohttp's server holds (the "pass-through
+asyncio server" front, docs/capacity.md "Memory per turn in flight").
+
+``python -m bench.passthrough --port 9200 --upstream http://127.0.0.1:9100/chat [--client gateway]
+[--server asyncio]``
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Final, Literal, get_args
 
 import aiohttp
+import httptools
 import orjson
 from aiohttp import web
 
@@ -31,6 +41,12 @@ from gateway.upstream.wire import MAX_REPLY_BYTES
 
 Client = Literal["aiohttp", "gateway"]
 CLIENTS: Final[tuple[Client, ...]] = get_args(Client)
+ServerStack = Literal["aiohttp", "asyncio"]
+SERVER_STACKS: Final[tuple[ServerStack, ...]] = get_args(ServerStack)
+BACKLOG: Final = 4096
+"""The gateway's own listen.backlog default: aiohttp's 128 drops part of the thousands of
+connections a slow-bot round opens at once (bench.slow_bot), a cost no gateway pays."""
+HEADERS: Final = {"Content-Type": "application/json"}
 TIMEOUT_SECONDS: Final = 10.0
 """One bot call's deadline, the same on either client."""
 
@@ -52,8 +68,9 @@ async def post(app: web.Application, body: bytes, headers: Mapping[str, str]) ->
         return await response.read()
 
 
-async def forward(request: web.Request) -> web.Response:
-    message = orjson.loads(await request.read())["message"]
+def bot_call(raw: bytes) -> tuple[str, bytes]:
+    """The A2A ``message:send`` body as the bot's contract: the conversation's id and the bot's body."""
+    message = orjson.loads(raw)["message"]
     context_id = message.get("contextId")
     new_conversation = context_id is None
     if context_id is None:
@@ -68,17 +85,24 @@ async def forward(request: web.Request) -> web.Response:
             "new_conversation": new_conversation,
         }
     )
-    headers = {"Content-Type": "application/json", "X-Request-Id": uuid.uuid4().hex}
-    reply = orjson.loads(await post(request.app, body, headers))
-    answer = {
-        "message": {
-            "messageId": f"r-{uuid.uuid4().hex}",
-            "contextId": context_id,
-            "role": "ROLE_AGENT",
-            "parts": [{"text": reply["text"]}],
-        }
+    return context_id, body
+
+
+def a2a_reply(context_id: str, answer: bytes) -> bytes:
+    """The bot's answer wrapped as the A2A reply."""
+    message = {
+        "messageId": f"r-{uuid.uuid4().hex}",
+        "contextId": context_id,
+        "role": "ROLE_AGENT",
+        "parts": [{"text": orjson.loads(answer)["text"]}],
     }
-    return web.Response(body=orjson.dumps(answer), content_type="application/json")
+    return orjson.dumps({"message": message})
+
+
+async def forward(request: web.Request) -> web.Response:
+    context_id, body = bot_call(await request.read())
+    answer = await post(request.app, body, {**HEADERS, "X-Request-Id": uuid.uuid4().hex})
+    return web.Response(body=a2a_reply(context_id, answer), content_type="application/json")
 
 
 def create_passthrough_app(upstream: str, client: Client = "aiohttp") -> web.Application:
@@ -104,6 +128,62 @@ def create_passthrough_app(upstream: str, client: Client = "aiohttp") -> web.App
     return app
 
 
+class FloorConnection(asyncio.Protocol):
+    """``--server asyncio``: one keep-alive connection, each request parsed by httptools, answered
+    through the gateway's bot client; the parser calls the ``on_*`` methods."""
+
+    def __init__(self, client: BotClient, target: Target) -> None:
+        self.client = client
+        self.target = target
+        self.parser = httptools.HttpRequestParser(self)
+        self.chunks: list[bytes] = []
+        self.transport: asyncio.Transport | None = None
+        self.turn: asyncio.Task[None] | None = None
+        """The turn in flight, held here: the loop keeps only a weak reference to a task."""
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError:
+            assert self.transport is not None
+            self.transport.close()
+
+    def on_body(self, body: bytes) -> None:
+        self.chunks.append(body)
+
+    def on_message_complete(self) -> None:
+        raw, self.chunks = b"".join(self.chunks), []
+        self.turn = asyncio.get_running_loop().create_task(self.answer(raw, self.parser.should_keep_alive()))
+
+    async def answer(self, raw: bytes, keep_alive: bool) -> None:
+        context_id, body = bot_call(raw)
+        headers = {**HEADERS, "X-Request-Id": uuid.uuid4().hex}
+        reply = await self.client.request(
+            "POST", self.target, headers=headers, body=body, within=TIMEOUT_SECONDS, limit=MAX_REPLY_BYTES
+        )
+        data = a2a_reply(context_id, reply.body)
+        assert self.transport is not None
+        head = f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n"
+        self.transport.write(head.encode() + data)
+        if not keep_alive:
+            self.transport.close()
+
+
+async def serve_floor(host: str, port: int, upstream: str) -> None:
+    """The ``--server asyncio`` forwarder, until the process is stopped."""
+    target = Target.parse(upstream)
+    async with BotClient() as client:
+        server = await asyncio.get_running_loop().create_server(
+            lambda: FloorConnection(client, target), host, port, backlog=BACKLOG
+        )
+        async with server:
+            await server.serve_forever()
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--host", default="127.0.0.1")
@@ -112,14 +192,20 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument(
         "--client", choices=CLIENTS, default="aiohttp", help="how to call the bot (default aiohttp)"
     )
+    parser.add_argument(
+        "--server", choices=SERVER_STACKS, default="aiohttp", help="what serves the A2A side (aiohttp)"
+    )
     args = parser.parse_args(argv)
-    # The gateway's own listen.backlog default: aiohttp's 128 drops part of the thousands of
-    # connections a slow-bot round opens at once (bench.slow_bot), a cost no gateway pays.
+    if args.server == "asyncio":
+        if args.client != "gateway":
+            parser.error("--server asyncio calls the bot through --client gateway")
+        asyncio.run(serve_floor(args.host, args.port, args.upstream))
+        return
     web.run_app(
         create_passthrough_app(args.upstream, args.client),
         host=args.host,
         port=args.port,
-        backlog=4096,
+        backlog=BACKLOG,
         access_log=None,
         print=None,
     )

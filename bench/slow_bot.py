@@ -12,6 +12,9 @@ same load generator and the same bot process drive every front:
 * **pass-through gateway client**: the same forwarder calling the bot through the gateway's own
   client (:mod:`gateway.upstream.client`) instead of aiohttp's ``ClientSession``, the server side
   unchanged: what that client saves a turn in flight, the reason it is kept;
+* **pass-through asyncio server**: the same again with aiohttp's server replaced by a bare asyncio
+  protocol (``--server asyncio``): no HTTP framework on either side, the floor of a turn in
+  flight in Python, to tell how much of the rest is aiohttp's server;
 * **gateway memory** and **gateway redis** (``--redis-url``: use your own database; nothing is
   flushed, the keys live ``KEY_TTL`` seconds), each a ``pact-gateway serve`` process with the
   defaults an operator gets but for addresses, keys, the store and §6 limits that never bind
@@ -73,7 +76,7 @@ import orjson
 import yaml
 from aiohttp import web
 
-from bench.passthrough import Client
+from bench.passthrough import Client, ServerStack
 from bench.procs import (
     Child,
     Children,
@@ -106,7 +109,9 @@ TRACEMALLOC_TOP = 15
 BOT_DIRECT = "bot direct"
 PASSTHROUGH = "pass-through"
 PASSTHROUGH_GATEWAY_CLIENT = "pass-through gateway client"
-FRONTS = (BOT_DIRECT, PASSTHROUGH, PASSTHROUGH_GATEWAY_CLIENT, "gateway memory", "gateway redis")
+PASSTHROUGH_ASYNCIO_SERVER = "pass-through asyncio server"
+PASSTHROUGHS = (PASSTHROUGH, PASSTHROUGH_GATEWAY_CLIENT, PASSTHROUGH_ASYNCIO_SERVER)
+FRONTS = (BOT_DIRECT, *PASSTHROUGHS, "gateway memory", "gateway redis")
 REPLY = orjson.dumps({"text": "Your order A-10001 is on its way.", "end": False})
 
 
@@ -228,6 +233,8 @@ class Front:
     """The Redis processes of a store the run started (a cluster's nodes): their CPU is read too."""
     client: Client = "aiohttp"
     """A pass-through's bot client (its ``--client``)."""
+    server: ServerStack = "aiohttp"
+    """A pass-through's server side (its ``--server``)."""
 
 
 @dataclass
@@ -276,8 +283,8 @@ def start_server(children: Children, setup: Setup, front: Front, bot: Child, bot
     url = f"http://127.0.0.1:{port}/a2a/acme/message:send"
     label = front.name.replace(" ", "-").replace("=", "")
     if front.cache_url is None:
-        argv = ["-m", "bench.passthrough", "--client", front.client, "--port", str(port)]
-        argv += ["--upstream", setup.bot_url]
+        argv = ["-m", "bench.passthrough", "--client", front.client, "--server", front.server]
+        argv += ["--port", str(port), "--upstream", setup.bot_url]
         child = children.python(label, *argv)
         child.wait_port(port)
         return Server(child, url, "a2a", None)
@@ -518,6 +525,7 @@ def fronts_of(args: argparse.Namespace, clusters: dict[int, ClusterNodes]) -> li
     if not args.no_passthrough:
         fronts.append(Front(PASSTHROUGH))
         fronts.append(Front(PASSTHROUGH_GATEWAY_CLIENT, client="gateway"))
+        fronts.append(Front(PASSTHROUGH_ASYNCIO_SERVER, client="gateway", server="asyncio"))
     if "memory" in args.stores:
         fronts.append(Front("gateway memory", "memory://"))
     if "redis" in args.stores:
