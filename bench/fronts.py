@@ -201,7 +201,9 @@ class Bench:
         return path
 
     def passthrough_argv(self, port: int) -> list[str]:
-        return ["-m", "bench.passthrough", "--port", str(port), "--upstream", self.bot_url]
+        """The design's ceiling on the gateway's own stack: aiohttp's server, the gateway's bot client."""
+        argv = ["-m", "bench.passthrough", "--client", "gateway"]
+        return [*argv, "--port", str(port), "--upstream", self.bot_url]
 
     def gateway_argv(self, config: Path, workers: int | None = None) -> list[str]:
         argv = ["-m", "gateway", "serve", "--config", str(config)]
