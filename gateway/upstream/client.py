@@ -3,10 +3,12 @@ transports, each answer parsed by httptools (llhttp, the parser Node.js and uvic
 
 Why not aiohttp's ``ClientSession``, which the gateway used before: a slow bot keeps thousands of
 turns in flight in one process (issue 17), each holding one call to its bot. Side by side at 2,000
-in flight on a 1.5 s bot (``python -m bench capacity slow_bot``, docs/capacity.md "Slow bots"),
-the same forwarder held about 10 KiB less per turn in flight and spent about 0.25 ms less CPU a
-turn on this client than on ``ClientSession``, whose per-request machinery (URL objects, cookie
-and tracing hooks, a ``StreamReader`` per answer, its timeout context) a bot call never uses.
+in flight on a 1.5 s bot (``python -m bench capacity slow_bot``, its "pass-through gateway client"
+front; docs/capacity.md, "Memory per turn in flight"), the same forwarder held 8 KiB less per turn
+in flight (27.7 against 35.7 KiB) and spent 0.28 ms less CPU a turn (0.30 against 0.58 ms) on
+this client, and an Identity turn takes 23 % fewer instructions (``python -m bench.turn_count``):
+``ClientSession``'s per-request machinery (URL objects, cookie and tracing hooks, a
+``StreamReader`` per answer, its timeout context) serves nothing a bot call needs.
 What a bot call does need is all here and tested (tests/upstream/test_client.py):
 
 * keep-alive connections pooled per origin (scheme, host, port), the most recently used first,
