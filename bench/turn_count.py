@@ -18,7 +18,9 @@ little on how its I/O falls into event-loop passes and when the collector runs (
 
 ``python -m bench.turn_count`` prints the figure beside ``bench/baselines.json``'s and exits 1 when
 it is beyond the tolerance there; ``--write-baseline`` stores the figure just taken (the tolerance
-is kept). ``tests/bench/test_turn_count.py`` is the CI guard that runs it.
+is kept). ``tests/bench/test_turn_count.py`` is the CI guard that runs it. ``--redis-url URL``
+counts the same turns on a Redis store instead (a database the run flushes first), for builds to be
+compared on the Redis path too; the baseline is the memory store's, so that figure stands alone.
 """
 
 from __future__ import annotations
@@ -145,8 +147,8 @@ class _Client:
             self.contexts[user] = str(json.loads(reply)["message"]["contextId"])
 
 
-def _gateway_config(workdir: Path, port: int, bot_port: int, jwks: dict[str, Any]) -> Path:
-    """The bench's gateway configuration (``bench.fronts``) on the memory store, with no §5 delegation.
+def _gateway_config(workdir: Path, port: int, bot_port: int, jwks: dict[str, Any], cache_url: str) -> Path:
+    """The bench's gateway configuration (``bench.fronts``) on ``cache_url``'s store, no §5 delegation.
 
     Identity turns only, in a configuration every build since ``dc5df84`` (before §5) reads, so
     docs/performance.md's counts of older builds come from this same module.
@@ -156,7 +158,7 @@ def _gateway_config(workdir: Path, port: int, bot_port: int, jwks: dict[str, Any
         "public_url": f"http://127.0.0.1:{port}",
         "provider": {"organization": "Bench", "url": "https://bench.invalid", "audience": AUDIENCE},
         "personal_agents": {"policy": "allowlist", "registered": [{"issuer": ISSUER, "jwks": jwks}]},
-        "cache": {"url": "memory://"},
+        "cache": {"url": cache_url},
         "rate_limits": {
             "per_agent": {"rate": 1_000_000, "burst": 1_000_000},
             "per_user": {"rate": 1_000_000, "burst": 1_000_000},
@@ -197,7 +199,7 @@ def _instrument() -> None:
         raise RuntimeError(f"callgrind_control failed ({control.returncode})")
 
 
-def _run_child(turns: int) -> None:
+def _run_child(turns: int, cache_url: str) -> None:
     """Start-up and warm-up, then the measured window as the one call callgrind collects inside."""
     # Imported here: the parent process only starts valgrind and reads its file.
     from aiohttp import web
@@ -207,7 +209,9 @@ def _run_child(turns: int) -> None:
     from gateway.http.connection import GatewayRunner
     from gateway.ops.logs import configure_logging
     from gateway.process.server import settle_heap
+    from gateway.store import ConversationStore
     from gateway.store.memory import MemoryStore
+    from gateway.store.redis import RedisStore
 
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
@@ -215,14 +219,19 @@ def _run_child(turns: int) -> None:
     bot_port = int(bot.sockets[0].getsockname()[1])
     key = generate_private_jwk("ES256")
     with tempfile.TemporaryDirectory(prefix="pact-turn-count-") as workdir:
-        config_path = _gateway_config(Path(workdir), free_port(), bot_port, public_jwks(key))
+        config_path = _gateway_config(Path(workdir), free_port(), bot_port, public_jwks(key), cache_url)
         config = load_config_file(config_path)
         configure_logging(config.logging)  # access lines formatted and written, as in production
         # The app as pact-gateway serve runs it (gateway.process.server), but for the memory store's
         # expiry sweep: it runs by the clock (four times a second), so under callgrind, where a turn
         # takes a thousand times longer, it would be counted hundreds of times more often per turn
         # than at production speed and with the machine's load. Never started here; nothing expires.
-        store = MemoryStore(config.cache)
+        store: ConversationStore
+        if config.cache.backend == "memory":
+            store = MemoryStore(config.cache)
+        else:
+            store = RedisStore(config.cache)
+            loop.run_until_complete(store.redis.execute("FLUSHDB"))
         runner = GatewayRunner(
             create_app(config, store=store),
             request_timeout=lambda: config.limits.request_timeout,
@@ -254,8 +263,8 @@ def available() -> bool:
     return shutil.which("valgrind") is not None
 
 
-def count(turns: int = TURNS) -> float:
-    """Instructions per measured turn, from one child under callgrind."""
+def count(turns: int = TURNS, cache_url: str = "memory://") -> float:
+    """Instructions per measured turn, from one child under callgrind, on the store ``cache_url`` names."""
     with tempfile.TemporaryDirectory(prefix="pact-turn-count-") as out_dir:
         out = Path(out_dir) / "callgrind.out"
         done = subprocess.run(
@@ -272,6 +281,8 @@ def count(turns: int = TURNS) -> float:
                 "--child",
                 "--turns",
                 str(turns),
+                "--cache-url",
+                cache_url,
             ],
             cwd=REPO_ROOT,
             # A fixed hash seed: with a random one, how dicts and sets collide moves the count by 2 %.
@@ -317,14 +328,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.turn_count", description=__doc__.split("\n\n")[0])
     parser.add_argument("--turns", type=int, default=TURNS, help="measured turns")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--cache-url", default="memory://", help=argparse.SUPPRESS)
+    parser.add_argument("--redis-url", help="count on a Redis store (a database the run flushes)")
     parser.add_argument("--write-baseline", metavar="NOTE", help="store this count in bench/baselines.json")
     args = parser.parse_args(argv)
     if args.child:
-        _run_child(args.turns)
+        _run_child(args.turns, args.cache_url)
         return 0
+    if args.redis_url is not None and args.write_baseline is not None:
+        parser.error("the baseline is the memory store's: --write-baseline takes no --redis-url")
     if not available():
         print("bench.turn_count needs valgrind (callgrind)", file=sys.stderr)
         return 2
+    if args.redis_url is not None:
+        print(f"instructions per Identity turn on Redis: {count(args.turns, args.redis_url):,.0f}")
+        return 0
     measured = count(args.turns)
     if args.write_baseline is not None:
         write_baseline(measured, args.write_baseline)

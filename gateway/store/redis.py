@@ -434,6 +434,8 @@ class RedisStore(ConversationStore):
     any slot; False on a Redis Cluster, which never held them (the previous release could not run
     on one, and only ``tagged`` is allowed there) and where every key of a script must share its
     slot: their keys are then passed as ``""``, which the scripts skip.
+    ``slot_bound``: whether a script may touch keys of one hash slot only: on a Redis Cluster
+    (``None``: as the connection is); a test on one Redis passes ``True`` to run as on a cluster.
     ``cluster_observer`` hears what the cluster client does, on a Redis Cluster.
     ``clock``: a test's clock, then the time of everything here, §6 counters included; without
     one, the wall clock, and each §6 counter's node's own clock (:mod:`gateway.store.gcra`).
@@ -445,6 +447,7 @@ class RedisStore(ConversationStore):
         *,
         clock: Callable[[], float] | None = None,
         reads_previous: bool = True,
+        slot_bound: bool | None = None,
         cluster_observer: ClusterObserver | None = None,
     ) -> None:
         self._config = config
@@ -453,6 +456,7 @@ class RedisStore(ConversationStore):
         self._tagged = config.key_layout == "tagged"
         self._redis = open_pipe(config, cluster_observer)
         self._reads_previous = reads_previous and not isinstance(self._redis, ClusterPipe)
+        self._slot_bound = isinstance(self._redis, ClusterPipe) if slot_bound is None else slot_bound
 
     @property
     def redis(self) -> RedisPipe:
@@ -503,11 +507,14 @@ class RedisStore(ConversationStore):
     def _split(self, owner: Owner, limits: Sequence[Hit]) -> tuple[list[Hit], list[Hit]]:
         """The counters the turn's script charges, and those charged beside it (:data:`CHARGE`).
 
-        In the tagged layout a counter rides in the script only if it is under the owner's tag (the
-        per-person one, :func:`gateway.ops.limits.RateLimits.charge`); the per-agent counter is in
-        a slot of its own. In the previous layout every counter rides in the script, as before.
+        On a Redis Cluster (tagged, the only layout there) a counter rides in the script only if it
+        is under the owner's tag (the per-person one, :func:`gateway.ops.limits.RateLimits.charge`);
+        the per-agent counter is in a slot of its own. On one Redis or under Sentinel, where a script
+        may touch any key, every counter rides in the script, whatever the layout: a call apart cost
+        a turn 255,000 instructions (a sixth of a Redis turn, ``python -m bench.turn_count`` on
+        Redis) for no round trip saved.
         """
-        if not self._tagged:
+        if not (self._tagged and self._slot_bound):
             return list(limits), []
         tag = keys.owner_tag(owner.digest).encode()
         inline: list[Hit] = []

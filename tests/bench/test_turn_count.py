@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import pytest
 
 from bench import turn_count
-from tests.support.bench import run_module
+from tests.support.bench import BENCH_REDIS_URL, run_module
 
 
 @pytest.fixture
@@ -31,6 +32,12 @@ def valgrind() -> None:
 def test_instructions_per_identity_turn_have_not_grown(valgrind: None) -> None:
     out = run_module("bench.turn_count", timeout=turn_count.TIMEOUT)
     assert "GROWN" not in out, out
+
+
+def test_the_same_turns_are_counted_on_redis(valgrind: None) -> None:
+    """The guard's turns on the Redis store: a figure of its own, beside no baseline."""
+    out = run_module("bench.turn_count", "--redis-url", BENCH_REDIS_URL, timeout=turn_count.TIMEOUT)
+    assert re.search(r"instructions per Identity turn on Redis: [0-9,]+$", out.strip()), out
 
 
 def test_the_guard_fails_on_growth_beyond_the_tolerance_only() -> None:

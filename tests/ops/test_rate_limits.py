@@ -14,7 +14,14 @@ import orjson
 import pytest
 from aiohttp import ClientResponse
 
-from gateway.config import CircuitBreakerConfig, ConfigError, RateLimitsConfig, RateRule, load_config
+from gateway.config import (
+    CacheConfig,
+    CircuitBreakerConfig,
+    ConfigError,
+    RateLimitsConfig,
+    RateRule,
+    load_config,
+)
 from gateway.http.state import METRICS
 from gateway.ops.limits import (
     Limit,
@@ -29,6 +36,7 @@ from gateway.ops.metrics import Metrics
 from gateway.store.base import StoreError
 from gateway.store.limits import Hit, MemoryRateLimiter, RateLimiter, Rule
 from gateway.store.memory import MemoryKeyspace
+from gateway.store.redis import RedisStore
 from tests.support.gateway import OTHER_PA, MakeGateway
 from tests.support.pa import ManualClock
 
@@ -456,8 +464,13 @@ async def test_s6_a_per_agent_counter_that_cannot_be_charged_serves_the_turn_unc
         raise StoreError("redis: 127.0.0.1:7002: the node did not answer")
 
     monkeypatch.setattr("gateway.store.redis.charge_by_slot", node_down)
-    gw = await make_gateway(redis_url)
-    response = await gw.send()
+    # As on a cluster: each script keeps to one slot, the per-agent counter charged by one of its own.
+    store = RedisStore(CacheConfig(url=redis_url), reads_previous=False, slot_bound=True)
+    try:
+        gw = await make_gateway(redis_url, store=store)
+        response = await gw.send()
+    finally:
+        await store.close()
     assert response.status == 200
     # Logged with the store's own reason, which names the node.
     assert "rate limits not counted (serving anyway): redis: 127.0.0.1:7002: " in caplog.text

@@ -71,3 +71,12 @@ async def redis_store(redis_url: str, clock: ManualClock) -> AsyncIterator[Redis
     backend = RedisStore(CacheConfig(url=redis_url), clock=clock)
     yield backend
     await backend.close()
+
+
+@pytest.fixture
+async def slot_bound_store(redis_url: str, clock: ManualClock) -> AsyncIterator[RedisStore]:
+    """The same, run as on a Redis Cluster: each script keeps to one hash slot, so the per-agent
+    §6 counter is charged by a script of its own beside the turn's."""
+    backend = RedisStore(CacheConfig(url=redis_url), clock=clock, reads_previous=False, slot_bound=True)
+    yield backend
+    await backend.close()

@@ -7,7 +7,8 @@ their connection (``store.redis``) over a full tour, with ``slots.key_slot``: op
 a first message retried, an abort, a completion that closes, a delegated turn with its grant, both
 §6 refusals, the separate limiter, the adapters' state, and the operator's list, close and erase.
 The store runs as on a cluster (``reads_previous=False``: no untagged layout to read there, its keys
-passed as ``""``). The same tour in the previous layout crosses slots: the check can fail.
+passed as ``""``; ``slot_bound``: the per-agent counter charged by a script of its own). The same
+tour in the previous layout crosses slots: the check can fail.
 
 It also counts round trips (calls in flight together are one): an accepted turn stays two.
 """
@@ -87,7 +88,8 @@ class Tour:
 async def tour(redis_url: str, layout: KeyLayoutName, clock: ManualClock) -> Tour:
     """Everything the stores do for one person, recorded."""
     config = CacheConfig(url=redis_url, key_layout=layout)
-    store = RedisStore(config, clock=clock, reads_previous=layout == "previous")
+    tagged = layout == "tagged"
+    store = RedisStore(config, clock=clock, reads_previous=not tagged, slot_bound=tagged)
     limiter = open_rate_limiter(store)
     rates = RateLimits(limiter)
     settings = RateLimitsConfig(per_agent=RateRule(100.0, 100), per_user=RateRule(100.0, 100))

@@ -148,11 +148,12 @@ async def test_s6_fused_charge_is_all_or_nothing_across_both_limits(
 
 
 async def test_s6_redis_tagged_the_per_agent_refusal_releases_the_claim(
-    redis_store: RedisStore, redis_client: aioredis.Redis, clock: ManualClock
+    slot_bound_store: RedisStore, redis_client: aioredis.Redis, clock: ManualClock
 ) -> None:
     """§6 per personal agent, in its own slot: when it refuses, the turn the script claimed beside it
     is released before the 429 (no marker, no conversation, no first-message record), and the
     per-person counter's charge given back; the retry after the wait runs the turn."""
+    redis_store = slot_bound_store
     await opened(redis_store)
     agent = Hit(AGENT.key, Rule(rate=1, burst=1))
     assert (
@@ -185,22 +186,31 @@ async def test_s6_a_refusal_wins_over_every_turn_verdict(store: ConversationStor
         assert claim.status is TurnStatus.RATE_LIMITED
 
 
-async def test_redis_fused_begin_is_one_round_trip(redis_store: RedisStore, clock: ManualClock) -> None:
-    """The per-person counter rides in the turn's script and the per-agent one's script is sent with
-    it: two calls, one round trip, accepted or refused."""
-    await redis_store.begin_turn(ALICE, None, "warm", "hello", "ctx-0", limits=[AGENT])  # loads the scripts
-    await redis_store.begin_turn(ALICE, "ctx-0", "warm-2", "x", "u", limits=[AGENT])
-    with recorded_rounds(redis_store.redis) as first:
-        await redis_store.begin_turn(ALICE, None, "m1", "hello", "ctx-1", limits=[AGENT, USER])
-    with recorded_rounds(redis_store.redis) as refused:
-        await redis_store.begin_turn(ALICE, "ctx-1", "m2", "x", "u", limits=[AGENT, USER])
+@pytest.mark.parametrize(("slot_bound", "calls"), [(False, ["EVALSHA"]), (True, ["EVALSHA", "EVALSHA"])])
+async def test_redis_fused_begin_is_one_round_trip(
+    redis_url: str, clock: ManualClock, slot_bound: bool, calls: list[str]
+) -> None:
+    """On one Redis both counters ride in the turn's script: one call. Where a script keeps to one
+    slot (a Redis Cluster), the per-person counter rides in it and the per-agent one's script is sent
+    with it: two calls, one round trip. Accepted or refused alike."""
+    redis_store = RedisStore(CacheConfig(url=redis_url), clock=clock, slot_bound=slot_bound)
+    try:
+        # The first two turns load the scripts.
+        await redis_store.begin_turn(ALICE, None, "warm", "hello", "ctx-0", limits=[AGENT])
+        await redis_store.begin_turn(ALICE, "ctx-0", "warm-2", "x", "u", limits=[AGENT])
+        with recorded_rounds(redis_store.redis) as first:
+            await redis_store.begin_turn(ALICE, None, "m1", "hello", "ctx-1", limits=[AGENT, USER])
+        with recorded_rounds(redis_store.redis) as refused:
+            await redis_store.begin_turn(ALICE, "ctx-1", "m2", "x", "u", limits=[AGENT, USER])
+    finally:
+        await redis_store.close()
     for seen in (first, refused):
-        assert (seen.rounds, seen.commands) == (1, ["EVALSHA", "EVALSHA"])
+        assert (seen.rounds, seen.commands) == (1, calls)
 
 
 @pytest.mark.parametrize("fail_open", [True, False])
 async def test_s6_a_counter_apart_that_cannot_be_charged_is_what_fail_open_says(
-    redis_store: RedisStore, monkeypatch: pytest.MonkeyPatch, fail_open: bool
+    slot_bound_store: RedisStore, monkeypatch: pytest.MonkeyPatch, fail_open: bool
 ) -> None:
     """Issue 20: in the tagged layout the per-agent counter is in a slot of its own (on a Redis
     Cluster, maybe a node of its own). When its charge fails, ``rate_limits.fail_open`` decides as for
@@ -211,6 +221,7 @@ async def test_s6_a_counter_apart_that_cannot_be_charged_is_what_fail_open_says(
         raise StoreError("redis: 127.0.0.1:7002: the node did not answer")
 
     monkeypatch.setattr("gateway.store.redis.charge_by_slot", node_down)
+    redis_store = slot_bound_store
     limits = [AGENT, USER]
     if fail_open:
         claim = await redis_store.begin_turn(ALICE, None, "m1", "hi", "ctx-1", limits=limits, fail_open=True)
