@@ -49,7 +49,7 @@ from gateway.upstream.base import UpstreamError
 __all__ = ["DNS_TTL_SECONDS", "KEEPALIVE_SECONDS", "BotClient", "Target", "WireReply"]
 
 KEEPALIVE_SECONDS: Final = 30.0
-"""How long an idle connection to a bot stays pooled (aiohttp's default was the same 30 s)."""
+"""How long an idle connection to a bot stays pooled (as the gateway's aiohttp pool kept them)."""
 DNS_TTL_SECONDS: Final = 10.0
 """How long a bot host name's addresses are reused for new connections (aiohttp's default too)."""
 USER_AGENT: Final = "pact-gateway"

@@ -35,7 +35,7 @@ from jmespath.visitor import TreeInterpreter
 from gateway.config import HTTP_PLACEHOLDER, HttpMappingSettings, HttpReplyPaths, UpstreamConfig
 from gateway.ops.tracing import trace_headers
 from gateway.upstream.base import BotReply, Turn, UpstreamError
-from gateway.upstream.client import BotClient
+from gateway.upstream.client import BotClient, Target
 from gateway.upstream.http_json import parse_actions, parse_scopes
 from gateway.upstream.wire import exchange, loads_reply, probe_endpoint, user_handle
 from gateway.wire import json_bytes
@@ -51,7 +51,7 @@ class HttpMappingAdapter:
         if upstream.http is None:
             raise ValueError("the http adapter needs upstream.http")
         settings: HttpMappingSettings = upstream.http
-        self._url = upstream.url
+        self._url = Target.parse(upstream.url)  # split once, not on every turn
         self._method = settings.method
         self._probe_url = settings.probe_url
         self._fill = compile_template(settings.body)

@@ -14,7 +14,7 @@ from typing import Any, Final, NamedTuple
 
 import orjson
 
-from gateway.upstream.client import BotClient
+from gateway.upstream.client import BotClient, Target
 from gateway.upstream.wire import exchange, loads_reply
 
 __all__ = ["JsonAnswer", "error_label", "request_json", "status_detail"]
@@ -33,7 +33,7 @@ class JsonAnswer(NamedTuple):
 async def request_json(
     client: BotClient,
     method: str,
-    url: str,
+    url: str | Target,
     *,
     headers: Mapping[str, str],
     within: float,

@@ -42,7 +42,7 @@ from gateway.store import keys
 from gateway.store.adapter_state import AdapterState
 from gateway.store.base import StoreError
 from gateway.upstream.base import BotReply, Turn, UpstreamError, UpstreamThrottled, retry_after_seconds
-from gateway.upstream.client import BotClient
+from gateway.upstream.client import BotClient, Target
 from gateway.upstream.json_call import JsonAnswer, error_label, request_json, status_detail
 from gateway.wire import json_bytes
 
@@ -70,7 +70,7 @@ class OpenAIAdapter:
             raise ValueError("the openai adapter needs upstream.openai")
         self._settings = settings
         base = upstream.url.rstrip("/")
-        self._completions_url = f"{base}/chat/completions"
+        self._completions_url = Target.parse(f"{base}/chat/completions")  # split once, not every turn
         self._models_url = f"{base}/models"
         self._headers = {**upstream.headers, **_auth_header(settings)}
         self._timeout = upstream.timeout
@@ -135,7 +135,9 @@ class OpenAIAdapter:
             raise UpstreamError("store", f"history not read: {exc}") from None
         return [] if raw is None else load_history(raw)
 
-    async def _call(self, method: str, url: str, headers: dict[str, str], body: bytes | None) -> JsonAnswer:
+    async def _call(
+        self, method: str, url: str | Target, headers: dict[str, str], body: bytes | None
+    ) -> JsonAnswer:
         return await request_json(self._client, method, url, headers=headers, within=self._timeout, body=body)
 
 

@@ -31,7 +31,7 @@ import orjson
 from gateway.config import RasaSettings, UpstreamConfig
 from gateway.ops.tracing import trace_headers
 from gateway.upstream.base import BotReply, Turn, UpstreamError
-from gateway.upstream.client import BotClient
+from gateway.upstream.client import BotClient, Target
 from gateway.upstream.wire import exchange, loads_reply, user_handle
 from gateway.wire import json_bytes
 
@@ -44,7 +44,7 @@ HEALTH_PATH: Final = "/webhooks/rest/"
 class RasaAdapter:
     def __init__(self, upstream: UpstreamConfig, client: BotClient) -> None:
         base = upstream.url.rstrip("/")
-        self._webhook = base + WEBHOOK_PATH
+        self._webhook = Target.parse(base + WEBHOOK_PATH)  # split once, not on every turn
         self._health = base + HEALTH_PATH
         self._settings = upstream.rasa or RasaSettings()
         self._timeout = upstream.timeout

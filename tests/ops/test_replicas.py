@@ -183,25 +183,18 @@ async def test_redis_round_trips_per_message_send(make_gateway: MakeGateway, red
     with recorded_rounds(redis) as first_reused:
         await message(await gw.send("Something else", message_id="m-2"))
 
-    # In the tagged layout (the default) the per-agent counter is charged by its own script, sent
-    # with the begin-turn script: one more call, in the same round trip.
-    assert (first_turn.rounds, len(first_turn.commands)) == (
-        2,
-        3,
-    )  # open + claim | agent, complete
-    assert (next_turn.rounds, len(next_turn.commands)) == (2, 3)  # per-user + claim | agent, complete
-    assert (replay.rounds, len(replay.commands)) == (1, 2)  # per-user + claim answers the reply | agent
-    assert (first_retried.rounds, len(first_retried.commands)) == (2, 3)  # open finds m-2's | agent, continue
-    assert (first_reused.rounds, len(first_reused.commands)) == (
-        3,
-        4,
-    )  # open | agent, open, complete
+    # On one Redis both §6 counters ride in the begin-turn script (a Redis Cluster charges the
+    # per-agent one by a script of its own in the same write: tests/store/test_turn_limits.py).
+    assert (first_turn.rounds, first_turn.commands) == (2, ["EVALSHA"] * 2)  # limits + open, complete
+    assert (next_turn.rounds, next_turn.commands) == (2, ["EVALSHA"] * 2)  # limits + claim, complete
+    assert (replay.rounds, replay.commands) == (1, ["EVALSHA"])  # limits + claim answers the reply
+    assert (first_retried.rounds, first_retried.commands) == (2, ["EVALSHA"] * 2)  # open finds m-2, continue
+    assert (first_reused.rounds, first_reused.commands) == (3, ["EVALSHA"] * 3)  # open, open, complete
 
 
 async def test_redis_round_trips_when_refused_or_malformed(make_gateway: MakeGateway, redis_url: str) -> None:
-    """A 429 is the begin-turn script and the per-agent charge beside it, then the per-agent charge
-    given back (§6 all or nothing; the refusal path only); a bad body charges the limits alone (one
-    script per slot, together)."""
+    """A 429 is the begin-turn script alone, which charges both §6 counters all or nothing on one
+    Redis; a bad body charges the limits alone (one script per slot, together)."""
 
     def tight(raw: dict[str, Any]) -> None:
         raw["rate_limits"] = {"per_user": {"rate": 0.01, "burst": 3}}
@@ -216,4 +209,4 @@ async def test_redis_round_trips_when_refused_or_malformed(make_gateway: MakeGat
     with recorded_rounds(redis) as refused:
         assert (await gw.send(message_id="m-1")).status == 429
     assert (malformed.rounds, malformed.commands) == (1, ["EVALSHA"] * 2)
-    assert (refused.rounds, refused.commands) == (2, ["EVALSHA"] * 3)
+    assert (refused.rounds, refused.commands) == (1, ["EVALSHA"])
