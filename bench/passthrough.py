@@ -28,7 +28,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Final, Literal, get_args
 
 import aiohttp
@@ -56,15 +56,25 @@ TARGET = web.AppKey("target", Target)
 """``UPSTREAM`` split once, as the gateway's adapters do, so no turn pays for it."""
 
 
-async def post(app: web.Application, body: bytes, headers: Mapping[str, str]) -> bytes:
+def bot_headers() -> dict[str, str]:
+    """A bot call's headers: the contract's, with a request id of its own."""
+    return {**HEADERS, "X-Request-Id": uuid.uuid4().hex}
+
+
+async def post_through(client: BotClient, target: Target, body: bytes) -> bytes:
+    """The bot's answer to ``body`` through the gateway's bot client."""
+    reply = await client.request(
+        "POST", target, headers=bot_headers(), body=body, within=TIMEOUT_SECONDS, limit=MAX_REPLY_BYTES
+    )
+    return reply.body
+
+
+async def post(app: web.Application, body: bytes) -> bytes:
     """The bot's answer to ``body``, through whichever client the forwarder was started with."""
     client = app[CLIENT]
     if isinstance(client, BotClient):
-        reply = await client.request(
-            "POST", app[TARGET], headers=headers, body=body, within=TIMEOUT_SECONDS, limit=MAX_REPLY_BYTES
-        )
-        return reply.body
-    async with client.post(app[UPSTREAM], data=body, headers=headers) as response:
+        return await post_through(client, app[TARGET], body)
+    async with client.post(app[UPSTREAM], data=body, headers=bot_headers()) as response:
         return await response.read()
 
 
@@ -101,7 +111,7 @@ def a2a_reply(context_id: str, answer: bytes) -> bytes:
 
 async def forward(request: web.Request) -> web.Response:
     context_id, body = bot_call(await request.read())
-    answer = await post(request.app, body, {**HEADERS, "X-Request-Id": uuid.uuid4().hex})
+    answer = await post(request.app, body)
     return web.Response(body=a2a_reply(context_id, answer), content_type="application/json")
 
 
@@ -161,11 +171,7 @@ class FloorConnection(asyncio.Protocol):
 
     async def answer(self, raw: bytes, keep_alive: bool) -> None:
         context_id, body = bot_call(raw)
-        headers = {**HEADERS, "X-Request-Id": uuid.uuid4().hex}
-        reply = await self.client.request(
-            "POST", self.target, headers=headers, body=body, within=TIMEOUT_SECONDS, limit=MAX_REPLY_BYTES
-        )
-        data = a2a_reply(context_id, reply.body)
+        data = a2a_reply(context_id, await post_through(self.client, self.target, body))
         assert self.transport is not None
         head = f"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {len(data)}\r\n\r\n"
         self.transport.write(head.encode() + data)

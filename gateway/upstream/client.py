@@ -198,16 +198,19 @@ class _Connection(asyncio.Protocol):
             raise self.refusal
         length = headers.get("content-length")
         if length is not None and length.strip().isdigit() and int(length) > self.limit:
-            self.refusal = UpstreamError("bad_body", f"reply larger than {self.limit} bytes")
-            raise self.refusal
+            self._refuse_size()
         self.until_close = length is None and "transfer-encoding" not in headers and status not in (204, 304)
 
     def on_body(self, body: bytes) -> None:
         self.size += len(body)
         if self.size > self.limit:
-            self.refusal = UpstreamError("bad_body", f"reply larger than {self.limit} bytes")
-            raise self.refusal
+            self._refuse_size()
         self.chunks.append(body)
+
+    def _refuse_size(self) -> None:
+        """The answer is longer than the limit: the call's failure, raised to stop the parser."""
+        self.refusal = UpstreamError("bad_body", f"reply larger than {self.limit} bytes")
+        raise self.refusal
 
     def on_message_complete(self) -> None:
         if not self.status:

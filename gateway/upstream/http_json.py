@@ -30,7 +30,7 @@ from gateway.ops.tracing import trace_headers
 from gateway.upstream.base import Action, BotReply, Turn, UpstreamError
 from gateway.upstream.client import BotClient, Target
 from gateway.upstream.wire import MAX_REPLY_BYTES as MAX_REPLY_BYTES
-from gateway.upstream.wire import loads_reply, probe_endpoint
+from gateway.upstream.wire import exchange, loads_reply, probe_endpoint
 from gateway.wire import json_bytes
 
 MAX_LIST_ITEMS: Final = 64
@@ -65,8 +65,8 @@ class HttpJsonAdapter:
             }
         )
         headers = {**self._headers, "X-Request-Id": turn.request_id, **trace_headers(turn.trace)}
-        reply = await self._client.request(
-            "POST", self._target, headers=headers, body=body, within=self._timeout, limit=MAX_REPLY_BYTES
+        reply = await exchange(
+            self._client, "POST", self._target, headers=headers, within=self._timeout, body=body
         )
         if not 200 <= reply.status < 300:
             raise UpstreamError("status", f"HTTP {reply.status}")
