@@ -475,9 +475,11 @@ class DelegationConfig:
     login: LoginConfig
     token_ttl: int = 3600
     grant_ttl: int = 30 * 86400
-    refresh_grace: int = 5
+    refresh_grace: int = 0
     """Seconds after a refresh in which its refresh token, presented again, gets the same answer
-    (a client whose answer was lost) rather than revoking the grant as reuse; 0 turns it off."""
+    (a client whose answer was lost) rather than revoking the grant as reuse. Off (0) by default:
+    PACT's suites refuse a spent refresh token presented at once (conformance notes), and a thief
+    replaying it inside the grace gets the same tokens as the owner (RFC 9700 §4.14.2)."""
     landing_url: str | None = None
     skip_consent: bool = True
     introspection_secret: str | None = field(default=None, repr=False)
@@ -1080,7 +1082,7 @@ def _delegation(
         ),
         token_ttl=int(raw.get("token_ttl", 3600)),
         grant_ttl=int(raw.get("grant_ttl", 30 * 86400)),
-        refresh_grace=int(raw.get("refresh_grace", 5)),
+        refresh_grace=int(raw.get("refresh_grace", 0)),
         landing_url=raw.get("landing_url"),
         skip_consent=bool(raw.get("skip_consent", True)),
         # The admin token's rules: a guessable secret here would describe any User's tokens.

@@ -54,7 +54,7 @@ def test_s5_delegation_block_and_its_defaults() -> None:
     assert list(delegation.scopes) == ["orders:read", "orders:cancel"]
     assert delegation.login.issuer == "https://login.acme.example"
     assert (delegation.token_ttl, delegation.grant_ttl, delegation.skip_consent) == (3600, 2592000, True)
-    assert delegation.refresh_grace == 5
+    assert delegation.refresh_grace == 0  # off: PACT refuses a spent refresh token at once
     assert delegation.landing_url is None
     assert delegation.introspection_secret is None
     assert [key.alg for key in config.oauth.signing_keys] == ["ES256"]

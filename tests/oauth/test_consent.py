@@ -350,6 +350,28 @@ async def test_s5_3_consent_is_skipped_when_a_live_grant_covers_the_request(
     assert approved.carried == ("orders:cancel",)
 
 
+async def test_rfc9700_by_default_a_spent_refresh_token_presented_at_once_revokes_and_consent_is_asked_again(
+    dgw: Harness, brand_login: BrandLogin
+) -> None:
+    """PACT's own suite ("rotates refresh tokens and rejects reuse", then "rejects a denied consent"):
+    with the default configuration (no refresh grace) the spent token presented at once is
+    ``invalid_grant`` and revokes the grant, so the next request for the same scope asks the User
+    again instead of being covered by the revoked grant, and a denial there is ``access_denied``."""
+    first = await _grant(dgw, brand_login, ("orders:read",))
+    rotated = await refresh(dgw, first["refresh_token"])
+    assert rotated.status == 200
+    second = await rotated.json()
+    for spent_then_newest in (first["refresh_token"], second["refresh_token"]):
+        refused = await refresh(dgw, spent_then_newest)
+        assert (refused.status, (await refused.json())["error"]) == (400, "invalid_grant")
+    await assert_invalid_token(await dgw.send("list my orders", headers=delegated(second["access_token"])))
+    started = await device_authorization(dgw, ("orders:read",))
+    form = parse_consent_form(await (await sign_in(dgw, brand_login, started["user_code"])).text())
+    assert form.scopes == {"orders:read": True}
+    assert (await post_decision(dgw, form.session, "deny", [])).status == 303
+    assert await poll_token(dgw, started["device_code"]) == (400, {"error": "access_denied"})
+
+
 async def test_s5_3_consent_is_not_skipped_when_the_grant_does_not_cover_it(
     dgw: Harness, brand_login: BrandLogin
 ) -> None:

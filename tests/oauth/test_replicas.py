@@ -45,8 +45,9 @@ async def replicas(
     clock: ManualClock,
 ) -> tuple[Harness, Harness]:
     """Two gateways on one Redis database or one Redis Cluster, deciding by one clock (as replicas
-    share wall time)."""
-    edit = enable_delegation(brand_login, provider_key_pem)
+    share wall time), whose Brand opts in to a 5 s refresh grace (off by default), so that the
+    grace's one answer is seen shared between them."""
+    edit = enable_delegation(brand_login, provider_key_pem, refresh_grace=5)
     return await make_gateway(shared_url, edit=edit, clock=clock), await make_gateway(
         shared_url, edit=edit, clock=clock
     )
@@ -106,3 +107,22 @@ async def test_rfc9700_concurrent_refreshes_on_both_replicas_rotate_once(
     assert len({await response.read() for response in responses}) == 1
     refreshed = await responses[0].json()
     assert (await refresh(replicas[1], refreshed["refresh_token"])).status == 200
+
+
+async def test_rfc9700_by_default_concurrent_refreshes_on_both_replicas_rotate_once_and_the_rest_is_reuse(
+    make_gateway: MakeGateway, shared_url: str, brand_login: BrandLogin, provider_key_pem: str
+) -> None:
+    """Without the opt-in grace, every refresh that lost the race presented a spent token: reuse,
+    whichever replica it reached, and the grant is gone for the winner too."""
+    edit = enable_delegation(brand_login, provider_key_pem)
+    one, two = await make_gateway(shared_url, edit=edit), await make_gateway(shared_url, edit=edit)
+    tokens = await obtain_tokens(one)
+    responses = await asyncio.gather(
+        *(refresh((one, two)[i % 2], tokens["refresh_token"]) for i in range(20))
+    )
+    assert [response.status for response in responses].count(200) == 1
+    for response in responses:
+        if response.status != 200:
+            assert await error_of(response) == "invalid_grant"
+    (winner,) = [await response.json() for response in responses if response.status == 200]
+    assert await error_of(await refresh(two, winner["refresh_token"])) == "invalid_grant"

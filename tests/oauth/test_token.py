@@ -456,10 +456,17 @@ async def test_rfc9700_concurrent_refreshes_rotate_once(
             assert await error_of(response) == "invalid_grant"
 
 
-async def test_rfc9700_concurrent_refreshes_within_the_grace_all_get_the_one_rotation(cgw: Harness) -> None:
-    """Issue 18 I2: with the grace, the losers of the race get the winner's answer, byte for byte."""
-    tokens = await obtain_tokens(cgw)
-    responses = await asyncio.gather(*(refresh(cgw, tokens["refresh_token"]) for _ in range(20)))
+async def test_rfc9700_concurrent_refreshes_within_the_grace_all_get_the_one_rotation(
+    make_gateway: MakeGateway,
+    cache_url: str,
+    brand_login: BrandLogin,
+    provider_key_pem: str,
+    clock: ManualClock,
+) -> None:
+    """With the opt-in grace, the losers of the race get the winner's answer, byte for byte."""
+    h = await _graced(make_gateway, cache_url, brand_login, provider_key_pem, clock)
+    tokens = await obtain_tokens(h)
+    responses = await asyncio.gather(*(refresh(h, tokens["refresh_token"]) for _ in range(20)))
     assert {response.status for response in responses} == {200}
     assert len({await response.read() for response in responses}) == 1
-    await tokens_of(await refresh(cgw, (await responses[0].json())["refresh_token"]))
+    await tokens_of(await refresh(h, (await responses[0].json())["refresh_token"]))
