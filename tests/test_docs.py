@@ -1,4 +1,4 @@
-"""The documentation site builds without a warning, and its configuration reference is current (issue 19).
+"""The documentation site builds without a warning, and its generated references are current.
 
 ``mkdocs build --strict`` (mkdocs.yml) fails on a link to a missing page or anchor, a page left out
 of the nav, and (scripts/mkdocs_hooks.py) a link from docs/ to a repository file that does not
@@ -48,6 +48,21 @@ def test_site_builds_strict(tmp_path: Path) -> None:
     built = _build(tmp_path / "site")
     assert built.returncode == 0, built.stderr
     assert (tmp_path / "site" / "configuration" / "index.html").is_file()
+
+
+def test_links_to_the_readme_threat_model_and_chart_readme_are_links(tmp_path: Path) -> None:
+    """The three Markdown files outside docs/ are pages of the site, and a page's link to one of
+    them (or from them back into docs/) is a link there, not the file's path printed as code."""
+    built = _build(tmp_path / "site")
+    assert built.returncode == 0, built.stderr
+    index = (tmp_path / "site" / "index.html").read_text(encoding="utf-8")
+    operations = (tmp_path / "site" / "operations" / "index.html").read_text(encoding="utf-8")
+    assert 'href="project/readme/#quick-start"' in index
+    assert 'href="project/threat-model/"' in index
+    assert 'href="../project/helm-chart/"' in operations
+    readme = (tmp_path / "site" / "project" / "readme" / "index.html").read_text(encoding="utf-8")
+    assert 'href="../../adapters/"' in readme
+    assert 'href="../threat-model/"' in readme
 
 
 def test_site_build_fails_on_a_broken_anchor(tmp_path: Path) -> None:
