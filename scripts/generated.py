@@ -1,5 +1,6 @@
-"""What the ``gen_*.py`` scripts share: bring one file generated from ``gateway.config.SCHEMA`` up to
-date, or with ``--check`` only say whether it is (CI and the tests run that).
+"""What the ``gen_*.py`` scripts share: bring one file generated from the gateway's code (its
+configuration schema, its metrics) up to date, or with ``--check`` only say whether it is (CI and
+the tests run that).
 
 Exit status: 0 up to date (or written), 1 out of date (``--check``), 2 the file cannot be read as what
 it should be, or a usage error (argparse's own).
@@ -21,10 +22,12 @@ def main(
     render: Callable[[str], str],
     script: str,
     unreadable: str,
+    source: str = "gateway.config.SCHEMA",
 ) -> int:
     """Run one generator: ``render`` turns the file's current text into what it should be (raising
     ``ValueError`` or ``KeyError`` when that text is not the kind of file it generates); ``script`` is
-    its path, for the hint; ``unreadable`` what to call a file it cannot read."""
+    its path, for the hint; ``unreadable`` what to call a file it cannot read; ``source`` what the
+    file is generated from, for the message."""
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--check", action="store_true", help="only report whether the file is up to date")
     parser.add_argument("--file", type=Path, default=default, help="the file to update")
@@ -39,7 +42,7 @@ def main(
     if current == wanted:
         return 0
     if args.check:
-        print(f"{path} is out of date with gateway.config.SCHEMA: run python {script}", file=sys.stderr)
+        print(f"{path} is out of date with {source}: run python {script}", file=sys.stderr)
         return 1
     path.write_text(wanted, encoding="utf-8")
     print(f"wrote {path}")

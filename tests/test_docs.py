@@ -18,6 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 MKDOCS = (sys.executable, "-m", "mkdocs")
 """The mkdocs of the interpreter running the tests (the `test` extra installs it)."""
 REFERENCE_SCRIPT = ROOT / "scripts" / "gen_config_reference.py"
+METRICS_SCRIPT = ROOT / "scripts" / "gen_metrics_reference.py"
 BUILD_TIMEOUT = 120
 """Seconds a build may take: about one on an idle machine, many more on a busy shared one."""
 
@@ -34,9 +35,9 @@ def _build(site: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def _reference_script(*args: str) -> subprocess.CompletedProcess[str]:
+def _reference_script(*args: str, script: Path = REFERENCE_SCRIPT) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, str(REFERENCE_SCRIPT), *args],
+        [sys.executable, str(script), *args],
         capture_output=True,
         text=True,
         timeout=60,
@@ -130,6 +131,50 @@ def test_every_schema_key_is_in_the_reference() -> None:
         assert f"| `{name}` |" in text, name
     for name in SCHEMA["properties"]["brands"]["items"]["properties"]:
         assert f"| `brands[].{name}` |" in text, name
+
+
+def test_metrics_reference_is_current() -> None:
+    checked = _reference_script("--check", script=METRICS_SCRIPT)
+    assert checked.returncode == 0, checked.stderr
+
+
+def test_metrics_script_finds_and_fixes_a_stale_table(tmp_path: Path) -> None:
+    """A metric renamed in the code since the table was written: --check says so, a run rewrites the
+    table between its markers and nothing else of the page."""
+    current = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
+    stale = current.replace("| `pact_requests_total` | counter |", "| `pact_request_total` | counter |")
+    assert stale != current
+    copy_path = tmp_path / "operations.md"
+    copy_path.write_text(stale, encoding="utf-8")
+
+    checked = _reference_script("--check", "--file", str(copy_path), script=METRICS_SCRIPT)
+    assert checked.returncode == 1
+    assert "python scripts/gen_metrics_reference.py" in checked.stderr
+    written = _reference_script("--file", str(copy_path), script=METRICS_SCRIPT)
+    assert written.returncode == 0, written.stderr
+    assert copy_path.read_text(encoding="utf-8") == current
+
+
+def test_metrics_script_refuses_a_page_without_its_markers(tmp_path: Path) -> None:
+    copy_path = tmp_path / "operations.md"
+    copy_path.write_text("# Operations\n\nNo table here.\n", encoding="utf-8")
+    checked = _reference_script("--check", "--file", str(copy_path), script=METRICS_SCRIPT)
+    assert checked.returncode == 2
+    assert "cannot place the metrics table" in checked.stderr
+
+
+def test_every_metric_the_code_declares_is_in_the_table() -> None:
+    """A metric declared on a registry the generator does not make (a new class of metrics) would be
+    left out of the table silently: every ``Counter("pact_…"`` and the like in gateway/ has its row."""
+    table = (ROOT / "docs" / "operations.md").read_text(encoding="utf-8")
+    declared = re.compile(r"\b(Counter|Gauge|Histogram|Summary)\(\s*\"(pact_\w+)\"")
+    missing = []
+    for source in sorted((ROOT / "gateway").rglob("*.py")):
+        for kind, name in declared.findall(source.read_text(encoding="utf-8")):
+            scraped = f"{name}_total" if kind == "Counter" else name
+            if f"| `{scraped}` |" not in table:
+                missing.append(f"{source.relative_to(ROOT)}: {scraped}")
+    assert not missing, "metrics not in docs/operations.md's table: extend scripts/gen_metrics_reference.py"
 
 
 OUTSIDE_PAGES = ("README.md", "THREAT_MODEL.md", "deploy/helm/pact-gateway/README.md")
