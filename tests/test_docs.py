@@ -8,11 +8,16 @@ exist or a README heading that is gone; docs/configuration.md's table of keys is
 
 from __future__ import annotations
 
+import copy
 import os
 import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
 MKDOCS = (sys.executable, "-m", "mkdocs")
@@ -175,6 +180,72 @@ def test_every_metric_the_code_declares_is_in_the_table() -> None:
             if f"| `{scraped}` |" not in table:
                 missing.append(f"{source.relative_to(ROOT)}: {scraped}")
     assert not missing, "metrics not in docs/operations.md's table: extend scripts/gen_metrics_reference.py"
+
+
+GUIDE = ROOT / "docs" / "front-your-bot.md"
+"""The walk-through whose every YAML block must be a configuration the gateway accepts."""
+
+
+def guide_config_blocks() -> list[tuple[int, Any]]:
+    """Each ```yaml block of the guide, parsed, with the line its text starts on."""
+    lines = GUIDE.read_text(encoding="utf-8").split("\n")
+    found: list[tuple[int, Any]] = []
+    for index, line in enumerate(lines):
+        if line == "```yaml":
+            end = lines.index("```", index + 1)
+            found.append((index + 2, yaml.safe_load("\n".join(lines[index + 1 : end]))))
+    return found
+
+
+def as_gateway_config(block: Any, whole: dict[str, Any]) -> dict[str, Any]:
+    """The configuration a block stands for: a whole file; the chart's values (their ``config``);
+    or a part of a file (Brand keys such as ``upstream`` or ``delegation``, top-level keys such as
+    ``oauth``) put in place in ``whole``, the guide's first whole file, as the text says to."""
+    from gateway.config import SCHEMA
+
+    if "brands" in block:
+        return dict(block)
+    if "config" in block and "image" in block:
+        return dict(block["config"])
+    merged = copy.deepcopy(whole)
+    brand_keys = set(SCHEMA["properties"]["brands"]["items"]["properties"])
+    for key, value in block.items():
+        if key in brand_keys:
+            merged["brands"][0][key] = value
+        else:
+            assert key in SCHEMA["properties"], f"{key}: neither a top-level nor a Brand key"
+            merged[key] = value
+    if "delegation" in block and "oauth" not in merged:  # the guide adds both, in two blocks
+        merged["oauth"] = {"signing_keys": [{"value": "${PACT_SIGNING_KEY}"}]}
+    return merged
+
+
+def test_every_config_block_of_the_guide_is_valid() -> None:
+    """docs/front-your-bot.md's YAML is what check-config accepts (``${NAME}``s unset, as on a
+    laptop): a renamed key or a value out of bounds fails here, not for the reader."""
+    from gateway.config import ConfigError, check_config
+
+    blocks = guide_config_blocks()
+    assert len(blocks) >= 8, "the guide's blocks: a whole file, five bots, delegation, the chart"
+    whole = blocks[0][1]
+    assert "brands" in whole, "the guide's first block is a whole file"
+    problems = []
+    for line, block in blocks:
+        try:
+            check_config(as_gateway_config(block, whole), environ={})
+        except ConfigError as error:
+            problems.append(f"docs/front-your-bot.md:{line}: {error}")
+    assert not problems, problems
+
+
+def test_a_wrong_key_in_a_guide_block_is_found() -> None:
+    """The check above can fail: a misspelt adapter key in a block of the guide is refused."""
+    from gateway.config import ConfigError, check_config
+
+    whole = guide_config_blocks()[0][1]
+    wrong = {"upstream": {"adapter": "openai", "url": "https://api.openai.com/v1", "openai": {"modle": "x"}}}
+    with pytest.raises(ConfigError, match="modle"):
+        check_config(as_gateway_config(wrong, whole), environ={})
 
 
 OUTSIDE_PAGES = ("README.md", "THREAT_MODEL.md", "deploy/helm/pact-gateway/README.md")
