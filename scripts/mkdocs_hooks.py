@@ -1,10 +1,11 @@
 """MkDocs hook: the repository's Markdown outside docs/ joins the site, and links to it work.
 
 On GitHub a link from docs/ to ``../README.md#quick-start`` opens the file; the site holds only
-docs/, so MkDocs would call it not found (and this hook once printed such links as code). Instead
-the README, the threat model and the Helm chart's README are added to the site as pages of their
-own (:data:`INCLUDED`, under ``project/``), and every link to one of them, from docs/ or from each
-other, is rewritten to that page; their own links into docs/ are rewritten to the site's pages.
+docs/, so MkDocs would call it not found (and this hook once printed such links as code).
+Instead the README, the changelog, the threat model and the Helm chart's README are added to the
+site as pages of their own (:data:`INCLUDED`, under ``project/``), and every link to one of them,
+from docs/ or from each other, is rewritten to that page; their own links into docs/ are
+rewritten to the site's pages.
 A link to any other file of the repository (a test, a script) is checked (the file exists, and a
 Markdown file has the heading its anchor names, in GitHub's spelling) and shown as the file's
 repository path in code, so a wrong path or a stale anchor still fails ``mkdocs build --strict``
@@ -23,6 +24,7 @@ from mkdocs.structure.files import File, Files
 
 INCLUDED = {
     "README.md": "project/readme.md",
+    "CHANGELOG.md": "project/changelog.md",
     "THREAT_MODEL.md": "project/threat-model.md",
     "deploy/helm/pact-gateway/README.md": "project/helm-chart.md",
 }

@@ -182,6 +182,54 @@ def test_every_metric_the_code_declares_is_in_the_table() -> None:
     assert not missing, "metrics not in docs/operations.md's table: extend scripts/gen_metrics_reference.py"
 
 
+USER_DOCS = ("README.md", "deploy/helm/pact-gateway/README.md")
+"""Besides every page of docs/: what a Provider reads."""
+INTERNAL_REFERENCE = re.compile(
+    r"\b(?:[Ii]ssue|[Rr]ow) [0-9]+"  # the project's own tracker and its review tables
+    r"|(?<![\w-])(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{7,40}(?![\w-])"  # a commit id
+)
+"""What only someone with the repository's history can follow. Fenced blocks are left out: their
+ids (request ids, trace ids) are examples of what the gateway sends, not references."""
+
+
+def internal_references(text: str) -> list[str]:
+    """Each line of ``text`` outside fenced blocks that names an issue, a row or a commit."""
+    found, fenced = [], False
+    for number, line in enumerate(text.split("\n"), 1):
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced and INTERNAL_REFERENCE.search(line):
+            found.append(f"{number}: {INTERNAL_REFERENCE.search(line).group(0)}")  # type: ignore[union-attr]
+    return found
+
+
+def test_user_docs_name_no_issue_row_or_commit() -> None:
+    """A user doc says what a change means, not where it was tracked: "issue 20" or "`b17dd54`"
+    tells a Provider nothing (the changelog keeps the history)."""
+    pages = [*sorted((ROOT / "docs").glob("*.md")), *(ROOT / name for name in USER_DOCS)]
+    found = {
+        str(page.relative_to(ROOT)): refs
+        for page in pages
+        if (refs := internal_references(page.read_text(encoding="utf-8")))
+    }
+    assert not found, found
+
+
+def test_internal_references_are_found_and_examples_are_not() -> None:
+    text = "\n".join(
+        [
+            "Measured at `b17dd54` (issue 17, row 5).",
+            "The previous release (6ad6c1f) reads them.",
+            "```http",
+            "X-Request-Id: 3f6c0d2e9a8b4c1d",
+            "```",
+            "a 2592000 s grant, trace 00-4bf92f3577b34da6-01, Issues and rows are fine without a number.",
+        ]
+    )
+    assert internal_references(text) == ["1: b17dd54", "2: 6ad6c1f"]
+    assert INTERNAL_REFERENCE.findall("(issue 17, row 5)") == ["issue 17", "row 5"]
+
+
 GUIDE = ROOT / "docs" / "front-your-bot.md"
 """The walk-through whose every YAML block must be a configuration the gateway accepts."""
 
