@@ -9,6 +9,7 @@ exist or a README heading that is gone; docs/configuration.md's table of keys is
 from __future__ import annotations
 
 import copy
+import json
 import os
 import re
 import subprocess
@@ -16,6 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 import yaml
 
@@ -232,6 +234,7 @@ def test_internal_references_are_found_and_examples_are_not() -> None:
 
 GUIDE = ROOT / "docs" / "front-your-bot.md"
 """The walk-through whose every YAML block must be a configuration the gateway accepts."""
+CHART_SCHEMA = ROOT / "deploy" / "helm" / "pact-gateway" / "values.schema.json"
 
 
 def guide_config_blocks() -> list[tuple[int, Any]]:
@@ -277,12 +280,15 @@ def test_every_config_block_of_the_guide_is_valid() -> None:
     assert len(blocks) >= 8, "the guide's blocks: a whole file, five bots, delegation, the chart"
     whole = blocks[0][1]
     assert "brands" in whole, "the guide's first block is a whole file"
+    chart = jsonschema.Draft202012Validator(json.loads(CHART_SCHEMA.read_text(encoding="utf-8")))
     problems = []
     for line, block in blocks:
         try:
             check_config(as_gateway_config(block, whole), environ={})
         except ConfigError as error:
             problems.append(f"docs/front-your-bot.md:{line}: {error}")
+        if "config" in block and "image" in block:  # the chart's values: helm checks them too
+            problems += [f"docs/front-your-bot.md:{line}: {e.message}" for e in chart.iter_errors(block)]
     assert not problems, problems
 
 
