@@ -77,10 +77,28 @@ def test_site_build_fails_on_a_broken_anchor(tmp_path: Path) -> None:
     """The strictness the first test relies on: a stale anchor in a copy of the pages is an error."""
     docs = tmp_path / "docs"
     docs.mkdir()
-    for page in (ROOT / "docs").glob("*.md"):  # what the pages link to outside docs/, at its place
-        for linked in re.findall(r"\]\(\.\./([^)#\s]+)", page.read_text(encoding="utf-8")):
-            (tmp_path / linked).parent.mkdir(parents=True, exist_ok=True)
-            (tmp_path / linked).write_bytes((ROOT / linked).read_bytes())
+    sys.path.insert(0, str(ROOT / "scripts"))
+    from mkdocs_hooks import INCLUDED
+
+    # What the pages link to outside docs/, at its place; the pages the hook adds to the site, and
+    # what they link to outside docs/ (a test, a script) too.
+    outside = [
+        (ROOT, linked)
+        for page in (ROOT / "docs").glob("*.md")
+        for linked in re.findall(r"\]\(\.\./([^)#\s]+)", page.read_text(encoding="utf-8"))
+    ]
+    outside += [(ROOT, source) for source in INCLUDED]
+    for source in INCLUDED:
+        text = (ROOT / source).read_text(encoding="utf-8")
+        for linked in re.findall(r"\]\((?!https?:|mailto:|#)([^)#\s]+)", text):
+            outside.append(((ROOT / source).parent, linked))
+    for base, linked in outside:
+        target = (base / linked).resolve()
+        if target.is_relative_to(ROOT / "docs"):
+            continue
+        copy = tmp_path / target.relative_to(ROOT)
+        copy.parent.mkdir(parents=True, exist_ok=True)
+        copy.write_bytes(target.read_bytes())
     for page in (ROOT / "docs").glob("*.md"):
         (docs / page.name).write_text(page.read_text(encoding="utf-8"), encoding="utf-8")
     with (docs / "index.md").open("a", encoding="utf-8") as index:
