@@ -175,6 +175,9 @@ def test_the_demo_script_installs_the_runtime_only_and_runs_the_demo(tmp_path: P
     )
     assert demo.returncode == 0, demo.stderr
     assert "demo check passed" in demo.stderr
+    # Issue 32: the editable install prints no setuptools warning box (pyproject.toml's package-dir).
+    assert "Editable installation" not in demo.stderr, demo.stderr
+    assert "BuildBackendWarning" not in demo.stderr, demo.stderr
     installed = subprocess.run(
         [str(environment / "bin" / "python"), "-m", "pip", "list", "--format=freeze"],
         capture_output=True,
