@@ -1,10 +1,17 @@
 # syntax=docker/dockerfile:1
 #
-# pact-gateway container image.
-#   docker build -t REGISTRY/pact-gateway:TAG .      (no public image is published)
+# pact-gateway container image (no public image is published). From the repository's root, with
+# BuildKit (Docker 23 or later; the bind mount below needs it):
+#   docker build -t pact-gateway:local .
+#   docker run --rm pact-gateway:local demo --check
+#   docker run --rm pact-gateway:local keys generate > signing-key.json
 #   docker run --rm -p 8080:8080 -p 9090:9090 \
+#     -e PACT_SIGNING_KEY="$(cat signing-key.json)" -e ACME_BOT_TOKEN=the-bot-token \
 #     -v "$PWD/config/example.yaml:/etc/pact-gateway/config.yaml:ro" \
-#     REGISTRY/pact-gateway:TAG
+#     pact-gateway:local
+# config/example.yaml names those two variables (${PACT_SIGNING_KEY}, ${ACME_BOT_TOKEN}): serve
+# refuses to start without them. For a cluster, tag it for your registry and push it
+# (docker build -t REGISTRY/pact-gateway:TAG . && docker push REGISTRY/pact-gateway:TAG).
 # The Helm chart in deploy/helm/pact-gateway runs this image as user 10001 with a read-only
 # root filesystem, passing `serve --config /etc/pact-gateway/config.yaml [--workers N]`.
 

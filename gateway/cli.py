@@ -63,6 +63,25 @@ def _port(text: str) -> int:
     return int(text)
 
 
+GENERATE_DESCRIPTION: Final = (
+    "keys generate prints a new private JWK and its public JWKS as one JSON document. For a personal"
+    " agent: token --key takes the document, and the agent publishes the JWKS at its jwks_uri. For the"
+    " Provider (delegation, §5): oauth.signing_keys takes the same document as printed, from a file or"
+    " an environment variable; the gateway publishes the public half itself."
+)
+CACHE_NOTE: Final = (
+    "It works on the cache that --config's cache.url names, a redis:// one: with memory:// all of it"
+    " lives inside the serving process."
+)
+BRAND_HELP: Final = "the Brand's id (brands[].id in the YAML, the {brandId} of its /a2a/ path)"
+
+
+def _sentence(text: str) -> str:
+    """A verb's one-line ``help`` (lower case, as argparse lists it) as the first sentence of its own
+    ``--help`` description."""
+    return f"{text[:1].upper()}{text[1:]}."
+
+
 SUB_VERBS: Final = {"keys": "generate", "grants": "list|revoke", "conversations": "list|close|erase"}
 """The verbs that need a second verb, and the ones they take."""
 
@@ -72,7 +91,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     verbs = parser.add_subparsers(dest="verb", title="verbs", metavar="VERB")
 
-    serve = verbs.add_parser("serve", help="run the gateway (the default verb)")
+    serve = verbs.add_parser(
+        "serve",
+        help="run the gateway (the default verb)",
+        description="Run the gateway: the A2A listener, /metrics and health, until SIGTERM or SIGINT.",
+    )
     serve.add_argument("--config", required=True, help="path of the gateway YAML")
     serve.add_argument(
         "--workers",
@@ -83,7 +106,12 @@ def _parser() -> argparse.ArgumentParser:
     # Internal: how a supervisor tells a worker it spawned where to say "serving".
     serve.add_argument("--worker-ready-fd", type=int, default=None, help=argparse.SUPPRESS)
 
-    check = verbs.add_parser("check-config", help="validate a file and print what it would serve")
+    check = verbs.add_parser(
+        "check-config",
+        help="validate a file and print what it would serve",
+        description="Validate a gateway YAML and print what serve would run from it; every problem is"
+        " named with its YAML path. A ${NAME} not set here is a note: serve will need it.",
+    )
     # The path as serve takes it (--config) or positional: an operator who just ran serve types the former.
     check.add_argument(
         "path",
@@ -97,12 +125,29 @@ def _parser() -> argparse.ArgumentParser:
         help="also ask the cache, key sets and every Brand's bot once each, and print what answered",
     )
 
-    keys = verbs.add_parser("keys", help="key tools for personal agents")
+    keys_text = "make keys: a personal agent's, or the Provider's signing key (oauth.signing_keys)"
+    keys = verbs.add_parser(
+        "keys",
+        help=keys_text,
+        description=f"{_sentence(keys_text)} {GENERATE_DESCRIPTION}",
+    )
     key_verbs = keys.add_subparsers(dest="keys_verb", title="verbs", metavar="VERB")
-    generate = key_verbs.add_parser("generate", help="print a new private JWK and its public JWKS")
-    generate.add_argument("--alg", choices=["ES256", "RS256"], default="ES256")
+    generate = key_verbs.add_parser(
+        "generate", help="print a new private JWK and its public JWKS", description=GENERATE_DESCRIPTION
+    )
+    generate.add_argument(
+        "--alg",
+        choices=["ES256", "RS256"],
+        default="ES256",
+        help="the key's algorithm: ES256 (P-256, the default) or RS256 (RSA 2048)",
+    )
 
-    token = verbs.add_parser("token", help="mint a personal-agent JWT (§3.2) for curl")
+    token = verbs.add_parser(
+        "token",
+        help="mint a personal-agent JWT (§3.2) for curl",
+        description="Mint a personal-agent JWT (§3.2) signed with a key from keys generate, to try a"
+        " gateway with curl as a registered personal agent would call it.",
+    )
     token.add_argument(
         "--key", required=True, help="file holding a private JWK (what pact-gateway keys generate prints)"
     )
@@ -113,36 +158,50 @@ def _parser() -> argparse.ArgumentParser:
         "--ttl", type=int, default=120, help="seconds until exp (default 120; §3.2 accepts at most 300)"
     )
 
-    grants = verbs.add_parser("grants", help="list or revoke a Brand user's delegation grants (§5)")
+    grants_text = "list or revoke a Brand user's delegation grants (§5)"
+    grants = verbs.add_parser(
+        "grants",
+        help=grants_text,
+        description=f"{_sentence(grants_text)} {CACHE_NOTE}",
+    )
     grant_verbs = grants.add_subparsers(dest="grants_verb", title="verbs", metavar="VERB")
     for name, text in (("list", "print the user's live grants"), ("revoke", "end the user's grants now")):
-        grant_verb = grant_verbs.add_parser(name, help=text)
+        grant_verb = grant_verbs.add_parser(name, help=text, description=_sentence(text))
         grant_verb.add_argument("--config", required=True, help="path of the gateway YAML (its cache.url)")
-        grant_verb.add_argument("--brand", required=True)
+        grant_verb.add_argument("--brand", required=True, help=BRAND_HELP)
         grant_verb.add_argument("--user", required=True, help="the Brand's own user id")
         if name == "revoke":
             grant_verb.add_argument("--grant", default=None, help="only this grant id (default: all of them)")
 
+    conversations_text = "list, close or erase a person's conversations (Brand, PA, sub)"
     conversations = verbs.add_parser(
-        "conversations", help="list, close or erase a person's conversations (Brand, PA, sub)"
+        "conversations",
+        help=conversations_text,
+        description=f"{_sentence(conversations_text)} {CACHE_NOTE}",
     )
     conversation_verbs = conversations.add_subparsers(
         dest="conversations_verb", title="verbs", metavar="VERB"
     )
     for name, text in (
         ("list", "print the person's conversations: ids, opened, turns, open or closed (never texts)"),
-        ("close", "close one of them, as the bot's last reply would"),
+        ("close", "close one of the person's conversations (--context), as the bot's last reply would"),
         ("erase", "forget everything stored for the person: conversations, replies, counters, grants"),
     ):
-        verb = conversation_verbs.add_parser(name, help=text)
+        verb = conversation_verbs.add_parser(name, help=text, description=_sentence(text))
         verb.add_argument("--config", required=True, help="path of the gateway YAML (its cache.url)")
-        verb.add_argument("--brand", required=True)
+        verb.add_argument("--brand", required=True, help=BRAND_HELP)
         verb.add_argument("--pa", required=True, help="the personal agent's issuer")
         verb.add_argument("--sub", required=True, help="the sub the personal agent signs for")
         if name == "close":
             verb.add_argument("--context", required=True, help="the conversation's contextId")
 
-    demo = verbs.add_parser("demo", help="gateway + sample bot + demo personal agent in one process")
+    demo = verbs.add_parser(
+        "demo",
+        help="gateway + sample bot + demo personal agent in one process",
+        description="Run the gateway, a sample bot, a demo personal agent and a stand-in Brand login in"
+        " one process on loopback, and print a curl session to paste; --check runs that session once"
+        " and prints only its verdict.",
+    )
     demo.add_argument("--config", default=None, help="demo YAML (default: the one shipped with the package)")
     demo.add_argument("--port", type=_port, default=8080, help="the gateway's port on 127.0.0.1")
     demo.add_argument("--bot-port", type=_port, default=9100, help="the sample bot's port on 127.0.0.1")

@@ -3,8 +3,9 @@ login in one process.
 
 The demo personal agent's key is generated at start-up; the gateway process serves its
 public JWKS itself, so nothing else has to run. The printed curl session mints tokens
-with ``pact-gateway token`` from the key file written here. The access lines go to stderr and
-``/metrics`` is served on loopback (:mod:`gateway.demo_ops`), as a deployed gateway would show them.
+with ``pact-gateway token`` from the key file written here. The access lines go to stderr (not
+under ``--check``, which prints only its verdict) and ``/metrics`` is served on loopback
+(:mod:`gateway.demo_ops`), as a deployed gateway would show them.
 The admin API (:mod:`gateway.process.admin`) is served on loopback too, with a fresh token written
 beside the key, so the operations guide's erasure example runs against the demo as pasted.
 
@@ -270,6 +271,12 @@ def _remove_key_file(key_file: Path) -> None:
     key_file.parent.rmdir()
 
 
+def quiet_access_log(config: GatewayConfig) -> GatewayConfig:
+    """``config`` without the access lines: ``demo --check`` prints only its verdict (README), and
+    its session's requests are counted from ``/metrics`` instead. Warnings and errors still show."""
+    return dataclasses.replace(config, logging=dataclasses.replace(config.logging, access_log=False))
+
+
 def with_admin(config: GatewayConfig) -> tuple[GatewayConfig, str | None]:
     """``config`` with the admin API on, on loopback, and the token made for it when the file did not
     turn it on itself (``None`` when it did: the operator's own token, never written anywhere here)."""
@@ -361,10 +368,12 @@ async def run_demo(config_path: str | None, *, port: int, bot_port: int, check: 
     environ = demo_environ(new_signing_key())
     config = demo_config(config_path or DEFAULT_CONFIG, port, bot_port, environ)
     admin_token: str | None = None
-    if not check:
+    if check:
+        config = quiet_access_log(config)
+    else:
         config, admin_token = with_admin(config)
     private = generate_private_jwk("ES256")
-    configure_logging(config.logging)  # the access lines, on stderr
+    configure_logging(config.logging)  # the access lines (not under --check), warnings and errors, on stderr
     metrics = Metrics()
     wanted = [Listener("--bot-port", "127.0.0.1", bot_port), Listener("--port", "127.0.0.1", port)]
     taken = unavailable(wanted)

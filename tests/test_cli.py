@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -21,7 +22,7 @@ import jwt
 import pytest
 import yaml
 
-from gateway.cli import main
+from gateway.cli import SUB_VERBS, VERBS, main
 from gateway.demo import DEFAULT_CONFIG
 from tests.support.delegation import new_provider_key_pem
 
@@ -111,6 +112,12 @@ def test_demo_runs_its_own_curl_session() -> None:
     assert "demo check passed" in result.stderr
     # Issue 19 row 12: only the verdict; the paste-this session would name a key file deleted on exit.
     assert result.stdout == ""
+    # Issue 32: nor the session's access lines (the README: "prints only its verdict"); the verdict
+    # and the request count read back from /metrics, nothing else.
+    assert [line.split(":")[0] for line in result.stderr.splitlines()] == [
+        "demo check passed",
+        "demo check",
+    ], result.stderr
 
 
 def run_cli(
@@ -293,6 +300,65 @@ def test_help_is_plain_text(args: list[str]) -> None:
     assert result.returncode == 0
     assert "usage: pact-gateway" in result.stdout
     assert "`" not in result.stdout
+
+
+VERB_PATHS = [
+    ["serve"],
+    ["check-config"],
+    ["keys"],
+    ["keys", "generate"],
+    ["token"],
+    ["grants"],
+    ["grants", "list"],
+    ["grants", "revoke"],
+    ["conversations"],
+    ["conversations", "list"],
+    ["conversations", "close"],
+    ["conversations", "erase"],
+    ["demo"],
+]
+"""Every verb and second verb the CLI takes (checked against gateway.cli below)."""
+
+
+def test_verb_paths_name_every_verb() -> None:
+    firsts = {path[0] for path in VERB_PATHS}
+    assert firsts == VERBS
+    for verb, second in SUB_VERBS.items():
+        seconds = {path[1] for path in VERB_PATHS if path[0] == verb and len(path) == 2}
+        assert seconds == set(second.split("|"))
+
+
+def _help_text(path: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    with pytest.raises(SystemExit) as exited:
+        main([*path, "--help"])
+    assert exited.value.code == 0
+    return capsys.readouterr().out
+
+
+@pytest.mark.parametrize("path", VERB_PATHS, ids=" ".join)
+def test_every_verb_help_says_what_it_does_and_every_option(
+    path: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 32: each verb's own ``--help`` opens with a description, and no option is bare."""
+    blocks = _help_text(path, capsys).split("\n\n")
+    assert blocks[0].startswith("usage: pact-gateway")
+    description = blocks[1]
+    assert not description.endswith(":"), description
+    assert not description.startswith(("options:", "positional")), description
+    lines = [line for block in blocks[1:] for line in block.splitlines()]
+    for index, line in enumerate(lines):
+        if not line.startswith("  -") or line.strip().startswith("-h, --help"):
+            continue
+        said_beside = len(re.split(r"\s{2,}", line.strip())) > 1
+        said_below = index + 1 < len(lines) and re.match(r"\s{6,}\S", lines[index + 1]) is not None
+        assert said_beside or said_below, f"{' '.join(path)}: {line.strip()} has no help text"
+
+
+def test_keys_help_says_it_makes_the_providers_signing_keys(capsys: pytest.CaptureFixture[str]) -> None:
+    for path in (["keys"], ["keys", "generate"]):
+        text = " ".join(_help_text(path, capsys).split())
+        assert "oauth.signing_keys" in text
+        assert "Provider" in text
 
 
 def test_readme_check_config_instruction_succeeds_with_no_environment() -> None:

@@ -9,8 +9,10 @@ engine): the Dockerfile is checked to build and smoke-test that same wheel.
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -20,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from gateway.config import load_config_file
 from tests.test_cli import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -67,6 +70,106 @@ def docker_context(root: Path) -> list[Path]:
         candidates = [top] if top.is_file() else sorted(path for path in top.rglob("*") if path.is_file())
         files.extend(path for path in candidates if sent(path.relative_to(root).as_posix()))
     return files
+
+
+def header_commands(dockerfile: str) -> list[str]:
+    """The shell commands of the Dockerfile's opening comment (``#   docker …``), continuations joined."""
+    commands: list[str] = []
+    current = ""
+    for line in dockerfile[: dockerfile.index("\nARG ")].splitlines():
+        if line.startswith("#   "):
+            text = line.removeprefix("#").strip()
+            continued = text.endswith("\\")
+            current += text.removesuffix("\\").strip() + " " if continued else text
+            if not continued:
+                commands.append(current)
+                current = ""
+    return commands
+
+
+def directive(dockerfile: str, name: str) -> str:
+    """The argument of the one ``NAME …`` instruction of the Dockerfile."""
+    (found,) = re.findall(rf"^{name} (.*)$", dockerfile, flags=re.MULTILINE)
+    return str(found)
+
+
+def docker_run(command: str, files: dict[str, str]) -> tuple[list[str], dict[str, str], list[str]]:
+    """A ``docker run`` line as the shell would pass it, read as docker reads it: the options (with
+    ``-e`` and ``-v`` applied to the returned environment and mounts), the image, and its arguments.
+    ``files`` are what earlier commands wrote (for ``$(cat FILE)``), ``$PWD`` is the checkout."""
+    for name, text in files.items():
+        command = command.replace(f'"$(cat {name})"', shlex.quote(text))
+    words = shlex.split(command.replace("$PWD", str(ROOT)))
+    assert words[:3] == ["docker", "run", "--rm"], command
+    environ: dict[str, str] = {}
+    mounts: list[str] = []
+    ports: list[str] = []
+    rest = words[3:]
+    while rest[0].startswith("-"):
+        option, value, rest = rest[0], rest[1], rest[2:]
+        if option == "-e":
+            name, _, given = value.partition("=")
+            environ[name] = given
+        elif option == "-v":
+            mounts.append(value)
+        else:
+            assert option == "-p", command
+            ports.append(value)
+    return [*ports, *mounts], environ, rest
+
+
+def test_the_dockerfile_header_runs_as_written(tmp_path: Path) -> None:
+    """Issue 32: its example tagged ``REGISTRY/pact-gateway:TAG`` (docker refuses an upper-case
+    repository) and served config/example.yaml without the two variables it names, which serve
+    refuses to start without. Each command is checked as the image would run it: the arguments
+    parse, the files written are what later ones read, and the served file loads with exactly the
+    environment given, on the ports published."""
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert json.loads(directive(dockerfile, "ENTRYPOINT")) == ["pact-gateway"]
+    default_command = json.loads(directive(dockerfile, "CMD"))
+    exposed = set(directive(dockerfile, "EXPOSE").split())
+    build, *runs = header_commands(dockerfile)
+    tag = re.fullmatch(r"docker build -t (\S+) \.", build)
+    assert tag is not None, build
+    # A reference docker takes: lower-case path components, an optional tag.
+    assert re.fullmatch(r"[a-z0-9]+(?:[._/-][a-z0-9]+)*(?::[\w][\w.-]{0,127})?", tag[1]), tag[1]
+    files: dict[str, str] = {}
+    served = 0
+    for command in runs:
+        command, _, written = command.partition(" > ")
+        options, environ, rest = docker_run(command, files)
+        assert rest[0] == tag[1], command
+        arguments = rest[1:] or default_command
+        if arguments[:1] == ["keys"]:
+            generated = subprocess.run(
+                [sys.executable, "-m", "gateway", *arguments], capture_output=True, text=True, check=True
+            )
+            files[written] = generated.stdout
+            continue
+        assert not written, command
+        if arguments[:1] == ["demo"]:
+            assert arguments == ["demo", "--check"]  # what the image's own build runs, tests/test_cli.py too
+            continue
+        assert arguments[:2] == ["serve", "--config"], command
+        sources = {mount.split(":")[1]: mount.split(":")[0] for mount in options if mount.count(":") == 2}
+        config = load_config_file(sources[arguments[2]], environ=environ)
+        published = {option.split(":")[1] for option in options if option.count(":") == 1}
+        assert published == {str(config.listen.port), str(config.metrics.port)} == exposed
+        assert config.listen.host == config.metrics.host == "0.0.0.0"  # noqa: S104 - reachable through -p
+        served += 1
+    assert served == 1
+
+
+def test_the_checkout_tracks_no_stray_pid_file_and_ignores_one() -> None:
+    """Issue 32: a ``pid`` file a background run wrote at the root was committed by mistake."""
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout")
+    tracked = subprocess.run(
+        ["git", "-C", str(ROOT), "ls-files", "--", "pid"], capture_output=True, text=True, check=True
+    )
+    assert tracked.stdout == ""
+    ignored = subprocess.run(["git", "-C", str(ROOT), "check-ignore", "--no-index", "-q", "pid"], check=False)
+    assert ignored.returncode == 0
 
 
 @pytest.fixture(scope="module")
@@ -175,6 +278,9 @@ def test_the_demo_script_installs_the_runtime_only_and_runs_the_demo(tmp_path: P
     )
     assert demo.returncode == 0, demo.stderr
     assert "demo check passed" in demo.stderr
+    # Issue 32: the editable install prints no setuptools warning box (pyproject.toml's package-dir).
+    assert "Editable installation" not in demo.stderr, demo.stderr
+    assert "BuildBackendWarning" not in demo.stderr, demo.stderr
     installed = subprocess.run(
         [str(environment / "bin" / "python"), "-m", "pip", "list", "--format=freeze"],
         capture_output=True,

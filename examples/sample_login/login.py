@@ -164,21 +164,39 @@ def _refuse_return_to() -> web.Response:
     return _page("Cannot continue", body, brand="the Brand", status=400)
 
 
-def _login_form(action: str, return_to: str, brand: str, user: str, user_code: str, error: str = "") -> str:
+ERROR_ID: Final = "login-error"
+
+
+def _login_form(
+    action: str,
+    return_to: str,
+    brand: str,
+    user: str,
+    user_code: str,
+    error: str = "",
+    invalid: Collection[str] = (),
+) -> str:
+    """The sign-in form; with ``error``, the fields named in ``invalid`` are marked as the ones to
+    fix (``aria-invalid``, described by the error), so a screen reader says so on each of them."""
     # role=alert: a screen reader announces the error as the page with it loads.
-    notice = f'<p class="error" role="alert">{escape(error)}</p>\n' if error else ""
+    notice = f'<p class="error" id="{ERROR_ID}" role="alert">{escape(error)}</p>\n' if error else ""
+
+    def marked(name: str) -> str:
+        return f' aria-invalid="true" aria-describedby="{ERROR_ID}"' if error and name in invalid else ""
+
     return (
         f"<h1>Sign in to {escape(brand)}</h1>\n"
         f"{notice}"
         f'<form method="post" action="{escape(action)}">\n'
         f'<input type="hidden" name="return_to" value="{escape(return_to)}">\n'
         '<label for="user">User id</label>\n'
-        f'<input id="user" name="user" value="{escape(user)}" autocomplete="username" required>\n'
+        f'<input id="user" name="user" value="{escape(user)}" autocomplete="username" required'
+        f"{marked('user')}>\n"
         '<label for="password">Password</label>\n'
         '<input id="password" name="password" type="password" autocomplete="current-password">\n'
         '<label for="user_code">Code shown by your assistant</label>\n'
         f'<input id="user_code" name="user_code" value="{escape(user_code)}" autocapitalize="characters" '
-        'autocomplete="off" required>\n'
+        f'autocomplete="off" required{marked("user_code")}>\n'
         '<button type="submit">Sign in</button>\n'
         "</form>\n"
     )
@@ -220,8 +238,9 @@ async def sign_in(request: web.Request) -> web.Response:
     consent_url = target[0]
     brand = site.consent_urls[consent_url]
     if not user or not user_code:
+        missing = [name for name, value in (("user", user), ("user_code", user_code)) if not value]
         body = _login_form(
-            request.path, return_to, brand, user, user_code, "Enter your user id and the code."
+            request.path, return_to, brand, user, user_code, "Enter your user id and the code.", missing
         )
         return _page("Sign in", body, brand=brand, status=400)
     assertion = site.assertion(user=user, user_code=user_code, consent_url=consent_url, now=time.time())

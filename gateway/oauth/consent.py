@@ -142,7 +142,8 @@ def security_headers(public_url: str, landing_url: str | None) -> dict[str, str]
 
     ``form-action`` names the gateway's own origin (the form posts there) and the landing
     page's: Chromium checks a form's redirect target against it too, and the decision's answer
-    is a 303 to the landing page.
+    is a 303 to the landing page. ``script-src`` allows the consent page's one script by its hash
+    (:data:`~gateway.oauth.pages.SCRIPT_SOURCE`), and no other.
     """
     origins = [origin_of(public_url)]
     if landing_url is not None and origin_of(landing_url) not in origins:
@@ -153,7 +154,7 @@ def security_headers(public_url: str, landing_url: str | None) -> dict[str, str]
         "X-Frame-Options": "DENY",
         "Content-Security-Policy": (
             "frame-ancestors 'none'; default-src 'none'; style-src 'unsafe-inline'; "
-            f"form-action {' '.join(origins)}"
+            f"script-src {pages.SCRIPT_SOURCE}; form-action {' '.join(origins)}"
         ),
         "Referrer-Policy": "no-referrer",
         "X-Content-Type-Options": "nosniff",

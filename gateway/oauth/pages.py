@@ -1,19 +1,24 @@
 """§5.3 the pages the User's browser sees: consent, the "connected" landing page, and the error page.
 
 Plain HTML built with :func:`html.escape` (every value that did not come from this module is
-escaped, quotes included), one inline stylesheet, no script: the pages work without
-JavaScript and are served under a CSP that allows none (:mod:`gateway.oauth.consent`).
+escaped, quotes included) and one inline stylesheet. The consent page carries one inline script,
+the only one the CSP allows (by its hash, :data:`SCRIPT_SOURCE`, in :mod:`gateway.oauth.consent`):
+it keeps Enter in a checkbox from submitting the form. Everything works without JavaScript, and
+then that Enter presses Deny, the form's first button, never Allow.
 They are sized for a phone first: a viewport meta, one narrow column, wrapping long words,
 and tap targets at least 48 px high.
 """
 
 from __future__ import annotations
 
+import base64
+import hashlib
 from collections.abc import Sequence
 from html import escape
 from typing import Final
 
 __all__ = [
+    "SCRIPT_SOURCE",
     "consent_page",
     "error_page",
     "landing_page",
@@ -47,7 +52,23 @@ button.secondary{background:#fff;color:#1d4ed8}
 button:focus-visible{outline-color:#1a1a1a}
 ul{padding-left:1.25rem;margin:0 0 16px}
 .small{font-size:.9rem;color:#555}
+@media (forced-colors:active){button{font-weight:400}button.primary{border-width:3px;font-weight:700}}
 """
+"""Under forced colours (Windows high contrast) the browser paints every button in the same system
+colours, so Allow's fill is gone; its thicker border and bold label are what still set it apart."""
+
+_ENTER_IN_A_CHECKBOX: Final = (
+    "document.addEventListener('keydown',function(e){if(e.key==='Enter'&&e.target instanceof "
+    "HTMLInputElement&&e.target.type==='checkbox')e.preventDefault()})"
+)
+"""A browser submits a form when Enter is pressed in a checkbox (implicit submission: HTML's
+"form submission", pressing the first submit button it finds enabled). On the consent page that
+would end the request, so Enter there does nothing, as Space still ticks and a button still submits."""
+
+SCRIPT_SOURCE: Final = (
+    f"'sha256-{base64.b64encode(hashlib.sha256(_ENTER_IN_A_CHECKBOX.encode()).digest()).decode()}'"
+)
+"""The CSP ``script-src`` source that allows that one script and no other (CSP Level 3 §2.3.1 hash)."""
 
 
 def _document(title: str, body: str) -> str:
@@ -92,8 +113,9 @@ def consent_page(
     ``carried`` are the scopes of the User's live grant for this agent that the new grant would
     keep (it supersedes that grant): shown ticked under ``keep``, so the User may drop them.
 
-    Deny comes first in the form: a browser's implicit submission (Enter in a checkbox) presses
-    a form's first submit button, and that must never be Allow.
+    Enter in a checkbox does nothing (the page's one script). Deny still comes first in the form:
+    without JavaScript, a browser's implicit submission (Enter in a checkbox) presses the form's
+    first submit button, and that must never be Allow.
     """
     brand = escape(brand_name)
     who = escape(pa_origin)
@@ -122,8 +144,9 @@ def consent_page(
         f"{kept}"
         '<div class="actions">\n'
         '<button type="submit" name="decision" value="deny" class="secondary">Deny</button>\n'
-        '<button type="submit" name="decision" value="allow">Allow</button>\n'
+        '<button type="submit" name="decision" value="allow" class="primary">Allow</button>\n'
         "</div>\n</form>\n"
+        f"<script>{_ENTER_IN_A_CHECKBOX}</script>\n"
     )
     return _document(f"Allow access to your {brand_name} account? - {brand_name}", body)
 

@@ -430,9 +430,50 @@ def test_chart_metadata(chart: helm.Chart) -> None:
     assert metadata["name"] == "pact-gateway"
     assert metadata["appVersion"] == "0.1.0"
     assert metadata["kubeVersion"] == ">=1.30.0-0"  # the preStop sleep action (GA in 1.34, beta since 1.30)
+    # Issue 32: they named a placeholder (github.com/example/…) for `helm show chart` and Artifact
+    # Hub to send readers to. The project names no public repository: point them at it once it does.
+    assert "home" not in metadata
+    assert "sources" not in metadata
     schema = chart.schema
     assert schema is not None
     assert schema["additionalProperties"] is False
+
+
+VALUES_FILE = CHART_DIR / "values.yaml"
+CHART_README = CHART_DIR / "README.md"
+VALUES_SCRIPT = REPO_ROOT / "scripts" / "gen_chart_values.py"
+
+
+def _leaf_paths(node: Mapping[str, Any], prefix: str = "") -> Iterator[str]:
+    """Every value's dotted path down to a leaf (a scalar, a list or an empty map)."""
+    for key, value in node.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, Mapping) and value:
+            yield from _leaf_paths(value, f"{path}.")
+        else:
+            yield path
+
+
+def test_the_readme_names_every_value() -> None:
+    """Issue 32: docs/operations.md says the chart's README lists every value; every value of
+    values.yaml, at any depth, is a row of its table or inside one (a map set as a whole), and every
+    row is a value that exists."""
+    readme = CHART_README.read_text(encoding="utf-8")
+    table = readme[readme.index("\n## Every value\n") :]
+    rows = re.findall(r"^\| `([^`]+)` \|", table, flags=re.MULTILINE)
+    values = yaml.safe_load(VALUES_FILE.read_text(encoding="utf-8"))
+    leaves = list(_leaf_paths(values))
+    unnamed = [leaf for leaf in leaves if not any(leaf == row or leaf.startswith(f"{row}.") for row in rows)]
+    assert unnamed == [], "run python scripts/gen_chart_values.py"
+    stale = [row for row in rows if not any(leaf == row or leaf.startswith(f"{row}.") for leaf in leaves)]
+    assert stale == []
+
+
+def test_the_readme_values_table_is_up_to_date() -> None:
+    checked = subprocess.run(
+        [sys.executable, str(VALUES_SCRIPT), "--check"], capture_output=True, text=True, check=False
+    )
+    assert checked.returncode == 0, checked.stderr
 
 
 # ---- every manifest is valid Kubernetes --------------------------------------------------------
@@ -491,7 +532,7 @@ def test_standard_labels_everywhere(rendered: dict[str, list[Manifest]]) -> None
         assert labels["app.kubernetes.io/instance"] == RELEASE
         assert labels["app.kubernetes.io/managed-by"] == "Helm"
         assert labels["app.kubernetes.io/version"] == "0.1.0"
-        assert labels["helm.sh/chart"] == "pact-gateway-0.2.0"
+        assert labels["helm.sh/chart"] == "pact-gateway-0.2.1"
         assert labels["team"] == "support"
         assert doc["metadata"]["annotations"]["owner"] == "support-platform"
 
@@ -986,6 +1027,25 @@ def test_ingress(rendered: dict[str, list[Manifest]]) -> None:
     assert rule["host"] == "support.example-provider.com"
     assert rule["http"]["paths"][0]["backend"] == {"service": {"name": FULLNAME, "port": {"name": "http"}}}
     assert ingress["metadata"]["annotations"]["cert-manager.io/cluster-issuer"] == "letsencrypt"
+
+
+def test_values_yaml_ships_no_ingress_host(chart: helm.Chart) -> None:
+    """Issue 32: a host in values.yaml is live data helm merges into every release (as ``config``)."""
+    assert chart.values["ingress"]["hosts"] == []
+
+
+def test_an_ingress_without_hosts_refuses_to_render(chart: helm.Chart) -> None:
+    """Issue 32: ``ingress.enabled`` alone used to route the chart's example host to the gateway."""
+    config = {**EXAMPLE_VALUES["config"], "public_url": "https://help.acme.example"}
+    with pytest.raises(helm.HelmRenderError) as refused:
+        _render_text(chart, {"ingress": {"enabled": True}, "config": config})
+    message = str(refused.value)
+    assert "ingress.enabled is true but ingress.hosts is empty" in message
+    assert "{host: help.acme.example, paths: [{path: /, pathType: Prefix}]}" in message
+    docs = _render(
+        chart, {"ingress": {"enabled": True, "hosts": [{"host": "h.example", "paths": [{"path": "/"}]}]}}
+    )
+    assert [rule["host"] for rule in _one(docs, "Ingress")["spec"]["rules"]] == ["h.example"]
 
 
 def test_service_monitor_shape(rendered: dict[str, list[Manifest]]) -> None:

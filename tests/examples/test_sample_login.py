@@ -109,7 +109,12 @@ async def test_s5_3_login_error_is_announced(login: tuple[aiohttp.ClientSession,
     async with http.post(f"{base}/login", data=fields) as response:
         page = await response.text()
         assert response.status == 400
-    assert '<p class="error" role="alert">Enter your user id and the code.</p>' in page
+    assert '<p class="error" id="login-error" role="alert">Enter your user id and the code.</p>' in page
+    # Issue 32: both fields left empty say so themselves, described by the error.
+    marked = ' aria-invalid="true" aria-describedby="login-error">'
+    assert page.count(marked) == 2
+    assert f'autocomplete="username" required{marked}' in page
+    assert f'autocomplete="off" required{marked}' in page
 
 
 @pytest.mark.parametrize(

@@ -188,6 +188,15 @@ async def test_s5_3_demo_login_error_is_announced(demo: Demo, browser: Browser, 
     alert = page.get_by_role("alert")
     await alert.wait_for(timeout=BROWSER_WAIT_MS)
     assert await alert.inner_text() == "Enter your user id and the code."
+    # Issue 32: the field to fix says so itself (aria-invalid), described by the error; the code,
+    # prefilled and sent, and the password are not marked.
+    error_id = await alert.get_attribute("id")
+    assert error_id
+    user = page.locator("#user")
+    assert await user.get_attribute("aria-invalid") == "true"
+    assert await user.get_attribute("aria-describedby") == error_id
+    for other in ("#user_code", "#password"):
+        assert await page.locator(other).get_attribute("aria-invalid") is None, other
     await assert_fits(page, size)
     await context.close()
 

@@ -17,6 +17,7 @@ from aiohttp import ClientResponse
 from gateway.http.state import METRICS
 from gateway.oauth.device import code_hash
 from gateway.oauth.login import DISPLAY_CLAIM
+from gateway.oauth.pages import SCRIPT_SOURCE
 from gateway.protocol.claims import MAX_CLOCK_SKEW
 from gateway.store.base import Owner
 from gateway.store.oauth import AuthorizationStatus
@@ -49,7 +50,8 @@ def assert_browser_headers(response: ClientResponse, *, form_action: str = PUBLI
     headers = response.headers
     assert headers["X-Frame-Options"] == "DENY"
     assert headers["Content-Security-Policy"] == (
-        f"frame-ancestors 'none'; default-src 'none'; style-src 'unsafe-inline'; form-action {form_action}"
+        "frame-ancestors 'none'; default-src 'none'; style-src 'unsafe-inline'; "
+        f"script-src {SCRIPT_SOURCE}; form-action {form_action}"
     )
     assert headers["Cache-Control"] == "no-store"
     assert headers["Referrer-Policy"] == "no-referrer"

@@ -56,6 +56,8 @@ SIZES = pytest.mark.parametrize("size", [PHONE, DESKTOP], ids=["phone", "desktop
 BROWSER_WAIT_MS = 60_000
 """A bound, not a timing claim: the slowest step (Chromium's first page) on a busy 2-core machine."""
 USER = "jane-4471"
+ENTER_SETTLE_MS = 1_000
+"""How long a pressed Enter is given to start a submission before the test says none started."""
 
 
 @pytest.fixture
@@ -215,7 +217,7 @@ async def test_s5_3_consent_in_a_browser_grants_what_stays_ticked(
 
 
 @SIZES
-async def test_s5_3_enter_in_a_scope_checkbox_never_allows_everything(
+async def test_s5_3_enter_in_a_scope_checkbox_neither_allows_nor_ends_the_request(
     make_gateway: MakeGateway,
     stand_in: StandInLogin,
     provider_key_pem: str,
@@ -224,12 +226,19 @@ async def test_s5_3_enter_in_a_scope_checkbox_never_allows_everything(
     size: ViewportSize,
 ) -> None:
     """Issue 18 (serious): a person tabs to a checkbox and presses Enter to untick it. The browser's
-    implicit submission presses the form's first button; that used to be Allow, granting every
-    ticked scope. Deny is first now: the request is declined and no grant is made."""
+    implicit submission pressed the form's first button: Allow, granting every ticked scope. Issue
+    32: then Deny, ending the request. Now nothing happens (the page's one script, allowed by its
+    CSP hash): no request leaves the page, the box stays as it was, the authorization is still
+    pending, and the person goes on to tick and Allow."""
     gw = await delegating_gateway(make_gateway, stand_in, provider_key_pem)
     started = await device_authorization(gw)
     context, page = await new_page(browser, size)
+    console: list[str] = []
+    page.on("console", lambda message: console.append(message.text))
     await open_consent(page, started["verification_uri_complete"])
+    consent_url = page.url
+    sent: list[str] = []
+    page.on("request", lambda request: sent.append(f"{request.method} {request.url}"))
     for _ in range(10):
         await page.keyboard.press("Tab")
         if await page.evaluate("() => document.activeElement.type === 'checkbox'"):
@@ -245,13 +254,47 @@ async def test_s5_3_enter_in_a_scope_checkbox_never_allows_everything(
     ]  # :focus-within on the card, :focus-visible on the box
     await page.screenshot(path=str(tmp_path / "focused.png"))
     await page.keyboard.press("Enter")
+    # A submission would be on its way at once; a page round trip on loopback is far shorter.
+    await page.wait_for_timeout(ENTER_SETTLE_MS)
+    assert sent == []
+    assert page.url == consent_url
+    assert await page.locator('input[name="scope"][value="orders:read"]').is_checked()
+    assert not [text for text in console if "Content Security Policy" in text]
+    assert await poll_token(gw, started["device_code"]) == (400, {"error": "authorization_pending"})
+    # Space still unticks, and the buttons still decide.
+    await page.keyboard.press("Space")
+    assert not await page.locator('input[name="scope"][value="orders:read"]').is_checked()
+    await page.locator('button[name="decision"][value="allow"]').click()
     landing = oauth_urls(gw).landing
     await page.wait_for_url(lambda url: url.startswith(landing), timeout=BROWSER_WAIT_MS)
-    assert landing_query(page.url) == {"status": ["denied"]}
-    assert await page.get_by_role("heading", name="Nothing was shared").is_visible()
+    # (No second poll here: RFC 8628 §3.5 would answer slow_down to one this soon after the first.)
+    assert landing_query(page.url) == {"status": ["approved"], "scope": ["orders:cancel profile:read"]}
     await assert_fits(page, size, tmp_path / "landing.png")
     await context.close()
-    assert await poll_token(gw, started["device_code"]) == (400, {"error": "access_denied"})
+
+
+async def test_s5_3_allow_stands_apart_from_deny_in_forced_colours(
+    make_gateway: MakeGateway, stand_in: StandInLogin, provider_key_pem: str, browser: Browser, tmp_path: Path
+) -> None:
+    """Issue 32: under forced colours (Windows high contrast) the browser paints both buttons in the
+    same system colours, so Allow's blue fill, its only mark, was gone. Its border and weight stay."""
+    gw = await delegating_gateway(make_gateway, stand_in, provider_key_pem)
+    started = await device_authorization(gw)
+    context, page = await new_page(browser, DESKTOP)
+    await page.emulate_media(forced_colors="active")
+    await open_consent(page, started["verification_uri_complete"])
+    await page.screenshot(path=str(tmp_path / "forced-colours.png"))
+    look = (
+        "button => { const style = getComputedStyle(button);"
+        " return [style.backgroundColor, style.borderTopWidth, style.fontWeight]; }"
+    )
+    allow = await page.locator('button[name="decision"][value="allow"]').evaluate(look)
+    deny = await page.locator('button[name="decision"][value="deny"]').evaluate(look)
+    assert allow[0] == deny[0]  # the fill is forced to one system colour: it tells them apart no more
+    assert float(allow[1].removesuffix("px")) >= float(deny[1].removesuffix("px")) + 2
+    assert int(allow[2]) >= int(deny[2]) + 300
+    await assert_accessible(page)
+    await context.close()
 
 
 async def grant(gw: Harness, login: BrandLogin, scopes: tuple[str, ...]) -> dict[str, Any]:
@@ -366,3 +409,23 @@ async def test_s5_3_consent_without_javascript_lands_on_the_brand_page(
     status, answer = await poll_token(gw, started["device_code"])
     assert status == 200
     assert answer["scope"] == "orders:read orders:cancel"
+
+
+async def test_s5_3_without_javascript_enter_in_a_scope_checkbox_denies_never_allows(
+    make_gateway: MakeGateway, stand_in: StandInLogin, provider_key_pem: str, browser: Browser
+) -> None:
+    """Issue 18's guard where the page's script cannot run: implicit submission presses the form's
+    first button, Deny, so the request is declined and no grant is made."""
+    gw = await delegating_gateway(make_gateway, stand_in, provider_key_pem)
+    started = await device_authorization(gw)
+    context = await browser.new_context(viewport=PHONE, is_mobile=True, java_script_enabled=False)
+    page = await context.new_page()
+    await page.goto(started["verification_uri_complete"], timeout=BROWSER_WAIT_MS)
+    await page.locator("#continue").click()
+    await page.locator('input[name="scope"]').first.focus(timeout=BROWSER_WAIT_MS)
+    await page.keyboard.press("Enter")
+    landing = oauth_urls(gw).landing
+    await page.wait_for_url(lambda url: url.startswith(landing), timeout=BROWSER_WAIT_MS)
+    assert landing_query(page.url) == {"status": ["denied"]}
+    await context.close()
+    assert await poll_token(gw, started["device_code"]) == (400, {"error": "access_denied"})

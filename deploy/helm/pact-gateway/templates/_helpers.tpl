@@ -223,6 +223,12 @@ the gateway's drain (20 s: gateway.config.LimitsConfig's shutdown_timeout defaul
 {{- fail "pact-gateway: metrics.prometheusRule.enabled is true but every alert under metrics.prometheusRule.alerts is disabled and extraRules is empty: enable an alert, or set metrics.prometheusRule.enabled to false." }}
 {{- end }}
 {{- end }}
+{{- /* An Ingress with no rule would route nothing (or, with a default backend, everything); the
+chart ships no host, so the operator names theirs. */}}
+{{- if and .Values.ingress.enabled (not .Values.ingress.hosts) }}
+{{- $host := (urlParse (toString (get $config "public_url"))).hostname | default "HOST" }}
+{{- fail (printf "pact-gateway: ingress.enabled is true but ingress.hosts is empty: name the host(s) the Ingress routes to the gateway, e.g. ingress.hosts: [{host: %s, paths: [{path: /, pathType: Prefix}]}] (the host of config.public_url)." $host) }}
+{{- end }}
 {{- /* §5 signing keys read from files under signingKeys.mountPath need that Secret mounted. */}}
 {{- range $index, $key := (dig "oauth" "signing_keys" list $config) }}
 {{- $file := toString (get $key "file" | default "") }}
