@@ -29,6 +29,7 @@ import yaml
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+import gateway
 from gateway.config import SCHEMA, LimitsConfig, load_config
 from gateway.ops.metrics import Metrics
 from gateway.process.admin import AdminMetrics
@@ -428,7 +429,7 @@ def test_chart_metadata(chart: helm.Chart) -> None:
     metadata = chart.metadata
     assert metadata["apiVersion"] == "v2"
     assert metadata["name"] == "pact-gateway"
-    assert metadata["appVersion"] == "0.1.0"
+    assert metadata["appVersion"] == gateway.__version__  # the image the chart runs is this release
     assert metadata["kubeVersion"] == ">=1.30.0-0"  # the preStop sleep action (GA in 1.34, beta since 1.30)
     # Issue 32: they named a placeholder (github.com/example/…) for `helm show chart` and Artifact
     # Hub to send readers to. The project names no public repository: point them at it once it does.
@@ -531,7 +532,7 @@ def test_standard_labels_everywhere(rendered: dict[str, list[Manifest]]) -> None
         assert labels["app.kubernetes.io/name"] == "pact-gateway"
         assert labels["app.kubernetes.io/instance"] == RELEASE
         assert labels["app.kubernetes.io/managed-by"] == "Helm"
-        assert labels["app.kubernetes.io/version"] == "0.1.0"
+        assert labels["app.kubernetes.io/version"] == gateway.__version__
         assert labels["helm.sh/chart"] == "pact-gateway-0.2.1"
         assert labels["team"] == "support"
         assert doc["metadata"]["annotations"]["owner"] == "support-platform"
@@ -640,9 +641,10 @@ def test_grace_period_just_above_pause_and_drain_renders(chart: helm.Chart) -> N
 
 def test_image_defaults_to_app_version(chart: helm.Chart, rendered: dict[str, list[Manifest]]) -> None:
     repository = EXAMPLE_VALUES["image"]["repository"]
-    assert _container(_render(chart, {"image": {"tag": ""}}))["image"] == f"{repository}:0.1.0"
+    default_tag = _container(_render(chart, {"image": {"tag": ""}}))["image"]
+    assert default_tag == f"{repository}:{gateway.__version__}"
     digest = "sha256:" + "ab" * 32
-    docs = _render(chart, {"image": {"tag": "0.2.0", "digest": digest, "repository": "registry.local/gw"}})
+    docs = _render(chart, {"image": {"tag": "9.9.9", "digest": digest, "repository": "registry.local/gw"}})
     assert _container(docs)["image"] == f"registry.local/gw@{digest}"
 
 
