@@ -337,6 +337,10 @@ class RateLimitsConfig:
     """RFC 8628 §5.1 wrong ``user_code``s per client address: 10, then one every 30 s."""
     wrong_user_code_per_brand: RateRule = field(default_factory=lambda: RateRule(rate=0.2, burst=60))
     """RFC 8628 §5.1 wrong ``user_code``s at one Brand from everyone: 60, then 12 a minute."""
+    wrong_user_code_grace: RateRule = field(default_factory=lambda: RateRule(rate=1 / 86400, burst=1))
+    """While the Brand's wrong-code budget is spent, a Brand login user and an address that both have
+    not tried a wrong code within ``burst / rate`` seconds may still try (one a day by default), so an
+    attacker keeping that budget spent does not refuse everyone's sign-in (THREAT_MODEL.md F1)."""
     fail_open: bool = True
 
 
@@ -566,8 +570,10 @@ RATE_RULE_NAMES: Final = (
     "wrong_user_code_per_user",
     "wrong_user_code_per_address",
     "wrong_user_code_per_brand",
+    "wrong_user_code_grace",
 )
-"""Every named rule of ``rate_limits`` (each also a ``limit`` label of ``pact_rate_limited_total``)."""
+"""Every named rule of ``rate_limits`` (each but the grace also a ``limit`` label of
+``pact_rate_limited_total``: a refusal the grace could not lift is the Brand budget's)."""
 _RATE_LIMITS = _obj({**dict.fromkeys(RATE_RULE_NAMES, _RATE_RULE), "fail_open": {"type": "boolean"}})
 _JWKS_OBJECT = {
     "type": "object",
