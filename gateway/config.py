@@ -139,6 +139,9 @@ class ListenConfig:
     backlog: int = 4096
     """Connections the kernel holds for the gateway before it accepts them (``listen(2)``), capped by
     ``net.core.somaxconn``. aiohttp's own 128 refused a burst of thousands of slow turns at the door."""
+    ipv6_prefix: int = 64
+    """Per-address limits count an IPv6 client by its ``/ipv6_prefix`` network (48 to 64): one host
+    is usually given a whole /64, so a limit per full address is no limit at all."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -666,6 +669,7 @@ SCHEMA: dict[str, Any] = _obj(
                 "trusted_proxies": {"type": "array", "items": _STR},
                 "forwarded_header": {"enum": ["X-Forwarded-For", "Forwarded"]},
                 "backlog": {"type": "integer", "minimum": 1, "maximum": 65535},
+                "ipv6_prefix": {"type": "integer", "minimum": 48, "maximum": 64},
             }
         ),
         "public_url": {**_STR, "pattern": _HTTP_URL},
@@ -1303,6 +1307,7 @@ def _listen(raw: Mapping[str, Any]) -> ListenConfig:
         trusted_proxies=tuple(networks),
         forwarded_header=raw.get("forwarded_header", "X-Forwarded-For"),
         backlog=raw.get("backlog", 4096),
+        ipv6_prefix=raw.get("ipv6_prefix", 64),
     )
 
 

@@ -180,6 +180,8 @@ def _mutate(path: list[str | int], value: Any) -> dict[str, Any]:
         (["listen", "trusted_proxies"], ["10.0.0.0/8", "10.0.0.1/8"], "listen.trusted_proxies[1]", "CIDR"),
         (["listen", "trusted_proxies"], ["ingress"], "listen.trusted_proxies[0]", "CIDR"),
         (["listen", "forwarded_header"], "X-Real-IP", "listen.forwarded_header", "is not one of"),
+        (["listen", "ipv6_prefix"], 47, "listen.ipv6_prefix", "less than the minimum of 48"),
+        (["listen", "ipv6_prefix"], 65, "listen.ipv6_prefix", "greater than the maximum of 64"),
         (
             ["rate_limits", "wrong_user_code_per_user"],
             {"rate": 0},

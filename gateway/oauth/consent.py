@@ -34,7 +34,7 @@ from yarl import URL
 from gateway.config import BrandConfig, DelegationConfig, PersonalAgentsConfig, RateLimitsConfig
 from gateway.http import responses
 from gateway.http.caller import read_body
-from gateway.http.client_address import client_address
+from gateway.http.client_address import limit_address
 from gateway.http.notes import refused
 from gateway.http.state import METRICS, RUNTIME
 from gateway.oauth import pages
@@ -109,7 +109,8 @@ class _Delegating(NamedTuple):
     agents: PersonalAgentsConfig
     limits: RateLimits
     address: str
-    """The client's address (:func:`~gateway.http.client_address.client_address`), for per-address limits."""
+    """The client's address as per-address limits count it
+    (:func:`~gateway.http.client_address.limit_address`)."""
 
     @property
     def rate_limits(self) -> RateLimitsConfig:
@@ -219,7 +220,7 @@ def _delegating(request: web.Request) -> _Delegating | None:
         headers,
         runtime.config.personal_agents,
         runtime.limits,
-        client_address(request, runtime.config.listen),
+        limit_address(request, runtime.config.listen),
     )
 
 

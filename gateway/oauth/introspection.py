@@ -32,7 +32,7 @@ from aiohttp import web
 from gateway.auth.pa_jwt import AuthFailure, bearer_token
 from gateway.config import RateRule
 from gateway.http import responses
-from gateway.http.client_address import client_address
+from gateway.http.client_address import limit_address
 from gateway.http.notes import refused
 from gateway.http.state import RUNTIME
 from gateway.oauth.access_token import InvalidToken, verify_access_token
@@ -99,8 +99,9 @@ async def introspect(request: web.Request) -> web.Response:
     if found is None or secret is None:
         return responses.not_found()
     server, brand = found
-    # The client's address as every per-address limit sees it (``listen.trusted_proxies``).
-    address = client_address(request, runtime.config.listen)
+    # The client's address as every per-address limit counts it (``listen.trusted_proxies``, IPv6 by
+    # its ``listen.ipv6_prefix`` network).
+    address = limit_address(request, runtime.config.listen)
     failures = failure_limit(brand.delegation.introspection_failures, address)
     right = authorized(request.headers.get("Authorization"), secret)
     if failures is not None:

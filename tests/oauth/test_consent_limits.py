@@ -334,6 +334,25 @@ async def test_readme_login_assertions_are_limited_per_client_address(
     assert (await hand_off(gw, brand_login, started["user_code"], address="192.0.2.2")).status == 200
 
 
+async def test_readme_an_ipv6_client_is_limited_by_its_64_whatever_its_address_or_zone(
+    make_gateway: MakeGateway, cache_url: str, brand_login: BrandLogin, provider_key_pem: str
+) -> None:
+    """Issue 28 L2: per-address limits count an IPv6 client by its /64 (``listen.ipv6_prefix``) and
+    ignore zone ids; keyed by the full address, every address of one /64 had a budget of its own."""
+    edit = limited(
+        brand_login, provider_key_pem, trusted=PROXIES, login_assertion={"rate": 0.001, "burst": 1}
+    )
+    gw = await make_gateway(cache_url, edit=edit)
+    started = await device_authorization(gw)
+    await assert_error_page(await hand_off(gw, brand_login, "", assertion="junk", address="2001:db8:1:2::1"))
+    for address in ("2001:db8:1:2:ffff::9", "[2001:db8:1:2::2]:4711"):
+        await assert_paused(await hand_off(gw, brand_login, started["user_code"], address=address))
+    await assert_error_page(await hand_off(gw, brand_login, "", assertion="junk", address="fe80::1%eth0"))
+    await assert_paused(await hand_off(gw, brand_login, started["user_code"], address="fe80::1%eth1"))
+    # The next /64 is another client.
+    assert (await hand_off(gw, brand_login, started["user_code"], address="2001:db8:1:3::1")).status == 200
+
+
 async def test_readme_a_forwarded_address_is_believed_only_from_a_trusted_proxy(
     make_gateway: MakeGateway, brand_login: BrandLogin, provider_key_pem: str
 ) -> None:
