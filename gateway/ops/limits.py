@@ -36,7 +36,7 @@ from gateway.protocol import errors
 from gateway.protocol.errors import A2AError, Reason
 from gateway.store import keys
 from gateway.store.base import Owner, StoreError
-from gateway.store.limits import GRACE, REFUSED, Hit, RateLimiter, Reservation, Rule
+from gateway.store.limits import REFUSED, Hit, RateLimiter, Reservation, Rule
 
 __all__ = [
     "BOT_CALLS",
@@ -149,8 +149,6 @@ class Reserved:
     taken: tuple[Hit, ...]
     emptied: tuple[str, ...]
     """The names of the budgets this attempt left without a token (the next attempt will wait)."""
-    graced: bool
-    """Let through by its grace while the shared budget was spent."""
 
 
 def retry_after(wait: float) -> int:
@@ -328,23 +326,20 @@ class RateLimits:
         grace = self._failure_hits(brand_id, budgets.grace) if shared else ()
         names = tuple(limit.name for limit in (*budgets.own, *budgets.shared, *budgets.grace[: len(grace)]))
         if not names:
-            return Reserved(brand_id, (), (), graced=False)
+            return Reserved(brand_id, (), ())
         try:
             reservation = await self._limiter.reserve(own, shared, grace)
         except StoreError as exc:
             self.not_counted(Charge(brand_id, names, (*own, *shared, *grace)), str(exc), fail_open=fail_open)
             if fail_open:
-                return Reserved(brand_id, (), (), graced=False)
+                return Reserved(brand_id, (), ())
             raise
         if reservation.mode == REFUSED:
             raise self._failure_refusal(brand_id, names, reservation, len(own), len(shared))
         emptied = {hit.key for hit in reservation.emptied}
         counted = zip(names[: len(own) + len(shared)], (*own, *shared), strict=True)
         return Reserved(
-            brand_id,
-            reservation.taken,
-            tuple(name for name, hit in counted if hit.key in emptied),
-            graced=reservation.mode == GRACE,
+            brand_id, reservation.taken, tuple(name for name, hit in counted if hit.key in emptied)
         )
 
     def _failure_refusal(

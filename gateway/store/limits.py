@@ -28,12 +28,17 @@ from gateway.store.redis import CHARGE, PEEK, REFUND, RedisStore, by_slot, charg
 from gateway.store.redis_pipe import RedisPipe, Script
 
 __all__ = [
+    "GRACE",
+    "REFUSED",
+    "RESERVE",
+    "SHARED",
     "Hit",
     "MemoryRateLimiter",
     "RateLimiter",
     "RedisRateLimiter",
     "Reservation",
     "Rule",
+    "decide",
     "gcra",
     "now_us",
     "open_rate_limiter",
