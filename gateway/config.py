@@ -18,6 +18,7 @@ import importlib.util
 import ipaddress
 import os
 import re
+import socket
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from importlib.resources.abc import Traversable
@@ -71,6 +72,7 @@ __all__ = [
     "check_config",
     "check_config_file",
     "config_document_from_stream",
+    "config_warnings",
     "load_config",
     "load_config_file",
     "read_config_document",
@@ -139,6 +141,9 @@ class ListenConfig:
     backlog: int = 4096
     """Connections the kernel holds for the gateway before it accepts them (``listen(2)``), capped by
     ``net.core.somaxconn``. aiohttp's own 128 refused a burst of thousands of slow turns at the door."""
+    ipv6_prefix: int = 64
+    """Per-address limits count an IPv6 client by its ``/ipv6_prefix`` network (48 to 64): one host
+    is usually given a whole /64, so a limit per full address is no limit at all."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -337,6 +342,10 @@ class RateLimitsConfig:
     """RFC 8628 §5.1 wrong ``user_code``s per client address: 10, then one every 30 s."""
     wrong_user_code_per_brand: RateRule = field(default_factory=lambda: RateRule(rate=0.2, burst=60))
     """RFC 8628 §5.1 wrong ``user_code``s at one Brand from everyone: 60, then 12 a minute."""
+    wrong_user_code_grace: RateRule = field(default_factory=lambda: RateRule(rate=1 / 86400, burst=1))
+    """While the Brand's wrong-code budget is spent, a Brand login user and an address that both have
+    not tried a wrong code within ``burst / rate`` seconds may still try (one a day by default), so an
+    attacker keeping that budget spent does not refuse everyone's sign-in (THREAT_MODEL.md F1)."""
     fail_open: bool = True
 
 
@@ -544,6 +553,8 @@ class CheckedConfig:
 
     config: GatewayConfig
     unset: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    """:func:`config_warnings`: allowed, but most likely a mistake."""
 
 
 def _obj(properties: dict[str, Any], required: Sequence[str] = ()) -> dict[str, Any]:
@@ -568,8 +579,10 @@ RATE_RULE_NAMES: Final = (
     "wrong_user_code_per_user",
     "wrong_user_code_per_address",
     "wrong_user_code_per_brand",
+    "wrong_user_code_grace",
 )
-"""Every named rule of ``rate_limits`` (each also a ``limit`` label of ``pact_rate_limited_total``)."""
+"""Every named rule of ``rate_limits`` (each but the grace also a ``limit`` label of
+``pact_rate_limited_total``: a refusal the grace could not lift is the Brand budget's)."""
 _RATE_LIMITS = _obj({**dict.fromkeys(RATE_RULE_NAMES, _RATE_RULE), "fail_open": {"type": "boolean"}})
 _JWKS_OBJECT = {
     "type": "object",
@@ -662,6 +675,7 @@ SCHEMA: dict[str, Any] = _obj(
                 "trusted_proxies": {"type": "array", "items": _STR},
                 "forwarded_header": {"enum": ["X-Forwarded-For", "Forwarded"]},
                 "backlog": {"type": "integer", "minimum": 1, "maximum": 65535},
+                "ipv6_prefix": {"type": "integer", "minimum": 48, "maximum": 64},
             }
         ),
         "public_url": {**_STR, "pattern": _HTTP_URL},
@@ -1299,6 +1313,7 @@ def _listen(raw: Mapping[str, Any]) -> ListenConfig:
         trusted_proxies=tuple(networks),
         forwarded_header=raw.get("forwarded_header", "X-Forwarded-For"),
         backlog=raw.get("backlog", 4096),
+        ipv6_prefix=raw.get("ipv6_prefix", 64),
     )
 
 
@@ -1476,9 +1491,55 @@ def _admin(
 _WILDCARDS = frozenset(("0.0.0.0", "::", ""))  # noqa: S104 - compared, never bound
 
 
+def _bound_addresses(host: str) -> frozenset[str] | None:
+    """The addresses a listener on ``host`` binds: ``None`` for every address (a wildcard); an IP
+    literal's own; a name's, as it resolves here (``localhost``: 127.0.0.1 and ::1, all of which
+    the listener binds); a name that does not resolve, itself (it can only clash with itself)."""
+    if host in _WILDCARDS:
+        return None
+    try:
+        return frozenset((str(ipaddress.ip_address(host)),))
+    except ValueError:
+        pass
+    try:
+        found = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except OSError:
+        return frozenset((host,))
+    return frozenset(str(ipaddress.ip_address(str(info[4][0]).partition("%")[0])) for info in found)
+
+
 def _hosts_overlap(one: str, other: str) -> bool:
-    """Whether two listeners' hosts can clash on one port: the same, or either binds every address."""
-    return one == other or one in _WILDCARDS or other in _WILDCARDS
+    """Whether two listeners' hosts can clash on one port: either binds every address, or they share
+    one, names resolved (issue 28 I5: ``localhost`` beside ``127.0.0.1`` passed as two hosts)."""
+    first, second = _bound_addresses(one), _bound_addresses(other)
+    return first is None or second is None or bool(first & second)
+
+
+def _loopback_only(host: str) -> bool:
+    """Whether a listener on ``host`` is reachable from this machine only."""
+    addresses = _bound_addresses(host)
+    if addresses is None:
+        return False
+    try:
+        return all(ipaddress.ip_address(address).is_loopback for address in addresses)
+    except ValueError:  # a name that did not resolve: nothing says it is local
+        return False
+
+
+def config_warnings(config: GatewayConfig) -> tuple[str, ...]:
+    """What is allowed but most likely a mistake, for ``check-config`` to print and ``serve`` to log.
+
+    An admin API on a non-loopback host (issue 28 I5): it lists and erases any person's
+    conversations, and is then guarded by its token alone from every machine that reaches the host.
+    """
+    admin = config.admin
+    if not admin.enabled or _loopback_only(admin.host):
+        return ()
+    return (
+        f"admin.host: {admin.host or '(every address)'} is not a loopback address, so the admin API"
+        " (a person's conversations, and their erasure) is reachable from other machines with its"
+        " token alone; bind 127.0.0.1 and reach it through kubectl port-forward or an SSH tunnel",
+    )
 
 
 def _skills(raw: Sequence[Mapping[str, Any]], path: str) -> tuple[SkillConfig, ...]:
@@ -1728,4 +1789,4 @@ def check_config(raw: Any, environ: Mapping[str, str] | None = None) -> CheckedC
     """:func:`check_config_file` for a document already parsed (``check-config -`` reads stdin)."""
     lenient = _Environment(os.environ if environ is None else environ, require=False)
     config = _load(raw, lenient)
-    return CheckedConfig(config=config, unset=tuple(sorted(lenient.unset)))
+    return CheckedConfig(config=config, unset=tuple(sorted(lenient.unset)), warnings=config_warnings(config))

@@ -15,8 +15,10 @@ from gateway.config import (
     SCHEMA,
     ConfigError,
     RateRule,
+    check_config,
     check_config_file,
     config_document_from_stream,
+    config_warnings,
     load_config,
     load_config_file,
     read_config_document,
@@ -180,6 +182,8 @@ def _mutate(path: list[str | int], value: Any) -> dict[str, Any]:
         (["listen", "trusted_proxies"], ["10.0.0.0/8", "10.0.0.1/8"], "listen.trusted_proxies[1]", "CIDR"),
         (["listen", "trusted_proxies"], ["ingress"], "listen.trusted_proxies[0]", "CIDR"),
         (["listen", "forwarded_header"], "X-Real-IP", "listen.forwarded_header", "is not one of"),
+        (["listen", "ipv6_prefix"], 47, "listen.ipv6_prefix", "less than the minimum of 48"),
+        (["listen", "ipv6_prefix"], 65, "listen.ipv6_prefix", "greater than the maximum of 64"),
         (
             ["rate_limits", "wrong_user_code_per_user"],
             {"rate": 0},
@@ -733,6 +737,52 @@ def test_i10_admin_api_has_its_own_loopback_listener_which_needs_no_ops_listener
         load_config(raw, environ)
     raw["metrics"]["enabled"] = False
     assert load_config(raw, environ).admin.port == 9300  # no ops listener to clash with
+
+
+def test_i5_the_port_clash_check_resolves_host_names() -> None:
+    """Issue 28 I5: ``admin.host: localhost`` on the port of a listener on ``127.0.0.1`` passed
+    ``check-config`` as two hosts; the check compares the addresses the names bind."""
+    raw = example()
+    raw["listen"] = {"host": "127.0.0.1", "port": 8080}
+    raw["metrics"]["enabled"] = False
+    raw["admin"] = {"enabled": True, "token": "${PACT_ADMIN_TOKEN}", "host": "localhost", "port": 8080}
+    environ = {**ENV, "PACT_ADMIN_TOKEN": "t" * 32}
+    with pytest.raises(
+        ConfigError, match=r"^admin.port: is listen.port on the same address \(127.0.0.1:8080\)"
+    ):
+        load_config(raw, environ)
+    with pytest.raises(ConfigError, match=r"^admin.port: is listen.port"):
+        check_config(raw, {})
+    raw["listen"]["host"], raw["admin"]["host"] = "0:0::0:1", "::1"  # one address, written twice
+    with pytest.raises(ConfigError, match=r"^admin.port: is listen.port"):
+        load_config(raw, environ)
+    raw["admin"]["host"] = "127.0.0.1"  # another address: no clash
+    assert load_config(raw, environ).admin.port == 8080
+
+
+@pytest.mark.parametrize(
+    ("host", "warned"),
+    [
+        ("0.0.0.0", True),  # noqa: S104 - a setting, never bound
+        ("::", True),
+        ("10.0.0.5", True),
+        ("127.0.0.1", False),
+        ("::1", False),
+        ("localhost", False),
+    ],
+)
+def test_i5_a_non_loopback_admin_host_is_warned_of(host: str, warned: bool) -> None:
+    """Issue 28 I5: ``admin.host: 0.0.0.0`` passed without a note; the admin API lists and erases any
+    person's conversations, and off loopback its token alone guards it."""
+    raw = example()
+    raw["admin"] = {"enabled": True, "token": "${PACT_ADMIN_TOKEN}", "host": host}
+    warnings = check_config(raw, {}).warnings
+    assert bool(warnings) is warned
+    if warned:
+        assert warnings[0].startswith(f"admin.host: {host} is not a loopback address")
+        assert config_warnings(load_config(raw, {**ENV, "PACT_ADMIN_TOKEN": "t" * 32})) == warnings
+    raw["admin"]["enabled"] = False  # no listener, nothing to say
+    assert check_config(raw, {}).warnings == ()
 
 
 NOT_A_TOKEN = "is not a valid header name (RFC 9110 §5.1: a token, no spaces)"
