@@ -16,6 +16,7 @@ import pytest
 from gateway.app import ADAPTER_STATE
 from gateway.config import ConfigError, load_config
 from gateway.http.state import METRICS
+from gateway.ops.metrics import Metrics
 from gateway.store import keys, open_store
 from gateway.store.factory import open_adapter_state
 from gateway.upstream.base import MAX_THROTTLE_SECONDS, UpstreamError, retry_after_seconds
@@ -333,7 +334,7 @@ async def test_openai_probe_lists_the_models_and_sends_no_turn(fake_openai: Fake
     brand = config.brands["acme"]
     async with BotClient() as session:
         state = open_adapter_state(open_store(config.cache))
-        adapter = make_adapter(brand, session, state, cache=config.cache)
+        adapter = make_adapter(brand, session, state, cache=config.cache, metrics=Metrics())
         assert await adapter.probe() == f"OpenAI-compatible API, 2 models; {MODEL!r} is listed"
         fake_openai.models = ("another-model",)
         with pytest.raises(UpstreamError) as unserved:
