@@ -28,6 +28,7 @@ from tests.support.adapters import (
     A2A_JSON,
     check_failure_stores_nothing_and_the_retry_runs_once,
     check_retries_are_served_from_the_store,
+    error_reason,
     reply_of,
 )
 from tests.support.fake_openai import API_KEY, MODEL, FakeOpenAI
@@ -216,6 +217,18 @@ async def test_openai_provider_failure_is_internal_nothing_stored_and_the_retry_
     )
     logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("bot call failed")]
     assert [line.split(":")[1].strip() for line in logged] == [REASONS[failure]]
+
+
+async def test_openai_an_error_code_that_repeats_the_status_is_said_once(
+    gw_openai: Harness, fake_openai: FakeOpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 32: LiteLLM answers a 400 with ``"code": "400"``; the log said "HTTP 400, error code 400".
+    The status is said once, and the error's ``type`` names the cause instead."""
+    fake_openai.mode, fake_openai.status, fake_openai.error_code = "status", 400, "400"
+    response = await gw_openai.send("Hello")
+    assert await error_reason(response) == (500, "INTERNAL")
+    logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("bot call failed")]
+    assert logged == ["bot call failed: status: HTTP 400, error code server_error"]
 
 
 async def test_openai_refusal_is_the_reply(gw_openai: Harness, fake_openai: FakeOpenAI) -> None:
