@@ -16,7 +16,9 @@ What it does depends on the User's words, one scenario per test:
 * ``slow order …``: types for a while, says "Let me look that up…", types again for a while (the
   ``typing`` every ``TYPING_PERIOD`` s), then "Your order A-1 shipped on Monday.";
 * ``which …``: a prompt ("Which order is it?", ``expectingInput``), and a moment later one more
-  message, which belongs to no turn;
+  message, after the end of the turn's answer;
+* ``ask …``: "You said: <text>. Anything else?" as a prompt (``expectingInput``): a turn that ends
+  with a prompt, as a bot avoids the quiet period;
 * ``card …``: a hero card with buttons and suggested actions;
 * ``bye …``: "Goodbye!", then ``endOfConversation``;
 * ``trace …``: the ``traceparent`` it found in the activity's ``channelData``;
@@ -94,6 +96,12 @@ class AcmeBot:
             )
             await asyncio.sleep(AFTER_PROMPT_SECONDS)
             await context.send_activity("(a message after the prompt)")
+        elif first == "ask":
+            await context.send_activity(
+                MessageFactory.text(
+                    f"You said: {words}. Anything else?", input_hint=InputHints.expecting_input
+                )
+            )
         elif first == "card":
             await context.send_activity(_card())
         elif first == "bye":
