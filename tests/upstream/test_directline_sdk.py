@@ -143,7 +143,7 @@ async def test_sdk_a_proactive_message_within_the_quiet_period_is_this_turns(
     """Issue 32: the SDK's ``continue_conversation`` message carries a ``replyToId`` the SDK made up
     (the continuation activity's id): it is the bot's, and with ``quiet_period`` above its delay it is
     part of the turn's answer."""
-    edit = directline_upstream(sdk_bot, timeout=10.0, quiet_period=LATER_SECONDS + 0.5)
+    edit = directline_upstream(sdk_bot, timeout=10.0, quiet_period=LATER_SECONDS + 1.5)
     gw = await make_gateway(cache_url, edit=edit, environ=ENV)
     text, _ = await text_of(await gw.send("later please"))
     assert text == "Working on it…\n\nYour report is ready."
