@@ -1,8 +1,8 @@
 """The ``directline`` adapter in front of a real Bot Framework bot (botbuilder-python 4.17) behind the
 Direct Line 3.0 fake, through the real gateway over HTTP: the activities the adapter reads are the
-SDK's own (``acceptingInput`` on every message, ``typing`` while a turn runs, no ``replyToId``), so
-the answer's completion rule is checked against what a Bot Framework bot really sends (issue 19), and
-what it sends after its turn (issue 32).
+SDK's own (``acceptingInput`` on every message, ``typing`` while a turn runs, no ``replyToId`` from
+``send_activity``, a made-up one on a proactive message), so the answer's completion rule is checked
+against what a Bot Framework bot really sends (issue 19), and what it sends after its turn (issue 32).
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ async def test_sdk_one_message(gw_sdk: Harness, sdk_bot: FakeDirectLine) -> None
     text, _ = await text_of(await gw_sdk.send("Hi there"))
     assert text == "You said: Hi there"
     (message,) = bot_activities(sdk_bot)
-    # What the SDK sends on Direct Line: acceptingInput on every message, no replyToId.
+    # What the SDK's send_activity sends on Direct Line: acceptingInput on every message, no replyToId.
     assert message["inputHint"] == "acceptingInput"
     assert "replyToId" not in message
 
