@@ -120,8 +120,9 @@ class Line:
     refresh_at: float = 0.0
     watermark: str | None = None
     failed_post: str | None = None
-    """The activity the last turn posted before it failed: the bot's answers to it are dropped, since
-    the agent retries that message (§4.3) and its retry gets an answer of its own."""
+    """The activity posted by the last turn that failed after posting: the bot's answers to it are
+    dropped, whenever they come, since the agent retries that message (§4.3) and its retry gets an
+    answer of its own. One id, so the line stays the same size however many turns fail."""
     late: list[str] = field(default_factory=list)
     """Messages the bot sent after a turn's answer was complete, rendered, owed to the User: they open
     the next turn's reply (at most :data:`MAX_REPLY_BYTES` of text in all)."""
@@ -263,9 +264,11 @@ class DirectLineAdapter:
             await self._refresh(line, turn.request_id)
         activity_id = await self._post(line, turn, user)
         answer.posted(activity_id)
-        line.failed_post = activity_id  # until the answer is complete
+        failed_before, line.failed_post = line.failed_post, activity_id  # until the answer is complete
         reply = await self._collect(line, turn.request_id, answer)
-        line.failed_post = None
+        # A turn that failed stays the one whose answers are dropped, however late they come: the
+        # agent has had its retry's answer by now.
+        line.failed_post = failed_before
         return reply
 
     async def _start(self, line: Line, request_id: str) -> None:

@@ -190,6 +190,13 @@ async def test_directline_reads_page_on_the_watermark_and_take_only_this_turns_a
     text, _ = await text_of(await gw.send("Again", message_id="m-3", context_id=context_id))
     assert text == "After the prompt: not this turn's.\n\nYou said: Again (message 4 here)"
     assert late_messages(gw, "delivered") == 2
+    # An answer to the failed turn's message that comes later still is dropped too.
+    conversation = next(iter(fake_directline.conversations.values()))
+    failed_post = conversation.user_ids[1]
+    conversation.add({"type": "message", "from": BOT, "text": "Very late.", "replyToId": failed_post})
+    text, _ = await text_of(await gw.send("And again", message_id="m-4", context_id=context_id))
+    assert text == "You said: And again (message 5 here)"
+    assert (late_messages(gw, "delivered"), late_messages(gw, "dropped")) == (2, 2)
 
 
 async def test_directline_a_numeric_watermark_is_followed_and_nothing_is_delivered_twice(
