@@ -30,8 +30,8 @@ _NONCE_BYTES: Final = 12
 
 
 def sealing_key(secret: str, purpose: bytes) -> SealingKey:
-    """The key for ``purpose`` that only ``secret`` yields (HKDF-SHA256, no salt: ``secret`` is a
-    random token or credential of at least 128 bits, not a password)."""
+    """The key for ``purpose`` that only ``secret`` yields (HKDF-SHA256, no salt, no slow KDF:
+    ``secret`` is a random token or a vendor-issued credential, not a password a person chose)."""
     key = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=purpose).derive(secret.encode())
     return AESGCM(key)
 
