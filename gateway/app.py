@@ -68,7 +68,7 @@ def build_runtime(app: web.Application, config: GatewayConfig, *, previous: Runt
             bots[brand.id] = previous.bots[brand.id]
         else:
             bots[brand.id] = GuardedBot(
-                make_adapter(brand, app[BOT_CLIENT], app[ADAPTER_STATE], cache=config.cache),
+                make_adapter(brand, app[BOT_CLIENT], app[ADAPTER_STATE], cache=config.cache, metrics=metrics),
                 brand.id,
                 brand.upstream,
                 metrics=metrics,

@@ -210,6 +210,16 @@ class Metrics:
             ["brand", "event"],
             registry=r,
         )
+        # Direct Line (gateway/upstream/directline.py): what a bot sent after its turn's answer was
+        # complete, delivered with the next turn's reply or dropped (each drop also logged).
+        self.directline_late_messages = Counter(
+            "pact_directline_late_messages",
+            "Direct Line messages a bot sent after its turn's answer was complete, by Brand and outcome: "
+            "delivered (with the next turn's reply), dropped (an answer to a failed turn's message, a "
+            "message after the bot ended the conversation, or past 1 MiB of owed text).",
+            ["brand", "outcome"],
+            registry=r,
+        )
         # Redis Cluster (issue 20): what the cluster client (gateway/store/redis_cluster.py) reports.
         self.cluster_commands = Counter(
             "pact_redis_cluster_commands",

@@ -28,6 +28,7 @@ from typing import Any, Final
 
 from gateway.auth.jwks import FetchError, JsonFetcher, make_fetch_session, parse_jwks
 from gateway.config import BrandConfig, GatewayConfig
+from gateway.ops.metrics import Metrics
 from gateway.store import ConversationStore, open_store
 from gateway.store.adapter_state import AdapterState
 from gateway.store.base import StoreError
@@ -151,7 +152,8 @@ def _bot(
     brand: BrandConfig, client: BotClient, state: AdapterState, config: GatewayConfig
 ) -> Callable[[], Awaitable[str]]:
     async def check() -> str:
-        return await make_adapter(brand, client, state, cache=config.cache).probe()
+        # A probe sends no turn, so it counts nothing: a registry of its own, read by no one.
+        return await make_adapter(brand, client, state, cache=config.cache, metrics=Metrics()).probe()
 
     return check
 
