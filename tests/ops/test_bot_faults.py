@@ -197,3 +197,18 @@ async def test_a_bot_answer_past_the_head_bounds_is_internal_and_counted_as_bad_
     finally:
         hostile.close()
     assert bot_calls(metrics, "bad_head") == 1
+
+
+async def test_i1_an_answer_naming_another_message_is_internal_and_counted(make_gateway: MakeGateway) -> None:
+    """Issue 28 I1 over HTTP: the bot's answer names a ``message_id`` that is not the turn's, so it is
+    not this User's reply: ``INTERNAL``, nothing stored, counted as ``wrong_message``; the sample bot,
+    which echoes the turn's, answers the retry."""
+    metrics = Metrics()
+    gw = await make_gateway(metrics=metrics)
+    gw.bot.mode, gw.bot.fixed_reply = "fixed", {"text": "Your order shipped.", "message_id": "m-someone-else"}
+    await internal(await answered(gw.send(message_id="m-1")))
+    assert bot_calls(metrics, "wrong_message") == 1
+    gw.bot.mode = "sample"
+    await message(await answered(gw.send(message_id="m-1")))
+    assert gw.bot.calls[-1].body["message_id"] == "m-1"
+    assert bot_calls(metrics, "ok") == 1
