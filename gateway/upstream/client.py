@@ -537,9 +537,9 @@ class BotClient:
 
     def forget(self, target: Target) -> None:
         """Close every idle connection to ``target``'s origin: its caller found an answer that is not
-        its call's (the pact contract's ``message_id``), so the stream that carried it, just pooled,
-        is out of step with the calls; the others to the same bot are closed with it, as that is
-        rare and they are only reconnected."""
+        its call's (the pact contract's ``message_id``, Rasa's ``recipient_id``), so the stream that
+        carried it, just pooled, is out of step with the calls; the others to the same bot are closed
+        with it, as that is rare and they are only reconnected."""
         pool = self._idle.pop((target.tls, target.host, target.port), None)
         for connection in pool or ():
             connection.close()
