@@ -1135,6 +1135,25 @@ def _tracing(raw: Mapping[str, Any], environ: Mapping[str, str]) -> TracingConfi
 # refused at load, where the YAML path can be named, rather than failing each turn of the Brand.
 _FIELD_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _FIELD_VALUE_FORBIDDEN = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+# Fields the bot client writes or that steer the connection rather than the call: a second ``Host``
+# (RFC 9110 §7.2, RFC 9112 §3.2: a request with two is invalid) or a ``Content-Length`` or
+# ``Transfer-Encoding`` beside the client's own (RFC 9112 §6.1, §6.3: two framings, request smuggling
+# toward a proxy in front of the bot), and the hop-by-hop fields of RFC 9110 §7.6.1 (``Connection``,
+# ``Proxy-Connection``, ``Keep-Alive``, ``TE``, ``Upgrade``) and ``Trailer`` (§6.6.2: the client sends
+# no trailers), which would change how the client's connection behaves, not what the bot is told.
+_CONNECTION_FIELDS = frozenset(
+    (
+        "host",
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "proxy-connection",
+        "keep-alive",
+        "te",
+        "trailer",
+        "upgrade",
+    )
+)
 
 
 def _header(name: str, value: str, path: str) -> str:
@@ -1142,6 +1161,11 @@ def _header(name: str, value: str, path: str) -> str:
     the message never quotes the value, which is typically a credential."""
     if not _FIELD_NAME.fullmatch(name):
         raise ConfigError(path, "is not a valid header name (RFC 9110 §5.1: a token, no spaces)")
+    if name.lower() in _CONNECTION_FIELDS:
+        raise ConfigError(
+            path,
+            "is a framing or hop-by-hop field, the bot client's own (RFC 9112 §6, RFC 9110 §7.6.1)",
+        )
     if _FIELD_VALUE_FORBIDDEN.search(value):
         raise ConfigError(path, "contains a control character (CR, LF, NUL...); a header value is one line")
     return value

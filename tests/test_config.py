@@ -812,6 +812,34 @@ def test_upstream_headers_are_one_line_fields_refused_at_load(name: str, value: 
     assert "Injected" not in str(refused.value)
 
 
+@pytest.mark.parametrize(
+    "name",
+    [
+        "Host",
+        "content-length",
+        "Transfer-Encoding",
+        "Connection",
+        "Keep-Alive",
+        "Proxy-Connection",
+        "TE",
+        "Trailer",
+        "Upgrade",
+    ],
+)
+def test_upstream_headers_naming_a_framing_or_hop_by_hop_field_are_refused_at_load(name: str) -> None:
+    """Issue 28 I3: a Brand's ``Host``, ``Content-Length`` or ``Transfer-Encoding`` would go out beside the
+    client's own (two framings: request smuggling toward a proxy in front of the bot, RFC 9112 §6.3), and
+    the RFC 9110 §7.6.1 hop-by-hop fields steer the client's connection: refused with the YAML path."""
+    raw = example()
+    raw["brands"][0]["upstream"]["headers"] = {name: "1"}
+    with pytest.raises(ConfigError) as refused:
+        load_config(raw, ENV)
+    assert [str(problem) for problem in refused.value.problems] == [
+        f"brands[0].upstream.headers.{name}: is a framing or hop-by-hop field, the bot client's own "
+        "(RFC 9112 §6, RFC 9110 §7.6.1)"
+    ]
+
+
 def test_upstream_header_with_a_tab_and_dots_in_its_name_loads() -> None:
     raw = example()
     raw["brands"][0]["upstream"]["headers"] = {"X.Key_1": "a\tb c"}

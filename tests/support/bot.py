@@ -71,7 +71,9 @@ class ControlledBot:
         if self.mode == "fixed":
             return web.json_response(self.fixed_reply)
         if self.mode == "echo":
-            return web.json_response({"text": echo_text(body), "end": False})
+            return web.json_response(
+                {"text": echo_text(body), "end": False, "message_id": body["message_id"]}
+            )
         if self.mode == "half_way":
             return await _half_way(request, orjson.dumps({"text": "Order A-10001 shipped.", "end": False}))
         conversation = self.memory.setdefault(body["conversation_id"], Conversation())
@@ -81,6 +83,7 @@ class ControlledBot:
                 actions=[{"tool": "cancel_order", "args": {"order": "A-10002"}}],
                 scopes_used=["orders:cancel"],
             )
+        reply["message_id"] = body["message_id"]  # echoed, as the sample bot does
         if self.mode == "pieces":
             return await _in_pieces(request, orjson.dumps(reply))
         response = web.json_response(reply)
