@@ -242,6 +242,15 @@ class LimitsConfig:
     max_bot_calls: int = 4000
     """Bot calls in flight in this process, every Brand together: what bounds the memory turns in
     flight hold (each Brand's ``upstream.max_concurrency`` bounds only its own bot's share)."""
+    bot_answer_line_bytes: int = 8192
+    """The longest status line, header field line or trailer field line a bot's answer may carry,
+    its CRLF included (aiohttp's 8,190 bytes before it, the bound before the gateway's own client).
+    Process-wide, as the one client that reads every Brand's answers: past it the call is a bad answer."""
+    bot_answer_head_bytes: int = 65536
+    """The most bytes of head (interim 1xx heads included) a bot's answer may take; its trailers get as
+    many of their own."""
+    bot_answer_fields: int = 100
+    """The most header fields a bot's answer may carry (interim heads included); its trailers as many."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -735,6 +744,10 @@ SCHEMA: dict[str, Any] = _obj(
                 "request_timeout": _POS_NUM,
                 "shutdown_timeout": _POS_NUM,
                 "max_bot_calls": _POS_INT,
+                # Room for a status line and the fields every answer has; the head at least one line.
+                "bot_answer_line_bytes": {"type": "integer", "minimum": 256, "maximum": 1048576},
+                "bot_answer_head_bytes": {"type": "integer", "minimum": 1024, "maximum": 16777216},
+                "bot_answer_fields": {"type": "integer", "minimum": 8, "maximum": 10000},
             }
         ),
         "rate_limits": _RATE_LIMITS,
@@ -1465,6 +1478,13 @@ def _cache(raw: Mapping[str, Any], environ: _Environment) -> CacheConfig:
     return cache
 
 
+def _limits(raw: Mapping[str, Any]) -> LimitsConfig:
+    limits = LimitsConfig(**raw)
+    if limits.bot_answer_head_bytes < limits.bot_answer_line_bytes:
+        raise ConfigError("limits.bot_answer_head_bytes", "must be at least bot_answer_line_bytes")
+    return limits
+
+
 def _env_reference(value: str, path: str) -> str:
     """``value``, which must be exactly one ``${NAME}``: a bearer secret is never written in the file."""
     if not _ENV_REF.fullmatch(value):
@@ -1673,6 +1693,7 @@ def _build(raw: Mapping[str, Any], environ: _Environment, problems: _Problems) -
     )
     tracing = problems.attempt("tracing", _tracing, raw.get("tracing", {}), environ)
     listen = problems.attempt("listen", _listen, raw.get("listen", {}))
+    limits = problems.attempt("limits", _limits, raw.get("limits", {}))
     if (
         problems.found
         or personal_agents is None
@@ -1680,6 +1701,7 @@ def _build(raw: Mapping[str, Any], environ: _Environment, problems: _Problems) -
         or admin is None
         or tracing is None
         or listen is None
+        or limits is None
     ):
         raise problems.error()
 
@@ -1691,7 +1713,7 @@ def _build(raw: Mapping[str, Any], environ: _Environment, problems: _Problems) -
         provider=ProviderConfig(**raw["provider"]),
         personal_agents=personal_agents,
         cache=cache,
-        limits=LimitsConfig(**raw.get("limits", {})),
+        limits=limits,
         rate_limits=_rate_limits(raw.get("rate_limits", {}), {}),
         metrics=MetricsConfig(**raw.get("metrics", {})),
         admin=admin,
