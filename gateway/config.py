@@ -216,6 +216,10 @@ class CacheConfig:
     """``memory://`` only: the entries the process keeps at most (gateway/store/memory.py); ``None``
     on Redis, which bounds itself (``maxmemory``). The default fits the Helm chart's 512 MiB limit
     (docs/capacity.md, Memory store bound)."""
+    person_share: float = 0.01
+    """``memory://`` only: the share of ``max_entries`` one person (Brand, personal agent, ``sub``) may
+    hold; past it, their own least recently used conversation makes room for their next, never anyone
+    else's (issue 29). 1% of the default bound is about 1,000 conversations."""
 
     @property
     def backend(self) -> Literal["memory", "redis"]:
@@ -711,6 +715,7 @@ SCHEMA: dict[str, Any] = _obj(
                 "wait_replicas": {"type": "integer", "minimum": 0},
                 "key_layout": {"enum": list(KEY_LAYOUTS)},
                 "max_entries": _POS_INT,
+                "person_share": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
             }
         ),
         "limits": _obj(
@@ -1405,8 +1410,9 @@ def _cache(raw: Mapping[str, Any], environ: _Environment) -> CacheConfig:
     if cache.closed_ttl < cache.conversation_ttl:
         raise ConfigError("cache.closed_ttl", "must be at least conversation_ttl")
     if cache.backend == "redis":
-        if "max_entries" in raw:
-            raise ConfigError("cache.max_entries", "memory:// only: bound Redis with its own maxmemory")
+        for name in ("max_entries", "person_share"):
+            if name in raw:
+                raise ConfigError(f"cache.{name}", "memory:// only: bound Redis with its own maxmemory")
         cache = replace(cache, max_entries=None)
     elif "key_layout" in raw:
         raise ConfigError("cache.key_layout", "Redis only: the memory store has no key layout")
