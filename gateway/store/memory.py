@@ -247,6 +247,21 @@ class EvictionPolicy(Protocol):
         """The conversation ``entry`` at ``key`` is about to go: drop what names it (its owner's index)."""
 
 
+class _Entries(dict[Key, Any]):
+    """The keyspace's dictionary: a ``dict`` the cyclic collector never stops tracking.
+
+    CPython untracks an exact ``dict`` whose values are all untracked (every stored record soon is,
+    see the module docstring) during a full collection, and tracks it again, in the youngest
+    generation, as soon as a new record goes in: the next young collection then walks every entry
+    (46.7 ms at 300,000 entries, ``python -m bench capacity gc_pause``), and every full one after.
+    A subclass is never untracked, so the dictionary stays where ``gc.freeze()`` put it when the
+    gateway started (:func:`gateway.process.server.settle_heap`): the permanent generation, which
+    no collection walks, whatever the store holds.
+    """
+
+    __slots__ = ()
+
+
 def _expired(entry: _Entry, now: float, now_micros: int) -> bool:
     if isinstance(entry, int):
         return entry <= now_micros  # a GCRA tat: idle once now has passed it
@@ -273,6 +288,8 @@ class MemoryKeyspace:
     SWEEP_MIN_BATCH: Final = 256
     SWEEP_PASS_TICKS: Final = 240
     EVICT_SCAN: Final = 32
+    MAX_HINTS: Final = 4096
+    """Conversations that could go kept for the next new conversations (:attr:`_hints`), at most."""
     """Keys :meth:`make_room` looks at, at most, for one new conversation: its work is O(1)."""
 
     def __init__(
@@ -282,15 +299,22 @@ class MemoryKeyspace:
         sweep_interval: float = 0.25,
         max_entries: int | None = None,
         observer: KeyspaceObserver | None = None,
+        policy: EvictionPolicy | None = None,
     ) -> None:
         self.clock = clock
+        self._policy = policy
+        """Which conversations the sweep may hint at for :meth:`make_room` (``None``: none)."""
         self.cache = SimpleMemoryCache(timeout=None)
         """The container; its awaitable API sees every entry (timeout=None: no asyncio.wait_for)."""
+        self.cache._cache = _Entries()
         self.max_entries = max_entries
         """``cache.max_entries``: what :meth:`make_room` keeps the keyspace within (``None``: unbounded)."""
         self._observer = observer
         self._sweep_interval = sweep_interval
         self._ring: deque[Key] = deque()
+        self._hints: deque[Key] = deque(maxlen=self.MAX_HINTS)
+        """Conversations :meth:`make_room` found that could go and did not need yet, for its next call
+        (a key also stays in the ring; a hint is checked again before it is acted on)."""
         self._ghosts: dict[Key, None] = {}
         """Keys dropped for room while still in the ring (:meth:`drop`), until the sweep reaches them."""
         self._evicted: dict[str, int] = {}
@@ -337,6 +361,10 @@ class MemoryKeyspace:
         now = self.clock()
         now_micros = int(now * US)
         deleted = 0
+        policy, hints = self._policy, self._hints
+        # Near the bound, the conversations that could go are noted as the sweep passes them, so
+        # a new conversation finds them even where the ring's front is all new keys.
+        hinting = self.max_entries is not None and len(entries) * 8 >= self.max_entries * 7
         for _ in range(batch):
             key = ring.popleft()
             entry = entries.get(key)
@@ -350,6 +378,8 @@ class MemoryKeyspace:
                     deleted += 1
                     continue
                 entries[key] = renewed
+            elif hinting and type(key) is not bytes and policy is not None and policy.victim(entry, now):
+                hints.append(key)
             ring.append(key)
         return deleted
 
@@ -376,14 +406,17 @@ class MemoryKeyspace:
         """Whether ``need`` more entries fit within :attr:`max_entries`, after dropping some if not.
 
         Looks at the sweep ring's next :attr:`EVICT_SCAN` keys at most (the oldest first) and
-        drops those expired; if that is not room enough, the conversations among them that
-        ``policy`` names victims (``None``: none may go) go, closed ones first, then the least recently
-        used (a sampled LRU, as Redis's ``allkeys-lru`` samples keys: no ordered structure to
-        keep per turn, nothing for the collector to walk). Every other key goes back to the
-        ring's end, as the sweep would put it; an owner's index is left to the sweep (keeping it
-        is what lets an erasure find every conversation). At most :attr:`EVICT_SCAN` keys per
-        call whatever the size, so a store held full of what may not go costs each refused
-        conversation the same bounded look; the sweep keeps deleting what expires meanwhile.
+        drops those expired; if that is not room enough, the conversations that ``policy`` names
+        victims (``None``: none may go), among those keys and the :attr:`EVICT_SCAN` first hints
+        (those earlier calls found and did not need), go: closed ones first, then the least
+        recently used (a sampled LRU, as Redis's ``allkeys-lru`` samples keys: no ordered
+        structure to keep per turn, nothing for the collector to walk). The ones not needed are
+        hints for the next call, so a run of new keys in the ring hides none of them. Every live
+        key looked at goes back to the ring's end, as the sweep would put it; an owner's index
+        goes only with its last conversation (:meth:`EvictionPolicy.forget`; keeping it is what
+        lets an erasure find every conversation). At most :attr:`EVICT_SCAN` ring keys and as
+        many hints per call whatever the size, so a store held full of what may not go costs
+        each refused conversation the same bounded look; the sweep keeps deleting what expires.
         """
         if self.fits(need):
             return True
@@ -396,25 +429,35 @@ class MemoryKeyspace:
             if entry is None:
                 self._ghosts.pop(key, None)
                 continue
-            if type(key) is not bytes:
-                if _expired(entry, now, now_micros):
-                    self.drop(key, "expired", ringed=False)
-                    if self.fits(need):
-                        break
-                    continue
-                chosen = None if policy is None else policy.victim(entry, now)
-                if chosen is not None:
-                    candidates.append((chosen[1] != "closed", chosen[0], key))
-                    continue
+            if type(key) is not bytes and _expired(entry, now, now_micros):
+                self.drop(key, "expired", ringed=False)
+                if self.fits(need):
+                    return True
+                continue
             ring.append(key)
+            chosen = None if policy is None or type(key) is bytes else policy.victim(entry, now)
+            if chosen is not None:
+                candidates.append((chosen[1] != "closed", chosen[0], key))
+        if policy is None:
+            return False
+        hints = self._hints
+        for _ in range(min(len(hints), self.EVICT_SCAN)):
+            key = hints.popleft()
+            entry = entries.get(key)
+            chosen = None if entry is None else policy.victim(entry, now)
+            if chosen is not None:
+                candidates.append((chosen[1] != "closed", chosen[0], key))
         candidates.sort()
         for position, (idle, _, key) in enumerate(candidates):
             if self.fits(need):
-                ring.extend(candidate[2] for candidate in candidates[position:])
-                break
-            assert policy is not None  # only its victims are candidates
-            policy.forget(key, entries[key])
-            self.drop(key, "idle" if idle else "closed", ringed=False)
+                # Kept for the next new conversation, least recently used first: found once, not lost
+                # behind the ring's newer keys.
+                hints.extendleft(candidate[2] for candidate in reversed(candidates[position:]))
+                return True
+            entry = entries.get(key)
+            if entry is not None:  # (a key both hinted and met in the ring is a candidate twice)
+                policy.forget(key, entry)
+                self.drop(key, "idle" if idle else "closed")
         return self.fits(need)
 
     def log_evictions(self, now: float) -> None:
@@ -470,7 +513,11 @@ class MemoryStore(ConversationStore):
         self._config = config
         self._clock = clock
         self.keyspace = MemoryKeyspace(
-            clock, sweep_interval=sweep_interval, max_entries=config.max_entries, observer=observer
+            clock,
+            sweep_interval=sweep_interval,
+            max_entries=config.max_entries,
+            observer=observer,
+            policy=self,
         )
         """Where conversations live; the rate limiter beside this store keeps its counters here too."""
 
