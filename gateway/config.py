@@ -479,6 +479,10 @@ class DelegationConfig:
     login: LoginConfig
     token_ttl: int = 3600
     grant_ttl: int = 30 * 86400
+    max_grants_per_user: int = 20
+    """Live grants one Brand user may hold at this Brand (one per personal agent and ``sub`` they
+    delegated to); the next supersedes the oldest (issue 28, L4): a person with several assistants
+    stays well under it, one account minting grants for fresh ``sub``s cannot pile them up."""
     refresh_grace: int = 5
     """Seconds after a refresh in which its refresh token, presented again, gets the same answer
     (a client whose answer was lost) rather than revoking the grant as reuse; 0 turns it off."""
@@ -599,6 +603,7 @@ _DELEGATION = _obj(
         ),
         "token_ttl": {"type": "integer", "minimum": 60, "maximum": 3600},
         "grant_ttl": {"type": "integer", "minimum": 60},
+        "max_grants_per_user": {"type": "integer", "minimum": 1, "maximum": 1000},
         "refresh_grace": {"type": "integer", "minimum": 0, "maximum": 60},
         "landing_url": {**_STR, "pattern": _HTTP_URL},
         "skip_consent": {"type": "boolean"},
@@ -1085,6 +1090,7 @@ def _delegation(
         ),
         token_ttl=int(raw.get("token_ttl", 3600)),
         grant_ttl=int(raw.get("grant_ttl", 30 * 86400)),
+        max_grants_per_user=int(raw.get("max_grants_per_user", 20)),
         refresh_grace=int(raw.get("refresh_grace", 5)),
         landing_url=raw.get("landing_url"),
         skip_consent=bool(raw.get("skip_consent", True)),

@@ -40,23 +40,32 @@ It also makes every decision plainly atomic: :meth:`MemoryStore.begin_turn` read
 writes with no ``await`` at all, so any number of concurrent duplicates see the in-flight
 marker the first one set, and a rate-limit charge is all or nothing.
 
-With ``cache.max_entries`` the keyspace is bounded (:meth:`MemoryKeyspace.make_room`): a new
-conversation first makes room by dropping expired entries and conversations closed for longer
-than the retry window, a few at a time off the sweep's ring; if there is none among them, it is
-refused (``STORE_FULL``), never a live conversation or a stored reply a retry may still ask for.
+With ``cache.max_entries`` the keyspace is bounded and behaves like a cache (issue 29,
+:meth:`MemoryKeyspace.make_room`): a new conversation makes room by dropping expired entries,
+then conversations closed or idle whose last turn is older than the retry window, closed first,
+then the least recently used of those it looks at; it is refused (``STORE_FULL``) only when
+nothing may go, and never drops a stored reply a retry may still ask for or a running turn. One
+person holds at most ``cache.person_share`` of the bound (:attr:`MemoryStore.person_limit`): past
+it their own least recently used conversation makes room, never anyone else's. The memory store
+is not durable: a restart forgets it all.
 
 Records are exact tuples of plain values (bytes, str, float, bool, and a tuple of those), and a
 change stores a new tuple. CPython's cyclic collector stops tracking such a tuple within the
 first two collections it survives (the inner turns tuple, then the record), so stored records
 never reach the generation full collections walk. As slotted objects they stayed tracked, and
 each full collection walked all of them: at 100,000 conversations, 240,000 tracked objects and a
-46 ms pause, against 40,000 and 10 ms now.
+46 ms pause, against 40,000 and 10 ms now. The dictionary that holds them is never untracked
+(:class:`_Entries`), so it stays frozen with the app, and the sweep collects the young records
+every :attr:`MemoryKeyspace.YOUNG_COLLECT_WRITES` writes (:meth:`MemoryKeyspace.collect_young`):
+no collection walks the store, and none walks more than a few thousand new records
+(``python -m bench capacity gc_pause``, docs/capacity.md).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import math
 import time
@@ -283,6 +292,8 @@ class MemoryKeyspace:
     7 ms per pass at 200,000 keys on the development machine.
     """
 
+    YOUNG_COLLECT_WRITES: Final = 2_000
+    """Conversation records written between two young collections (:meth:`collect_young`)."""
     EVICTION_LOG_EVERY: Final = 60.0
     """Seconds between two summary lines of evictions (one line for all of them, never one each)."""
     SWEEP_MIN_BATCH: Final = 256
@@ -317,6 +328,8 @@ class MemoryKeyspace:
         (a key also stays in the ring; a hint is checked again before it is acted on)."""
         self._ghosts: dict[Key, None] = {}
         """Keys dropped for room while still in the ring (:meth:`drop`), until the sweep reaches them."""
+        self.writes = 0
+        """Conversation records written since :meth:`collect_young` last collected."""
         self._evicted: dict[str, int] = {}
         """Entries dropped for room since the last summary line, by reason."""
         self._evictions_logged = -math.inf
@@ -386,6 +399,11 @@ class MemoryKeyspace:
     def fits(self, need: int) -> bool:
         """Whether ``need`` more entries fit within :attr:`max_entries` as things stand."""
         return self.max_entries is None or len(self.entries) + need <= self.max_entries
+
+    def room(self, need: int, now: float) -> bool:
+        """Whether ``need`` more entries fit, after making room as a new conversation would (for the
+        §5 records, :class:`gateway.store.oauth_memory.MemoryOAuthStore`)."""
+        return self.fits(need) or self.make_room(need, now, self._policy)
 
     def drop(self, key: Key, reason: str, *, ringed: bool = True) -> None:
         """Delete a live ``key`` to make room, counted by ``reason`` (metrics, and the log's summary).
@@ -485,6 +503,26 @@ class MemoryKeyspace:
             await asyncio.sleep(self._sweep_interval)
             self.sweep()
             self._report()
+            self.collect_young()
+
+    def collect_young(self) -> None:
+        """A young collection once :attr:`YOUNG_COLLECT_WRITES` records were written since the last one.
+
+        A new record is a tuple, tracked until a collection looks at it (then untracked, never walked
+        again). CPython collects the young generation when its allocations outnumber its
+        deallocations by the threshold, and counts as deallocations the records a store in its
+        steady state drops (expired, or evicted at the bound), old and untracked as they are: so
+        the count stays level while the young generation fills with new records, until one
+        collection walks them all (77 ms at five times the default bound,
+        ``python -m bench capacity gc_pause``). Collected every few thousand writes instead, the
+        young generation never holds more than those; a young collection walks only it (the
+        store's dictionary and ring are frozen, see :class:`_Entries`). Two: the first untracks a
+        record's inner turns tuple (the collector meets the record first) and moves the record to
+        the middle generation; the second, of the middle generation, untracks the record."""
+        if self.writes >= self.YOUNG_COLLECT_WRITES:
+            self.writes = 0
+            gc.collect(0)
+            gc.collect(1)
 
     def start(self) -> None:
         if self._task is None:
@@ -650,6 +688,7 @@ class MemoryStore(ConversationStore):
         turns = (message_id, now + self._config.pending_ttl)
         expires = now + self._record_ttl
         self.keyspace.put(key, (expires, owner.digest_bytes, False, False, turns, user))
+        self.keyspace.writes += 1
         self._index(owner, key, now, expires)
         return TurnClaim(TurnStatus.NEW, context_id, new_conversation=True)
 
@@ -717,6 +756,7 @@ class MemoryStore(ConversationStore):
             return TurnClaim(TurnStatus.CLOSED, context_id)
         turns = _with_turn(turns, message_id, now + self._config.pending_ttl)
         self.keyspace.entries[key] = (expires, digest, answered, closed, turns, recorded)
+        self.keyspace.writes += 1
         return TurnClaim(TurnStatus.NEW, context_id, new_conversation=not answered)
 
     async def begin_turn(
@@ -793,6 +833,7 @@ class MemoryStore(ConversationStore):
             return  # erased while this turn ran: its reply is forgotten with the rest
         else:
             closed, turns, user = conversation[_CLOSED], conversation[_TURNS], conversation[_USER]
+        self.keyspace.writes += 1
         self.keyspace.put(
             key,
             (expires, owner.digest_bytes, True, closed or close, _with_turn(turns, message_id, reply), user),

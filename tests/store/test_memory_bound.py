@@ -417,3 +417,24 @@ async def test_the_keyspace_dictionary_is_never_untracked_so_it_stays_frozen(clo
     assert len(gc.get_objects()) - tracked <= 1000 * 0.05
     assert not any(gc.is_tracked(entry) for entry in store.keyspace.entries.values())
     await store.close()
+
+
+async def test_the_store_collects_its_new_records_every_few_thousand_writes(clock: ManualClock) -> None:
+    """Issue 29 item 3: at a steady state (the bound, or expiry keeping pace) CPython's young count
+    stays level, as the old records dropped count as deallocations, while new records pile up
+    tracked in the young generation (a 77 ms collection at five times the bound). The sweep's tick
+    collects them once enough were written: none stays tracked for the next collection to walk."""
+    store = MemoryStore(CacheConfig(**SETTINGS, max_entries=None), clock=clock)
+    gc.disable()  # only the store's own collection may run
+    try:
+        writes = MemoryKeyspace.YOUNG_COLLECT_WRITES
+        for index in range(writes // 2):  # two records each: opened, answered
+            await opened(store, Owner("acme", "https://pa.example", f"p-{index}"), f"{index}")
+        assert store.keyspace.writes == writes
+        assert any(gc.is_tracked(entry) for entry in store.keyspace.entries.values())
+        store.keyspace.collect_young()
+        assert store.keyspace.writes == 0
+        assert not any(gc.is_tracked(entry) for entry in store.keyspace.entries.values())
+    finally:
+        gc.enable()
+    await store.close()
