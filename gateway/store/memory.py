@@ -299,9 +299,9 @@ class MemoryKeyspace:
     SWEEP_MIN_BATCH: Final = 256
     SWEEP_PASS_TICKS: Final = 240
     EVICT_SCAN: Final = 32
+    """Keys :meth:`make_room` looks at, at most, for one new conversation: its work is O(1)."""
     MAX_HINTS: Final = 4096
     """Conversations that could go kept for the next new conversations (:attr:`_hints`), at most."""
-    """Keys :meth:`make_room` looks at, at most, for one new conversation: its work is O(1)."""
 
     def __init__(
         self,
