@@ -221,6 +221,10 @@ class CacheConfig:
     """``memory://`` only: the entries the process keeps at most (gateway/store/memory.py); ``None``
     on Redis, which bounds itself (``maxmemory``). The default fits the Helm chart's 512 MiB limit
     (docs/capacity.md, Memory store bound)."""
+    person_share: float = 0.01
+    """``memory://`` only: the share of ``max_entries`` one person (Brand, personal agent, ``sub``) may
+    hold; past it, their own least recently used conversation makes room for their next, never anyone
+    else's (issue 29). 1% of the default bound is about 1,000 conversations."""
 
     @property
     def backend(self) -> Literal["memory", "redis"]:
@@ -493,6 +497,10 @@ class DelegationConfig:
     login: LoginConfig
     token_ttl: int = 3600
     grant_ttl: int = 30 * 86400
+    max_grants_per_user: int = 20
+    """Live grants one Brand user may hold at this Brand (one per personal agent and ``sub`` they
+    delegated to); the next supersedes the oldest (issue 28, L4): a person with several assistants
+    stays well under it, one account minting grants for fresh ``sub``s cannot pile them up."""
     refresh_grace: int = 0
     """Seconds after a refresh in which its refresh token, presented again, gets the same answer
     (a client whose answer was lost) rather than revoking the grant as reuse. Off (0) by default:
@@ -619,6 +627,7 @@ _DELEGATION = _obj(
         ),
         "token_ttl": {"type": "integer", "minimum": 60, "maximum": 3600},
         "grant_ttl": {"type": "integer", "minimum": 60},
+        "max_grants_per_user": {"type": "integer", "minimum": 1, "maximum": 1000},
         "refresh_grace": {"type": "integer", "minimum": 0, "maximum": 60},
         "landing_url": {**_STR, "pattern": _HTTP_URL},
         "skip_consent": {"type": "boolean"},
@@ -736,6 +745,7 @@ SCHEMA: dict[str, Any] = _obj(
                 "wait_replicas": {"type": "integer", "minimum": 0},
                 "key_layout": {"enum": list(KEY_LAYOUTS)},
                 "max_entries": _POS_INT,
+                "person_share": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
             }
         ),
         "limits": _obj(
@@ -1109,6 +1119,7 @@ def _delegation(
         ),
         token_ttl=int(raw.get("token_ttl", 3600)),
         grant_ttl=int(raw.get("grant_ttl", 30 * 86400)),
+        max_grants_per_user=int(raw.get("max_grants_per_user", 20)),
         refresh_grace=int(raw.get("refresh_grace", 0)),
         landing_url=raw.get("landing_url"),
         skip_consent=bool(raw.get("skip_consent", True)),
@@ -1459,8 +1470,9 @@ def _cache(raw: Mapping[str, Any], environ: _Environment) -> CacheConfig:
     if cache.closed_ttl < cache.conversation_ttl:
         raise ConfigError("cache.closed_ttl", "must be at least conversation_ttl")
     if cache.backend == "redis":
-        if "max_entries" in raw:
-            raise ConfigError("cache.max_entries", "memory:// only: bound Redis with its own maxmemory")
+        for name in ("max_entries", "person_share"):
+            if name in raw:
+                raise ConfigError(f"cache.{name}", "memory:// only: bound Redis with its own maxmemory")
         cache = replace(cache, max_entries=None)
     elif "key_layout" in raw:
         raise ConfigError("cache.key_layout", "Redis only: the memory store has no key layout")
