@@ -152,6 +152,49 @@ async def test_ask_during_an_open_migration_goes_to_the_importing_node_behind_as
     assert recorder.commands[target, True] == 2
 
 
+async def test_a_multi_key_script_in_a_slot_being_migrated_is_tried_again_until_the_slot_is_assigned(
+    redis_cluster: RedisCluster, open_cluster_pipe: Callable[..., tuple[ClusterPipe, Recorder]]
+) -> None:
+    """Issue 27, item 3: behind ``ASKING`` the importing node answers ``TRYAGAIN`` to a script one of
+    whose keys it lacks (one not moved yet, or one that exists nowhere), for as long as the slot
+    migrates. The call is tried again, paced, until the slot is assigned, within ``cache.timeout``:
+    before, five ``ASK``/``TRYAGAIN`` rounds (about 0.16 s) failed it with ``redis: ASK``."""
+    pipe, recorder = open_cluster_pipe(redis_cluster.url, timeout=10.0)
+    key, absent = tagged(3), "test:{t3}:absent"
+    await pipe.execute("SET", key, "v")
+    source, target = await asyncio.to_thread(redis_cluster.migrate, key)
+    copied = asyncio.ensure_future(pipe.run(COPY, [key, absent], []))
+    await asyncio.sleep(1.0)
+    assert not copied.done()  # still trying: the slot is migrating, the call has time left
+    await asyncio.to_thread(redis_cluster.assign, key, source, target)
+    assert await copied == b"v"
+    asked = recorder.redirects[f"127.0.0.1:{source.port}", "ask"]
+    assert asked >= 3, asked  # ASK, then TRYAGAIN from the target, again and again
+    assert asked < 40, asked  # paced: not as fast as the loopback allows
+    with target.client() as client:
+        assert client.get(absent) == b"v"
+
+
+async def test_an_idempotent_call_is_sent_again_after_a_failover_and_any_other_fails_at_once(
+    redis_cluster: RedisCluster, open_cluster_pipe: Callable[..., tuple[ClusterPipe, Recorder]]
+) -> None:
+    """Issue 27, item 2: a call that may have run (its node died) fails at once unless it is
+    ``idempotent`` (a reply stored, a claim released): that one is sent again, after the map is
+    looked up again, until the replica is promoted, within ``cache.timeout``."""
+    pipe, recorder = open_cluster_pipe(redis_cluster.url, timeout=30.0)
+    key = tagged(4)
+    await pipe.execute("SET", key, "before")
+    victim = redis_cluster.node_of_key(key)
+    replica = redis_cluster.replica_of(victim)
+    victim.signal(signal.SIGKILL)
+    with pytest.raises(StoreError):
+        await pipe.execute("SET", key, "once")
+    assert await pipe.execute("SET", key, "again", idempotent=True) == b"OK"
+    assert _is_primary(replica)
+    assert recorder.commands[f"127.0.0.1:{replica.port}", True] == 1
+    assert await pipe.execute("GET", key) == b"again"
+
+
 async def _appends(
     pipe: ClusterPipe, keys: list[str], stop: asyncio.Event
 ) -> tuple[list[tuple[str, str]], int]:
