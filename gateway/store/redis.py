@@ -87,7 +87,7 @@ from gateway.store.base import (
 )
 from gateway.store.gcra import CLOCK_LUA, GCRA_LUA, US, Hit, script_arguments, time_argument
 from gateway.store.redis_cluster import ClusterObserver, ClusterPipe, open_pipe
-from gateway.store.redis_pipe import RedisPipe, Script
+from gateway.store.redis_pipe import NOT_RUN_CODES, RedisPipe, ReplyRefused, Script
 from gateway.store.slots import NO_KEY_LUA, hashed_part
 
 log = logging.getLogger("pact_gateway.store")
@@ -568,10 +568,12 @@ class RedisStore(ConversationStore):
 
         ``release`` is ``(owner, context id, turn field, token, new conversation)``: what
         :meth:`abort_turn` would be given (its ``messageId`` as :func:`keys.message_digest`),
-        plus the attempt's token. The release runs whatever
-        went wrong (a timeout, a broken connection, an error answer, the caller cancelled), on a
-        new connection if need be, shielded from cancellation; if Redis cannot be reached for it
-        either, the marker lapses after ``pending_ttl`` as before.
+        plus the attempt's token. The release runs whatever went wrong (a timeout, a broken
+        connection, an error answer, the caller cancelled), on a new connection if need be,
+        shielded from cancellation; if Redis cannot be reached for it either, it is tried again in
+        the background (:meth:`_release_later`). Only an answer given instead of running the
+        script (:data:`~gateway.store.redis_pipe.NOT_RUN_CODES`: a slot migrating, the cluster
+        down) needs none: it claimed nothing.
 
         ``charge`` is ``(every limit of the turn, those charged apart, now)`` (µs, ``None`` for the
         counters' node's clock): the counters apart are charged by their own script, started
@@ -586,12 +588,14 @@ class RedisStore(ConversationStore):
         charged = asyncio.ensure_future(charge_by_slot(self._redis, apart, now)) if apart else None
         try:
             result: list[Any] = await self._redis.run(script, keys_, args, replicated=True)
-        except BaseException:
+        except BaseException as failed:
             if charged is not None:
                 # Its answer no longer matters (the turn fails); its failure is not to be logged as lost.
                 charged.cancel()
                 charged.add_done_callback(_settled)
-            await asyncio.shield(self._release(*release))
+            # A script refused unrun (a slot still migrating when cache.timeout ended) claimed nothing.
+            if not (isinstance(failed, ReplyRefused) and failed.code in NOT_RUN_CODES):
+                await asyncio.shield(self._release(*release))
             raise
         apart_keys = {hit.key for hit in apart}
         inline = [hit for hit in limits if hit.key not in apart_keys]

@@ -36,8 +36,9 @@ Redirects are followed at once, the first :data:`FREE_HOPS` of a call; later one
 call's pause first (two nodes whose maps disagree would otherwise bounce it back and forth as
 fast as the network allows). Nothing counts them: a call fails with the last answer once
 ``cache.timeout`` has passed since it started (a slot being migrated answers ``TRYAGAIN`` for as
-long as the migration of its keys takes, which is no number of redirects). A retry's pause never
-ends past the deadline, and a retry still unanswered then is given up. That bound matters beyond
+long as the migration of its keys takes, which is no number of redirects). A retry is started
+only with a tenth of the timeout still ahead of it, and one still unanswered at the deadline is
+given up. That bound matters beyond
 the caller's wait: a call's arguments were computed when it started (a claim's deadlines among
 them), and a call that ran late would act on stale ones. A node that stops answering fails the
 calls sent to it, each after ``cache.timeout``; calls whose slots live on other primaries go
@@ -58,7 +59,7 @@ from typing import Any, Final, Literal, Protocol
 from gateway.config import CacheConfig
 from gateway.redis_url import ClusterAddress, parse_redis_url
 from gateway.store.base import StoreError
-from gateway.store.redis_pipe import RECONNECT_CODES, Arg, RedisPipe, ReplyRefused, Script
+from gateway.store.redis_pipe import NOT_RUN_CODES, Arg, RedisPipe, ReplyRefused, Script
 from gateway.store.slots import SLOTS, key_slot, placeholders
 
 __all__ = [
@@ -82,8 +83,9 @@ one, is tried again; doubled each time up to :data:`MAX_PAUSE`."""
 MAX_PAUSE: Final = 0.2
 """The longest pause between two tries of a call: what a turn may wait beyond the moment its slot
 is served again (a reshard's ``SETSLOT … NODE``, a replica promoted)."""
-_NOTHING_RAN: Final = frozenset({"TRYAGAIN", "CLUSTERDOWN", *RECONNECT_CODES})
-"""Error answers after which the call did not run: it may be sent again, idempotent or not."""
+_NOTHING_RAN: Final = NOT_RUN_CODES - {"MOVED", "ASK"}
+"""Error answers after which the call did not run, other than a redirect: it may be sent again after a
+pause, idempotent or not."""
 _REFRESH_GAP: Final = 0.1
 """Seconds at least between two map look-ups: a burst of failures asks the cluster once."""
 
@@ -197,12 +199,16 @@ class ClusterPipe(RedisPipe):
         self, slot: int | None, send: Callable[[RedisPipe, bool], Awaitable[Any]], idempotent: bool = False
     ) -> Any:
         loop = asyncio.get_running_loop()
+        # A try is started only with a tenth of the timeout left for it: one cut short by the
+        # deadline leaves its outcome unknown, where the answer it would have had says more.
+        last_start = loop.time() + self._timeout * 0.9
         deadline = loop.time() + self._timeout
         node: Node | None = None
         asking = False
         pause = _RETRY_PAUSE
         hops = 0
         retried = False
+        refused_last: ReplyRefused | None = None
         while True:
             try:
                 # The first attempt is bounded by its connection's own timeout (cache.timeout); a
@@ -216,14 +222,17 @@ class ClusterPipe(RedisPipe):
             except TimeoutError:
                 if node is not None:
                     self._observe(node, ok=False)
+                elif refused_last is not None:
+                    raise refused_last from None  # cut short looking the map up: nothing was sent
                 raise StoreError("redis: TimeoutError") from None
             except ReplyRefused as refused:
                 assert node is not None  # the map look-up raises StoreError, never an answer
                 asking = False
-                # No pause that would end at or past the deadline: the call fails now, with this answer.
+                refused_last = refused
+                # No try that would start too late: the call fails now, with this answer.
                 waits = refused.redirect is None or hops >= FREE_HOPS
                 if (refused.redirect is None and refused.code not in _NOTHING_RAN) or (
-                    loop.time() + (pause if waits else 0.0) >= deadline
+                    loop.time() + (pause if waits else 0.0) >= last_start
                 ):
                     self._observe(node, ok=False)
                     raise
@@ -250,10 +259,15 @@ class ClusterPipe(RedisPipe):
                 retried = True
                 continue
             except StoreError:
+                # No node to send to (the map has none for the slot: a failover, a slot taken down)
+                # sent nothing, so any call may wait for one; a call sent may have run.
+                sent = node is not None
                 if node is not None:
                     self._observe(node, ok=False)
                 self._refresh_soon()
-                if not idempotent or loop.time() + pause >= deadline:
+                if (sent and not idempotent) or loop.time() + pause >= last_start:
+                    if not sent and refused_last is not None:
+                        raise refused_last from None  # what the cluster last answered: it ran nothing
                     raise
                 await asyncio.sleep(pause)
                 pause = min(2 * pause, MAX_PAUSE)

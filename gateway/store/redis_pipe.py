@@ -59,6 +59,7 @@ from gateway.store.base import StoreError
 
 __all__ = [
     "DEFAULT_TIMEOUT",
+    "NOT_RUN_CODES",
     "RECONNECT_CODES",
     "Arg",
     "RedisAddress",
@@ -73,6 +74,9 @@ DEFAULT_TIMEOUT = 2.0
 """Seconds a command (or a connection attempt) may take before the connection is declared stuck."""
 RECONNECT_CODES: Final = frozenset({"READONLY", "LOADING", "MASTERDOWN"})
 """Error answers that mean this server cannot serve the gateway now: reconnect (and re-ask Sentinel)."""
+NOT_RUN_CODES: Final = frozenset({"MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN", *RECONNECT_CODES})
+"""Error answers given instead of running the command (a Redis Cluster's routing, a server that
+cannot serve now): a call refused so did nothing, and has nothing to undo."""
 
 
 @dataclass(frozen=True, slots=True)

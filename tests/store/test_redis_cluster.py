@@ -20,9 +20,9 @@ import pytest
 from gateway.config import CacheConfig
 from gateway.ops.metrics import Metrics
 from gateway.redis_url import ClusterAddress
-from gateway.store import open_store
-from gateway.store.base import StoreError
-from gateway.store.redis import RedisStore
+from gateway.store import keys, open_store
+from gateway.store.base import Owner, StoreError, TurnStatus
+from gateway.store.redis import LATE_RELEASE_MAX_PAUSE, LateOutcome, RedisStore
 from gateway.store.redis_cluster import ClusterPipe, CrossSlotError, RedirectKind, RefreshOutcome
 from gateway.store.redis_pipe import ReplyRefused, Script
 from gateway.store.slots import NO_KEY_LUA, key_slot
@@ -343,6 +343,44 @@ async def test_not_ready_while_any_slot_is_unserved(
     redis_cluster.bring_up(SLOT_100_KEY, owner)
     redis_cluster.wait_healthy()
     await _until_ready(pipe, 10.0)
+
+
+class Releases:
+    """The releases a store tried again in the background, by outcome (as the metrics count them)."""
+
+    def __init__(self) -> None:
+        self.outcomes: Counter[LateOutcome] = Counter()
+
+    def late_release(self, outcome: LateOutcome) -> None:
+        self.outcomes[outcome] += 1
+
+
+async def test_a_claim_refused_unrun_while_its_slot_is_down_has_nothing_to_release(
+    redis_cluster: RedisCluster,
+) -> None:
+    """A begin-turn script answered ``CLUSTERDOWN`` (or ``TRYAGAIN``) until ``cache.timeout`` ended
+    did not run: it claimed nothing, so no release is sent, which would cost the user another
+    ``cache.timeout`` in the same state, then a task in the background (issue 27, item 3)."""
+    releases = Releases()
+    store = RedisStore(CacheConfig(url=redis_cluster.url, timeout=1.0), release_observer=releases)
+    alice = Owner("acme", "https://pa.example", "alice")
+    try:
+        opened = await store.begin_turn(alice, None, "m1", "hello", "ctx-1")
+        assert opened.status is TurnStatus.NEW
+        await store.complete_turn(alice, "ctx-1", "m1", b"r1", close=False)
+        key = keys.conv_key("acme", "ctx-1", keys.owner_tag(alice.digest))
+        owner = await asyncio.to_thread(redis_cluster.take_down, key)
+        with pytest.raises(ReplyRefused) as refused:
+            await store.begin_turn(alice, "ctx-1", "m2", "where is it?", "")
+        assert refused.value.code == "CLUSTERDOWN"
+        redis_cluster.bring_up(key, owner)
+        await asyncio.to_thread(redis_cluster.wait_healthy)
+        await asyncio.sleep(3 * LATE_RELEASE_MAX_PAUSE)  # a release tried again would have gone by now
+        assert releases.outcomes == {}
+        retry = await store.begin_turn(alice, "ctx-1", "m2", "where is it?", "")
+        assert retry.status is TurnStatus.NEW
+    finally:
+        await store.close()
 
 
 async def test_the_store_factory_opens_a_cluster_pipe_reporting_to_the_gateways_metrics(
