@@ -56,14 +56,18 @@ primary then needs a replica of its own (the killed node restarted, a full sync)
 acknowledge a claim. A few seconds on the development machine; generous for a shared, noisy one."""
 SETUP_LIMIT = 30.0
 """Seconds the stream gets for its first answers."""
-STOP_SECONDS = 4.0
-"""How long the stopped primary stays stopped."""
+STOP_SECONDS = 5.0
+"""How long the stopped primary stays stopped: long enough that a turn held through the stop
+takes far longer than any turn on a loaded machine."""
 MIGRATION_PAUSE = 1.0
 """Seconds a slot stays migrating with its keys moved, so that turns meet it half done (``ASK``)."""
 SLOW_BOT = 0.25
 """Seconds the bot takes per turn in the slow-bot failover test, so that a kill catches turns inside
 the bot call (issue 27: those users were then held "still being processed" for ``pending_ttl``)."""
 DEFAULT_PENDING_TTL = CacheConfig().pending_ttl
+RESHARD_TURN_BOUND = 10.0
+"""Seconds a turn may take while the slots move: a slot held migrating for MIGRATION_PAUSE costs its
+turns about that plus a second; generous for a loaded machine, far from ``pending_ttl`` (60 s)."""
 BACK_AFTER_HEALTHY_BOUND = 20.0
 """Seconds after the cluster is healthy again by which each of the killed primary's users must be
 answered again: the target is 2 s; this bound is generous for a loaded two-core machine, and still
@@ -323,24 +327,37 @@ def migrate_slot(cluster: RedisCluster, slot: int) -> None:
 async def test_a_live_reshard_of_open_conversations_answers_every_turn_and_follows_ask_and_moved(
     redis_cluster: RedisCluster, metered: Metered
 ) -> None:
-    gateways = await two_gateways(metered, redis_cluster)
+    """Issue 27, item 3, with the default ``pending_ttl`` and a bot that takes 0.25 s: while a slot
+    migrates, every script of it meets ``TRYAGAIN`` behind ``ASKING`` (a key it names is not on the
+    importing node); each call is tried again, paced, within ``cache.timeout``, and what still
+    failed is released in the background, so no turn waits for a marker to lapse. Before, five
+    redirects ended each call in a fraction of a second and its dropped release held the message
+    for ``pending_ttl`` (60.3 s)."""
+    gateways = await two_gateways(metered, redis_cluster, pending_ttl=None)
     gw = gateways[0][0]
+    gw.bot.latency = SLOW_BOT
     stream = TurnStream([harness for harness, _ in gateways], workers=WORKERS, retry_limit=SETUP_LIMIT)
     stream.start()
     loop = asyncio.get_running_loop()
     try:
         await stream.until_answered(2 * WORKERS, limit=SETUP_LIMIT)
         slots = sorted({key_slot(keys.conv_key("acme", "x", owner_tag(gw, sub))) for sub in users()})
+        started = loop.time()
         for slot in slots:
             await asyncio.to_thread(migrate_slot, redis_cluster, slot)
+        ended = loop.time()
         await asyncio.to_thread(redis_cluster.wait_healthy)
         await stream.until_answered(2 * WORKERS, since=loop.time(), limit=SETUP_LIMIT)
         await stream.stop()
     finally:
         await stream.cancel()
 
+    during = [sent for sent in stream.answered if sent.answered_at >= started and sent.started_at <= ended]
+    slowest = max(sent.answered_at - sent.started_at for sent in during)
+    calls = Counter(call.body["message_id"] for call in gw.bot.calls)
     await stream.check_replays()
     assert stream.bot_calls_beyond_attempts() == {}
+    assert slowest < RESHARD_TURN_BOUND, slowest
     scraped = [await scrape(ops) for _, ops in gateways]
     redirects = {
         kind: sum(sample(text, "pact_redis_cluster_redirects_total", kind=kind) for text in scraped)
@@ -351,8 +368,14 @@ async def test_a_live_reshard_of_open_conversations_answers_every_turn_and_follo
     record_figure(
         "cluster_reshard",
         what=f"live reshard of {len(slots)} slots holding open conversations (2 gateways, {WORKERS} users)",
-        turns=len(stream.answered),
+        reshard_s=round(ended - started, 2),
+        turns_during=len(during),
+        slowest_turn_s=round(slowest, 2),
         failed_attempts=sum(len(sent.failures) for sent in stream.answered),
+        messages_run_twice=sum(1 for count in calls.values() if count > 1),
+        late_releases=int(
+            sum(sample(text, "pact_store_late_releases_total", outcome="released") for text in scraped)
+        ),
         ask_redirects=int(redirects["ask"]),
         moved_redirects=int(redirects["moved"]),
     )
@@ -418,7 +441,11 @@ async def test_a_stopped_primary_fails_only_its_own_users_turns_the_others_are_a
     assert [sent.message_id for sent in served if sent.failures] == []
     usual = max(before)
     slowest = max(sent.answered_at - sent.started_at for sent in served)
-    assert slowest < TIMEOUT, (slowest, usual)  # none waited on the stopped node
+    # None waited on the stopped node: a wait there fails the attempt after cache.timeout (none
+    # failed, above) or holds the turn until the node goes on, which for a turn counted here is up
+    # to STOP_SECONDS - TIMEOUT. How long a turn takes on a loaded machine is no measure of either
+    # (1.1 s was seen on two shared cores, issue 27): the bound is the stop itself.
+    assert slowest < STOP_SECONDS - TIMEOUT, (slowest, usual)
     # Each of its users was on a message through the stop: none answered before SIGCONT, each only
     # after failed attempts (the node silent; then its replica, promoted, has no replica for WAIT).
     caught = [
