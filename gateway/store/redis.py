@@ -408,7 +408,10 @@ LATE_RELEASE_PAUSE: Final = 0.25
 :data:`LATE_RELEASE_MAX_PAUSE`): a failover's promotion takes seconds, and once it is done the
 marker should go within a fraction of one."""
 LATE_RELEASE_MAX_PAUSE: Final = 1.0
+"""The longest pause between two tries of a late release: how long after Redis answers again a
+marker may still stand."""
 LateOutcome = Literal["released", "abandoned"]
+"""What became of a release tried again in the background: done, or given up when its marker lapsed."""
 _TAKEOVERS: Final = 3
 """Rounds a retried first message may go through when concurrent copies of it keep taking its
 first-message record over; past them it is one of those duplicates, answered as still in flight."""

@@ -38,11 +38,10 @@ fast as the network allows). Nothing counts them: a call fails with the last ans
 ``cache.timeout`` has passed since it started (a slot being migrated answers ``TRYAGAIN`` for as
 long as the migration of its keys takes, which is no number of redirects). A retry is started
 only with a tenth of the timeout still ahead of it, and one still unanswered at the deadline is
-given up. That bound matters beyond
-the caller's wait: a call's arguments were computed when it started (a claim's deadlines among
-them), and a call that ran late would act on stale ones. A node that stops answering fails the
-calls sent to it, each after ``cache.timeout``; calls whose slots live on other primaries go
-over their own connections and never wait behind it.
+given up. That bound matters beyond the caller's wait: a call's arguments were computed when it
+started (a claim's deadlines among them), and a call that ran late would act on stale ones. A
+node that stops answering fails the calls sent to it, each after ``cache.timeout``; calls whose
+slots live on other primaries go over their own connections and never wait behind it.
 
 Every key of one call must hash to one slot (a Lua script may only touch keys of its slot): a
 call whose keys do not is a programming error, refused with :class:`CrossSlotError` before
