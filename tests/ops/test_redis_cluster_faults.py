@@ -11,11 +11,17 @@ three primaries; a fault is aimed at the primary serving some of them (never the
   no acknowledged reply lost (replayed byte for byte through the gateway, §4.3, and held by the
   new primary), no turn run by the bot beyond its failed attempts; how long its users' turns
   failed is recorded (``record_figure``);
+- a primary killed while each of its users' turns is inside a bot call that takes 0.25 s, with
+  the default ``pending_ttl`` (issue 27): those users are answered again soon after the cluster
+  is healthy, not ``pending_ttl`` after the kill (their releases are sent again), no acknowledged
+  reply lost, no message whose reply was stored run again;
 - a live reshard of every slot holding a user's conversations, by the steps ``redis-cli --cluster
-  reshard`` takes (``SETSLOT IMPORTING``/``MIGRATING``, ``MIGRATE`` the keys, ``SETSLOT NODE``):
-  every turn answered, and the gateways' ``/metrics`` count ``ASK`` and ``MOVED`` redirects;
-- a primary that stops answering (``SIGSTOP``): the users on other primaries are answered as fast
-  as before, with no failed attempt; only the stopped node's users fail;
+  reshard`` takes (``SETSLOT IMPORTING``/``MIGRATING``, ``MIGRATE`` the keys, ``SETSLOT NODE``),
+  with the same slow bot and default ``pending_ttl``: every turn answered, none held for long,
+  and the gateways' ``/metrics`` count ``ASK`` and ``MOVED`` redirects;
+- a primary that stops answering (``SIGSTOP``): the users on other primaries are answered
+  throughout, with no failed attempt and none held through the stop; only the stopped node's
+  users fail;
 - the primary holding the per-agent counter stopped: the users on other primaries are still
   answered, uncounted by it (``rate_limits.fail_open``), with no failed attempt.
 """
