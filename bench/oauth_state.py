@@ -225,9 +225,11 @@ class _CountingPipe(RedisPipe):
         super().__init__(RedisAddress.from_url(url))
         self.sent = 0
 
-    async def execute(self, *args: Arg, replicated: bool = False, asking: bool = False) -> Any:
+    async def execute(
+        self, *args: Arg, replicated: bool = False, asking: bool = False, idempotent: bool = False
+    ) -> Any:
         self.sent += 1
-        return await super().execute(*args, replicated=replicated, asking=asking)
+        return await super().execute(*args, replicated=replicated, asking=asking, idempotent=idempotent)
 
 
 LAYOUT_GRANT_RECORDS: Final = {

@@ -183,6 +183,7 @@ def create_app(
                 clock=clock,
                 observer=app[METRICS],
                 cluster_observer=app[METRICS],
+                release_observer=app[METRICS],
             )
             if store is None
             else store

@@ -475,4 +475,7 @@ class TurnService:
             )
         except StoreError as exc:
             self._store_failed("abort_turn")
-            log.warning("could not release an in-flight marker: %s", exc, extra={"request_id": request_id})
+            # The store tries it again in the background until the marker would lapse (RedisStore).
+            log.warning(
+                "could not release an in-flight marker yet: %s", exc, extra={"request_id": request_id}
+            )

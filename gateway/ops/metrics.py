@@ -166,6 +166,14 @@ class Metrics:
         self.store_errors = Counter(
             "pact_store_errors", "Store operations that failed.", ["operation"], registry=r
         )
+        # Redis: a turn's release that failed (a failover) is tried again in the background until
+        # its marker lapses; "abandoned" ones left a message "still being processed" that long.
+        self.late_releases = Counter(
+            "pact_store_late_releases",
+            "In-flight markers whose release failed, by what became of it: released later, or abandoned.",
+            ["outcome"],
+            registry=r,
+        )
         # The memory store's bound (cache.max_entries); a refused conversation is counted by
         # pact_rate_limited_total{limit="store_full"}, as the other 429s are.
         self.store_entries = Gauge(
@@ -293,6 +301,10 @@ class Metrics:
     def store_error(self, operation: str) -> None:
         """A store call that raised :class:`StoreError` (``begin_turn``, ``complete_turn`` …)."""
         self.store_errors.labels(operation).inc()
+
+    def late_release(self, outcome: str) -> None:
+        """A release tried again in the background: ``released``, or ``abandoned`` when its marker lapsed."""
+        self.late_releases.labels(outcome).inc()
 
     def store_size(self, entries: int, max_entries: int) -> None:
         """The memory store's size and bound, each sweep tick (as its ``KeyspaceObserver``)."""

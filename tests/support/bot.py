@@ -37,10 +37,13 @@ class ControlledBot:
     ``pieces`` (the sample answer written in two pieces, the second after the first was flushed),
     ``echo`` (names what it was sent: :func:`echo_text`, so each reply can be checked against its request),
     ``half_way`` (promises a reply's length, sends half of it and closes the connection).
-    ``gate``, when set, holds every call until it is released (for concurrency tests)."""
+    ``gate``, when set, holds every call until it is released (for concurrency tests); ``latency``
+    is how long every call takes before it is answered (a bot that thinks: a fault then catches
+    turns inside the call)."""
 
     mode: str = "sample"
     gate: asyncio.Event | None = None
+    latency: float = 0.0
     calls: list[BotCall] = field(default_factory=list)
     memory: dict[str, Conversation] = field(default_factory=dict)
     accounts: dict[str, Account] = field(default_factory=dict)
@@ -58,6 +61,8 @@ class ControlledBot:
         self.calls.append(BotCall(body, CIMultiDict(request.headers)))
         if self.gate is not None:
             await self.gate.wait()
+        if self.latency:
+            await asyncio.sleep(self.latency)
         if self.mode == "status500":
             return web.json_response({"error": "boom"}, status=500)
         if self.mode == "slow":
