@@ -18,13 +18,13 @@ from gateway.http.state import RUNTIME
 from gateway.protocol.messages import parse_send_message
 from gateway.protocol.receipts import (
     RECEIPT_TYP,
+    Action,
     args_hash,
     receipt_claims,
     receipt_metadata,
     receipt_payload,
     timestamp,
 )
-from gateway.upstream.base import Action
 from tests.support.delegation import (
     BRAND_USER,
     BrandLogin,
