@@ -40,11 +40,11 @@ import rfc8785
 
 from bench.delegation import BRAND, SCOPES, brand_user, delegation_config
 from bench.tokens import Minter, user_sub
-from gateway.auth.delegation import DelegationVerifier
 from gateway.auth.jwks import JwksCache, make_fetch_session
 from gateway.auth.pa_jwt import PAVerifier
 from gateway.config import JwksPolicy, PersonalAgentConfig, PersonalAgentsConfig, load_config
 from gateway.oauth.access_token import mint_access_token
+from gateway.oauth.delegation import DelegationVerifier
 from gateway.oauth.keys import ProviderKeys
 from gateway.oauth.server import AuthorizationServer
 from gateway.ops.metrics import Metrics

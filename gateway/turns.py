@@ -21,9 +21,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final, NamedTuple
 
-from gateway.auth.delegation import Delegation
 from gateway.config import DelegationConfig
 from gateway.oauth.access_token import InvalidToken
+from gateway.oauth.delegation import Delegation
 from gateway.oauth.device import start_device_authorization
 from gateway.oauth.server import AuthorizationServer
 from gateway.ops.limits import Charge, RateLimited, RateLimits
