@@ -10,8 +10,8 @@ from aiohttp import web
 from gateway.auth.jwks import JwksCache, make_fetch_session
 from gateway.auth.pa_jwt import PAVerifier
 from gateway.config import GatewayConfig, TracingConfig
+from gateway.handlers.state import METRICS, RUNTIME, Runtime, RuntimeRef
 from gateway.http.middlewares import error_middleware, request_id_middleware
-from gateway.http.state import METRICS, RUNTIME, Runtime, RuntimeRef
 from gateway.oauth.delegation import DelegationVerifier
 from gateway.oauth.keys import ProviderKeys
 from gateway.oauth.server import AuthorizationServer

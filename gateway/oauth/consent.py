@@ -32,11 +32,11 @@ from aiohttp import web
 from yarl import URL
 
 from gateway.config import BrandConfig, DelegationConfig, PersonalAgentsConfig, RateLimitsConfig
+from gateway.handlers.caller import read_body
+from gateway.handlers.state import METRICS, RUNTIME
 from gateway.http import responses
-from gateway.http.caller import read_body
 from gateway.http.client_address import limit_address
 from gateway.http.notes import refused
-from gateway.http.state import METRICS, RUNTIME
 from gateway.oauth import pages
 from gateway.oauth.device import code_hash, normalize_user_code
 from gateway.oauth.forms import FORM_TYPE

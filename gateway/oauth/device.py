@@ -15,8 +15,8 @@ from typing import Any, Final
 from aiohttp import web
 
 from gateway.config import DelegationConfig
+from gateway.handlers.state import METRICS
 from gateway.http.notes import refused
-from gateway.http.state import METRICS
 from gateway.oauth.client_auth import Client, pa_client
 from gateway.oauth.errors import ErrorCode, json_answer
 from gateway.oauth.forms import parse_scope

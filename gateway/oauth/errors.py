@@ -16,9 +16,9 @@ from typing import Any, Final
 
 from aiohttp import web
 
+from gateway.handlers.state import METRICS
 from gateway.http.middlewares import REQUEST_ID
 from gateway.http.notes import refused
-from gateway.http.state import METRICS
 from gateway.store.base import StoreError
 from gateway.wire import json_bytes
 

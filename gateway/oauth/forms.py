@@ -14,7 +14,7 @@ from urllib.parse import parse_qsl
 
 from aiohttp import web
 
-from gateway.http.caller import read_body
+from gateway.handlers.caller import read_body
 from gateway.oauth.errors import ErrorCode, OAuthError
 
 __all__ = ["FORM_TYPE", "parse_form", "parse_scope", "read_form", "required"]

@@ -31,10 +31,10 @@ from aiohttp import web
 
 from gateway.auth.pa_jwt import AuthFailure, bearer_token
 from gateway.config import RateRule
+from gateway.handlers.state import RUNTIME
 from gateway.http import responses
 from gateway.http.client_address import limit_address
 from gateway.http.notes import refused
-from gateway.http.state import RUNTIME
 from gateway.oauth.access_token import InvalidToken, verify_access_token
 from gateway.oauth.client_auth import delegating_brand
 from gateway.oauth.errors import invalid_client, json_answer, oauth_endpoint

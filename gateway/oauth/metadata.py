@@ -14,9 +14,9 @@ import orjson
 from aiohttp import web
 
 from gateway.config import DelegationConfig
+from gateway.handlers.cards import CARD_HEADERS
+from gateway.handlers.state import RUNTIME
 from gateway.http import responses
-from gateway.http.cards import CARD_HEADERS
-from gateway.http.state import RUNTIME
 from gateway.oauth.client_auth import delegating_brand
 from gateway.protocol.urls import OAuthUrls
 

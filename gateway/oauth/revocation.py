@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from gateway.http.state import METRICS
+from gateway.handlers.state import METRICS
 from gateway.oauth.access_token import InvalidToken, verify_access_token
 from gateway.oauth.client_auth import Client, pa_client
 from gateway.oauth.errors import NO_STORE

@@ -26,11 +26,11 @@ import time
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from gateway.http.caller import AUTH_FAILURE, PA_IDENTITY
+from gateway.handlers.caller import AUTH_FAILURE, PA_IDENTITY
+from gateway.handlers.state import METRICS, RUNTIME
 from gateway.http.client_address import UntrustedForwarding, client_address
 from gateway.http.middlewares import REQUEST_ID
 from gateway.http.notes import REFUSAL, RETRY_SERVED
-from gateway.http.state import METRICS, RUNTIME
 from gateway.ops.logs import ACCESS_LOGGER, SubDigests, log_fields
 from gateway.ops.metrics import CLIENT_GONE, brand_label, operation_name, outcome_for_status
 from gateway.ops.tracing import CURRENT_TRACE, TRACE, TraceContext, start_trace

@@ -33,7 +33,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from gateway.app import OAUTH_STORE, STORE, WALL_CLOCK
 from gateway.config import AdminConfig, GatewayConfig
-from gateway.http.state import METRICS, RUNTIME
+from gateway.handlers.state import METRICS, RUNTIME
 from gateway.ops.erasure import ADAPTER_STATE_NAMES, PersonRecords
 from gateway.ops.logs import sub_digest
 from gateway.store.admin import ConversationInfo

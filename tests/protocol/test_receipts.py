@@ -14,7 +14,7 @@ import orjson
 import pytest
 import rfc8785
 
-from gateway.http.state import RUNTIME
+from gateway.handlers.state import RUNTIME
 from gateway.protocol.messages import parse_send_message
 from gateway.protocol.receipts import (
     RECEIPT_TYP,

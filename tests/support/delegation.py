@@ -18,7 +18,7 @@ from aiohttp import ClientResponse
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from gateway.http.state import RUNTIME
+from gateway.handlers.state import RUNTIME
 from gateway.oauth.access_token import mint_access_token
 from gateway.oauth.device import code_hash, start_device_authorization
 from gateway.oauth.server import AuthorizationServer
