@@ -10,12 +10,12 @@ from aiohttp import web
 from gateway.auth.jwks import JwksCache, make_fetch_session
 from gateway.auth.pa_jwt import PAVerifier
 from gateway.config import GatewayConfig, TracingConfig
+from gateway.handlers.access import AccessLog
 from gateway.handlers.state import METRICS, RUNTIME, Runtime, RuntimeRef
 from gateway.http.middlewares import error_middleware, request_id_middleware
 from gateway.oauth.delegation import DelegationVerifier
 from gateway.oauth.keys import ProviderKeys
 from gateway.oauth.server import AuthorizationServer
-from gateway.ops.access import AccessLog
 from gateway.ops.limits import BotCalls, RateLimits
 from gateway.ops.metrics import Metrics, issuer_label
 from gateway.ops.tracing import SPANS, Spans

@@ -209,7 +209,8 @@ def trace_headers(trace: TraceContext | None) -> dict[str, str]:
 
 CURRENT_TRACE: ContextVar[TraceContext | None] = ContextVar("pact_gateway_trace", default=None)
 """The span of the request being handled in this context; set by whichever middleware starts the
-request's span (:class:`gateway.ops.access.AccessLog`, or OpenTelemetry's through :func:`using_trace`)."""
+request's span (:class:`gateway.handlers.access.AccessLog`, or OpenTelemetry's through
+:func:`using_trace`)."""
 TRACE = web.RequestKey("trace", TraceContext)
 """The gateway's span of the request, set by the middleware that starts it, before any handler runs."""
 
