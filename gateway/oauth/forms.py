@@ -12,12 +12,9 @@ from collections.abc import Iterable, Mapping
 from typing import Final
 from urllib.parse import parse_qsl
 
-from aiohttp import web
-
-from gateway.handlers.caller import read_body
 from gateway.oauth.errors import ErrorCode, OAuthError
 
-__all__ = ["FORM_TYPE", "parse_form", "parse_scope", "read_form", "required"]
+__all__ = ["FORM_TYPE", "parse_form", "parse_scope", "required"]
 
 FORM_TYPE: Final = "application/x-www-form-urlencoded"
 _MAX_FIELDS: Final = 32
@@ -41,16 +38,6 @@ def parse_form(body: bytes) -> dict[str, str]:
         if value:
             form[name] = value
     return form
-
-
-async def read_form(request: web.Request, limit: int) -> dict[str, str]:
-    """The request's form parameters, the body capped at ``limit`` bytes (``invalid_request`` past it)."""
-    if request.content_type.lower() != FORM_TYPE:
-        raise OAuthError(ErrorCode.INVALID_REQUEST, f"Content-Type must be {FORM_TYPE}")
-    body = await read_body(request, limit)
-    if body is None:
-        raise OAuthError(ErrorCode.INVALID_REQUEST, "Request body too large")
-    return parse_form(body)
 
 
 def required(form: Mapping[str, str], name: str) -> str:

@@ -19,11 +19,11 @@ from aiohttp import web
 
 from gateway.auth.pa_jwt import PAIdentity
 from gateway.handlers.caller import authenticate
+from gateway.handlers.oauth.endpoint import Handler, oauth_endpoint, read_form
 from gateway.handlers.state import RUNTIME, Runtime
 from gateway.http import responses
 from gateway.http.notes import refused
-from gateway.oauth.errors import Handler, invalid_client, oauth_endpoint
-from gateway.oauth.forms import read_form
+from gateway.oauth.errors import invalid_client
 from gateway.ops.limits import RateLimited
 
 if TYPE_CHECKING:

@@ -79,7 +79,7 @@ __all__ = [
     "skip_consent_scopes",
 ]
 
-_log = logging.getLogger(__name__)
+_log = logging.getLogger("gateway.oauth.consent")  # its name before the move, as docs/operations.md gives it
 
 MAX_FORM_BYTES: Final = 65536
 """A posted form is read whole up to this size: an assertion is at most 8 KiB, a decision a few scopes."""
