@@ -14,12 +14,12 @@ from gateway.handlers.access import AccessLog
 from gateway.handlers.state import METRICS, RUNTIME, Runtime, RuntimeRef
 from gateway.http.middlewares import error_middleware, request_id_middleware
 from gateway.oauth.delegation import DelegationVerifier
-from gateway.oauth.keys import ProviderKeys
 from gateway.oauth.server import AuthorizationServer
 from gateway.ops.limits import BotCalls, RateLimits
 from gateway.ops.metrics import Metrics, issuer_label
 from gateway.ops.tracing import SPANS, Spans
 from gateway.protocol.card import render_card
+from gateway.provider_keys import ProviderKeys
 from gateway.routes import add_routes
 from gateway.store import ConversationStore, open_store
 from gateway.store.adapter_state import AdapterState

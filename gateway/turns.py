@@ -429,7 +429,7 @@ class TurnService:
     ) -> bytes:
         """The reply with its signed §5.6 receipt; stored whole, so a retry returns the same receipt.
 
-        The signature comes from the keys' :class:`~gateway.oauth.keys.SigningBatch`, signed
+        The signature comes from the keys' :class:`~gateway.provider_keys.SigningBatch`, signed
         back to back with the other receipts asked for in the same event-loop pass.
         """
         # Verified against this runtime's server, so the Brand delegates in this runtime.

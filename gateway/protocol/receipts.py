@@ -2,7 +2,7 @@
 
 Pure: :func:`receipt_claims` builds the claims, :func:`receipt_payload` the exact bytes the
 Provider signs (with :data:`RECEIPT_TYP` as the JWS ``typ``, see
-:meth:`gateway.oauth.keys.ProviderKeys.sign`), and :func:`receipt_metadata` the reply's
+:meth:`gateway.provider_keys.ProviderKeys.sign`), and :func:`receipt_metadata` the reply's
 ``metadata``. The claims object in the reply and the JWS payload are the same JSON: a personal
 agent that verifies the JWS and keeps ``claims`` keeps what was signed.
 """
