@@ -260,7 +260,7 @@ class OAuthStore(ABC):
     async def deny_authorizations_of_owner(self, brand_id: str, owner_digest: str, now: float) -> int:
         """Deny every live PENDING or APPROVED authorization for one (personal agent, ``sub``), forgetting
         the Brand user and scopes an approval recorded; how many were denied. Their next poll hears
-        ``access_denied`` (RFC 8628 §3.5): what erasing that person does (gateway/ops/erasure.py)."""
+        ``access_denied`` (RFC 8628 §3.5): what erasing that person does (gateway/process/erasure.py)."""
 
     @abstractmethod
     async def deny_authorizations_of_user(self, brand_id: str, user: str, now: float) -> int:
@@ -335,7 +335,7 @@ class OAuthStore(ABC):
     @abstractmethod
     async def grants_of_owner(self, brand_id: str, owner_digest: str, now: float) -> list[Grant]:
         """Every live grant issued to one (personal agent, ``sub``), as :attr:`Grant.owner_digest`, oldest
-        first: what erasing that person revokes (gateway/ops/erasure.py)."""
+        first: what erasing that person revokes (gateway/process/erasure.py)."""
 
     @abstractmethod
     async def rotate_refresh(
