@@ -1,7 +1,8 @@
 """RFC 6749 §3.1 request parameters and §3.3 scopes, as every OAuth endpoint here reads them.
 
 Parameters come as an ``application/x-www-form-urlencoded`` body in UTF-8 (RFC 6749 §3.2,
-RFC 8628 §3.1, RFC 7009 §2.1, RFC 7662 §2.1), read whole and capped like an A2A body. A
+RFC 8628 §3.1, RFC 7009 §2.1, RFC 7662 §2.1), read whole and capped like an A2A body
+(:func:`gateway.handlers.oauth.endpoint.read_form`). A
 parameter sent without a value counts as omitted and none may be sent twice (§3.1); names
 an endpoint does not know are ignored.
 """

@@ -3,7 +3,8 @@
 Both are public like the card (§2.1: no authentication, the same cache headers peers send)
 and exist only for a Brand that delegates; any other Brand gets a bare ``404``. Metadata is
 served at ``{issuer}/.well-known/oauth-authorization-server`` (what the card links) and at
-the RFC 8414 §3.1 location, the well-known suffix inserted before the issuer's path.
+the RFC 8414 §3.1 location, the well-known suffix inserted before the issuer's path, by
+:mod:`gateway.handlers.oauth.metadata`; this module builds the document.
 """
 
 from __future__ import annotations
