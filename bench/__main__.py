@@ -12,6 +12,7 @@ from bench import run, soak
 
 # capacity NAME -> the module that answers it; each prints its figures beside the targets.
 CAPACITY: dict[str, str] = {
+    "gc_pause": "bench.gc_pause",
     "oauth_state": "bench.oauth_state",
     "owner_scale": "bench.owner_scale",
     "redis_bytes": "bench.redis_bytes",

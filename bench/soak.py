@@ -34,7 +34,7 @@ from typing import Any
 
 import yaml
 
-from bench.fronts import AUDIENCE, DEFAULT_REDIS_URL, ISSUER
+from bench.fronts import AUDIENCE, DEFAULT_REDIS_URL, ISSUER, MEMORY_MAX_ENTRIES
 from bench.procs import REPO_ROOT, Child, ChildFailed, Children, free_port, python_env
 from bench.redis_probe import RedisProbe
 from gateway.pa_keys import generate_private_jwk, public_jwks
@@ -124,7 +124,12 @@ class Soak:
             "public_url": f"http://127.0.0.1:{port}",
             "provider": {"organization": "Soak", "url": "https://bench.invalid", "audience": AUDIENCE},
             "personal_agents": {"policy": "allowlist", "registered": [{"issuer": ISSUER, "jwks": self.jwks}]},
-            "cache": {"url": cache_url},
+            # The memory store's bound set for the run (and printed): the soak measures growth, not the
+            # bound's refusals.
+            "cache": {
+                "url": cache_url,
+                **({"max_entries": MEMORY_MAX_ENTRIES} if cache_url == "memory://" else {}),
+            },
             "rate_limits": {
                 "per_agent": {"rate": 1_000_000, "burst": 1_000_000},
                 "per_user": {"rate": 1_000_000, "burst": 1_000_000},
@@ -233,7 +238,12 @@ def render(result: dict[str, Any]) -> str:
     return "\n".join(
         [
             f"soak: pact-gateway serve on {result['cache']}, {result['duration_s']:g} s of load at "
-            f"concurrency {result['concurrency']} after a {result['warmup_s']:g} s warm-up",
+            f"concurrency {result['concurrency']} after a {result['warmup_s']:g} s warm-up"
+            + (
+                f" (cache.max_entries {MEMORY_MAX_ENTRIES:,}, set for the run)"
+                if result["cache"] == "memory"
+                else ""
+            ),
             f"  turns {result['turns']} ({result['turns_per_s']:.0f}/s), errors {result['errors']}",
             f"  resident memory  before {mib(before['rss_bytes'])}, peak {mib(peak['rss_bytes'])}, "
             f"after {mib(after['rss_bytes'])}: {checked['rss_growth_bytes'] / MIB:+.1f} MiB "

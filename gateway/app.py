@@ -28,7 +28,7 @@ from gateway.store.limits import RateLimiter, open_rate_limiter
 from gateway.store.oauth import OAuthStore
 from gateway.turns import TurnService
 from gateway.upstream.base import BotAdapter
-from gateway.upstream.client import BotClient
+from gateway.upstream.client import AnswerBounds, BotClient
 from gateway.upstream.factory import make_adapter
 from gateway.upstream.guard import GuardedBot
 from gateway.upstream.traced import TracedBot
@@ -205,7 +205,7 @@ def create_app(
         # One client carries every User's turns and keeps nothing between calls but connections;
         # it has no connection limit: each Brand's upstream.max_concurrency and the process's
         # limits.max_bot_calls are the caps (gateway/upstream/client.py).
-        app[BOT_CLIENT] = BotClient()
+        app[BOT_CLIENT] = BotClient(bounds=AnswerBounds.of(config.limits))
         app[JWKS] = JwksCache(
             fetch_session,
             config.personal_agents.jwks,

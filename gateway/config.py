@@ -221,6 +221,10 @@ class CacheConfig:
     """``memory://`` only: the entries the process keeps at most (gateway/store/memory.py); ``None``
     on Redis, which bounds itself (``maxmemory``). The default fits the Helm chart's 512 MiB limit
     (docs/capacity.md, Memory store bound)."""
+    person_share: float = 0.01
+    """``memory://`` only: the share of ``max_entries`` one person (Brand, personal agent, ``sub``) may
+    hold; past it, their own least recently used conversation makes room for their next, never anyone
+    else's (issue 29). 1% of the default bound is about 1,000 conversations."""
 
     @property
     def backend(self) -> Literal["memory", "redis"]:
@@ -242,6 +246,15 @@ class LimitsConfig:
     max_bot_calls: int = 4000
     """Bot calls in flight in this process, every Brand together: what bounds the memory turns in
     flight hold (each Brand's ``upstream.max_concurrency`` bounds only its own bot's share)."""
+    bot_answer_line_bytes: int = 8192
+    """The longest status line, header field line or trailer field line a bot's answer may carry,
+    its CRLF included (aiohttp's 8,190 bytes before it, the bound before the gateway's own client).
+    Process-wide, as the one client that reads every Brand's answers: past it the call is a bad answer."""
+    bot_answer_head_bytes: int = 65536
+    """The most bytes of head (interim 1xx heads included) a bot's answer may take; its trailers get as
+    many of their own."""
+    bot_answer_fields: int = 100
+    """The most header fields a bot's answer may carry (interim heads included); its trailers as many."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -484,6 +497,10 @@ class DelegationConfig:
     login: LoginConfig
     token_ttl: int = 3600
     grant_ttl: int = 30 * 86400
+    max_grants_per_user: int = 20
+    """Live grants one Brand user may hold at this Brand (one per personal agent and ``sub`` they
+    delegated to); the next supersedes the oldest (issue 28, L4): a person with several assistants
+    stays well under it, one account minting grants for fresh ``sub``s cannot pile them up."""
     refresh_grace: int = 0
     """Seconds after a refresh in which its refresh token, presented again, gets the same answer
     (a client whose answer was lost) rather than revoking the grant as reuse. Off (0) by default:
@@ -610,6 +627,7 @@ _DELEGATION = _obj(
         ),
         "token_ttl": {"type": "integer", "minimum": 60, "maximum": 3600},
         "grant_ttl": {"type": "integer", "minimum": 60},
+        "max_grants_per_user": {"type": "integer", "minimum": 1, "maximum": 1000},
         "refresh_grace": {"type": "integer", "minimum": 0, "maximum": 60},
         "landing_url": {**_STR, "pattern": _HTTP_URL},
         "skip_consent": {"type": "boolean"},
@@ -727,6 +745,7 @@ SCHEMA: dict[str, Any] = _obj(
                 "wait_replicas": {"type": "integer", "minimum": 0},
                 "key_layout": {"enum": list(KEY_LAYOUTS)},
                 "max_entries": _POS_INT,
+                "person_share": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
             }
         ),
         "limits": _obj(
@@ -735,6 +754,10 @@ SCHEMA: dict[str, Any] = _obj(
                 "request_timeout": _POS_NUM,
                 "shutdown_timeout": _POS_NUM,
                 "max_bot_calls": _POS_INT,
+                # Room for a status line and the fields every answer has; the head at least one line.
+                "bot_answer_line_bytes": {"type": "integer", "minimum": 256, "maximum": 1048576},
+                "bot_answer_head_bytes": {"type": "integer", "minimum": 1024, "maximum": 16777216},
+                "bot_answer_fields": {"type": "integer", "minimum": 8, "maximum": 10000},
             }
         ),
         "rate_limits": _RATE_LIMITS,
@@ -1096,6 +1119,7 @@ def _delegation(
         ),
         token_ttl=int(raw.get("token_ttl", 3600)),
         grant_ttl=int(raw.get("grant_ttl", 30 * 86400)),
+        max_grants_per_user=int(raw.get("max_grants_per_user", 20)),
         refresh_grace=int(raw.get("refresh_grace", 0)),
         landing_url=raw.get("landing_url"),
         skip_consent=bool(raw.get("skip_consent", True)),
@@ -1446,8 +1470,9 @@ def _cache(raw: Mapping[str, Any], environ: _Environment) -> CacheConfig:
     if cache.closed_ttl < cache.conversation_ttl:
         raise ConfigError("cache.closed_ttl", "must be at least conversation_ttl")
     if cache.backend == "redis":
-        if "max_entries" in raw:
-            raise ConfigError("cache.max_entries", "memory:// only: bound Redis with its own maxmemory")
+        for name in ("max_entries", "person_share"):
+            if name in raw:
+                raise ConfigError(f"cache.{name}", "memory:// only: bound Redis with its own maxmemory")
         cache = replace(cache, max_entries=None)
     elif "key_layout" in raw:
         raise ConfigError("cache.key_layout", "Redis only: the memory store has no key layout")
@@ -1463,6 +1488,13 @@ def _cache(raw: Mapping[str, Any], environ: _Environment) -> CacheConfig:
         except ValueError as exc:
             raise ConfigError("cache.url", str(exc)) from None
     return cache
+
+
+def _limits(raw: Mapping[str, Any]) -> LimitsConfig:
+    limits = LimitsConfig(**raw)
+    if limits.bot_answer_head_bytes < limits.bot_answer_line_bytes:
+        raise ConfigError("limits.bot_answer_head_bytes", "must be at least bot_answer_line_bytes")
+    return limits
 
 
 def _env_reference(value: str, path: str) -> str:
@@ -1673,6 +1705,7 @@ def _build(raw: Mapping[str, Any], environ: _Environment, problems: _Problems) -
     )
     tracing = problems.attempt("tracing", _tracing, raw.get("tracing", {}), environ)
     listen = problems.attempt("listen", _listen, raw.get("listen", {}))
+    limits = problems.attempt("limits", _limits, raw.get("limits", {}))
     if (
         problems.found
         or personal_agents is None
@@ -1680,6 +1713,7 @@ def _build(raw: Mapping[str, Any], environ: _Environment, problems: _Problems) -
         or admin is None
         or tracing is None
         or listen is None
+        or limits is None
     ):
         raise problems.error()
 
@@ -1691,7 +1725,7 @@ def _build(raw: Mapping[str, Any], environ: _Environment, problems: _Problems) -
         provider=ProviderConfig(**raw["provider"]),
         personal_agents=personal_agents,
         cache=cache,
-        limits=LimitsConfig(**raw.get("limits", {})),
+        limits=limits,
         rate_limits=_rate_limits(raw.get("rate_limits", {}), {}),
         metrics=MetricsConfig(**raw.get("metrics", {})),
         admin=admin,

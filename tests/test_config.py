@@ -445,7 +445,8 @@ def test_every_problem_is_reported_in_one_run_with_its_yaml_path(tmp_path: Path)
             "colour",
             [
                 "limits.colour: unknown setting; this block takes max_body_bytes, request_timeout,"
-                " shutdown_timeout, max_bot_calls"
+                " shutdown_timeout, max_bot_calls, bot_answer_line_bytes, bot_answer_head_bytes,"
+                " bot_answer_fields"
             ],
         ),
     ],
@@ -863,3 +864,23 @@ def test_a_stream_is_the_config_or_the_chart_configmap_carrying_it() -> None:
         config_document_from_stream("# nothing\n")
     with pytest.raises(ConfigError, match="not valid YAML at line 2"):
         config_document_from_stream("a: [\n")
+
+
+@pytest.mark.parametrize(
+    ("limits", "problem"),
+    [
+        ({"bot_answer_line_bytes": 100}, "limits.bot_answer_line_bytes: 100 is less than the minimum of 256"),
+        ({"bot_answer_fields": 2}, "limits.bot_answer_fields: 2 is less than the minimum of 8"),
+        (
+            {"bot_answer_line_bytes": 16384, "bot_answer_head_bytes": 8192},
+            "limits.bot_answer_head_bytes: must be at least bot_answer_line_bytes",
+        ),
+    ],
+)
+def test_the_bot_answer_bounds_are_validated_with_their_path(limits: dict[str, int], problem: str) -> None:
+    """A bound below what any answer needs, or a head shorter than one of its lines, is refused."""
+    raw = example()
+    raw["limits"] = limits
+    with pytest.raises(ConfigError) as caught:
+        load_config(raw, ENV)
+    assert problem in str(caught.value)

@@ -35,7 +35,7 @@ from gateway.store.base import StoreError
 from gateway.store.factory import open_adapter_state
 from gateway.store.redis_pipe import RedisAddress
 from gateway.upstream.base import UpstreamError
-from gateway.upstream.client import BotClient
+from gateway.upstream.client import AnswerBounds, BotClient
 from gateway.upstream.factory import make_adapter
 
 __all__ = ["ProbeResult", "format_table", "run_probes"]
@@ -63,7 +63,7 @@ async def run_probes(config: GatewayConfig) -> list[ProbeResult]:
     fetch_session = make_fetch_session(config.personal_agents.jwks, config.development)
     fetcher = JsonFetcher(fetch_session, config.personal_agents.jwks, development=config.development)
     # The bots' client as the gateway makes it.
-    bot_client = BotClient()
+    bot_client = BotClient(bounds=AnswerBounds.of(config.limits))
     try:
         state = open_adapter_state(store)
         checks: list[tuple[str, str, Callable[[], Awaitable[str]]]] = [

@@ -20,8 +20,8 @@ What a bot call does need is all here and tested (tests/upstream/test_client.py)
 * TLS with the system's trust store and hostname checking for ``https`` bots;
 * one deadline over connecting, sending and reading the whole answer; an answer's body read whole
   and capped (``Content-Length``, chunked, or up to the connection's end); its status line, header
-  fields and trailer fields bounded as they arrive (:data:`MAX_LINE_BYTES`, :data:`MAX_HEAD_BYTES`,
-  :data:`MAX_FIELDS`), before llhttp sees them;
+  fields and trailer fields bounded as they arrive (:class:`AnswerBounds`, the ``limits.bot_answer_*``
+  settings), before llhttp sees them;
 * nothing kept between calls but the connection: no cookies, no proxy from the environment, no
   redirect followed, no compression asked for (a compressed answer is refused, not guessed at);
 * failures as :class:`~gateway.upstream.base.UpstreamError` with the target as ``host:port`` and
@@ -48,6 +48,7 @@ from urllib.parse import urlsplit
 
 import httptools
 
+from gateway.config import LimitsConfig
 from gateway.upstream.base import UpstreamError
 
 __all__ = [
@@ -56,6 +57,7 @@ __all__ = [
     "MAX_FIELDS",
     "MAX_HEAD_BYTES",
     "MAX_LINE_BYTES",
+    "AnswerBounds",
     "BotClient",
     "Target",
     "WireReply",
@@ -65,22 +67,41 @@ KEEPALIVE_SECONDS: Final = 30.0
 """How long an idle connection to a bot stays pooled (as the gateway's aiohttp pool kept them)."""
 DNS_TTL_SECONDS: Final = 10.0
 """How long a bot host name's addresses are reused for new connections (aiohttp's default too)."""
-MAX_LINE_BYTES: Final = 8192
-"""The longest status line, header field line or trailer field line of a bot's answer, its CRLF
-included: 8,190 bytes before it, aiohttp's ``max_line_size`` and ``max_field_size``, the bounds
-the gateway had before this client. Past it the call fails as ``bad_head``.
+_DEFAULTS: Final = LimitsConfig()
+MAX_LINE_BYTES: Final = _DEFAULTS.bot_answer_line_bytes
+"""By default (``limits.bot_answer_line_bytes``), the longest status line, header field line or trailer
+field line of a bot's answer, its CRLF included: 8,190 bytes before it, aiohttp's ``max_line_size``
+and ``max_field_size``, the bounds the gateway had before this client. Past it the call fails as
+``bad_head``.
 
-These three bounds are not settings: a bot answer is a status, a content type and a length, far
-below them; they are the bounds of the library the client replaced (aiohttp: 8,190-byte lines,
-128 fields; h11: a 16 KiB head; Node.js: a 16 KiB head), and a Brand could only loosen them, for
-every Brand's memory (one client serves them all). When one bites, the call is counted under
+The three bounds are the library's the client replaced (aiohttp: 8,190-byte lines, 128 fields; h11:
+a 16 KiB head; Node.js: a 16 KiB head), far above an answer's status, content type and length. They
+are the process's settings, not a Brand's: one client reads every Brand's answers, and a Brand could
+only loosen them for every Brand's memory. When one bites, the call is counted under
 ``pact_bot_call_duration_seconds{outcome="bad_head"}`` and logged with its cause (docs/adapters.md)."""
-MAX_HEAD_BYTES: Final = 64 * 1024
-"""The most bytes of head an answer may take, interim (1xx) heads included; its trailer section has
-a budget as large of its own."""
-MAX_FIELDS: Final = 100
-"""The most header fields an answer may carry, interim (1xx) heads included; its trailer section
-may carry as many of its own."""
+MAX_HEAD_BYTES: Final = _DEFAULTS.bot_answer_head_bytes
+"""By default, the most bytes of head an answer may take, interim (1xx) heads included; its trailer
+section has a budget as large of its own."""
+MAX_FIELDS: Final = _DEFAULTS.bot_answer_fields
+"""By default, the most header fields an answer may carry, interim (1xx) heads included; its trailer
+section may carry as many of its own."""
+
+
+class AnswerBounds(NamedTuple):
+    """What a bot's answer may carry in its head and its trailers (``limits.bot_answer_*``)."""
+
+    line_bytes: int = MAX_LINE_BYTES
+    head_bytes: int = MAX_HEAD_BYTES
+    fields: int = MAX_FIELDS
+
+    @classmethod
+    def of(cls, limits: LimitsConfig) -> AnswerBounds:
+        return cls(limits.bot_answer_line_bytes, limits.bot_answer_head_bytes, limits.bot_answer_fields)
+
+
+DEFAULT_BOUNDS: Final = AnswerBounds()
+
+
 USER_AGENT: Final = "pact-gateway"
 _DISCONNECTED: Final = "the server closed the connection without answering"
 _LINE_ENDS: Final = (b"\r", b"\n")
@@ -153,6 +174,7 @@ class _Connection(asyncio.Protocol):
     # Slots, not a __dict__: thousands are open at once behind slow bots (176 bytes each, sys.getsizeof).
     __slots__ = (
         "answer",
+        "bounds",
         "chunks",
         "closed",
         "fields",
@@ -172,8 +194,9 @@ class _Connection(asyncio.Protocol):
         "until_close",
     )
 
-    def __init__(self, target: Target) -> None:
+    def __init__(self, target: Target, bounds: AnswerBounds) -> None:
         self.target = target
+        self.bounds = bounds
         self.transport: asyncio.Transport | None = None
         self.parser: httptools.HttpResponseParser | None = httptools.HttpResponseParser(self)
         self.answer: asyncio.Future[WireReply] | None = None
@@ -250,12 +273,14 @@ class _Connection(asyncio.Protocol):
             # head is in the read's first 8 KiB, so that no line of it can be longer: its fields are
             # counted in C, and the head and the body after it go to the parser in one call (a second
             # answer in the read stops at on_message_begin).
-            end = data.find(b"\r\n\r\n", 0, MAX_LINE_BYTES) + 4
+            end = data.find(b"\r\n\r\n", 0, self.bounds.line_bytes) + 4
             if end >= 4:
-                if self.fields + data.count(b"\n", 0, end) - 2 > MAX_FIELDS:  # not the status, blank lines
-                    self._refuse_head(f"more than {MAX_FIELDS} header fields")
-                if self.spent + end > MAX_HEAD_BYTES:
-                    self._refuse_head(f"a head longer than {MAX_HEAD_BYTES} bytes")
+                if (
+                    self.fields + data.count(b"\n", 0, end) - 2 > self.bounds.fields
+                ):  # not the status, blank lines
+                    self._refuse_head(f"more than {self.bounds.fields} header fields")
+                if self.spent + end > self.bounds.head_bytes:
+                    self._refuse_head(f"a head longer than {self.bounds.head_bytes} bytes")
                 self.head = None
                 before = self.size
                 parser.feed_data(data)
@@ -302,8 +327,8 @@ class _Connection(asyncio.Protocol):
         only, so llhttp hands each field to httptools in one piece, which would otherwise join its
         pieces read by read, quadratic in its length) and whether the head ends there (its blank line).
 
-        Only an unfinished line is kept between reads. A line past :data:`MAX_LINE_BYTES`, heads past
-        :data:`MAX_HEAD_BYTES` or more than :data:`MAX_FIELDS` fields stop the call.
+        Only an unfinished line is kept between reads. A line past ``bounds.line_bytes``, heads past
+        ``bounds.head_bytes`` or more than ``bounds.fields`` fields stop the call.
         """
         head = self.head
         assert head is not None
@@ -314,32 +339,32 @@ class _Connection(asyncio.Protocol):
             buffer = head
         start = 0
         while (end := buffer.find(b"\n", max(start, scanned))) >= 0:
-            if end + 1 - start > MAX_LINE_BYTES:
-                self._refuse_head(f"a head line longer than {MAX_LINE_BYTES} bytes")
+            if end + 1 - start > self.bounds.line_bytes:
+                self._refuse_head(f"a head line longer than {self.bounds.line_bytes} bytes")
             whole = self.lines > 0 and end - start <= 1  # the blank line ends the head
             if self.lines and not whole:
                 self.fields += 1
-                if self.fields > MAX_FIELDS:
-                    self._refuse_head(f"more than {MAX_FIELDS} header fields")
+                if self.fields > self.bounds.fields:
+                    self._refuse_head(f"more than {self.bounds.fields} header fields")
             self.lines += 1
             start = end + 1
-            if self.spent + start > MAX_HEAD_BYTES:
-                self._refuse_head(f"a head longer than {MAX_HEAD_BYTES} bytes")
+            if self.spent + start > self.bounds.head_bytes:
+                self._refuse_head(f"a head longer than {self.bounds.head_bytes} bytes")
             if whole:
                 return buffer, start, True
-        if len(buffer) - start >= MAX_LINE_BYTES:
-            self._refuse_head(f"a head line longer than {MAX_LINE_BYTES} bytes")
+        if len(buffer) - start >= self.bounds.line_bytes:
+            self._refuse_head(f"a head line longer than {self.bounds.line_bytes} bytes")
         return buffer, start, False
 
     def _bound_tail(self, fed: bytes | memoryview, body: int) -> None:
         """After the parser read ``fed`` past the head, ``body`` bytes of it the body's: what it holds of
-        an unfinished chunk or trailer line must stay under :data:`MAX_LINE_BYTES` (httptools joins a
+        an unfinished chunk or trailer line must stay under ``bounds.line_bytes`` (httptools joins a
         trailer field's pieces read by read, and keeps them until the line ends)."""
         loose = len(fed) - body
         if not loose:
             self.tail_line = 0
             return
-        window = bytes(fed[-MAX_LINE_BYTES:])
+        window = bytes(fed[-self.bounds.line_bytes :])
         line_end = window.rfind(b"\n")
         after = len(window) - 1 - line_end if line_end >= 0 else len(fed)
         if body:
@@ -348,8 +373,8 @@ class _Connection(asyncio.Protocol):
             self.tail_line = min(after, loose)
         else:
             self.tail_line = after if line_end >= 0 else self.tail_line + len(fed)
-            if self.tail_line >= MAX_LINE_BYTES:
-                self._refuse_head(f"a chunk or trailer line longer than {MAX_LINE_BYTES} bytes")
+            if self.tail_line >= self.bounds.line_bytes:
+                self._refuse_head(f"a chunk or trailer line longer than {self.bounds.line_bytes} bytes")
 
     def _refuse_head(self, cause: str) -> None:
         """A bound of the head or trailers is past: the call fails as ``bad_head``, the connection closes."""
@@ -379,12 +404,12 @@ class _Connection(asyncio.Protocol):
         size = len(name) + len(value) + 4
         self.fields += 1
         self.spent += size
-        if size > MAX_LINE_BYTES:
-            self._refuse_head(f"a trailer field line longer than {MAX_LINE_BYTES} bytes")
-        if self.fields > MAX_FIELDS:
-            self._refuse_head(f"more than {MAX_FIELDS} trailer fields")
-        if self.spent > MAX_HEAD_BYTES:
-            self._refuse_head(f"trailers longer than {MAX_HEAD_BYTES} bytes")
+        if size > self.bounds.line_bytes:
+            self._refuse_head(f"a trailer field line longer than {self.bounds.line_bytes} bytes")
+        if self.fields > self.bounds.fields:
+            self._refuse_head(f"more than {self.bounds.fields} trailer fields")
+        if self.spent > self.bounds.head_bytes:
+            self._refuse_head(f"trailers longer than {self.bounds.head_bytes} bytes")
 
     def on_headers_complete(self) -> None:
         assert self.parser is not None
@@ -477,8 +502,10 @@ class BotClient:
         keepalive: float = KEEPALIVE_SECONDS,
         dns_ttl: float = DNS_TTL_SECONDS,
         tls: ssl.SSLContext | None = None,
+        bounds: AnswerBounds = DEFAULT_BOUNDS,
     ) -> None:
         self._keepalive = keepalive
+        self._bounds = bounds
         self._tls = tls
         self._idle: dict[tuple[bool, str, int], deque[_Connection]] = {}
         self._dns_ttl = dns_ttl
@@ -573,7 +600,7 @@ class BotClient:
             for address in addresses:
                 try:
                     _, connection = await loop.create_connection(
-                        lambda: _Connection(target),
+                        lambda: _Connection(target, self._bounds),
                         address,
                         target.port,
                         ssl=tls,

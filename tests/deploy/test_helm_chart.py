@@ -1197,6 +1197,7 @@ def exposed() -> dict[str, frozenset[str]]:
     metrics.cluster_command("10.0.0.1:6379", ok=True)
     metrics.cluster_redirect("10.0.0.1:6379", "moved")
     metrics.cluster_refresh("ok")
+    metrics.directline_late_messages.labels(brand="acme", outcome="delivered").inc()
     admin = AdminMetrics(metrics.registry)
     admin.erasures.labels("acme").inc()
     admin.actions.labels("erase", "ok").inc()

@@ -157,6 +157,7 @@ async def _redeem_device_code(request: web.Request, client: Client) -> web.Respo
         client.server.clock(),
         refresh=refresh,
         grant_ttl=brand.delegation.grant_ttl,
+        max_user_grants=brand.delegation.max_grants_per_user,
     )
     metrics = request.app[METRICS]
     if result.outcome is not PollOutcome.ISSUED or result.grant is None:
@@ -166,6 +167,9 @@ async def _redeem_device_code(request: web.Request, client: Client) -> web.Respo
     metrics.delegation_event(brand_id, "token_issued")
     if result.superseded:
         # §5.3: one live grant per (user, agent, sub); the earlier one's tokens stop from now on.
+        metrics.delegation_event(brand_id, "grant_superseded")
+    for _ in range(result.capped):
+        # delegation.max_grants_per_user: the user's oldest grant made way for this one.
         metrics.delegation_event(brand_id, "grant_superseded")
     return json_answer(_answer(client, result.grant, result.grant.scopes, refresh_token))
 
