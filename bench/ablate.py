@@ -32,8 +32,8 @@ from aiohttp.typedefs import Handler
 from bench.procs import serve_request, served_through
 from gateway.auth.pa_jwt import PAIdentity, PAVerifier
 from gateway.config import RateLimitsConfig
-from gateway.ops import access
-from gateway.ops.access import AccessLog
+from gateway.handlers import access
+from gateway.handlers.access import AccessLog
 from gateway.ops.limits import Charge, RateLimits
 from gateway.ops.metrics import Metrics
 from gateway.ops.tracing import start_trace, using_trace

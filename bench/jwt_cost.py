@@ -15,7 +15,7 @@ step as the gateway takes it: the cached token check, the receipt's claims and p
 signature, the reply's bigger body, the two delegation events in the metrics. ``bench.run``
 prints them beside the delegated fronts' CPU per turn and the 0.85 target. What the signature
 costs with the CPU's caches flushed first, alone and eight back to back (as
-:class:`gateway.oauth.keys.SigningBatch` signs one loop pass's receipts). And whether the
+:class:`gateway.provider_keys.SigningBatch` signs one loop pass's receipts). And whether the
 signature could leave the event loop: ``cryptography`` releases the GIL while OpenSSL signs, so
 two threads sign faster than one (their speed-up), but a signature handed to a worker thread
 still costs the loop the hand-off (its CPU per receipt, with 32 turns signing at once).
@@ -40,12 +40,11 @@ import rfc8785
 
 from bench.delegation import BRAND, SCOPES, brand_user, delegation_config
 from bench.tokens import Minter, user_sub
-from gateway.auth.delegation import DelegationVerifier
 from gateway.auth.jwks import JwksCache, make_fetch_session
 from gateway.auth.pa_jwt import PAVerifier
 from gateway.config import JwksPolicy, PersonalAgentConfig, PersonalAgentsConfig, load_config
 from gateway.oauth.access_token import mint_access_token
-from gateway.oauth.keys import ProviderKeys
+from gateway.oauth.delegation import DelegationVerifier
 from gateway.oauth.server import AuthorizationServer
 from gateway.ops.metrics import Metrics
 from gateway.pa_keys import generate_private_jwk, public_jwks
@@ -57,6 +56,7 @@ from gateway.protocol.receipts import (
     receipt_payload,
     timestamp,
 )
+from gateway.provider_keys import ProviderKeys
 from gateway.store.base import Owner
 from gateway.store.factory import open_oauth_store, open_store
 from gateway.store.oauth import Grant

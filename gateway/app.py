@@ -7,19 +7,19 @@ from collections.abc import AsyncIterator, Callable
 
 from aiohttp import web
 
-from gateway.auth.delegation import DelegationVerifier
 from gateway.auth.jwks import JwksCache, make_fetch_session
 from gateway.auth.pa_jwt import PAVerifier
-from gateway.config import GatewayConfig
+from gateway.config import GatewayConfig, TracingConfig
+from gateway.handlers.access import AccessLog
+from gateway.handlers.state import METRICS, RUNTIME, Runtime, RuntimeRef
 from gateway.http.middlewares import error_middleware, request_id_middleware
-from gateway.http.state import METRICS, RUNTIME, Runtime, RuntimeRef
-from gateway.oauth.keys import ProviderKeys
+from gateway.oauth.delegation import DelegationVerifier
 from gateway.oauth.server import AuthorizationServer
-from gateway.ops.access import AccessLog
 from gateway.ops.limits import BotCalls, RateLimits
 from gateway.ops.metrics import Metrics, issuer_label
-from gateway.ops.tracing import SPANS, Spans, open_spans
+from gateway.ops.tracing import SPANS, Spans
 from gateway.protocol.card import render_card
+from gateway.provider_keys import ProviderKeys
 from gateway.routes import add_routes
 from gateway.store import ConversationStore, open_store
 from gateway.store.adapter_state import AdapterState
@@ -129,6 +129,18 @@ def reload_runtime(app: web.Application, config: GatewayConfig) -> Runtime:
     ref = app[RUNTIME]
     ref.current = build_runtime(app, config, previous=ref.current)
     return ref.current
+
+
+def open_spans(config: TracingConfig) -> Spans | None:
+    """OTLP export as ``config`` says, or ``None`` when it names no endpoint.
+
+    OpenTelemetry is imported here and only here, so a gateway without tracing never loads it.
+    """
+    if config.otlp_endpoint is None:
+        return None
+    from gateway.ops.otel import otlp_spans
+
+    return otlp_spans(config)
 
 
 def create_app(

@@ -232,7 +232,7 @@ def _describe(config: GatewayConfig) -> str:
 
 def _probe(config: GatewayConfig) -> int:
     """``check-config --probe``: the table of what answered; 2 when anything did not."""
-    from gateway.ops.probe import format_table, run_probes
+    from gateway.process.probe import format_table, run_probes
 
     results = asyncio.run(run_probes(config))
     print(format_table(results))

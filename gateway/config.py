@@ -31,7 +31,7 @@ import jmespath
 import jsonschema
 import yaml
 
-from gateway.oauth.keys import SigningKey, parse_signing_key
+from gateway.provider_keys import SigningKey, parse_signing_key
 from gateway.redis_url import CLUSTER_SCHEMES, parse_redis_url
 
 __all__ = [

@@ -3,7 +3,7 @@
 It talks to the gateway's shared store directly (``cache.url``), so it works only against Redis:
 with ``memory://`` the conversations live inside the serving process, and its admin API
 (``admin.enabled``) is the way in. What each action does, and what erasing leaves, is
-:mod:`gateway.ops.erasure`'s; its audit line goes to stderr in the configuration's
+:mod:`gateway.process.erasure`'s; its audit line goes to stderr in the configuration's
 ``logging.format``, marked ``via: cli``.
 """
 
@@ -17,8 +17,8 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 
 from gateway.config import GatewayConfig, LoggingConfig
-from gateway.ops.erasure import ADAPTER_STATE_NAMES, AUDIT_LOGGER, PersonRecords
 from gateway.ops.logs import GatewayLogHandler, JsonFormatter, TextFormatter
+from gateway.process.erasure import ADAPTER_STATE_NAMES, AUDIT_LOGGER, PersonRecords
 from gateway.store import open_store
 from gateway.store.base import Owner, StoreError
 from gateway.store.factory import open_conversation_admin, open_oauth_store

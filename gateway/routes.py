@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from gateway.http import a2a, cards
-from gateway.oauth import consent, device, introspection, metadata, revocation, tokens
+from gateway.handlers import a2a, cards
+from gateway.handlers.oauth import consent, device, introspection, metadata, revocation, tokens
 
 # Path segments never contain ':' so that `tasks/{id}:cancel` cannot be read as `tasks/{id}`.
 _BRAND = "{brand:[^/:]+}"

@@ -4,7 +4,7 @@ an operator's ``GET``) learns nothing of what is sealed.
 
 Two callers, each with its own ``purpose`` (the HKDF ``info``, so one secret never yields the same
 key for two uses): the refresh grace's answer, sealed under the presented refresh token
-(:mod:`gateway.oauth.tokens`), and a Direct Line conversation's token, sealed under the Brand's
+(:mod:`gateway.handlers.oauth.tokens`), and a Direct Line conversation's token, sealed under the Brand's
 Direct Line secret (:mod:`gateway.upstream.directline`). The ``context`` is the GCM associated
 data: a sealed value opens only for the record it was sealed for (a grant, a conversation), so a
 value copied under another key does not.

@@ -21,9 +21,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final, NamedTuple
 
-from gateway.auth.delegation import Delegation
 from gateway.config import DelegationConfig
 from gateway.oauth.access_token import InvalidToken
+from gateway.oauth.delegation import Delegation
 from gateway.oauth.device import start_device_authorization
 from gateway.oauth.server import AuthorizationServer
 from gateway.ops.limits import Charge, RateLimited, RateLimits
@@ -442,7 +442,7 @@ class TurnService:
     ) -> bytes:
         """The reply with its signed §5.6 receipt; stored whole, so a retry returns the same receipt.
 
-        The signature comes from the keys' :class:`~gateway.oauth.keys.SigningBatch`, signed
+        The signature comes from the keys' :class:`~gateway.provider_keys.SigningBatch`, signed
         back to back with the other receipts asked for in the same event-loop pass.
         """
         # Verified against this runtime's server, so the Brand delegates in this runtime.

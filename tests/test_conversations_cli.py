@@ -16,8 +16,8 @@ import yaml
 
 from gateway.cli import main
 from gateway.config import GatewayConfig, load_config
-from gateway.ops.erasure import AUDIT_LOGGER
 from gateway.ops.logs import sub_digest
+from gateway.process.erasure import AUDIT_LOGGER
 from gateway.store import Owner, TurnStatus, open_store
 from tests.ops.conftest import free_port
 from tests.support.gateway import base_config

@@ -30,7 +30,7 @@ from gateway.demo import (
 )
 from gateway.demo_check import read_form
 from gateway.oauth import pages
-from gateway.oauth.keys import parse_signing_key
+from gateway.provider_keys import parse_signing_key
 from tests.test_cli import CLI_TIMEOUT, free_port
 
 

@@ -4,7 +4,7 @@ The access line must say why a request failed without reading the body it answer
 on every request, and the reason is in a JSON envelope), so whoever builds the refusal writes
 the reason here: the error middleware the §6 A2A reason, the OAuth endpoints their RFC 6749
 error code, the §6 limits the limit that refused, a §5.5 delegation-token check why the token
-was refused. The §3.4 authentication failure is kept by :mod:`gateway.http.caller`, for the
+was refused. The §3.4 authentication failure is kept by :mod:`gateway.handlers.caller`, for the
 metrics too. Nothing here is ever sent to the client.
 """
 

@@ -19,8 +19,8 @@ import jwt
 import orjson
 
 from gateway.auth.signature import SIGNATURE_ONLY
-from gateway.oauth.keys import ProviderKeys
 from gateway.protocol.claims import MAX_CLOCK_SKEW, MAX_TOKEN_LENGTH, AuthFailure, split_unverified
+from gateway.provider_keys import ProviderKeys
 from gateway.store.oauth import Grant
 
 __all__ = ["ACCESS_TOKEN_TYP", "DelegationClaims", "InvalidToken", "mint_access_token", "verify_access_token"]

@@ -12,17 +12,8 @@ import secrets
 from dataclasses import dataclass
 from typing import Any, Final
 
-from aiohttp import web
-
 from gateway.config import DelegationConfig
-from gateway.http.notes import refused
-from gateway.http.state import METRICS
-from gateway.oauth.client_auth import Client, pa_client
-from gateway.oauth.errors import ErrorCode, json_answer
-from gateway.oauth.forms import parse_scope
-from gateway.ops.limits import DEVICE_AUTHORIZATION, RateLimited, named_limit
 from gateway.protocol.urls import OAuthUrls, with_query
-from gateway.store.base import StoreFull
 from gateway.store.oauth import DeviceAuthorization, OAuthStore
 
 __all__ = [
@@ -31,7 +22,6 @@ __all__ = [
     "USER_CODE_ALPHABET",
     "StartedAuthorization",
     "code_hash",
-    "device_authorization",
     "new_user_code",
     "normalize_user_code",
     "start_device_authorization",
@@ -43,8 +33,6 @@ INTERVAL: Final = 5
 """RFC 8628 §3.2: the default polling interval."""
 USER_CODE_ALPHABET: Final = "BCDFGHJKLMNPQRSTVWXZ"
 """RFC 8628 §6.1: 20 consonants, no vowels (no words), no look-alike digits."""
-STORE_FULL_RETRY_AFTER: Final = 60
-"""Seconds a device authorization refused for a full memory store is told to wait (a pass of its sweep)."""
 _USER_CODE_ATTEMPTS: Final = 8
 
 
@@ -130,56 +118,3 @@ async def start_device_authorization(
             return StartedAuthorization(device_code, user_code, plain, complete, EXPIRES_IN, INTERVAL)
     # 8 collisions in a row means the Brand has billions of live codes: something else is wrong.
     raise RuntimeError("no free user_code after several attempts")
-
-
-@pa_client
-async def device_authorization(request: web.Request, client: Client) -> web.Response:
-    """``POST {interface}/oauth/device_authorization`` (RFC 8628 §3.1–3.2, §5.3).
-
-    The scopes must all be on the card (§5.2) and are kept in its order; the authorization is
-    bound to the personal agent *and* its ``sub``, so only the same (PA, User) can redeem it.
-    Past ``rate_limits.device_authorization`` the answer is ``429`` with ``Retry-After`` and the
-    RFC 8628 §3.5 ``slow_down`` code in the RFC 6749 §5.2 JSON body: the personal agent should
-    ask again later, not at once.
-    """
-    brand = client.brand
-    scopes = parse_scope(client.form.get("scope"), brand.delegation.scopes)
-    settings = brand.brand.rate_limits
-    identity = client.identity
-    try:
-        # Each authorization asks a person to sign in: a few a minute per (personal agent, sub).
-        await client.runtime.limits.enforce(
-            brand.brand.id,
-            named_limit(DEVICE_AUTHORIZATION, settings.device_authorization, identity.issuer, identity.sub),
-            fail_open=settings.fail_open,
-        )
-    except RateLimited as limited:
-        refused(request, limited.limit)
-        return json_answer(
-            {"error": ErrorCode.SLOW_DOWN.value, "error_description": "too many device authorizations"},
-            status=429,
-            headers={"Retry-After": str(limited.retry_after)},
-        )
-    try:
-        started = await start_device_authorization(
-            client.server.store,
-            brand.delegation,
-            brand.urls,
-            brand_id=brand.brand.id,
-            client_id=client.identity.issuer,
-            owner_digest=client.owner_digest,
-            scopes=scopes,
-            now=client.server.clock(),
-        )
-    except StoreFull:
-        # The memory store at its bound with nothing that may go: ask again later (RFC 8628 §3.5's
-        # code, as for the rate limit), counted as pact_rate_limited_total{limit="store_full"}.
-        refused(request, "store_full")
-        request.app[METRICS].rate_limited.labels(brand=brand.brand.id, limit="store_full").inc()
-        return json_answer(
-            {"error": ErrorCode.SLOW_DOWN.value, "error_description": "the gateway's store is full"},
-            status=429,
-            headers={"Retry-After": str(STORE_FULL_RETRY_AFTER)},
-        )
-    request.app[METRICS].delegation_event(brand.brand.id, "authorization_started")
-    return json_answer(started.as_json())

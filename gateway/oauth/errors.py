@@ -2,45 +2,35 @@
 
 Every answer of a token-bearing endpoint is ``Cache-Control: no-store`` with ``Pragma:
 no-cache`` (RFC 6749 §5.1, RFC 8628 §3.2): codes and tokens must not sit in any cache. An
-endpoint raises :class:`OAuthError` and :func:`oauth_endpoint` turns it into the JSON error;
+endpoint raises :class:`OAuthError` and
+:func:`~gateway.handlers.oauth.endpoint.oauth_endpoint` turns it into the JSON error;
 a store failure becomes ``server_error`` there too, so an OAuth client never sees the §6 A2A
 envelope (an OAuth error is not an A2A error, §6) nor a traceback.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Mapping
 from enum import Enum
 from typing import Any, Final
 
 from aiohttp import web
 
-from gateway.http.middlewares import REQUEST_ID
-from gateway.http.notes import refused
-from gateway.http.state import METRICS
-from gateway.store.base import StoreError
 from gateway.wire import json_bytes
 
 __all__ = [
     "NO_STORE",
     "OAUTH_REALM",
     "ErrorCode",
-    "Handler",
     "OAuthError",
     "invalid_client",
     "json_answer",
-    "oauth_endpoint",
 ]
-
-log = logging.getLogger("pact_gateway.oauth")
 
 NO_STORE: Final[Mapping[str, str]] = {"Cache-Control": "no-store", "Pragma": "no-cache"}
 JSON: Final = "application/json"
 OAUTH_REALM: Final = 'Bearer realm="oauth"'
 """RFC 6749 §5.2: a refused client that authenticated with ``Authorization`` learns the scheme it used."""
-
-Handler = Callable[[web.Request], Awaitable[web.Response]]
 
 
 class ErrorCode(Enum):
@@ -98,33 +88,3 @@ def json_answer(
     return web.Response(
         body=serialized, status=status, headers={**NO_STORE, **(headers or {}), "Content-Type": JSON}
     )
-
-
-def oauth_endpoint(handler: Handler) -> Handler:
-    """``handler`` with every failure answered as RFC 6749 §5.2 JSON.
-
-    A :class:`StoreError` is the Provider's failure: ``500 server_error``, logged once with
-    the request id (no traceback: the store's message says what failed). Anything else
-    unexpected is logged with its traceback, as the A2A error middleware does, and answered
-    the same way, so no OAuth client ever gets the A2A envelope.
-    """
-
-    async def wrapped(request: web.Request) -> web.Response:
-        try:
-            return await handler(request)
-        except OAuthError as error:
-            refused(request, error.code.value)
-            return error.response()
-        except web.HTTPException:
-            raise
-        except StoreError as exc:
-            request.app[METRICS].store_error("oauth")
-            log.error("store unavailable: %s", exc, extra={"request_id": request.get(REQUEST_ID)})
-        except Exception:
-            log.exception("unhandled error", extra={"request_id": request.get(REQUEST_ID)})
-        refused(request, ErrorCode.SERVER_ERROR.value)
-        return OAuthError(ErrorCode.SERVER_ERROR).response()
-
-    wrapped.__name__ = handler.__name__
-    wrapped.__doc__ = handler.__doc__
-    return wrapped

@@ -1,7 +1,8 @@
 """RFC 6749 §3.1 request parameters and §3.3 scopes, as every OAuth endpoint here reads them.
 
 Parameters come as an ``application/x-www-form-urlencoded`` body in UTF-8 (RFC 6749 §3.2,
-RFC 8628 §3.1, RFC 7009 §2.1, RFC 7662 §2.1), read whole and capped like an A2A body. A
+RFC 8628 §3.1, RFC 7009 §2.1, RFC 7662 §2.1), read whole and capped like an A2A body
+(:func:`gateway.handlers.oauth.endpoint.read_form`). A
 parameter sent without a value counts as omitted and none may be sent twice (§3.1); names
 an endpoint does not know are ignored.
 """
@@ -12,12 +13,9 @@ from collections.abc import Iterable, Mapping
 from typing import Final
 from urllib.parse import parse_qsl
 
-from aiohttp import web
-
-from gateway.http.caller import read_body
 from gateway.oauth.errors import ErrorCode, OAuthError
 
-__all__ = ["FORM_TYPE", "parse_form", "parse_scope", "read_form", "required"]
+__all__ = ["FORM_TYPE", "parse_form", "parse_scope", "required"]
 
 FORM_TYPE: Final = "application/x-www-form-urlencoded"
 _MAX_FIELDS: Final = 32
@@ -41,16 +39,6 @@ def parse_form(body: bytes) -> dict[str, str]:
         if value:
             form[name] = value
     return form
-
-
-async def read_form(request: web.Request, limit: int) -> dict[str, str]:
-    """The request's form parameters, the body capped at ``limit`` bytes (``invalid_request`` past it)."""
-    if request.content_type.lower() != FORM_TYPE:
-        raise OAuthError(ErrorCode.INVALID_REQUEST, f"Content-Type must be {FORM_TYPE}")
-    body = await read_body(request, limit)
-    if body is None:
-        raise OAuthError(ErrorCode.INVALID_REQUEST, "Request body too large")
-    return parse_form(body)
 
 
 def required(form: Mapping[str, str], name: str) -> str:

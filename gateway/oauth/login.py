@@ -7,7 +7,7 @@ else about the User ever reaches the Provider. The header rules are the personal
 set (inline, or fetched under the personal agents' fetch rules), and the claims are checked
 here as pure functions of the verified payload and ``now``. Whether the ``user_code`` names a
 pending authorization and whether the ``jti`` was seen before are the store's business
-(:mod:`gateway.oauth.consent`), so this module does no state I/O beyond fetching keys.
+(:mod:`gateway.handlers.oauth.consent`), so this module does no state I/O beyond fetching keys.
 """
 
 from __future__ import annotations

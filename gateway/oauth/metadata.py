@@ -3,7 +3,8 @@
 Both are public like the card (§2.1: no authentication, the same cache headers peers send)
 and exist only for a Brand that delegates; any other Brand gets a bare ``404``. Metadata is
 served at ``{issuer}/.well-known/oauth-authorization-server`` (what the card links) and at
-the RFC 8414 §3.1 location, the well-known suffix inserted before the issuer's path.
+the RFC 8414 §3.1 location, the well-known suffix inserted before the issuer's path, by
+:mod:`gateway.handlers.oauth.metadata`; this module builds the document.
 """
 
 from __future__ import annotations
@@ -11,13 +12,8 @@ from __future__ import annotations
 from typing import Any, Final
 
 import orjson
-from aiohttp import web
 
 from gateway.config import DelegationConfig
-from gateway.http import responses
-from gateway.http.cards import CARD_HEADERS
-from gateway.http.state import RUNTIME
-from gateway.oauth.client_auth import delegating_brand
 from gateway.protocol.urls import OAuthUrls
 
 __all__ = [
@@ -25,8 +21,6 @@ __all__ = [
     "PA_JWT_AUTH_METHOD",
     "REFRESH_TOKEN_GRANT",
     "build_metadata",
-    "jwks",
-    "metadata",
     "render_metadata",
 ]
 
@@ -40,7 +34,6 @@ says that: ``private_key_jwt`` (RFC 7523) is a ``client_assertion`` form paramet
 these endpoints do not take, so advertising it would send a generic client down a path that
 fails. RFC 8414 §2 takes these values from RFC 7591 §2, which admits unregistered ones; PACT
 defines none, so this one names the profile's own method for a PACT-aware client."""
-PUBLIC_HEADERS: Final = {**CARD_HEADERS, "Content-Type": "application/json"}
 
 
 def build_metadata(delegation: DelegationConfig, urls: OAuthUrls) -> dict[str, Any]:
@@ -74,19 +67,3 @@ def build_metadata(delegation: DelegationConfig, urls: OAuthUrls) -> dict[str, A
 def render_metadata(delegation: DelegationConfig, urls: OAuthUrls) -> bytes:
     """:func:`build_metadata` serialized: done once per runtime, when the Brand's server is built."""
     return orjson.dumps(build_metadata(delegation, urls))
-
-
-async def metadata(request: web.Request) -> web.Response:
-    """``GET {issuer}/.well-known/oauth-authorization-server`` and its RFC 8414 §3.1 twin."""
-    found = delegating_brand(request, request.app[RUNTIME].current)
-    if found is None:
-        return responses.not_found()
-    return web.Response(body=found[1].metadata, headers=PUBLIC_HEADERS)
-
-
-async def jwks(request: web.Request) -> web.Response:
-    """``GET {issuer}/jwks.json``: the keys that sign delegation tokens and receipts (§5.1, §5.4, §5.6)."""
-    found = delegating_brand(request, request.app[RUNTIME].current)
-    if found is None:
-        return responses.not_found()
-    return web.Response(body=found[0].keys.jwks_bytes(), headers=PUBLIC_HEADERS)

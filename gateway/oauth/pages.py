@@ -2,7 +2,7 @@
 
 Plain HTML built with :func:`html.escape` (every value that did not come from this module is
 escaped, quotes included) and one inline stylesheet. The consent page carries one inline script,
-the only one the CSP allows (by its hash, :data:`SCRIPT_SOURCE`, in :mod:`gateway.oauth.consent`):
+the only one the CSP allows (by its hash, :data:`SCRIPT_SOURCE`, in :mod:`gateway.handlers.oauth.consent`):
 it keeps Enter in a checkbox from submitting the form. Everything works without JavaScript, and
 then that Enter presses Deny, the form's first button, never Allow.
 They are sized for a phone first: a viewport meta, one narrow column, wrapping long words,

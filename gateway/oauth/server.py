@@ -8,10 +8,10 @@ from dataclasses import dataclass, field
 from gateway.auth.jwks import JwksCache
 from gateway.auth.token_cache import TokenCache
 from gateway.config import BrandConfig, DelegationConfig, GatewayConfig
-from gateway.oauth.keys import ProviderKeys
 from gateway.oauth.login import RefusedAssertion
 from gateway.oauth.metadata import render_metadata
 from gateway.protocol.urls import OAuthUrls
+from gateway.provider_keys import ProviderKeys
 from gateway.store.oauth import OAuthStore
 
 __all__ = ["REFUSED_ASSERTIONS", "AuthorizationServer", "DelegatingBrand"]

@@ -1,4 +1,5 @@
-"""What the app's handlers use around a request: metrics, logs, access lines, limits, tracing, probes.
+"""What the app's handlers use around a request: metrics, logs, limits, tracing.
 
-The process around the app (serving, workers, the ops listener, reload) is :mod:`gateway.process`.
+The process around the app (serving, workers, the ops listener, reload, erasure, probes) is
+:mod:`gateway.process`; the access line is :mod:`gateway.handlers.access`.
 """

@@ -15,12 +15,14 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Literal
 
+from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
 from gateway.config import GatewayConfig
 
 __all__ = [
+    "CLIENT_GONE",
     "LATENCY_BUCKETS",
     "MAX_CLUSTER_NODES",
     "NO_BRAND",
@@ -34,6 +36,7 @@ __all__ = [
     "issuer_label",
     "mark_worker_dead",
     "multiprocess_registry",
+    "operation_name",
     "outcome_for_status",
 ]
 
@@ -45,6 +48,8 @@ UNMATCHED = "unmatched"
 """The ``operation`` label of a request no route matched (a raw path is never a label)."""
 OTHER_OPERATION = "other"
 """The ``operation`` label of a matched route that carries no name (e.g. the demo's own JWKS route)."""
+CLIENT_GONE = 499
+"""The status recorded when the client went away before the answer (nginx's convention)."""
 OPEN_ISSUER = "open"
 """The ``issuer`` label of an issuer the ``open`` policy admitted: anyone can mint one."""
 MAX_CLUSTER_NODES = 16
@@ -85,6 +90,14 @@ def outcome_for_status(status: int) -> str:
     if status in _OUTCOMES:
         return _OUTCOMES[status]
     return "client_error" if status < 500 else "error"
+
+
+def operation_name(request: web.Request) -> str:
+    """The route's name (an A2A method, see :mod:`gateway.routes`), or a fixed stand-in."""
+    match_info = request.match_info
+    if match_info.http_exception is not None:
+        return UNMATCHED
+    return match_info.route.name or OTHER_OPERATION
 
 
 def brand_label(config: GatewayConfig, brand_id: str | None) -> str:

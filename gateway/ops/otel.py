@@ -45,7 +45,7 @@ from opentelemetry.trace import (
 )
 
 from gateway.config import TracingConfig
-from gateway.ops.access import CLIENT_GONE, operation_name
+from gateway.ops.metrics import CLIENT_GONE, operation_name
 from gateway.ops.tracing import AttributeValue, TraceContext, current_trace, incoming_trace, using_trace
 
 __all__ = ["INSTRUMENTATION", "OtelSpans", "otlp_spans", "tracer_provider"]

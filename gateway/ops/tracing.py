@@ -27,14 +27,11 @@ import re
 from collections.abc import Awaitable, Iterable, Mapping
 from contextlib import AbstractContextManager
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, NamedTuple, Protocol, TypeAlias, TypeVar
+from typing import NamedTuple, Protocol, TypeAlias, TypeVar
 
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 from multidict import CIMultiDictProxy
-
-if TYPE_CHECKING:
-    from gateway.config import TracingConfig
 
 __all__ = [
     "CURRENT_TRACE",
@@ -48,7 +45,6 @@ __all__ = [
     "current_trace",
     "incoming_trace",
     "new_trace",
-    "open_spans",
     "parse_traceparent",
     "parse_tracestate",
     "start_trace",
@@ -213,7 +209,8 @@ def trace_headers(trace: TraceContext | None) -> dict[str, str]:
 
 CURRENT_TRACE: ContextVar[TraceContext | None] = ContextVar("pact_gateway_trace", default=None)
 """The span of the request being handled in this context; set by whichever middleware starts the
-request's span (:class:`gateway.ops.access.AccessLog`, or OpenTelemetry's through :func:`using_trace`)."""
+request's span (:class:`gateway.handlers.access.AccessLog`, or OpenTelemetry's through
+:func:`using_trace`)."""
 TRACE = web.RequestKey("trace", TraceContext)
 """The gateway's span of the request, set by the middleware that starts it, before any handler runs."""
 
@@ -267,15 +264,3 @@ SPANS: web.AppKey[Spans | None] = web.AppKey("spans")
 def traced(spans: Spans | None, name: str, work: Awaitable[_T]) -> Awaitable[_T]:
     """``work`` inside a span called ``name`` when tracing is on; ``work`` itself, for nothing, when off."""
     return work if spans is None else spans.run(name, work)
-
-
-def open_spans(config: TracingConfig) -> Spans | None:
-    """OTLP export as ``config`` says, or ``None`` when it names no endpoint.
-
-    OpenTelemetry is imported here and only here, so a gateway without tracing never loads it.
-    """
-    if config.otlp_endpoint is None:
-        return None
-    from gateway.ops.otel import otlp_spans
-
-    return otlp_spans(config)

@@ -1,4 +1,5 @@
-"""The admin API: a person's conversations listed, closed or erased over HTTP (:mod:`gateway.ops.erasure`).
+"""The admin API: a person's conversations listed, closed or erased over HTTP
+(:mod:`gateway.process.erasure`).
 
 Served under ``/admin/`` on a listener of its own (:class:`AdminListener`, ``admin.host:admin.port``,
 loopback by default), never by the A2A listener, which the Ingress exposes, nor by the ops
@@ -33,9 +34,9 @@ from prometheus_client import CollectorRegistry, Counter
 
 from gateway.app import OAUTH_STORE, STORE, WALL_CLOCK
 from gateway.config import AdminConfig, GatewayConfig
-from gateway.http.state import METRICS, RUNTIME
-from gateway.ops.erasure import ADAPTER_STATE_NAMES, PersonRecords
+from gateway.handlers.state import METRICS, RUNTIME
 from gateway.ops.logs import sub_digest
+from gateway.process.erasure import ADAPTER_STATE_NAMES, PersonRecords
 from gateway.store.admin import ConversationInfo
 from gateway.store.base import Owner, StoreError
 from gateway.store.factory import open_conversation_admin

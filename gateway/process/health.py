@@ -27,7 +27,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_l
 from gateway.app import JWKS, STORE
 from gateway.auth.jwks import JwksCache
 from gateway.config import GatewayConfig, MetricsConfig
-from gateway.http.state import RUNTIME
+from gateway.handlers.state import RUNTIME
 from gateway.ops.exposition import WithoutCreated
 from gateway.store.base import StoreError
 

@@ -2,7 +2,7 @@
 
 A reload re-reads and re-validates the whole YAML. An invalid file is logged with its YAML
 path and ignored: the running configuration stays. A valid one becomes a new
-:class:`~gateway.http.state.Runtime` built on the running resources and swapped in with one
+:class:`~gateway.handlers.state.Runtime` built on the running resources and swapped in with one
 assignment, so a turn already running finishes on the runtime it started with.
 
 Some settings are bound to resources opened at start-up (sockets, the store, the key-fetch
@@ -24,7 +24,7 @@ from aiohttp import web
 
 from gateway.app import reload_runtime
 from gateway.config import ConfigError, GatewayConfig, ReloadConfig, load_config_file
-from gateway.http.state import RUNTIME
+from gateway.handlers.state import RUNTIME
 
 __all__ = ["RESTART_ONLY", "ConfigWatcher", "keep_restart_only", "reload_app"]
 

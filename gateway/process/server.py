@@ -29,8 +29,8 @@ from aiohttp import web
 
 from gateway.app import JWKS, create_app
 from gateway.config import GatewayConfig, config_warnings
+from gateway.handlers.state import RUNTIME
 from gateway.http.connection import GatewayRunner
-from gateway.http.state import RUNTIME
 from gateway.ops.exposition import serve_process_metrics
 from gateway.ops.logs import configure_logging
 from gateway.ops.metrics import Metrics

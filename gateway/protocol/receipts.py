@@ -2,7 +2,7 @@
 
 Pure: :func:`receipt_claims` builds the claims, :func:`receipt_payload` the exact bytes the
 Provider signs (with :data:`RECEIPT_TYP` as the JWS ``typ``, see
-:meth:`gateway.oauth.keys.ProviderKeys.sign`), and :func:`receipt_metadata` the reply's
+:meth:`gateway.provider_keys.ProviderKeys.sign`), and :func:`receipt_metadata` the reply's
 ``metadata``. The claims object in the reply and the JWS payload are the same JSON: a personal
 agent that verifies the JWS and keeps ``claims`` keeps what was signed.
 """
@@ -13,15 +13,14 @@ import base64
 import hashlib
 import time
 from collections.abc import Sequence
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import orjson
-
-from gateway.upstream.base import Action
 
 __all__ = [
     "RECEIPT_KEY",
     "RECEIPT_TYP",
+    "Action",
     "args_hash",
     "receipt_claims",
     "receipt_grant",
@@ -34,6 +33,18 @@ RECEIPT_TYP: Final = "pact-receipt+jws"
 """The JWS header ``typ`` of a receipt (conformance notes, "Receipt")."""
 RECEIPT_KEY: Final = "pact.receipt"
 """Where a receipt sits in the reply message's ``metadata``."""
+
+
+class Action(NamedTuple):
+    """One tool call the bot made on the User's account, for the §5.6 receipt.
+
+    ``canonical_args`` is the RFC 8785 canonical JSON of the call's arguments, made while the
+    reply is parsed, so a bot's arguments that cannot be canonicalized are a bad reply and the
+    receipt only ever hashes bytes.
+    """
+
+    tool: str
+    canonical_args: bytes | None = None
 
 
 def args_hash(canonical_args: bytes) -> str:

@@ -6,7 +6,8 @@ adapter keeps that here, under :func:`gateway.store.keys.adapter_key`, as opaque
 TTL: it puts with ``cache.conversation_ttl`` (refreshed each turn, so the state lives as long
 as the conversation stays open) and deletes it itself when its reply ends the conversation.
 
-In the conversation store's own container or connection (:func:`open_adapter_state`), so a
+In the conversation store's own container or connection (:func:`~gateway.store.factory.open_adapter_state`:
+:mod:`~gateway.store.adapter_state_memory` or :mod:`~gateway.store.adapter_state_redis`), so a
 ``memory://`` gateway keeps it in-process and a Redis one shares it between replicas, like the
 conversation it belongs to.
 
@@ -18,17 +19,9 @@ one-key command that a Redis Cluster routes to its own slot.
 
 from __future__ import annotations
 
-import math
 from abc import ABC, abstractmethod
-from typing import Final
 
-from gateway.store.memory import MemoryKeyspace
-from gateway.store.redis_pipe import RedisPipe
-
-__all__ = ["AdapterState", "MemoryAdapterState", "RedisAdapterState"]
-
-_GONE: Final = (-math.inf, b"")
-"""A deleted entry: expired in place, for the keyspace's sweep to remove (only the sweep deletes keys)."""
+__all__ = ["AdapterState"]
 
 
 class AdapterState(ABC):
@@ -45,42 +38,3 @@ class AdapterState(ABC):
     @abstractmethod
     async def delete(self, key: str) -> None:
         """Forget ``key``; forgetting a key that is not there is no error."""
-
-
-class MemoryAdapterState(AdapterState):
-    """Entries ``(expires, value)`` in the conversation store's :class:`MemoryKeyspace`, on its clock."""
-
-    def __init__(self, keyspace: MemoryKeyspace) -> None:
-        self._keyspace = keyspace
-
-    async def get(self, key: str) -> bytes | None:
-        entry = self._keyspace.entries.get(key)
-        if type(entry) is not tuple or entry[0] <= self._keyspace.clock():
-            return None
-        value: bytes = entry[1]
-        return value
-
-    async def put(self, key: str, value: bytes, ttl: float) -> None:
-        self._keyspace.put(key, (self._keyspace.clock() + ttl, value))
-
-    async def delete(self, key: str) -> None:
-        if key in self._keyspace.entries:
-            self._keyspace.entries[key] = _GONE
-
-
-class RedisAdapterState(AdapterState):
-    """Plain strings with a PX expiry on the conversation store's connection; Redis expires them itself."""
-
-    def __init__(self, redis: RedisPipe) -> None:
-        self._redis = redis
-
-    async def get(self, key: str) -> bytes | None:
-        value: bytes | None = await self._redis.execute("GET", key)
-        return value
-
-    async def put(self, key: str, value: bytes, ttl: float) -> None:
-        # Whole milliseconds, at least one: PX 0 is an error, and a TTL must not round to "never".
-        await self._redis.execute("SET", key, value, "PX", max(1, math.ceil(ttl * 1000)))
-
-    async def delete(self, key: str) -> None:
-        await self._redis.execute("DEL", key)

@@ -15,7 +15,7 @@ from typing import Any, Final
 
 from gateway.config import CacheConfig
 from gateway.store import keys
-from gateway.store.adapter_state import MemoryAdapterState
+from gateway.store.adapter_state_memory import MemoryAdapterState
 from gateway.store.admin import ConversationAdmin, ConversationInfo, Erased
 from gateway.store.base import Owner
 from gateway.store.gcra import US

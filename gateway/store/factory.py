@@ -6,7 +6,9 @@ import time
 from collections.abc import Callable, Sequence
 
 from gateway.config import CacheConfig
-from gateway.store.adapter_state import AdapterState, MemoryAdapterState, RedisAdapterState
+from gateway.store.adapter_state import AdapterState
+from gateway.store.adapter_state_memory import MemoryAdapterState
+from gateway.store.adapter_state_redis import RedisAdapterState
 from gateway.store.admin import ConversationAdmin
 from gateway.store.admin_memory import MemoryConversationAdmin
 from gateway.store.admin_redis import RedisConversationAdmin

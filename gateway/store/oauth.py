@@ -24,7 +24,7 @@ What is kept, each with its own lifetime and never a secret in clear:
   grant: reuse detection, RFC 9700 §4.14.2) without keeping a record per token ever issued;
 * **a rotation's sealed answer**, for ``delegation.refresh_grace`` seconds after it: the token
   endpoint's answer (the new access and refresh tokens), encrypted under a key only the
-  presented refresh token yields (:mod:`gateway.oauth.tokens`), so a client whose answer was
+  presented refresh token yields (:mod:`gateway.handlers.oauth.tokens`), so a client whose answer was
   lost and that presents the previous token again gets that same answer, not a revoked grant.
 
 Every decision that must hold across replicas is one atomic step of the backend: redeeming
@@ -145,7 +145,7 @@ class Grant:
 class RefreshToken(NamedTuple):
     """A refresh token as the store sees it: hashes, and the grant it names (never the token itself).
 
-    A token is ``rt_{grant id}.{family}.{secret}`` (:mod:`gateway.oauth.tokens`): the grant id
+    A token is ``rt_{grant id}.{family}.{secret}`` (:mod:`gateway.handlers.oauth.tokens`): the grant id
     finds the record, the family proves the holder once held a token of that grant (a grant id
     is not a secret: it is in every receipt), the whole token's hash says which one.
     """
@@ -262,7 +262,7 @@ class OAuthStore(ABC):
     async def deny_authorizations_of_owner(self, brand_id: str, owner_digest: str, now: float) -> int:
         """Deny every live PENDING or APPROVED authorization for one (personal agent, ``sub``), forgetting
         the Brand user and scopes an approval recorded; how many were denied. Their next poll hears
-        ``access_denied`` (RFC 8628 §3.5): what erasing that person does (gateway/ops/erasure.py)."""
+        ``access_denied`` (RFC 8628 §3.5): what erasing that person does (gateway/process/erasure.py)."""
 
     @abstractmethod
     async def deny_authorizations_of_user(self, brand_id: str, user: str, now: float) -> int:
@@ -341,7 +341,7 @@ class OAuthStore(ABC):
     @abstractmethod
     async def grants_of_owner(self, brand_id: str, owner_digest: str, now: float) -> list[Grant]:
         """Every live grant issued to one (personal agent, ``sub``), as :attr:`Grant.owner_digest`, oldest
-        first: what erasing that person revokes (gateway/ops/erasure.py)."""
+        first: what erasing that person revokes (gateway/process/erasure.py)."""
 
     @abstractmethod
     async def rotate_refresh(

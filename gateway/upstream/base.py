@@ -7,6 +7,7 @@ from email.utils import parsedate_to_datetime
 from typing import Final, NamedTuple, Protocol
 
 from gateway.ops.tracing import TraceContext
+from gateway.protocol.receipts import Action as Action
 
 
 class UserDelegation(NamedTuple):
@@ -37,18 +38,6 @@ class Turn(NamedTuple):
     trace: TraceContext | None = None
     """The gateway's span the bot call belongs to: every adapter sends
     :func:`~gateway.ops.tracing.trace_headers` of it, so the bot's spans join the caller's trace."""
-
-
-class Action(NamedTuple):
-    """One tool call the bot made on the User's account, for the §5.6 receipt.
-
-    ``canonical_args`` is the RFC 8785 canonical JSON of the call's arguments, made while the
-    reply is parsed, so a bot's arguments that cannot be canonicalized are a bad reply and the
-    receipt only ever hashes bytes.
-    """
-
-    tool: str
-    canonical_args: bytes | None = None
 
 
 class BotReply(NamedTuple):

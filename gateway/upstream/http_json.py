@@ -21,28 +21,24 @@ What answers, even ``405``, proves the endpoint is there (:func:`~gateway.upstre
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
-from typing import Any, Final
 
 import orjson
-import rfc8785
 
 from gateway.config import UpstreamConfig
 from gateway.ops.tracing import trace_headers
-from gateway.upstream.base import Action, BotReply, Turn, UpstreamError
+from gateway.upstream.base import BotReply, Turn, UpstreamError
 from gateway.upstream.client import BotClient, Target
 from gateway.upstream.wire import MAX_REPLY_BYTES as MAX_REPLY_BYTES
-from gateway.upstream.wire import WRONG_MESSAGE, exchange, loads_reply, probe_endpoint
+from gateway.upstream.wire import (
+    WRONG_MESSAGE,
+    exchange,
+    loads_reply,
+    parse_actions,
+    parse_scopes,
+    probe_endpoint,
+)
 from gateway.wire import json_bytes
-
-MAX_LIST_ITEMS: Final = 64
-"""At most this many scopes or actions in one reply: a turn's receipt stays small."""
-MAX_TOOL_LENGTH: Final = 128
-
-# RFC 6749 §3.3 scope-token, as the configuration's scope ids (a scope no card can list is a bad reply).
-_SCOPE_ID = re.compile(r"[\x21\x23-\x5B\x5D-\x7E]{1,128}")
-_ACTION_KEYS: Final = frozenset(("tool", "args"))
 
 
 class HttpJsonAdapter:
@@ -118,44 +114,3 @@ def parse_bot_reply(raw: bytes, message_id: str | None = None) -> BotReply:
         parse_actions(actions),
         parse_scopes(used, "scopes_used"),
     )
-
-
-def _list(value: Any, name: str) -> list[Any]:
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise UpstreamError("bad_body", f"{name} is not a list")
-    if len(value) > MAX_LIST_ITEMS:
-        raise UpstreamError("bad_body", f"{name} has more than {MAX_LIST_ITEMS} items")
-    return value
-
-
-def parse_scopes(value: Any, name: str) -> tuple[str, ...]:
-    """A bot's ``requires_scopes`` or ``scopes_used`` (``None``: none): scope ids in its order, each once."""
-    scopes = _list(value, name)
-    for scope in scopes:
-        if not isinstance(scope, str) or not _SCOPE_ID.fullmatch(scope):
-            raise UpstreamError("bad_body", f"{name} holds something that is not a scope id")
-    return tuple(dict.fromkeys(scopes))
-
-
-def parse_actions(value: Any) -> tuple[Action, ...]:
-    """A bot's ``actions`` (``None``: none), each argument canonicalized for the §5.6 receipt."""
-    actions: list[Action] = []
-    for item in _list(value, "actions"):
-        if not isinstance(item, dict) or not item.keys() <= _ACTION_KEYS:
-            raise UpstreamError("bad_body", 'actions items must be objects with "tool" and optional "args"')
-        tool = item.get("tool")
-        if not isinstance(tool, str) or not tool.strip() or len(tool) > MAX_TOOL_LENGTH:
-            raise UpstreamError("bad_body", "an action's tool is not a non-empty string")
-        args = item.get("args")
-        if args is None:
-            actions.append(Action(tool))
-            continue
-        try:
-            # §5.6 argsHash is over RFC 8785 canonical JSON; orjson parsed what rfc8785 refuses
-            # (integers beyond ±2^53, which JSON numbers cannot carry exactly).
-            actions.append(Action(tool, rfc8785.dumps(args)))
-        except rfc8785.CanonicalizationError:
-            raise UpstreamError("bad_body", "an action's args cannot be canonicalized (RFC 8785)") from None
-    return tuple(actions)

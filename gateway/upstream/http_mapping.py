@@ -36,8 +36,14 @@ from gateway.config import HTTP_PLACEHOLDER, HttpMappingSettings, HttpReplyPaths
 from gateway.ops.tracing import trace_headers
 from gateway.upstream.base import BotReply, Turn, UpstreamError
 from gateway.upstream.client import BotClient, Target
-from gateway.upstream.http_json import parse_actions, parse_scopes
-from gateway.upstream.wire import exchange, loads_reply, probe_endpoint, user_handle
+from gateway.upstream.wire import (
+    exchange,
+    loads_reply,
+    parse_actions,
+    parse_scopes,
+    probe_endpoint,
+    user_handle,
+)
 from gateway.wire import json_bytes
 
 __all__ = ["HttpMappingAdapter", "ReplyMapping", "compile_template", "turn_values"]

@@ -1,5 +1,6 @@
 """What the HTTP adapters share: one bounded exchange with a bot, its failures as bounded labels,
-the pseudonymous user id a bot sees, and the probe's verdict on a status.
+the pseudonymous user id a bot sees, the probe's verdict on a status, and a JSON reply's §5 claims
+(``requires_scopes``, ``actions``, ``scopes_used``), read alike by the native contract and the mapped one.
 
 Every call goes through the process's :class:`~gateway.upstream.client.BotClient`.
 """
@@ -7,22 +8,28 @@ Every call goes through the process's :class:`~gateway.upstream.client.BotClient
 from __future__ import annotations
 
 import hashlib
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 import orjson
+import rfc8785
 
-from gateway.upstream.base import Turn, UpstreamError
+from gateway.upstream.base import Action, Turn, UpstreamError
 from gateway.upstream.client import BotClient, Target, WireReply
 
 __all__ = [
+    "MAX_LIST_ITEMS",
     "MAX_REPLY_BYTES",
     "MAX_REPLY_DEPTH",
+    "MAX_TOOL_LENGTH",
     "WRONG_MESSAGE",
     "WireReply",
     "exchange",
     "loads_reply",
     "nested_deeper_than",
+    "parse_actions",
+    "parse_scopes",
     "probe_endpoint",
     "probe_verdict",
     "user_handle",
@@ -137,3 +144,53 @@ async def probe_endpoint(
     """Send ``method`` to ``url`` with the Brand's headers, no body; :func:`probe_verdict` on the status."""
     reply = await exchange(client, method, url, headers=headers, within=within, limit=64 * 1024)
     return probe_verdict(method, reply.status)
+
+
+MAX_LIST_ITEMS: Final = 64
+"""At most this many scopes or actions in one reply: a turn's receipt stays small."""
+MAX_TOOL_LENGTH: Final = 128
+
+# RFC 6749 §3.3 scope-token, as the configuration's scope ids (a scope no card can list is a bad reply).
+_SCOPE_ID = re.compile(r"[\x21\x23-\x5B\x5D-\x7E]{1,128}")
+_ACTION_KEYS: Final = frozenset(("tool", "args"))
+
+
+def _list(value: Any, name: str) -> list[Any]:
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise UpstreamError("bad_body", f"{name} is not a list")
+    if len(value) > MAX_LIST_ITEMS:
+        raise UpstreamError("bad_body", f"{name} has more than {MAX_LIST_ITEMS} items")
+    return value
+
+
+def parse_scopes(value: Any, name: str) -> tuple[str, ...]:
+    """A bot's ``requires_scopes`` or ``scopes_used`` (``None``: none): scope ids in its order, each once."""
+    scopes = _list(value, name)
+    for scope in scopes:
+        if not isinstance(scope, str) or not _SCOPE_ID.fullmatch(scope):
+            raise UpstreamError("bad_body", f"{name} holds something that is not a scope id")
+    return tuple(dict.fromkeys(scopes))
+
+
+def parse_actions(value: Any) -> tuple[Action, ...]:
+    """A bot's ``actions`` (``None``: none), each argument canonicalized for the §5.6 receipt."""
+    actions: list[Action] = []
+    for item in _list(value, "actions"):
+        if not isinstance(item, dict) or not item.keys() <= _ACTION_KEYS:
+            raise UpstreamError("bad_body", 'actions items must be objects with "tool" and optional "args"')
+        tool = item.get("tool")
+        if not isinstance(tool, str) or not tool.strip() or len(tool) > MAX_TOOL_LENGTH:
+            raise UpstreamError("bad_body", "an action's tool is not a non-empty string")
+        args = item.get("args")
+        if args is None:
+            actions.append(Action(tool))
+            continue
+        try:
+            # §5.6 argsHash is over RFC 8785 canonical JSON; orjson parsed what rfc8785 refuses
+            # (integers beyond ±2^53, which JSON numbers cannot carry exactly).
+            actions.append(Action(tool, rfc8785.dumps(args)))
+        except rfc8785.CanonicalizationError:
+            raise UpstreamError("bad_body", "an action's args cannot be canonicalized (RFC 8785)") from None
+    return tuple(actions)

@@ -15,10 +15,10 @@ from aiohttp import ClientResponse
 
 from gateway.app import reload_runtime
 from gateway.config import OAuthConfig
+from gateway.handlers.state import METRICS
 from gateway.http.responses import INVALID_TOKEN_AUTHENTICATE, WWW_AUTHENTICATE
-from gateway.http.state import METRICS
 from gateway.oauth.access_token import ACCESS_TOKEN_TYP
-from gateway.oauth.keys import parse_signing_key
+from gateway.provider_keys import parse_signing_key
 from gateway.store.base import Owner
 from gateway.turns import CONTEXT_OF_ANOTHER_USER
 from tests.support.delegation import (

@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 import pytest
 from aiohttp import ClientResponse
 
-from gateway.http.state import METRICS
+from gateway.handlers.state import METRICS
 from gateway.oauth.device import code_hash
 from gateway.oauth.login import DISPLAY_CLAIM
 from gateway.oauth.pages import SCRIPT_SOURCE

@@ -19,7 +19,7 @@ import pytest
 from aiohttp import ClientResponse
 
 from gateway.auth import signature
-from gateway.http.state import METRICS
+from gateway.handlers.state import METRICS
 from gateway.store.oauth import AuthorizationStatus
 from tests.oauth.test_consent import assert_browser_headers, assert_error_page
 from tests.support.consent import (

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from gateway.config import DelegationConfig, LoginConfig
-from gateway.oauth.consent import (
+from gateway.handlers.oauth.consent import (
     carried_scopes,
     origin_of,
     security_headers,

@@ -10,7 +10,7 @@ import orjson
 import pytest
 from aiohttp import ClientResponse
 
-from gateway.http.state import METRICS
+from gateway.handlers.state import METRICS
 from tests.oauth.test_device_authorization import oauth_error
 from tests.support.delegation import BrandLogin, enable_delegation, obtain_tokens, post_form
 from tests.support.gateway import PUBLIC_URL, Harness, MakeGateway

@@ -12,9 +12,9 @@ import pytest
 import redis.asyncio as aioredis
 from aiohttp import ClientResponse
 
-from gateway.http.state import METRICS
+from gateway.handlers.oauth.tokens import new_refresh_token, open_answer, refresh_token_of
+from gateway.handlers.state import METRICS
 from gateway.oauth.device import code_hash
-from gateway.oauth.tokens import new_refresh_token, open_answer, refresh_token_of
 from gateway.ops.metrics import Metrics
 from gateway.store.oauth import RefreshToken
 from tests.oauth.test_device_authorization import oauth_error

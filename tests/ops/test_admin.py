@@ -27,11 +27,11 @@ from prometheus_client import generate_latest
 from gateway import upstream
 from gateway.app import ADAPTER_STATE, reload_runtime
 from gateway.config import AdminConfig
-from gateway.http.state import METRICS
-from gateway.ops.erasure import ADAPTER_STATE_NAMES, AUDIT_LOGGER
+from gateway.handlers.state import METRICS
 from gateway.ops.logs import sub_digest
 from gateway.ops.metrics import Metrics
 from gateway.process.admin import AdminListener
+from gateway.process.erasure import ADAPTER_STATE_NAMES, AUDIT_LOGGER
 from gateway.store import keys
 from gateway.store.base import Owner
 from gateway.store.redis import RedisStore

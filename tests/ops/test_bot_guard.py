@@ -19,7 +19,7 @@ from aiohttp import ClientResponse
 
 from gateway.app import reload_runtime
 from gateway.config import CircuitBreakerConfig, UpstreamConfig
-from gateway.http.state import METRICS
+from gateway.handlers.state import METRICS
 from gateway.ops.metrics import Metrics
 from gateway.upstream.base import BotBusy, BotReply, Turn, UpstreamError, UpstreamThrottled
 from gateway.upstream.guard import CircuitBreaker, CircuitState, GuardedBot, Permit

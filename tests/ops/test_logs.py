@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from gateway.config import LoggingConfig
-from gateway.http.state import METRICS
+from gateway.handlers.state import METRICS
 from gateway.ops.logs import (
     ACCESS_LOGGER,
     FIELDS_ATTR,

@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gateway.ops.probe import ProbeResult, format_table
+from gateway.process.probe import ProbeResult, format_table
 from tests.support.bot import ControlledBot
 from tests.support.delegation import SCOPES, BrandLogin, new_provider_key_pem
 from tests.support.fake_http_bot import FakeHttpBot

@@ -23,7 +23,7 @@ from gateway.config import (
     RateRule,
     load_config,
 )
-from gateway.http.state import METRICS
+from gateway.handlers.state import METRICS
 from gateway.ops.limits import (
     Limit,
     RateLimited,

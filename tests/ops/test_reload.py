@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from gateway.config import ReloadConfig
-from gateway.http.state import RUNTIME
+from gateway.handlers.state import RUNTIME
 from gateway.process.reload import ConfigWatcher, reload_app
 from tests.ops.conftest import until
 from tests.support.gateway import AUDIENCE, Harness, base_config

@@ -14,17 +14,17 @@ import orjson
 import pytest
 import rfc8785
 
-from gateway.http.state import RUNTIME
+from gateway.handlers.state import RUNTIME
 from gateway.protocol.messages import parse_send_message
 from gateway.protocol.receipts import (
     RECEIPT_TYP,
+    Action,
     args_hash,
     receipt_claims,
     receipt_metadata,
     receipt_payload,
     timestamp,
 )
-from gateway.upstream.base import Action
 from tests.support.delegation import (
     BRAND_USER,
     BrandLogin,

@@ -21,7 +21,7 @@ import orjson
 import pytest
 
 from gateway.config import CacheConfig
-from gateway.http.state import METRICS
+from gateway.handlers.state import METRICS
 from gateway.ops.metrics import Metrics
 from gateway.store import Owner, TurnStatus
 from gateway.store import keys as store_keys

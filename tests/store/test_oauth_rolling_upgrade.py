@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
+from gateway.handlers.oauth.tokens import new_family, new_refresh_token, refresh_token_of
 from gateway.oauth.device import code_hash
-from gateway.oauth.tokens import new_family, new_refresh_token, refresh_token_of
 from gateway.redis_url import RedisAddress
 from gateway.store import Owner
 from gateway.store import keys as store_keys

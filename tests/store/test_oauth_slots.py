@@ -170,7 +170,7 @@ async def delegated_flow(oauth: RedisOAuthStore, clock: ManualClock) -> None:
     assert reused.outcome is RefreshOutcome.REUSED
     assert await oauth.get_grant(BRAND, second_grant, clock()) is None
 
-    # Revocation, and erasure by Brand user (``grants revoke``) and by person (gateway/ops/erasure.py).
+    # Revocation, and erasure by Brand user (``grants revoke``) and by person (gateway/process/erasure.py).
     bobs = authorization("bobs", BOB)
     assert await oauth.create_authorization(bobs)
     assert await oauth.approve(BRAND, bobs, USER, ("orders:read",), clock())

@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 from gateway.config import CacheConfig, KeyLayoutName, RateLimitsConfig, RateRule
-from gateway.ops.erasure import PersonRecords
 from gateway.ops.limits import RateLimits
+from gateway.process.erasure import PersonRecords
 from gateway.store import keys
 from gateway.store.base import GrantCheck, Owner, TurnStatus
 from gateway.store.factory import open_adapter_state, open_conversation_admin, open_oauth_store

@@ -18,11 +18,11 @@ from aiohttp import ClientResponse
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 
-from gateway.http.state import RUNTIME
+from gateway.handlers.oauth.tokens import new_family, new_refresh_token
+from gateway.handlers.state import RUNTIME
 from gateway.oauth.access_token import mint_access_token
 from gateway.oauth.device import code_hash, start_device_authorization
 from gateway.oauth.server import AuthorizationServer
-from gateway.oauth.tokens import new_family, new_refresh_token
 from gateway.store import keys as store_keys
 from gateway.store.base import Owner
 from gateway.store.oauth import Grant, PollOutcome

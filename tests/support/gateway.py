@@ -21,8 +21,8 @@ from aiohttp.web import BaseRunner
 
 from gateway.app import create_app
 from gateway.config import GatewayConfig, load_config
+from gateway.handlers.state import RUNTIME
 from gateway.http.connection import GatewayRunner
-from gateway.http.state import RUNTIME
 from gateway.ops.metrics import Metrics
 from gateway.ops.tracing import Spans
 from gateway.store import ConversationStore

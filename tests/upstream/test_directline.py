@@ -16,7 +16,7 @@ import pytest
 
 from gateway.app import ADAPTER_STATE
 from gateway.config import ConfigError, DirectLineSettings, load_config
-from gateway.http.state import METRICS
+from gateway.handlers.state import METRICS
 from gateway.ops.metrics import Metrics
 from gateway.ops.tracing import parse_traceparent
 from gateway.store import keys, open_store

@@ -17,7 +17,8 @@ from aiohttp.test_utils import TestServer
 from gateway.config import UpstreamConfig
 from gateway.upstream.base import Action, BotReply, Turn, UpstreamError
 from gateway.upstream.client import BotClient
-from gateway.upstream.http_json import MAX_LIST_ITEMS, MAX_REPLY_BYTES, HttpJsonAdapter, parse_bot_reply
+from gateway.upstream.http_json import MAX_REPLY_BYTES, HttpJsonAdapter, parse_bot_reply
+from gateway.upstream.wire import MAX_LIST_ITEMS
 
 
 def parse(doc: Any) -> BotReply:

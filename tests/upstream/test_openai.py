@@ -15,7 +15,7 @@ import pytest
 
 from gateway.app import ADAPTER_STATE
 from gateway.config import ConfigError, load_config
-from gateway.http.state import METRICS
+from gateway.handlers.state import METRICS
 from gateway.ops.metrics import Metrics
 from gateway.store import keys, open_store
 from gateway.store.factory import open_adapter_state

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from gateway.handlers.state import RUNTIME
 from gateway.http import responses
-from gateway.http.state import RUNTIME
 from gateway.protocol.card import RenderedCard, etag_matches
 
 CARD_HEADERS = {

@@ -33,9 +33,9 @@ from typing import Final
 import orjson
 from aiohttp import web
 
-from gateway.http.state import METRICS
+from gateway.handlers.oauth.client_auth import Client, pa_client
+from gateway.handlers.state import METRICS
 from gateway.oauth.access_token import mint_access_token
-from gateway.oauth.client_auth import Client, pa_client
 from gateway.oauth.device import code_hash
 from gateway.oauth.errors import ErrorCode, OAuthError, json_answer
 from gateway.oauth.forms import parse_scope, required

@@ -11,12 +11,12 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from gateway.http.state import METRICS
+from gateway.handlers.oauth.client_auth import Client, pa_client
+from gateway.handlers.oauth.tokens import owns, refresh_token_of
+from gateway.handlers.state import METRICS
 from gateway.oauth.access_token import InvalidToken, verify_access_token
-from gateway.oauth.client_auth import Client, pa_client
 from gateway.oauth.errors import NO_STORE
 from gateway.oauth.forms import required
-from gateway.oauth.tokens import owns, refresh_token_of
 from gateway.store.oauth import Grant
 
 __all__ = ["revoke"]

@@ -2,7 +2,7 @@
 
 Device authorization, token and revocation (RFC 8628 §3.1, RFC 6749 §3.2.1, RFC 7009 §2.1)
 take the PA JWT as ``Authorization: Bearer``, checked exactly as on an A2A operation
-(:func:`gateway.http.caller.authenticate`), and in the same order (§2.2, §3.4): the route
+(:func:`gateway.handlers.caller.authenticate`), and in the same order (§2.2, §3.4): the route
 shape, then the caller (a bare ``401``), then the Brand (a bare ``404`` unless it delegates,
 even with a valid token), then the §6 rate limits (a bare ``429``), and only then the body.
 The form's ``client_id`` must be the caller's issuer (§5: ``client_id`` is the personal
@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, NamedTuple
 from aiohttp import web
 
 from gateway.auth.pa_jwt import PAIdentity
+from gateway.handlers.caller import authenticate
+from gateway.handlers.oauth.endpoint import Handler, oauth_endpoint, read_form
+from gateway.handlers.state import RUNTIME, Runtime
 from gateway.http import responses
-from gateway.http.caller import authenticate
 from gateway.http.notes import refused
-from gateway.http.state import RUNTIME, Runtime
-from gateway.oauth.errors import Handler, invalid_client, oauth_endpoint
-from gateway.oauth.forms import read_form
+from gateway.oauth.errors import invalid_client
 from gateway.ops.limits import RateLimited
 
 if TYPE_CHECKING:

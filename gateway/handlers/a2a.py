@@ -16,14 +16,14 @@ from typing import NamedTuple
 
 from aiohttp import web
 
-from gateway.auth.delegation import DELEGATION_HEADER, Delegation, InvalidToken
 from gateway.auth.pa_jwt import PAIdentity
 from gateway.config import BrandConfig
+from gateway.handlers.caller import authenticate, read_body
+from gateway.handlers.state import METRICS, RUNTIME, Runtime
 from gateway.http import responses
-from gateway.http.caller import authenticate, read_body
 from gateway.http.middlewares import REQUEST_ID
 from gateway.http.notes import RETRY_SERVED, refused
-from gateway.http.state import METRICS, RUNTIME, Runtime
+from gateway.oauth.delegation import DELEGATION_HEADER, Delegation, InvalidToken
 from gateway.ops.limits import RateLimited
 from gateway.ops.tracing import SPANS, TRACE, traced
 from gateway.protocol import errors

@@ -12,8 +12,8 @@ from gateway.ops.metrics import Metrics
 from gateway.protocol.card import RenderedCard
 
 if TYPE_CHECKING:
-    from gateway.auth.delegation import DelegationVerifier
     from gateway.auth.pa_jwt import PAVerifier
+    from gateway.oauth.delegation import DelegationVerifier
     from gateway.oauth.server import AuthorizationServer
     from gateway.ops.limits import RateLimits
     from gateway.turns import TurnService

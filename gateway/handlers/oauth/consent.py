@@ -32,11 +32,11 @@ from aiohttp import web
 from yarl import URL
 
 from gateway.config import BrandConfig, DelegationConfig, PersonalAgentsConfig, RateLimitsConfig
+from gateway.handlers.caller import read_body
+from gateway.handlers.state import METRICS, RUNTIME
 from gateway.http import responses
-from gateway.http.caller import read_body
 from gateway.http.client_address import limit_address
 from gateway.http.notes import refused
-from gateway.http.state import METRICS, RUNTIME
 from gateway.oauth import pages
 from gateway.oauth.device import code_hash, normalize_user_code
 from gateway.oauth.forms import FORM_TYPE
@@ -79,7 +79,7 @@ __all__ = [
     "skip_consent_scopes",
 ]
 
-_log = logging.getLogger(__name__)
+_log = logging.getLogger("gateway.oauth.consent")  # its name before the move, as docs/operations.md gives it
 
 MAX_FORM_BYTES: Final = 65536
 """A posted form is read whole up to this size: an assertion is at most 8 KiB, a decision a few scopes."""

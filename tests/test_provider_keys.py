@@ -10,8 +10,8 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 
-from gateway.oauth.keys import ProviderKeys, parse_signing_key
 from gateway.pa_keys import generate_private_jwk
+from gateway.provider_keys import ProviderKeys, parse_signing_key
 from tests.support.delegation import new_provider_key_pem
 
 

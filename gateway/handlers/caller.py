@@ -1,7 +1,7 @@
 """What every endpoint a personal agent calls shares: its §3 authentication and a capped body read.
 
-The A2A operations (:mod:`gateway.http.a2a`) and the §5 OAuth endpoints that take the PA JWT
-as their client credential (:mod:`gateway.oauth.client_auth`) both authenticate here, so the
+The A2A operations (:mod:`gateway.handlers.a2a`) and the §5 OAuth endpoints that take the PA JWT
+as their client credential (:mod:`gateway.handlers.oauth.client_auth`) both authenticate here, so the
 two can never disagree on what a valid caller is, and both leave the same traces for the
 access log. This module imports nothing of either, so each can import it.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from gateway.auth.pa_jwt import AuthFailure, PAIdentity, bearer_token
-from gateway.http.state import Runtime
+from gateway.handlers.state import Runtime
 from gateway.ops.tracing import SPANS, traced
 
 __all__ = ["AUTH_FAILURE", "PA_IDENTITY", "authenticate", "read_body"]

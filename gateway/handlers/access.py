@@ -26,29 +26,19 @@ import time
 from aiohttp import web
 from aiohttp.typedefs import Handler
 
-from gateway.http.caller import AUTH_FAILURE, PA_IDENTITY
+from gateway.handlers.caller import AUTH_FAILURE, PA_IDENTITY
+from gateway.handlers.state import METRICS, RUNTIME
 from gateway.http.client_address import UntrustedForwarding, client_address
 from gateway.http.middlewares import REQUEST_ID
 from gateway.http.notes import REFUSAL, RETRY_SERVED
-from gateway.http.state import METRICS, RUNTIME
 from gateway.ops.logs import ACCESS_LOGGER, SubDigests, log_fields
-from gateway.ops.metrics import OTHER_OPERATION, UNMATCHED, brand_label, outcome_for_status
+from gateway.ops.metrics import CLIENT_GONE, brand_label, operation_name, outcome_for_status
 from gateway.ops.tracing import CURRENT_TRACE, TRACE, TraceContext, start_trace
 
-__all__ = ["CLIENT_GONE", "AccessLog", "operation_name"]
+__all__ = ["AccessLog"]
 
-CLIENT_GONE = 499
-"""The status recorded when the client went away before the answer (nginx's convention)."""
 _TURN = "SendMessage"
 """The one operation that notes whether a retry was served (:data:`~gateway.http.notes.RETRY_SERVED`)."""
-
-
-def operation_name(request: web.Request) -> str:
-    """The route's name (an A2A method, see :mod:`gateway.routes`), or a fixed stand-in."""
-    match_info = request.match_info
-    if match_info.http_exception is not None:
-        return UNMATCHED
-    return match_info.route.name or OTHER_OPERATION
 
 
 def _brand_id(request: web.Request) -> str | None:

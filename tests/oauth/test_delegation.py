@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gateway.auth.delegation import DelegationVerifier, InvalidToken
+from gateway.oauth.delegation import DelegationVerifier, InvalidToken
 from gateway.store import keys
 from tests.support.delegation import (
     BRAND_USER,
