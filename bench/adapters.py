@@ -1,32 +1,16 @@
-"""``python -m bench.adapters``: what each bot adapter costs the gateway per turn, beside ``pact``'s.
+"""``python -m bench adapters``: each bot adapter's cost per turn beside the ``pact`` adapter's (issue 13).
 
-A Brand's ``upstream.adapter`` picks the module that speaks its bot's API (README "Adapters for
-existing bots"); the rest of a turn is the same whichever it is. Here each adapter drives the real
-gateway CLI, on the memory store and otherwise configured as in ``python -m bench``, in front of a
-fake of its bot's API on loopback: the tests' fakes, each in a process of its own
-(``python -m tests.support.fake_bots KIND``, started as a child: the bench imports nothing from
-tests/), and for ``pact`` the bench's sample bot. The fakes answer at once, so what differs from one
-front to the next is the adapter's own work: the bot's request built, its answer read and rendered,
-and what the adapter keeps in the store (the ``openai`` history, the ``directline`` conversation).
-
-Two figures per adapter, each divided by the ``pact`` adapter's: the gateway process's CPU per turn
-(``/proc``, as in ``python -m bench``; it moves by a fifth between repeats on a shared machine) in
-interleaved open-loop rounds at one rate for all, half the slowest front's peak in the closed-loop
-rounds before them, and its instructions per turn under callgrind (``bench.instructions``,
-one turn in flight; a few per cent at most between runs on a busy machine, docs/performance.md), the
-figure that can judge 10 %. The target: at most 1.10 for every adapter but ``directline``, which is
-reported and exempt. Direct Line has no request/reply call:
-each turn posts the User's activity and then reads the conversation's activities back (polling),
-and a conversation's first turn also opens a Direct Line conversation.
-
-``python -m bench.adapters [--quick | --smoke]`` (the full run, about 15 minutes, counts
-instructions; ``--quick`` does not unless ``--instruction-turns`` says so); ``python -m bench``
-includes it under ``adapters``.
+One gateway process per ``upstream.adapter`` on the memory store, each in front of a fake of its
+bot's API on loopback (``tests.support.fake_bots``, each its own process; ``pact`` in front of the
+sample bot), configured as docs/adapters.md says. Closed-loop rounds first (each front's peak),
+then open-loop rounds at one rate for all (half the slowest peak: at one rate the CPU ratio is the
+adapter's own, not its bot's speed), then instructions per turn under callgrind (full run). Target:
+at most 1.10 × ``pact``'s for every adapter but ``directline``, reported and exempt (a turn is two
+calls and polling). ``python -m bench throughput`` includes it under ``adapters``.
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import json
 import shutil
@@ -41,12 +25,10 @@ from typing import Any, assert_never
 
 from bench import instructions
 from bench.figures import at_most, front_cpu, paired, ratio_of, summarize_fronts, target, target_line
-from bench.fronts import DEFAULT_REDIS_URL, RESULTS_DIR, Bench, Front, progress, settings_from
+from bench.harness import Bench, Front, mode_parser, progress, settings_from, write_result
 from bench.procs import Child, ChildFailed, Children
 from bench.redis_probe import RedisProbe
 from gateway.config import ADAPTERS, AdapterName
-
-__all__ = ["ADAPTERS", "BASELINE", "EXEMPT", "LIMIT", "main", "measure", "render", "upstream_block"]
 
 BASELINE: AdapterName = "pact"
 LIMIT = 1.10
@@ -292,36 +274,10 @@ def _ratio(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench.adapters", description=__doc__.split("\n\n")[0])
-    group = parser.add_mutually_exclusive_group()
-    group.add_argument("--quick", action="store_true", help="short rounds, no instruction count")
-    group.add_argument("--smoke", action="store_true", help="the shortest run that exercises every path")
-    parser.add_argument(
-        "--out", type=Path, help="result file (default bench/results/adapters-<timestamp>.json)"
-    )
-    parser.add_argument("--duration", type=float, help="measured seconds per round")
-    parser.add_argument("--repeats", type=int, help="interleaved repeats of every round")
-    parser.add_argument("--concurrency", type=int, help="closed-loop concurrency of the rounds")
-    parser.add_argument("--turns", type=int, help="turns per conversation")
-    parser.add_argument(
-        "--instruction-turns", type=int, help="turns in the shorter callgrind window (0 skips the count)"
-    )
-    parser.add_argument(
-        "--redis-url",
-        default=DEFAULT_REDIS_URL,
-        help="the Redis server whose CPU is read beside (never written)",
-    )
-    parser.set_defaults(conversations=None)  # bench.fronts.settings_from reads it; no memory reading here
-    return parser.parse_args(argv)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
+    args = mode_parser("python -m bench adapters", __doc__.split("\n\n")[0]).parse_args(argv)
     settings = settings_from(args)
-    if args.instruction_turns is not None:
-        settings = replace(settings, instruction_turns=args.instruction_turns)
-    started = dt.datetime.now(dt.UTC)
+    started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     workdir = Path(tempfile.mkdtemp(prefix="pact-bench-adapters-"))
     try:
         with Children(workdir) as children:
@@ -329,26 +285,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             progress(f"bot adapters, each against its fake (logs in {workdir})")
             adapters = measure(bench)
     except ChildFailed as failure:
-        print(f"bench.adapters: {failure}", file=sys.stderr)
+        print(f"bench adapters: {failure}", file=sys.stderr)
         return 1
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    started_at = started.isoformat(timespec="seconds")
-    result = {
-        "started_at": started_at,
-        "finished_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "settings": asdict(settings),
-        "adapters": adapters,
-    }
-    stamp = started_at.replace(":", "").replace("+0000", "Z")
-    out: Path = args.out or RESULTS_DIR / f"adapters-{stamp}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"{settings.mode} run, {started_at}")
+    result = {"started_at": started, "settings": asdict(settings), "adapters": adapters}
+    out = write_result(result, args.out, "adapters", started)
+    print(f"{settings.mode} run, {started}")
     print("\n".join(render(adapters)))
     print(f"\nresult: {out}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,28 +1,11 @@
-"""Instructions per turn under callgrind: a cost figure a shared, noisy machine barely moves.
+"""Instructions per turn of a front process under callgrind: the cost figure a noisy machine barely moves.
 
-CPU seconds per turn swing by ±20 % between repeats of one build here, so a change worth a
-few percent cannot be told from noise with them. ``valgrind --tool=callgrind`` counts the
-instructions a process executes instead, and that count hardly depends on what else the
-machine is doing (see below for what still moves it). It leaves out the kernel's side of
-system calls (which the pass-through pays as much as the gateway) and the cost of cache
-misses, so it complements the CPU figures rather than replacing them.
-
-Each front runs as its own process under callgrind with instrumentation off until it has
-served a warm-up. Then two measured windows, ``turns`` and ``2 × turns``, each dumped and
-zeroed by ``callgrind_control``: every window is its own load-generator process, which mints
-fresh PA JWTs for its :data:`USERS` users, and both windows are long enough to reach them all,
-so each pays the same full verifications; the difference of the two windows is ``turns``
-steady-state turns, start-up and first sight of a token cancelled out.
-
-One turn is in flight at a time. With several, how many requests share an event-loop pass
-depends on timing, and part of a front's work is per pass (the gateway's access-line write,
-its Redis pipe's flush). At 8 in flight the gateway's count moved by up to 1.8 % between
-runs, at 1 by 0.6 % (up to 1.5 % in a later run of three). What is left is not the garbage
-collector (no collection ran in any window checked) but how a turn's I/O and timers fall into
-event-loop passes, which varies between processes: the higher counts run more callbacks
-through the loop per turn (docs/performance.md). The count
-is of a turn that shares nothing, which is more than a turn costs under load: it is the
-figure to compare builds with, not a prediction of CPU time.
+CPU seconds per turn swing by ±20 % between repeats on a shared machine; callgrind's instruction
+count hardly depends on the neighbours (it leaves out the kernel's side of system calls and cache
+misses). Each front runs under callgrind, instrumentation off until a warm-up has been served; then
+two windows of ``turns`` and ``2 × turns``, each its own load-generator process (the same fresh PA
+JWTs of :data:`USERS` users), dumped and zeroed by ``callgrind_control``: their difference is
+``turns`` steady-state turns. One turn in flight, so no per-pass work is shared by chance.
 """
 
 from __future__ import annotations
@@ -35,19 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.fronts import Bench, Front, FrontArgv
+from bench.harness import Bench, Front, FrontArgv
 from bench.procs import ChildFailed, Children, free_port
-
-__all__ = [
-    "CONCURRENCY",
-    "USERS",
-    "FrontArgv",
-    "available",
-    "callgrind_totals",
-    "count",
-    "measure",
-    "per_turn",
-]
 
 CONCURRENCY = 1
 """Turns in flight: one, so no work is shared between turns by chance (see above)."""

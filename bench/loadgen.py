@@ -1,21 +1,13 @@
 """The load generator: one process, one pooled aiohttp client, conversations as a personal agent holds them.
 
-Each conversation sends ``--turns`` turns: the first without ``contextId``, the rest on the
-``contextId`` the first reply named, every turn with a fresh ``messageId``. Conversations
-belong to ``--subs`` users, each with one PA JWT that is reused until it is near expiry (a
-real personal agent does not mint a token per request), so the gateway sees what production
-would: a cache hit on most tokens, a signature check on few.
-
-Closed loop (default): ``--concurrency`` workers, each sends its next turn when the last one
-answered; this finds peak throughput. Open loop (``--rate``): turns start on a fixed
-schedule whatever the answers do, so latency can be read at a chosen load. ``--mode bot``
-speaks the bot's own JSON contract straight to ``/chat`` (the "no front" baseline).
-With ``--delegation-file`` (written by ``bench.delegation``), every turn of user ``i`` also
-carries user ``i``'s delegation token (§5.5), and a reply without a §5.6 receipt is a failure.
-
-Only requests that complete inside the measured window (after ``--warmup``) count for
-throughput and latency; ``turns_total`` counts every completed request, for CPU per turn.
-Prints one JSON document on stdout.
+Each conversation sends ``--turns`` turns, the first without ``contextId``; its ``--subs`` users
+each reuse one PA JWT until it is near expiry, as a real personal agent does. Closed loop (default):
+``--concurrency`` workers, each sending its next turn when the last one answered (peak throughput);
+open loop (``--rate``): turns start on a schedule, so latency can be read at a chosen load. ``--mode
+bot`` speaks the bot's contract to ``/chat``. With ``--delegation-file`` (``bench.delegation``)
+every turn also carries its user's delegation token (§5.5) and a reply without a §5.6 receipt fails.
+Only turns completed after ``--warmup`` count for throughput and latency; ``turns_total`` counts
+every one, for CPU per turn. Prints one JSON document; :func:`argv` builds its command line.
 """
 
 from __future__ import annotations
@@ -25,18 +17,27 @@ import asyncio
 import json
 import math
 import os
+import secrets
+import sys
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import aiohttp
+import jwt
 import orjson
 
-from bench.delegation import HEADER, RECEIPT_MARK, load_tokens
-from bench.tokens import Minter, user_sub
+from gateway.protocol.receipts import RECEIPT_KEY
+
+ISSUER: Final = "https://pa.bench.invalid"
+AUDIENCE: Final = "pact-gateway-bench"
+HEADER: Final = "X-A2A-User-Delegation"
+"""§5.5: where the delegation token rides, next to the PA JWT."""
+RECEIPT_MARK: Final = f'"{RECEIPT_KEY}"'.encode()
+"""§5.6: a delegated reply without this member was not served as delegated."""
 
 # No text says goodbye, so no conversation is closed by the bot in the middle of a run.
 TEXTS = (
@@ -49,6 +50,65 @@ TEXTS = (
 )
 TOKEN_TTL = 300  # §3.2's maximum
 TOKEN_REFRESH_AFTER = 200.0  # re-mint well before expiry, as a personal agent would
+
+
+def user_sub(user: int) -> str:
+    """The ``sub`` the bench's personal agent uses for its ``user``-th User, in every bench process."""
+    return f"bench-user-{user}"
+
+
+class Minter:
+    """Signs §3.2 tokens (a §5.3 Brand-login assertion with ``extra``) with a key parsed once:
+    ``gateway.pa_keys.mint_token`` parses the JWK per call, tens of milliseconds for RSA."""
+
+    def __init__(self, private_jwk: Mapping[str, Any], issuer: str, audience: str) -> None:
+        self.alg = str(private_jwk.get("alg", "ES256"))
+        self._key = jwt.PyJWK.from_dict(dict(private_jwk), algorithm=self.alg).key
+        self._headers = {"kid": str(private_jwk["kid"]), "typ": "JWT"}
+        self.issuer = issuer
+        self.audience = audience
+
+    def mint(self, sub: str, ttl: int = TOKEN_TTL, extra: Mapping[str, Any] | None = None) -> str:
+        issued = int(time.time())
+        claims = {"iss": self.issuer, "sub": sub, "aud": self.audience, "iat": issued, "exp": issued + ttl}
+        claims |= {"jti": secrets.token_hex(8), **(extra or {})}
+        return jwt.encode(claims, self._key, algorithm=self.alg, headers=self._headers)
+
+
+def load_tokens(path: Path) -> list[str]:
+    """The delegation token file ``bench.delegation`` writes: user ``i``'s token at index ``i``."""
+    tokens = json.loads(path.read_text())
+    if not isinstance(tokens, list) or not all(isinstance(token, str) for token in tokens):
+        raise ValueError(f"{path} is not a JSON list of delegation tokens")
+    return tokens
+
+
+def argv(
+    url: str,
+    key_file: Path,
+    *,
+    mode: str = "a2a",
+    duration: float,
+    warmup: float,
+    concurrency: int,
+    turns: int = 5,
+    rate: float = 0.0,
+    max_turns: int = 0,
+    users: int | None = None,
+    delegation: Path | None = None,
+    request_timeout: float = 10.0,
+) -> list[str]:
+    """The command line of one load-generator run (the bench's personal agent: :data:`ISSUER`)."""
+    return [
+        sys.executable,
+        *("-m", "bench.loadgen", "--url", url, "--mode", mode),
+        *("--duration", str(duration), "--warmup", str(warmup), "--concurrency", str(concurrency)),
+        *("--rate", str(rate), "--turns", str(turns), "--max-turns", str(max_turns)),
+        *("--request-timeout", str(request_timeout), "--key-file", str(key_file)),
+        *("--issuer", ISSUER, "--audience", AUDIENCE),
+        *([] if users is None else ["--subs", str(users)]),
+        *([] if delegation is None else ["--delegation-file", str(delegation)]),
+    ]
 
 
 def percentile(sorted_values: Sequence[float], fraction: float) -> float:

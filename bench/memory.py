@@ -1,18 +1,12 @@
-"""Resident memory per idle conversation on the memory store, measured in a process of its own.
+"""``python -m bench memory``: resident memory per idle conversation on the memory store, its own process.
 
-Conversations are made through the store's public turn protocol, exactly as the gateway
-makes them: ``begin_turn`` without a ``contextId`` (which also records the first message
-for the §4.3 retry window), then ``complete_turn`` with a small rendered reply. Each has its
-own user, so nothing is shared between conversations that would not be in production.
-
-Three readings: RSS growth of the process (what the operator pays, allocator slack
-included) and ``tracemalloc`` (what Python objects hold, in a second store, so the tracer's
-own bookkeeping never shows in the RSS figure). Reply bytes (``sys.getsizeof`` of each
-stored reply) are subtracted for the "excluding replies" figures, since reply size is the
-bot's choice. The tracemalloc reading is repeated after the retry window has passed, when
-a conversation is truly idle and its first-message record has expired.
-
-``python -m bench.memory --conversations 100000`` prints one JSON document.
+Conversations are made through the store's turn protocol as the gateway makes them (``begin_turn``
+without a ``contextId``, then ``complete_turn`` with a rendered reply), each its own user. Readings:
+RSS growth of the process (what the operator pays, allocator slack included) and ``tracemalloc`` (in
+a second store, so the tracer's bookkeeping never shows in the RSS figure), each also less the
+replies' bytes (the bot's choice), and tracemalloc again once the §4.3 retry window has passed.
+``--turns N`` answers N turns a conversation (bytes per ``cache.max_entries`` entry as they grow).
+Prints one JSON document; ``python -m bench throughput`` includes it under ``memory``.
 """
 
 from __future__ import annotations
@@ -30,6 +24,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from bench.procs import rss_bytes
 from gateway.config import CacheConfig
 from gateway.protocol.messages import render_reply
 from gateway.store.base import Owner, TurnStatus
@@ -44,14 +39,6 @@ def _where(frame: tracemalloc.Frame) -> str:
     name = frame.filename.removeprefix(str(Path(__file__).resolve().parent.parent) + "/")
     name = re.split(r"/site-packages/|/lib/python3\.\d+/", name)[-1]
     return f"{name}:{frame.lineno}"
-
-
-def rss_bytes() -> int:
-    """Resident set size of this process, from /proc/self/status."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmRSS in /proc/self/status")
 
 
 async def fill(store: MemoryStore, count: int, tag: str, turns: int = 1) -> int:
@@ -151,7 +138,7 @@ async def measure(count: int, traced_count: int, idle_retry_window: int, turns: 
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m bench memory", description=__doc__.split("\n\n")[0])
     parser.add_argument("--conversations", type=int, default=100_000)
     parser.add_argument(
         "--traced-conversations",
@@ -179,7 +166,3 @@ def main(argv: Sequence[str] | None = None) -> None:
             )
         )
     )
-
-
-if __name__ == "__main__":
-    main()

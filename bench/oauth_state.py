@@ -1,30 +1,15 @@
-"""``python -m bench capacity oauth_state``: is the §5 OAuth state bounded? (issue 17 row 4, docs/capacity.md)
+"""``python -m bench oauth_state``: is the §5 OAuth state bounded? (issue 17 row 4, docs/capacity.md)
 
-Three figures, on the memory store in process and on Redis (``--redis-url``), each printed
-beside its target:
+On the memory store in process and on Redis (``--redis-url``), each figure beside its target:
 
-* **consent hand-off's store reads**: what a Brand login's hand-off reads from the store (the
-  authorization its ``user_code`` names, and the live grant of the slot (user, agent, ``sub``)),
-  timed for a Brand user with one live grant and no other approval, then for one who has also
-  approved ``--prior`` other ``sub``s of the agent (every one of them a live grant: the worst
-  case, as re-approving the same ``sub`` supersedes). Side by side in one run, repeated; the
-  ratio should be flat (≤ 1.2×). Before this layout a hand-off read and sorted all of the
-  user's grants (2.0 → 10.7 ms at 0 → 3,000 on the memory store).
+* **consent hand-off's store reads** (the authorization its ``user_code`` names and the live grant
+  of the slot), timed for a Brand user with one live grant and for one who also approved ``--prior``
+  other ``sub``s of the agent (each a live grant), side by side and repeated: the ratio, ≤ 1.2;
 * **records per grant** after ``--refreshes`` refresh-token rotations of each of ``--grants``
-  grants (one user each): the grant with its refresh family, its slot, and its entries in the
-  user's and the agent's grant indexes. The target is that refreshing adds none. Device
-  authorizations (kept for minutes, not the grant's 30 days) are not counted.
-* **bytes per grant** on Redis: ``MEMORY USAGE`` of those records, summed, per grant.
-* **the two key layouts** on Redis (issue 20, ``cache.key_layout``), side by side in one run:
-  bytes per grant (the records that live as long as it: the grant and its refresh family, its
-  slot, the user's and the agent's grant sets), round trips per redemption (the
-  token endpoint's poll that issues) and per refresh (``grant_of_refresh``, ``get_grant``,
-  ``rotate_refresh``, as gateway/oauth/tokens.py calls them), counted as the commands the store
-  sends one after another (none is sent beside another here), and their median times' ratio.
+  grants: refreshing adds none (device authorizations, kept minutes, are not counted);
+* **bytes per grant** on Redis: ``MEMORY USAGE`` of those records, per grant.
 
-Only keys of the bench's own Brands (``pact:oauthbench…``) are written, and they are deleted
-before and after, so a shared Redis is left as found. Timings on a shared machine are noisy:
-the ratio is what to read, not the microseconds.
+Only keys of the bench's own Brands (``pact:oauthbench…``) are written, deleted before and after.
 """
 
 from __future__ import annotations
@@ -37,17 +22,14 @@ import statistics
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Final, NamedTuple
+from typing import Final
 
 from gateway.config import CacheConfig
-from gateway.redis_url import RedisAddress
 from gateway.store import ConversationStore, Owner
 from gateway.store.factory import open_oauth_store
 from gateway.store.memory import MemoryStore
 from gateway.store.oauth import DeviceAuthorization, OAuthStore, PollOutcome, RefreshOutcome, RefreshToken
-from gateway.store.oauth_redis import RedisOAuthStore
 from gateway.store.redis import RedisStore
-from gateway.store.redis_pipe import Arg, RedisPipe
 
 __all__ = ["main"]
 
@@ -218,127 +200,8 @@ async def _front(
         await store.close()
 
 
-class _CountingPipe(RedisPipe):
-    """The real pipe, counting the commands it sends (a script is one ``EVALSHA``)."""
-
-    def __init__(self, url: str) -> None:
-        super().__init__(RedisAddress.from_url(url))
-        self.sent = 0
-
-    async def execute(self, *args: Arg, replicated: bool = False, asking: bool = False) -> Any:
-        self.sent += 1
-        return await super().execute(*args, replicated=replicated, asking=asking)
-
-
-LAYOUT_GRANT_RECORDS: Final = {
-    True: ("}o.g:", "}o.s:", "}o.o:", "}o.u:"),
-    False: (":grant:", ":slot:", ":oauth:owner:", ":oauth:user:"),
-}
-"""A grant's records in each layout (``tagged``) that live as long as the grant: not a rotation's
-grace (``delegation.refresh_grace`` seconds) nor its authorization's (minutes)."""
-
-
-class _LayoutFigures(NamedTuple):
-    bytes_per_grant: float
-    redemption_trips: float
-    refresh_trips: float
-    redemption_us: float
-    refresh_us: float
-
-
-async def _layout(url: str, tagged: bool, grants: int) -> _LayoutFigures:
-    """``grants`` grants made, then each refreshed once with a grace, in one layout; what each cost."""
-    brand = f"{BRAND_PREFIX}-layout-{'tagged' if tagged else 'previous'}"
-    pipe = _CountingPipe(url)
-    oauth = RedisOAuthStore(pipe, tagged=tagged)
-    now = time.time()
-    trips = {"redeem": 0, "refresh": 0}
-    spent = {"redeem": 0.0, "refresh": 0.0}
-    try:
-        for g in range(grants + 1):  # the first is a warm-up: scripts loaded, connection open
-            owner = Owner(brand, PA, f"sub-{g}")
-            authorization = DeviceAuthorization(
-                _sha(f"device {g}"), f"UC-{g}", brand, PA, owner.digest, ("orders:read",), now + 600, 5
-            )
-            await oauth.create_authorization(authorization)
-            await oauth.approve(brand, authorization, f"user-{g}", ("orders:read",), now)
-            grant_id = oauth.new_grant_id(owner.digest)
-            presented, new = _token(grant_id, "0"), _token(grant_id, "1")
-            before, started = pipe.sent, time.perf_counter()
-            polled = await oauth.poll(
-                brand, authorization.device_hash, owner.digest, now, refresh=presented, grant_ttl=GRANT_TTL
-            )
-            redeemed, between = pipe.sent, time.perf_counter()
-            found = await oauth.grant_of_refresh(brand, presented, now)
-            grant = await oauth.get_grant(brand, grant_id, now)
-            rotated = await oauth.rotate_refresh(brand, presented, new, now, grace=30, answer=b"s" * 300)
-            if (polled.outcome, found, grant is None, rotated.outcome) != (
-                PollOutcome.ISSUED, grant_id, False, RefreshOutcome.ROTATED
-            ):  # fmt: skip
-                raise RuntimeError(f"grant {g}: {polled.outcome}, {rotated.outcome}")
-            if g:
-                trips["redeem"] += redeemed - before
-                trips["refresh"] += pipe.sent - redeemed
-                spent["redeem"] += between - started
-                spent["refresh"] += time.perf_counter() - between
-        names = [
-            name
-            for name in await _pipe_keys(pipe, f"pact:{brand}:*")
-            if any(kind in name.decode() for kind in LAYOUT_GRANT_RECORDS[tagged])
-        ]
-        usage = await asyncio.gather(*(pipe.execute("MEMORY", "USAGE", name) for name in names))
-        return _LayoutFigures(
-            sum(int(used or 0) for used in usage) / (grants + 1),
-            trips["redeem"] / grants,
-            trips["refresh"] / grants,
-            spent["redeem"] / grants * 1e6,
-            spent["refresh"] / grants * 1e6,
-        )
-    finally:
-        await pipe.close()
-
-
-async def _pipe_keys(pipe: RedisPipe, pattern: str) -> list[bytes]:
-    found: list[bytes] = []
-    cursor = b"0"
-    while True:
-        cursor, batch = await pipe.execute("SCAN", cursor, "MATCH", pattern, "COUNT", 1000)
-        found += batch
-        if cursor == b"0":
-            return found
-
-
-async def _layouts_front(args: argparse.Namespace) -> None:
-    """Tagged against previous, each run ``--repeats`` times alternating which goes first."""
-    runs: dict[bool, list[_LayoutFigures]] = {True: [], False: []}
-    cleaner = RedisStore(CacheConfig(url=args.redis_url))
-    try:
-        for repeat in range(args.repeats):
-            for tagged in (True, False) if repeat % 2 == 0 else (False, True):
-                await _clean(cleaner)
-                runs[tagged].append(await _layout(args.redis_url, tagged, args.grants))
-        await _clean(cleaner)
-    finally:
-        await cleaner.close()
-
-    def median(tagged: bool, field: str) -> float:
-        return float(statistics.median(float(getattr(figures, field)) for figures in runs[tagged]))
-
-    for field, what in (
-        ("bytes_per_grant", "bytes per grant (MEMORY USAGE of its records)"),
-        ("redemption_trips", "round trips per redemption"),
-        ("refresh_trips", "round trips per refresh"),
-        ("redemption_us", "µs per redemption"),
-        ("refresh_us", "µs per refresh"),
-    ):
-        new, old = median(True, field), median(False, field)
-        print(f"redis layouts: {what}: tagged {new:,.1f} vs previous {old:,.1f}: ratio {new / old:.2f}")
-
-
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench capacity oauth_state", description=__doc__.split("\n")[0]
-    )
+    parser = argparse.ArgumentParser(prog="python -m bench oauth_state", description=__doc__.split("\n")[0])
     parser.add_argument("--prior", type=int, default=3000, help="the heavy user's other approvals")
     parser.add_argument("--reads", type=int, default=500, help="hand-offs timed per user and repeat, Redis")
     parser.add_argument("--memory-reads", type=int, default=20000, help="the same in memory (µs each)")
@@ -371,7 +234,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         await _front("memory", memory, args)
         if not args.no_redis:
             await _front("redis", redis, args)
-            await _layouts_front(args)
 
     asyncio.run(run())
     return 0

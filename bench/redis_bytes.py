@@ -1,30 +1,16 @@
-"""Redis bytes per conversation and round trips per turn (issue 17 row 5), the issue's way.
+"""``python -m bench redis_bytes``: Redis bytes per conversation and round trips per turn (issue 17 row 5).
 
-``python -m bench capacity redis_bytes`` opens ``--conversations`` conversations (3,000 by
-default) among ``--people`` people (1,000), each with a 31-character first message and a
-rendered reply (a 58-character text), through :class:`gateway.store.redis.RedisStore`'s turn
-protocol with the §6 charges the gateway adds to each turn (so the per-person rate-limit
-counters are in the figure, as they are through HTTP). It reads ``INFO used_memory`` before
-and after. ``used_memory`` is instance-wide, so by default the bench starts a ``redis-server``
-of its own on a loopback port (the installed one, its default settings, no persistence) where
-nothing else runs; ``--redis-url`` measures on a database of an existing server instead (which
-it flushes: never give it another's), where other clients' activity is noise. Each of
-``--rounds`` rounds is measured and the median printed, beside the sum of ``MEMORY USAGE`` over
-the database's keys (per key, so nobody else's writes count), split by kind of key. Round trips
-per turn are client commands counted by ``MONITOR`` on that database over a few turns that open
-a conversation and a few that continue one.
+Opens ``--conversations`` conversations (3,000) among ``--people`` people (1,000), each a 31-character
+first message and a 58-character reply, through :class:`gateway.store.redis.RedisStore`'s turn
+protocol with the §6 charges the gateway adds, and reads ``INFO used_memory`` before and after: on a
+``redis-server`` of its own (``used_memory`` is instance-wide) unless ``--redis-url`` names a database
+(which it flushes). Each of ``--rounds`` rounds is measured, the median printed beside the sum of
+``MEMORY USAGE`` over the keys by kind, and again once the retry window's records and §6 counters
+are gone; round trips per turn are client commands counted by ``MONITOR``.
 
-``--cluster`` (issue 20 item 6) measures the tagged layout on Redis Clusters the bench starts
-(:func:`bench.procs.start_cluster`, no replicas: a replica holds its primary's bytes again), one
-primary and three side by side in one run, one round each: ``--conversations`` (100,000 for the issue) written
-through the store as above, ``--concurrency`` turns at a time so the fill takes seconds, and
-``INFO memory`` ``used_memory`` read before and after on every primary
-(:meth:`ClusterPipe.on_each_primary`). It prints the bytes per conversation overall, each shard's
-growth, conversations and bytes per conversation, and the spread between the shards' growth (the
-issue's bound: within 10 %); then again once the first-message records and §6 counters are deleted
-(what their expiry leaves). A conversation lives in its owner's slot, so the shards share the
-people, not single conversations: ``--people`` defaults to a third of the conversations, as the
-single-server default has it.
+``--cluster`` (issue 20 item 6): the tagged layout on Redis Clusters of one primary and of three the
+bench starts (no replicas), ``--concurrency`` turns at a time; ``used_memory`` of every primary
+before and after, per shard, and the spread between the shards' growth (target: within 10 %).
 """
 
 from __future__ import annotations
@@ -339,7 +325,7 @@ def main_cluster(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench capacity redis_bytes", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m bench redis_bytes", description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--redis-url", help="a database this bench may flush (default: a redis-server of its own)"
     )

@@ -1,22 +1,13 @@
 """``python -m bench soak``: the gateway under steady load; its memory and file descriptors before and after.
 
-A leak is growth that more traffic makes larger, so the soak drives one ``pact-gateway serve``
-process (in front of the sample bot) with the benchmark's load generator for ``--duration``
-seconds and reads the process from ``/proc/<pid>``: resident memory (``VmRSS``) and open file
-descriptors, after a warm-up run of the same shape (connection pools, caches and the
-allocator's arenas fill there), every second of the measured run (the peak), and after it, once
-the load generator has gone and its connections are closed.
-
-The cache is Redis by default (database 14, flushed before and after, or ``--redis-url``): the
-conversations then live outside the process, so whatever it grows by is its own. On the memory
-store (``--cache memory``) stored conversations are in the process by design (until
-``cache.conversation_ttl``), so the memory bound allows for them.
-
-Bounds, stated here and in the report, checked at the end: resident memory may grow by at most
-``--rss-bound-mib`` (16 MiB), plus 4 KiB per conversation the run stored on the memory store
-(docs/performance.md measures well under that: an idle conversation and its replies); open
-descriptors by at most ``--fd-bound`` (8); and the load must see no error. The exit status is 1
-when a bound is broken, so a pipeline can run the soak as a check; ``--out`` keeps the JSON.
+A leak is growth that more traffic makes larger: one ``pact-gateway serve`` process (in front of
+the sample bot) is driven by the load generator for ``--duration`` seconds and read from
+``/proc/<pid>`` (``VmRSS`` and open descriptors) after a warm-up run of the same shape, every second
+(the peak), and once the load's connections are closed. On Redis (default; database 14 flushed
+before and after, or ``--redis-url``) conversations live outside the process; on the memory store
+(``--cache memory``) each may account for :data:`MEMORY_STORE_ALLOWANCE` bytes. Bounds: RSS growth
+≤ ``--rss-bound-mib`` (16 MiB) plus that allowance, descriptors ≤ ``--fd-bound`` (8), no error; exit
+status 1 when one is broken. ``tests/reliability_report.py`` runs it for docs/reliability.md.
 """
 
 from __future__ import annotations
@@ -32,10 +23,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from bench.fronts import AUDIENCE, DEFAULT_REDIS_URL, ISSUER
-from bench.procs import REPO_ROOT, Child, ChildFailed, Children, free_port, python_env
+from bench import loadgen
+from bench.harness import DEFAULT_REDIS_URL, gateway_yaml, write_yaml
+from bench.procs import REPO_ROOT, Child, ChildFailed, Children, free_port, python_env, rss_bytes
 from bench.redis_probe import RedisProbe
 from gateway.pa_keys import generate_private_jwk, public_jwks
 
@@ -60,13 +50,7 @@ class Reading:
 
 
 def read_process(pid: int) -> Reading:
-    """``VmRSS`` from ``/proc/<pid>/status`` and the entries of ``/proc/<pid>/fd``."""
-    rss = 0
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            rss = int(line.split()[1]) * 1024  # the kernel writes kB
-            break
-    return Reading(rss, len(os.listdir(f"/proc/{pid}/fd")))
+    return Reading(rss_bytes(pid), len(os.listdir(f"/proc/{pid}/fd")))
 
 
 @dataclass(frozen=True)
@@ -110,71 +94,40 @@ class Soak:
         bot_port, port = free_port(), free_port()
         bot = self.children.python("bot", "-m", "examples.sample_bot", "--port", str(bot_port))
         cache_url = "memory://" if self.args.cache == "memory" else self.args.redis_url
-        config = self.workdir / "gateway.yaml"
-        config.write_text(yaml.safe_dump(self.gateway_config(port, bot_port, cache_url), sort_keys=False))
+        raw = gateway_yaml(
+            port,
+            self.jwks,
+            {"url": f"http://127.0.0.1:{bot_port}/chat"},
+            {"url": cache_url},
+            metrics={"enabled": True, "host": "127.0.0.1", "port": free_port()},
+        )
+        config = write_yaml(self.workdir / "gateway.yaml", raw)
         gateway = self.children.python("gateway", "-m", "gateway", "serve", "--config", str(config))
         bot.wait_port(bot_port)
         gateway.wait_port(port)
         return gateway, f"http://127.0.0.1:{port}/a2a/acme/message:send"
 
-    def gateway_config(self, port: int, bot_port: int, cache_url: str) -> dict[str, Any]:
-        """Production defaults but for addresses, keys (inline: no JWKS fetch) and limits no load reaches."""
-        return {
-            "listen": {"host": "127.0.0.1", "port": port},
-            "public_url": f"http://127.0.0.1:{port}",
-            "provider": {"organization": "Soak", "url": "https://bench.invalid", "audience": AUDIENCE},
-            "personal_agents": {"policy": "allowlist", "registered": [{"issuer": ISSUER, "jwks": self.jwks}]},
-            "cache": {"url": cache_url},
-            "rate_limits": {
-                "per_agent": {"rate": 1_000_000, "burst": 1_000_000},
-                "per_user": {"rate": 1_000_000, "burst": 1_000_000},
-            },
-            "metrics": {"enabled": True, "host": "127.0.0.1", "port": free_port()},
-            "brands": [
-                {
-                    "id": "acme",
-                    "name": "Acme Support",
-                    "description": "Order status.",
-                    "version": "1.0.0",
-                    "upstream": {"url": f"http://127.0.0.1:{bot_port}/chat"},
-                }
-            ],
-        }
-
     def load(self, url: str, duration: float, gateway: Child) -> tuple[dict[str, Any], Reading]:
         """``duration`` seconds of closed-loop load; the load generator's result and the peak reading."""
-        argv = [
-            sys.executable,
-            "-m",
-            "bench.loadgen",
-            "--url",
+        argv = loadgen.argv(
             url,
-            "--duration",
-            str(duration),
-            "--warmup",
-            "0",
-            "--concurrency",
-            str(self.args.concurrency),
-            "--turns",
-            str(self.args.turns),
-            "--key-file",
-            str(self.key_file),
-            "--issuer",
-            ISSUER,
-            "--audience",
-            AUDIENCE,
-        ]
+            self.key_file,
+            duration=duration,
+            warmup=0,
+            concurrency=self.args.concurrency,
+            turns=self.args.turns,
+        )
         peak = read_process(gateway.pid)
         with subprocess.Popen(
             argv, cwd=REPO_ROOT, env=python_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE
-        ) as loadgen:
+        ) as running:
             deadline = time.monotonic() + duration + 60
-            while loadgen.poll() is None and time.monotonic() < deadline:
+            while running.poll() is None and time.monotonic() < deadline:
                 time.sleep(1.0)
                 now = read_process(gateway.pid)
                 peak = Reading(max(peak.rss_bytes, now.rss_bytes), max(peak.open_fds, now.open_fds))
-            out, err = loadgen.communicate(timeout=30)
-        if loadgen.returncode != 0:
+            out, err = running.communicate(timeout=30)
+        if running.returncode != 0:
             raise SoakFailed(f"the load generator failed:\n{err.decode(errors='replace')[-2000:]}")
         result: dict[str, Any] = json.loads(out)
         return result, peak

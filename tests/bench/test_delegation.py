@@ -1,6 +1,6 @@
 """The bench's §5.3 flow driver reads the gateway's own consent page as a browser would submit it.
 
-The whole flow over HTTP is run by the smoke run (``test_bench_quick``); these pin the two
+The whole flow over HTTP is run by the smoke run (``test_throughput``); these pin the two
 pure parts it rests on without starting anything.
 """
 

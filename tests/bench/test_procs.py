@@ -1,22 +1,20 @@
-"""The ``--serve`` launch convention of the bench tools that prepare a gateway process before it serves."""
+"""bench.procs: the ``--serve`` launch convention of a metered gateway, and the bench's Redis Clusters."""
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import pytest
 
-from bench import ablate, rate_scan
+from bench import slow_bot
 from bench.procs import Children, serve_request, served_through, start_cluster
 from bench.redis_probe import RedisProbe
 
 
 def test_a_served_gateway_gets_back_exactly_the_cli_arguments_it_was_given() -> None:
-    argv = served_through("bench.ablate", "guard", ["-m", "gateway", "serve", "--config", "g.yaml"])
-    assert argv == ["-m", "bench.ablate", "--serve", "guard", "--", "serve", "--config", "g.yaml"]
-    assert serve_request(argv[2:], "usage") == ("guard", ["serve", "--config", "g.yaml"])
+    argv = served_through("bench.slow_bot", "gc.json", ["-m", "gateway", "serve", "--config", "g.yaml"])
+    assert argv == ["-m", "bench.slow_bot", "--serve", "gc.json", "--", "serve", "--config", "g.yaml"]
+    assert serve_request(argv[2:], "usage") == ("gc.json", ["serve", "--config", "g.yaml"])
 
 
 def test_arguments_without_serve_are_left_to_the_tool() -> None:
@@ -24,18 +22,10 @@ def test_arguments_without_serve_are_left_to_the_tool() -> None:
     assert serve_request([], "usage") is None
 
 
-@pytest.mark.parametrize("args", [["--serve"], ["--serve", "guard"], ["--serve", "guard", "serve"]])
-@pytest.mark.parametrize("main", [ablate.main, rate_scan.main])
-def test_a_malformed_serve_request_is_a_usage_error(
-    args: list[str], main: Callable[[Sequence[str] | None], int]
-) -> None:
-    with pytest.raises(SystemExit, match="usage: python -m bench"):
-        main(args)
-
-
-def test_ablate_refuses_an_ablation_it_does_not_have() -> None:
-    with pytest.raises(SystemExit, match=re.escape("usage: python -m bench.ablate --serve")):
-        ablate.main(["--serve", "no-such-part", "--", "serve"])
+@pytest.mark.parametrize("args", [["--serve"], ["--serve", "gc.json"], ["--serve", "gc.json", "serve"]])
+def test_a_malformed_serve_request_is_a_usage_error(args: list[str]) -> None:
+    with pytest.raises(SystemExit, match=r"usage: python -m bench\.slow_bot --serve"):
+        slow_bot.main(args)
 
 
 def test_a_bench_cluster_serves_every_slot_with_a_replica_a_primary_and_is_stopped_by_pid(

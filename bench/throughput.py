@@ -1,28 +1,17 @@
-"""``python -m bench``: what pact-gateway costs on top of the bot, measured side by side in one run.
+"""``python -m bench throughput``: what pact-gateway costs on top of the bot, side by side in one run.
 
-The run starts the sample bot and, on loopback, three fronts before it: nothing (the bot
-direct), a bare pass-through forwarder on the same HTTP stack (``bench.passthrough``, the
-design's ceiling) and the real gateway CLI, on the memory store and on Redis (database 14,
-flushed before and after). Each gateway is driven twice: with §3 turns alone (the Identity
-front) and with the same turns under §5.5 delegation tokens from real grants (the delegated
-front, same process and store; ``bench.delegation`` runs §5.3 for each user first). One load
-generator process drives ``message:send`` against each front in turn at a fixed concurrency
-for a fixed time; the rounds are interleaved and repeated, so drift on a shared machine shows
-up as spread instead of as a bias against whichever front ran last. Then: latency at half the
-gateway's peak, Redis round trips per turn (Identity and delegated), instructions per turn
-under callgrind (the full run), each bot adapter's cost per turn beside the ``pact`` adapter's
-(``bench.adapters``), memory per idle conversation, PA JWT and delegation-token verification and
-receipt signing costs and, with ``--profile``, where a gateway spends its time.
-
-Results: a JSON file (``bench/results/<timestamp>.json`` or ``--out``) and a table. Targets
-are checked but never fail the run: a benchmark reports, CI does not judge timings.
+The sample bot with, in front of it on loopback: nothing, the bare pass-through
+(:mod:`bench.passthrough`, the design's ceiling), and the gateway CLI on the memory store and on
+Redis, each gateway driven with §3 turns and with the same turns under §5.5 delegation tokens from
+real grants. Peak rounds interleaved and repeated, latency at half each gateway's peak, Redis round
+trips per turn (``MONITOR``), instructions per turn under callgrind (full run), each bot adapter
+beside ``pact`` (:mod:`bench.adapters`), and memory per idle conversation (:mod:`bench.memory`).
+Results: a JSON file and a table; targets are reported, never an error exit (docs/performance.md).
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
-import json
 import math
 import os
 import platform
@@ -34,9 +23,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from bench import instructions
-from bench.adapters import measure as measure_adapters
-from bench.adapters import render as render_adapters
+from bench import adapters, instructions
 from bench.delegation import SCOPES
 from bench.figures import (
     at_least,
@@ -54,8 +41,7 @@ from bench.figures import (
     target,
     target_line,
 )
-from bench.fronts import (
-    DEFAULT_REDIS_URL,
+from bench.harness import (
     DELEGATED_MEMORY,
     DELEGATED_OF,
     DELEGATED_REDIS,
@@ -63,16 +49,15 @@ from bench.fronts import (
     DIRECT,
     GW_MEMORY,
     GW_REDIS,
-    GW_REDIS_2W,
     PASSTHROUGH,
     PASSTHROUGH_AT_REDIS_RATE,
-    RESULTS_DIR,
-    WORKER_SCALING,
     Bench,
     Settings,
+    mode_parser,
     progress,
     python_json,
     settings_from,
+    write_result,
 )
 from bench.procs import ChildFailed, Children
 from bench.redis_probe import RedisProbe
@@ -125,7 +110,7 @@ def check_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
             name, f"<= {bound}", half[f"added_{key}"], at_most(bound), half["added_per_repeat"][key]
         )
 
-    targets = [
+    return [
         ratio_target(
             "throughput gateway-memory / pass-through",
             "throughput_gateway_memory_vs_passthrough",
@@ -142,12 +127,6 @@ def check_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
         cpu_target("redis"),
         added_target("added p50 latency at half peak (ms)", "p50_ms", 1.0),
         added_target("added p99 latency at half peak (ms)", "p99_ms", 5.0),
-        target(
-            "full ES256 verification / repeated token",
-            ">= 10",
-            result["jwt"]["es256_vs_repeated_ratio"],
-            at_least(10),
-        ),
         target(
             "Redis round trips per turn",
             "<= 2",
@@ -167,12 +146,6 @@ def check_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
             at_least(DELEGATED_THROUGHPUT),
         ),
         target(
-            "full delegation-token verification / repeated token",
-            ">= 10",
-            result["jwt"]["delegation_fresh_vs_repeated_ratio"],
-            at_least(10),
-        ),
-        target(
             "Redis round trips per delegated turn",
             "<= 2",
             result["redis"]["delegated"]["round_trips_per_turn"],
@@ -185,72 +158,6 @@ def check_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
             at_most(1024),
         ),
     ]
-    workers = result["workers"]
-    name = "throughput 2 workers / 1 worker on Redis"
-    if workers["available"]:
-        targets.append(
-            target(
-                name,
-                f">= {WORKER_SCALING} (scales with cores)",
-                workers["throughput_2_vs_1"],
-                at_least(WORKER_SCALING),
-                workers["throughput_2_vs_1_per_repeat"],
-            )
-        )
-    else:
-        targets.append(
-            target(
-                name, f">= {WORKER_SCALING}", None, at_least(WORKER_SCALING), note="workers: not available"
-            )
-        )
-    return targets
-
-
-# ---- output ---------------------------------------------------------------------------------
-
-
-def delegated_breakdown(result: dict[str, Any]) -> list[str]:
-    """Where the microseconds a delegated turn adds go, beside what the 0.85 target leaves for them.
-
-    A front that is the bottleneck serves turns at the rate its CPU per turn allows, so delegated
-    throughput ≥ 0.85 × Identity's needs its added CPU per turn ≤ Identity's × (1/0.85 − 1). The
-    added CPU is the fronts' (delegated − Identity, medians); the steps are ``bench.jwt_cost``'s,
-    in process; "the rest" is what the steps do not explain: the grant check in the store step,
-    the bigger request, upstream call, stored reply and response, and the machine's noise.
-    """
-    jwt = result["jwt"]
-    steps = (
-        ("token check", jwt["delegation_repeated_us"]),
-        ("claims", jwt["receipt_claims_us"]),
-        ("signature", jwt["receipt_sign_us"]),
-        ("reply", jwt["receipt_reply_us"]),
-        ("metrics", jwt["delegation_metrics_us"]),
-    )
-    lines = [
-        f"  where a delegated turn's added CPU goes, us per turn (throughput >= {DELEGATED_THROUGHPUT} "
-        f"leaves Identity's x {1 / DELEGATED_THROUGHPUT - 1:.3f})"
-    ]
-    for delegated, identity in DELEGATED_OF.items():
-        identity_us = result["fronts"][identity]["cpu_s_per_1000_turns"]["front"] * 1000
-        added = result["fronts"][delegated]["cpu_s_per_1000_turns"]["front"] * 1000 - identity_us
-        budget = identity_us * (1 / DELEGATED_THROUGHPUT - 1)
-        rest = added - jwt["delegated_added_us"]
-        lines.append(
-            f"  {delegated:<20}added {added:.0f} of {budget:.0f} budget (Identity {identity_us:.0f}): "
-            + ", ".join(f"{name} {us:.1f}" for name, us in steps)
-            + f", the rest {rest:.0f}"
-        )
-    lines.append(
-        f"  the signature with cold caches: {jwt['receipt_sign_cold_us']:.1f} us alone, "
-        f"{jwt['receipt_sign_cold_together_us']:.1f} us each when signed back to back (SigningBatch)"
-    )
-    lines.append(
-        f"  signing off the loop: two threads sign x{jwt['receipt_sign_two_threads_speedup']:.2f} as fast "
-        f"as one (cryptography releases the GIL; 2 needs a free core); on a worker thread the loop "
-        f"still pays {jwt['receipt_sign_offloaded_loop_us']:.1f} us per receipt of "
-        f"{jwt['receipt_sign_us']:.1f}"
-    )
-    return lines
 
 
 def render_table(result: dict[str, Any]) -> str:
@@ -292,8 +199,7 @@ def render_table(result: dict[str, Any]) -> str:
         lines.append(
             f"  {delegated:<38}{ratios['throughput_' + key]:>16.2f}{ratios['cpu_per_turn_' + key]:>12.2f}"
         )
-    lines += delegated_breakdown(result)
-    half, redis, memory, jwt = result["half_load"], result["redis"], result["memory"], result["jwt"]
+    half, redis, memory = result["half_load"], result["redis"], result["memory"]
     delegated_redis = redis["delegated"]
     delegated_rtt = delegated_redis["round_trips_per_turn"]
     lines += [
@@ -305,20 +211,10 @@ def render_table(result: dict[str, Any]) -> str:
         f"Redis round trips per turn {redis['round_trips_per_turn']:.2f} ({redis['client_commands']}; "
         f"{redis['riding_commands_per_turn']:.2f} of them a turn in another's write); commands incl. "
         f"inside scripts {redis['round_trips_per_turn'] + redis['script_internal_commands_per_turn']:.2f}",
-        f"Redis client CPU per script call, 32 concurrent: redis-py "
-        f"{redis['client']['redis_py_cpu_us_per_call']:.1f} us, the gateway's pipe "
-        f"{redis['client']['pipe_cpu_us_per_call']:.1f} us "
-        f"(x{redis['client']['redis_py_vs_pipe_ratio']:.1f})",
         f"memory store: {memory['rss_bytes_per_conversation_excluding_replies']:.0f} B RSS per idle "
         f"conversation excluding replies ({memory['conversations']} conversations; "
         f"tracemalloc {memory['traced_bytes_per_conversation_excluding_replies']:.0f} B, "
         f"{memory['traced_idle_bytes_per_conversation_excluding_replies']:.0f} B past the retry window)",
-        f"PA JWT: ES256 {jwt['es256_fresh_us']:.1f} us, RS256 {jwt['rs256_fresh_us']:.1f} us, "
-        f"repeated token {jwt['repeated_token_us']:.2f} us (x{jwt['es256_vs_repeated_ratio']:.0f})",
-        f"delegation token: ES256 {jwt['delegation_fresh_us']:.1f} us, repeated token "
-        f"{jwt['delegation_repeated_us']:.2f} us (x{jwt['delegation_fresh_vs_repeated_ratio']:.0f}); "
-        f"receipt signature (ES256, {jwt['receipt_payload_bytes']} B of claims) "
-        f"{jwt['receipt_sign_us']:.1f} us per delegated turn",
         f"Redis round trips per delegated turn {delegated_rtt:.2f} "
         f"({delegated_redis['client_commands']}); commands incl. inside scripts "
         f"{delegated_rtt + delegated_redis['script_internal_commands_per_turn']:.2f}",
@@ -339,38 +235,18 @@ def render_table(result: dict[str, Any]) -> str:
         )
     else:
         lines.append(f"instructions per turn: {counted['note']}")
-    workers = result["workers"]
-    if workers["available"]:
-        lines.append(
-            f"workers on Redis: 1 -> {workers['throughput_1_rps']:.1f} turns/s, "
-            f"2 -> {workers['throughput_2_rps']:.1f} turns/s (x{workers['throughput_2_vs_1']:.2f})"
-        )
-    else:
-        lines.append("workers: not available (the CLI has no --workers)")
-    lines += ["", *render_adapters(result["adapters"]), "", "targets"]
+    lines += ["", *adapters.render(result["adapters"]), "", "targets"]
     lines += [target_line(t) for t in result["targets"]]
     return "\n".join(lines)
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
-    group = parser.add_mutually_exclusive_group()
-    group.add_argument("--quick", action="store_true", help="short rounds; finishes in under two minutes")
-    group.add_argument(
-        "--smoke", action="store_true", help="the shortest run that exercises every path (tests)"
-    )
-    parser.add_argument("--out", type=Path, help="result file (default bench/results/<timestamp>.json)")
-    parser.add_argument("--duration", type=float, help="measured seconds per round")
-    parser.add_argument("--repeats", type=int, help="interleaved repeats of every round")
-    parser.add_argument("--concurrency", type=int, help="closed-loop concurrency of the peak rounds")
-    parser.add_argument("--turns", type=int, help="turns per conversation")
+def parse_args(argv: Sequence[str] | None) -> Any:
+    parser = mode_parser("python -m bench throughput", __doc__.split("\n\n")[0])
     parser.add_argument("--conversations", type=int, help="idle conversations for the memory reading")
-    parser.add_argument("--redis-url", default=DEFAULT_REDIS_URL, help="a database the run may flush")
-    parser.add_argument("--profile", action="store_true", help="also profile the gateway with pyinstrument")
     return parser.parse_args(argv)
 
 
-def run(settings: Settings, redis_url: str, with_profile: bool) -> dict[str, Any]:
+def run(settings: Settings, redis_url: str) -> dict[str, Any]:
     started = dt.datetime.now(dt.UTC)
     redis = RedisProbe(redis_url)
     try:
@@ -387,8 +263,6 @@ def run(settings: Settings, redis_url: str, with_profile: bool) -> dict[str, Any
             bench.start_all(redis_url)
             # Each delegated front beside its Identity twin, so their same-repeat pair is close in time.
             order = [DIRECT, PASSTHROUGH, GW_MEMORY, DELEGATED_MEMORY, GW_REDIS, DELEGATED_REDIS]
-            if bench.workers_available:
-                order.append(GW_REDIS_2W)
             progress("peak rounds (closed loop)")
             rounds = bench.peak_rounds(order)
             fronts = summarize_fronts(rounds)
@@ -407,39 +281,22 @@ def run(settings: Settings, redis_url: str, with_profile: bool) -> dict[str, Any
             progress("Redis round trips (MONITOR)")
             redis_result = bench.redis_round_trips()
             redis_result["delegated"] = bench.redis_round_trips(DELEGATED_REDIS)
-            progress("Redis client cost per script call")
-            redis_result["client"] = python_json(
-                ["-m", "bench.redis_client", "--redis-url", redis_url, "--calls", str(settings.client_calls)],
-                timeout=600,
-            )
             progress("instructions per turn (callgrind)")
             counted = count_instructions(bench, redis_url)
             progress("bot adapters, each against its fake")
-            adapters = measure_adapters(bench)
-            profile = bench.profile() if with_profile else None
+            adapter_costs = adapters.measure(bench)
         progress("memory per idle conversation")
         memory = python_json(
             [
                 "-m",
-                "bench.memory",
+                "bench",
+                "memory",
                 "--conversations",
                 str(settings.memory_conversations),
                 "--traced-conversations",
                 str(min(settings.memory_traced, settings.memory_conversations)),
             ],
             timeout=900,
-        )
-        progress("PA JWT and delegation-token verification, receipt signing")
-        jwt_cost = python_json(
-            [
-                "-m",
-                "bench.jwt_cost",
-                "--fresh",
-                str(settings.jwt_fresh),
-                "--repeated",
-                str(settings.jwt_repeated),
-            ],
-            timeout=600,
         )
     finally:
         redis.flush()
@@ -499,33 +356,14 @@ def run(settings: Settings, redis_url: str, with_profile: bool) -> dict[str, Any
         },
         "redis": redis_result,
         "memory": memory,
-        "jwt": jwt_cost,
         "delegation": {
             "users": settings.delegated_users,
             "scopes_requested": list(SCOPES),
             "flows": bench.flows,
         },
-        "workers": {"available": bench.workers_available},
         "instructions": counted,
-        "adapters": adapters,
-        "profile": profile,
+        "adapters": adapter_costs,
     }
-    if bench.workers_available:
-        one = fronts[GW_REDIS]["throughput_rps"]
-        two = fronts[GW_REDIS_2W]["throughput_rps"]
-        scaling = per_repeat(GW_REDIS_2W, GW_REDIS, rps)
-        result["workers"].update(
-            {
-                "throughput_1_rps": one,
-                "throughput_2_rps": two,
-                "throughput_2_vs_1": median(scaling),
-                "throughput_2_vs_1_per_repeat": scaling,
-                "cpu_s_per_1000_turns_1": fronts[GW_REDIS]["cpu_s_per_1000_turns"]["front"],
-                "cpu_s_per_1000_turns_2": fronts[GW_REDIS_2W]["cpu_s_per_1000_turns"]["front"],
-            }
-        )
-    else:
-        result["workers"]["note"] = "workers: not available (pact-gateway serve has no --workers)"
     result["targets"] = check_targets(result)
     _assert_finite(result)
     return result
@@ -545,17 +383,12 @@ def _assert_finite(value: Any, path: str = "result") -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    settings = settings_from(args)
     try:
-        result = run(settings, args.redis_url, args.profile)
+        result = run(settings_from(args), args.redis_url)
     except ChildFailed as failure:
-        print(f"bench: {failure}", file=sys.stderr)
+        print(f"bench throughput: {failure}", file=sys.stderr)
         return 1
-    out: Path = (
-        args.out or RESULTS_DIR / f"{result['started_at'].replace(':', '').replace('+0000', 'Z')}.json"
-    )
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
+    out = write_result(result, args.out, "throughput", result["started_at"])
     print(render_table(result))
     print(f"\nresult: {out}")
     return 0

@@ -1,32 +1,30 @@
-"""The benchmark's fronts and the harness that starts and drives them, shared by every bench module.
+"""The fronts of the throughput and adapter runs, and the harness that starts and drives them.
 
-``python -m bench`` (:mod:`bench.run`), the adapters' costs (:mod:`bench.adapters`), the instruction
-counts (:mod:`bench.instructions`), the rate scan, the soak and the ablations all run the same sample
-bot, pass-through and gateway CLI the same way: :class:`Bench` starts them as children (each in its
-own process, so its CPU can be read from ``/proc``) and drives them with one load generator. Nothing
-here judges a figure (:mod:`bench.figures`) or imports a module that does, so any bench module can
-import this one without an import circle (``tests/bench/test_imports.py``).
+:class:`Bench` starts the sample bot, the pass-through and gateway CLIs as children (each its own
+process, so its CPU can be read from ``/proc``) and drives them with the load generator;
+:func:`gateway_yaml` is the one gateway configuration every bench front writes. Nothing here judges
+a figure (:mod:`bench.figures`).
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
 import resource
-import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from bench import loadgen
 from bench.delegation import delegation_config
+from bench.loadgen import AUDIENCE, ISSUER
 from bench.procs import (
     REPO_ROOT,
     Child,
@@ -39,14 +37,11 @@ from bench.procs import (
     python_env,
     read_machine_ticks,
 )
-from bench.profile import summarize
 from bench.redis_probe import RedisProbe
 from gateway.config import RATE_RULE_NAMES
 from gateway.pa_keys import generate_private_jwk, public_jwks
 from gateway.store.redis import CHARGE
 
-ISSUER = "https://pa.bench.invalid"
-AUDIENCE = "pact-gateway-bench"
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/14"
 RESULTS_DIR = REPO_ROOT / "bench" / "results"
 
@@ -54,7 +49,6 @@ DIRECT = "direct"
 PASSTHROUGH = "passthrough"
 GW_MEMORY = "gateway-memory"
 GW_REDIS = "gateway-redis"
-GW_REDIS_2W = "gateway-redis-2w"
 DELEGATED_MEMORY = "delegated-memory"
 DELEGATED_REDIS = "delegated-redis"
 DELEGATED_OF = {DELEGATED_MEMORY: GW_MEMORY, DELEGATED_REDIS: GW_REDIS}
@@ -63,9 +57,6 @@ DELEGATED_OF = {DELEGATED_MEMORY: GW_MEMORY, DELEGATED_REDIS: GW_REDIS}
 # it makes anyway and a receipt signature; its throughput may be at most 15 % below the Identity turn's.
 DELEGATED_THROUGHPUT = 0.85
 PASSTHROUGH_AT_REDIS_RATE = "passthrough-at-redis-rate"
-# "Scales with cores": a second worker must add at least a quarter. The ideal is 2.0, but on a
-# 2-core machine the load generator, the bot and Redis share the cores the workers would use.
-WORKER_SCALING = 1.25
 
 
 @dataclass(frozen=True)
@@ -84,10 +75,6 @@ class Settings:
     rtt_turns: int
     memory_conversations: int
     memory_traced: int
-    jwt_fresh: int
-    jwt_repeated: int
-    client_calls: int
-    profile_duration: float
     instruction_turns: int
     """Turns in the warm-up and the shorter callgrind window (the longer has twice as many); 0 skips."""
     delegated_users: int = 256
@@ -95,13 +82,9 @@ class Settings:
 
 
 MODES: dict[str, Settings] = {
-    "smoke": Settings("smoke", 0.8, 0.3, 1, 16, 5, 0.8, 1, 32, 40, 2_000, 1_000, 30, 2_000, 640, 2.0, 20, 16),
-    "quick": Settings(
-        "quick", 1.6, 0.5, 2, 32, 5, 1.5, 1, 64, 200, 20_000, 3_000, 200, 20_000, 5_000, 5.0, 0
-    ),
-    "full": Settings(
-        "full", 12.0, 2.0, 4, 32, 5, 15.0, 3, 64, 1_000, 100_000, 20_000, 2_000, 100_000, 20_000, 15.0, 400
-    ),
+    "smoke": Settings("smoke", 0.8, 0.3, 1, 16, 5, 0.8, 1, 32, 40, 2_000, 1_000, 20, 16),
+    "quick": Settings("quick", 1.6, 0.5, 2, 32, 5, 1.5, 1, 64, 200, 20_000, 3_000, 0),
+    "full": Settings("full", 12.0, 2.0, 4, 32, 5, 15.0, 3, 64, 1_000, 100_000, 20_000, 400),
 }
 
 
@@ -132,6 +115,46 @@ FrontArgv = Callable[[int], list[str]]
 """The Python arguments that start an A2A front (``-m …``) listening on the given port."""
 
 
+def gateway_yaml(
+    port: int,
+    jwks: Mapping[str, Any],
+    bot: Mapping[str, Any],
+    cache: Mapping[str, Any],
+    **more: Any,
+) -> dict[str, Any]:
+    """The gateway as an operator runs it, defaults everywhere but addresses, keys, store and limits.
+
+    The personal agent's keys are inline (verification is measured, never a JWKS fetch); every §6
+    rule is checked on each turn but never refuses (one bench agent stands for the whole load).
+    ``bot`` is the Brand's ``upstream`` block, ``cache`` the ``cache`` block; ``more`` adds top-level
+    blocks, ``brand`` keys of the Brand (its ``delegation``).
+    """
+    brand = {
+        "id": "acme",
+        "name": "Acme Support",
+        "description": "Order status.",
+        "version": "1.0.0",
+        "upstream": dict(bot),
+        **more.pop("brand", {}),
+    }
+    return {
+        "listen": {"host": "127.0.0.1", "port": port},
+        "public_url": f"http://127.0.0.1:{port}",
+        "provider": {"organization": "Bench", "url": "https://bench.invalid", "audience": AUDIENCE},
+        "personal_agents": {"policy": "allowlist", "registered": [{"issuer": ISSUER, "jwks": jwks}]},
+        "cache": dict(cache),
+        "rate_limits": {name: {"rate": 1_000_000, "burst": 1_000_000} for name in RATE_RULE_NAMES},
+        "metrics": {"enabled": False},
+        **more,
+        "brands": [brand],
+    }
+
+
+def write_yaml(path: Path, raw: Mapping[str, Any]) -> Path:
+    path.write_text(yaml.safe_dump(dict(raw), sort_keys=False))
+    return path
+
+
 class Bench:
     def __init__(self, settings: Settings, children: Children, workdir: Path, redis: RedisProbe) -> None:
         self.settings = settings
@@ -154,7 +177,6 @@ class Bench:
         self.bot: Child | None = None
         self.bot_url = ""
         self.fronts: dict[str, Front] = {}
-        self.workers_available = False
         self.redis_pid = _local_redis_pid(redis)  # its CPU per turn is part of the price
 
     # ---- processes ---------------------------------------------------------------------------
@@ -167,62 +189,31 @@ class Bench:
         return bot, port
 
     def gateway_config(self, port: int, cache_url: str, upstream: dict[str, Any] | None = None) -> Path:
-        """The gateway as an operator would run it: defaults everywhere but addresses, keys and cache.
-
-        The Brand delegates (§5): its scopes, its login's key set inline, the Provider's key.
-        ``upstream`` is the Brand's bot (default: the sample bot, ``adapter: pact``).
-        """
-        raw = {
-            "listen": {"host": "127.0.0.1", "port": port},
-            "public_url": f"http://127.0.0.1:{port}",
-            "provider": {"organization": "Bench", "url": "https://bench.invalid", "audience": AUDIENCE},
-            # Inline keys: verification is measured, never a JWKS fetch.
-            "personal_agents": {"policy": "allowlist", "registered": [{"issuer": ISSUER, "jwks": self.jwks}]},
-            "cache": {"url": cache_url},
-            # Checked on every turn as in production, but never refusing: one personal agent here
-            # stands for the whole load, far beyond the per-agent default of 50 turns/s, and one
-            # address signs in every delegated bench user (past the per-address hand-off limit).
-            "rate_limits": {name: {"rate": 1_000_000, "burst": 1_000_000} for name in RATE_RULE_NAMES},
-            "metrics": {"enabled": True, "host": "127.0.0.1", "port": free_port()},
-            "oauth": {"signing_keys": [{"file": str(self.signing_key_file)}]},
-            "brands": [
-                {
-                    "id": "acme",
-                    "name": "Acme Support",
-                    "description": "Order status.",
-                    "version": "1.0.0",
-                    "upstream": upstream or {"url": self.bot_url},
-                    "delegation": delegation_config(self.login_jwks),
-                }
-            ],
-        }
-        path = self.workdir / f"gateway-{port}.yaml"
-        path.write_text(yaml.safe_dump(raw, sort_keys=False))
-        return path
+        """:func:`gateway_yaml` with metrics on and a Brand that delegates (§5): its scopes, its login's
+        keys inline, the Provider's signing key; ``upstream`` defaults to the sample bot."""
+        raw = gateway_yaml(
+            port,
+            self.jwks,
+            upstream or {"url": self.bot_url},
+            {"url": cache_url},
+            metrics={"enabled": True, "host": "127.0.0.1", "port": free_port()},
+            oauth={"signing_keys": [{"file": str(self.signing_key_file)}]},
+            brand={"delegation": delegation_config(self.login_jwks)},
+        )
+        return write_yaml(self.workdir / f"gateway-{port}.yaml", raw)
 
     def passthrough_argv(self, port: int) -> list[str]:
         """The design's ceiling on the gateway's own stack: aiohttp's server, the gateway's bot client."""
-        argv = ["-m", "bench.passthrough", "--client", "gateway"]
-        return [*argv, "--port", str(port), "--upstream", self.bot_url]
+        return ["-m", "bench.passthrough", "--port", str(port), "--upstream", self.bot_url]
 
-    def gateway_argv(self, config: Path, workers: int | None = None) -> list[str]:
-        argv = ["-m", "gateway", "serve", "--config", str(config)]
-        return [*argv, "--workers", str(workers)] if workers is not None else argv
+    def gateway_argv(self, config: Path) -> list[str]:
+        return ["-m", "gateway", "serve", "--config", str(config)]
 
     def start_gateway(
-        self,
-        name: str,
-        cache_url: str,
-        *,
-        workers: int | None = None,
-        profile_to: Path | None = None,
-        upstream: dict[str, Any] | None = None,
+        self, name: str, cache_url: str, upstream: dict[str, Any] | None = None
     ) -> tuple[Front, int]:
         port = free_port()
-        argv = self.gateway_argv(self.gateway_config(port, cache_url, upstream), workers)
-        if profile_to is not None:
-            argv = ["-m", "pyinstrument", "-r", "pyisession", "-o", str(profile_to), *argv]
-        child = self.children.python(name, *argv)
+        child = self.children.python(name, *self.gateway_argv(self.gateway_config(port, cache_url, upstream)))
         return Front.a2a(name, port, child, cache_url != "memory://"), port
 
     def start_passthrough(self) -> tuple[Front, int]:
@@ -230,19 +221,6 @@ class Bench:
         return Front.a2a(
             PASSTHROUGH, port, self.children.python(PASSTHROUGH, *self.passthrough_argv(port))
         ), port
-
-    def detect_workers(self) -> bool:
-        """Whether the CLI has ``--workers`` yet (another change adds it); absent is reported, not fatal."""
-        out = subprocess.run(
-            [sys.executable, *self.gateway_argv(Path("unused.yaml")), "--help"],
-            cwd=REPO_ROOT,
-            env=python_env(),
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        return "--workers" in out.stdout
 
     def start_all(self, redis_url: str) -> None:
         bot, bot_port = self.start_bot()
@@ -252,16 +230,9 @@ class Bench:
         waits.append((passthrough.process, pt_port))
         self.fronts[DIRECT] = Front(DIRECT, self.bot_url, "bot", None)
         self.fronts[PASSTHROUGH] = passthrough
-        self.workers_available = self.detect_workers()
-        gateways = [
-            (GW_MEMORY, "memory://", None),
-            (GW_REDIS, redis_url, 1 if self.workers_available else None),
-        ]
-        if self.workers_available:
-            gateways.append((GW_REDIS_2W, redis_url, 2))
         ports: dict[str, int] = {}
-        for name, url, workers in gateways:
-            front, port = self.start_gateway(name, url, workers=workers)
+        for name, url in ((GW_MEMORY, "memory://"), (GW_REDIS, redis_url)):
+            front, port = self.start_gateway(name, url)
             self.fronts[name] = front
             ports[name] = port
             assert front.process is not None
@@ -280,69 +251,14 @@ class Bench:
         tokens = self.workdir / f"{name}-tokens.json"
         self.flows[name] = python_json(
             [
-                "-m",
-                "bench.delegation",
-                "--url",
-                f"http://127.0.0.1:{port}",
-                "--users",
-                str(self.settings.delegated_users),
-                "--key-file",
-                str(self.key_file),
-                "--issuer",
-                ISSUER,
-                "--audience",
-                AUDIENCE,
-                "--login-key-file",
-                str(self.login_key_file),
-                "--out",
-                str(tokens),
+                *("-m", "bench.delegation", "--url", f"http://127.0.0.1:{port}"),
+                *("--users", str(self.settings.delegated_users), "--key-file", str(self.key_file)),
+                *("--issuer", ISSUER, "--audience", AUDIENCE),
+                *("--login-key-file", str(self.login_key_file), "--out", str(tokens)),
             ],
             timeout=600,
         )
         self.fronts[name] = replace(self.fronts[identity], name=name, delegation=tokens)
-
-    # ---- load --------------------------------------------------------------------------------
-
-    def loadgen_argv(
-        self,
-        front: Front,
-        *,
-        duration: float,
-        concurrency: int,
-        rate: float = 0.0,
-        max_turns: int = 0,
-        users: int | None = None,
-    ) -> list[str]:
-        s = self.settings
-        return [
-            sys.executable,
-            "-m",
-            "bench.loadgen",
-            "--url",
-            front.url,
-            "--mode",
-            front.mode,
-            "--duration",
-            str(duration),
-            "--warmup",
-            str(s.warmup),
-            "--concurrency",
-            str(concurrency),
-            "--rate",
-            str(rate),
-            "--turns",
-            str(s.turns),
-            "--max-turns",
-            str(max_turns),
-            "--key-file",
-            str(self.key_file),
-            "--issuer",
-            ISSUER,
-            "--audience",
-            AUDIENCE,
-            *([] if users is None else ["--subs", str(users)]),
-            *([] if front.delegation is None else ["--delegation-file", str(front.delegation)]),
-        ]
 
     def _party_cpu(self, front: Front) -> dict[str, float]:
         bot = front.bot or self.bot
@@ -376,8 +292,18 @@ class Bench:
         ``users`` overrides the load generator's number of users (one PA JWT each).
         """
         self._check_alive(front)
-        argv = self.loadgen_argv(
-            front, duration=duration, concurrency=concurrency, rate=rate, max_turns=max_turns, users=users
+        argv = loadgen.argv(
+            front.url,
+            self.key_file,
+            mode=front.mode,
+            duration=duration,
+            warmup=self.settings.warmup,
+            concurrency=concurrency,
+            turns=self.settings.turns,
+            rate=rate,
+            max_turns=max_turns,
+            users=users,
+            delegation=front.delegation,
         )
         redis_stats = redis_stats and front.uses_redis
         stats_before = self.redis.commandstats() if redis_stats else {}
@@ -388,10 +314,10 @@ class Bench:
         out_path = self.workdir / "loadgen.out"
         err_path = self.workdir / "loadgen.err"
         with out_path.open("wb") as out, err_path.open("wb") as err:
-            loadgen = subprocess.Popen(argv, cwd=REPO_ROOT, env=python_env(), stdout=out, stderr=err)
+            running = subprocess.Popen(argv, cwd=REPO_ROOT, env=python_env(), stdout=out, stderr=err)
             limit = time.monotonic() + self.settings.warmup + duration + 60
             try:
-                while loadgen.poll() is None:
+                while running.poll() is None:
                     if time.monotonic() > limit:
                         raise ChildFailed(f"the load generator did not finish against {front.name}")
                     if while_running is not None:
@@ -399,9 +325,9 @@ class Bench:
                     else:
                         time.sleep(0.05)
             finally:
-                if loadgen.poll() is None:
-                    loadgen.kill()
-                    loadgen.wait(5)
+                if running.poll() is None:
+                    running.kill()
+                    running.wait(5)
         ticks_after = read_machine_ticks()
         wall = time.monotonic() - wall_before
         children_after = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -411,7 +337,7 @@ class Bench:
         )
         cpu_after = self._party_cpu(front)
         stats_after = self.redis.commandstats() if redis_stats else {}
-        if loadgen.returncode != 0:
+        if running.returncode != 0:
             raise ChildFailed(f"load generator failed against {front.name}:\n{err_path.read_text()[-2000:]}")
         self._check_alive(front)
         result: dict[str, Any] = json.loads(out_path.read_text())
@@ -508,40 +434,6 @@ class Bench:
         """How :func:`bench.instructions.count` starts a gateway front on a port it picks."""
         return lambda port: self.gateway_argv(self.gateway_config(port, cache_url, upstream))
 
-    def profile(self) -> dict[str, Any] | None:
-        """One gateway-memory round under pyinstrument; ``None`` (with a note) if it is not installed."""
-        probe = subprocess.run(
-            [sys.executable, "-c", "import pyinstrument"], capture_output=True, check=False, timeout=60
-        )
-        if probe.returncode != 0:
-            return {"available": False, "note": "pyinstrument is not installed (pip install pyinstrument)"}
-        session = self.workdir / "gateway.pyisession"
-        front, port = self.start_gateway("gateway-profiled", "memory://", profile_to=session)
-        assert front.process is not None
-        front.process.wait_port(port)
-        result = self.drive(
-            front, duration=self.settings.profile_duration, concurrency=self.settings.concurrency
-        )
-        self.children.stop(front.process, signal.SIGINT)
-        if not session.exists():
-            return {"available": False, "note": f"pyinstrument wrote no session:\n{front.process.tail()}"}
-        RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-        stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%SZ")
-        text_path = RESULTS_DIR / f"profile-{stamp}.txt"
-        pstats_path = self.workdir / "gateway.pstats"
-        render = [sys.executable, "-m", "pyinstrument", "--load", str(session)]
-        subprocess.run(
-            [*render, "-r", "text", "--show", "*/gateway/*", "-o", str(text_path)], check=True, timeout=120
-        )
-        subprocess.run([*render, "-r", "pstats", "-o", str(pstats_path)], check=True, timeout=120)
-        summary = summarize(pstats_path, int(result["turns_total"]))
-        return {
-            "available": True,
-            "text_report": str(text_path),
-            "throughput_rps_under_profiler": result["throughput_rps"],
-            **summary,
-        }
-
 
 def _local_redis_pid(redis: RedisProbe) -> int | None:
     """The Redis server's pid when it runs on this machine (a remote pid could name any local process)."""
@@ -574,19 +466,48 @@ def python_json(argv: Sequence[str], timeout: float) -> dict[str, Any]:
     return result
 
 
+def mode_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    """The options of a front run in :data:`MODES` (the throughput and adapter fronts)."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--quick", action="store_true", help="short rounds; no instruction count")
+    group.add_argument("--smoke", action="store_true", help="the shortest run that exercises every path")
+    parser.add_argument(
+        "--out", type=Path, help="result file (default bench/results/<name>-<timestamp>.json)"
+    )
+    parser.add_argument("--duration", type=float, help="measured seconds per round")
+    parser.add_argument("--repeats", type=int, help="interleaved repeats of every round")
+    parser.add_argument("--concurrency", type=int, help="closed-loop concurrency of the peak rounds")
+    parser.add_argument("--turns", type=int, help="turns per conversation")
+    parser.add_argument(
+        "--instruction-turns", type=int, help="turns in the shorter callgrind window (0 skips the count)"
+    )
+    parser.add_argument("--redis-url", default=DEFAULT_REDIS_URL, help="a database the run may flush")
+    return parser
+
+
 def settings_from(args: argparse.Namespace) -> Settings:
     base = MODES["smoke" if args.smoke else "quick" if args.quick else "full"]
-    overrides: dict[str, Any] = {}
-    for name, field_name in (
-        ("duration", "duration"),
-        ("repeats", "repeats"),
-        ("concurrency", "concurrency"),
-        ("turns", "turns"),
-        ("conversations", "memory_conversations"),
-    ):
-        value = getattr(args, name)
-        if value is not None:
-            overrides[field_name] = value
+    fields = {
+        "duration": "duration",
+        "repeats": "repeats",
+        "concurrency": "concurrency",
+        "turns": "turns",
+        "conversations": "memory_conversations",
+        "instruction_turns": "instruction_turns",
+    }
+    overrides = {
+        field: value for name, field in fields.items() if (value := getattr(args, name, None)) is not None
+    }
     if "duration" in overrides:
         overrides["half_load_duration"] = overrides["duration"]
     return Settings(**{**asdict(base), **overrides})
+
+
+def write_result(result: Mapping[str, Any], out: Path | None, name: str, started_at: str) -> Path:
+    """The run's JSON: ``out``, or ``bench/results/<name>-<timestamp>.json``."""
+    stamp = started_at.replace(":", "").replace("+0000", "Z")
+    path = out or RESULTS_DIR / f"{name}-{stamp}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    return path
