@@ -23,7 +23,7 @@ FRONTS: dict[str, tuple[str, str]] = {
         "Redis bytes per conversation, per shard of a cluster (capacity.md)",
     ),
     "memory": ("bench.memory", "memory-store bytes per idle conversation and per entry (capacity.md)"),
-    "oauth_state": ("bench.oauth_state", "records and bytes per grant, consent reads (capacity.md)"),
+    "oauth_state": ("bench.oauth_state", "records and bytes per grant after refreshes (capacity.md)"),
     "soak": ("bench.soak", "memory and descriptors after steady load (reliability.md)"),
 }
 

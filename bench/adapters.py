@@ -21,7 +21,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, assert_never
+from typing import Any
 
 from bench import instructions
 from bench.figures import at_most, front_cpu, paired, ratio_of, summarize_fronts, target, target_line
@@ -47,55 +47,41 @@ def credential_variable(adapter: AdapterName) -> str:
     return f"PACT_BENCH_{adapter.upper()}_CREDENTIAL"
 
 
+HTTP_MAPPING: dict[str, Any] = {
+    "method": "PUT",
+    "body": {
+        "session": "{{conversation_id}}",
+        "first": "{{new_conversation}}",
+        "input": {"id": "{{message_id}}", "text": "{{text}}"},
+        "note": "turn {{message_id}} from {{pa_issuer}}",
+        "account": {"user": "{{delegation_user}}", "scopes": "{{delegation_scopes}}"},
+    },
+    "reply": {
+        "texts": "result.messages[].body",
+        "end": "result.closed",
+        "requires_scopes": "auth.needs",
+        "actions": "auth.calls",
+        "scopes_used": "auth.used",
+    },
+}
+"""README "Home-grown HTTP bots", as written there: a nested body and every reply path."""
+
+
 def upstream_block(adapter: AdapterName, url: str) -> dict[str, Any]:
     """The Brand's ``upstream`` for ``adapter`` with its bot at ``url``: the README's settings, defaults
-    wherever the README leaves them out."""
+    wherever the README leaves them out; a fake's key only ever named (``${NAME}``)."""
+    key = f"${{{credential_variable(adapter)}}}"
+    settings: dict[AdapterName, dict[str, Any]] = {
+        "pact": {},
+        "rasa": {},
+        "http": HTTP_MAPPING,
+        "openai": {"model": "bench-model", "api_key": key, "system_prompt": _SYSTEM_PROMPT}
+        | {"max_tokens": 512, "temperature": 0.2},
+        "directline": {"secret": key},
+    }
     if adapter == "pact":
         return {"url": url}
-    if adapter == "rasa":
-        return {"adapter": "rasa", "url": url}
-    if adapter == "http":
-        # README "Home-grown HTTP bots", as written there: a nested body and every reply path.
-        return {
-            "adapter": "http",
-            "url": url,
-            "http": {
-                "method": "PUT",
-                "body": {
-                    "session": "{{conversation_id}}",
-                    "first": "{{new_conversation}}",
-                    "input": {"id": "{{message_id}}", "text": "{{text}}"},
-                    "note": "turn {{message_id}} from {{pa_issuer}}",
-                    "account": {"user": "{{delegation_user}}", "scopes": "{{delegation_scopes}}"},
-                },
-                "reply": {
-                    "texts": "result.messages[].body",
-                    "end": "result.closed",
-                    "requires_scopes": "auth.needs",
-                    "actions": "auth.calls",
-                    "scopes_used": "auth.used",
-                },
-            },
-        }
-    if adapter == "openai":
-        return {
-            "adapter": "openai",
-            "url": url,
-            "openai": {
-                "model": "bench-model",
-                "api_key": f"${{{credential_variable(adapter)}}}",
-                "system_prompt": _SYSTEM_PROMPT,
-                "max_tokens": 512,
-                "temperature": 0.2,
-            },
-        }
-    if adapter == "directline":
-        return {
-            "adapter": "directline",
-            "url": url,
-            "directline": {"secret": f"${{{credential_variable(adapter)}}}"},
-        }
-    assert_never(adapter)
+    return {"adapter": adapter, "url": url} | ({adapter: settings[adapter]} if settings[adapter] else {})
 
 
 @dataclass(frozen=True)
@@ -147,10 +133,6 @@ def start_bots(bench: Bench) -> dict[AdapterName, Bot]:
     return bots
 
 
-def _median(values: Sequence[float]) -> float | None:
-    return float(statistics.median(values)) if values else None
-
-
 def measure(bench: Bench) -> dict[str, Any]:
     """Each adapter's cost per turn beside ``pact``'s, in ``bench``'s mode; stops what it started."""
     started: list[Child] = []
@@ -175,13 +157,8 @@ def measure(bench: Bench) -> dict[str, Any]:
             min(float(front["throughput_rps"]) for front in summarize_fronts(rounds).values()) / 2, 1.0
         )
         paced = bench.half_load([(adapter, adapter, rate) for adapter in fronts])
-        counted = instructions.count(
-            bench,
-            [
-                (adapter, bench.gateway_front("memory://", bot.upstream), False)
-                for adapter, bot in bots.items()
-            ],
-        )
+        argvs = [(adapter, bench.gateway_front("memory://", bot.upstream)) for adapter, bot in bots.items()]
+        counted = instructions.count(bench, argvs)
     finally:
         for child in reversed(started):
             bench.children.stop(child)
@@ -189,7 +166,9 @@ def measure(bench: Bench) -> dict[str, Any]:
             bench.fronts.pop(adapter, None)
     others = [adapter for adapter in ADAPTERS if adapter != BASELINE]
     cpu_per_repeat = {adapter: paired(paced, adapter, BASELINE, ratio_of(front_cpu)) for adapter in others}
-    cpu = {adapter: _median(values) for adapter, values in cpu_per_repeat.items()}
+    cpu = {
+        adapter: statistics.median(values) if values else None for adapter, values in cpu_per_repeat.items()
+    }
     if counted["available"]:
         per_turn = instructions.per_turn(counted)
         counted["vs_pact"] = {adapter: per_turn[adapter] / per_turn[BASELINE] for adapter in others}
@@ -210,35 +189,22 @@ def measure(bench: Bench) -> dict[str, Any]:
 
 def _targets(
     adapters: Sequence[AdapterName],
-    cpu: dict[AdapterName, float | None],
-    cpu_per_repeat: dict[AdapterName, list[float]],
-    counted: dict[str, Any],
+    cpu: dict[AdapterName, Any],
+    per_repeat: dict[AdapterName, Any],
+    counted: Any,
 ) -> list[dict[str, Any]]:
     """Two per adapter not exempt: CPU per turn (per-repeat verdict) and instructions per turn ÷ pact's."""
-    goal = f"<= {LIMIT:.2f}"
-    targets = []
-    for adapter in adapters:
-        if adapter in EXEMPT:
-            continue
-        targets.append(
-            target(
-                f"CPU per turn adapter {adapter} / pact",
-                goal,
-                cpu[adapter],
-                at_most(LIMIT),
-                cpu_per_repeat[adapter],
-            )
+    goal, passes, judged = f"<= {LIMIT:.2f}", at_most(LIMIT), [a for a in adapters if a not in EXEMPT]
+    count = counted.get("vs_pact", {})
+    note = "" if counted["available"] else counted["note"]
+    return [
+        t
+        for a in judged
+        for t in (
+            target(f"CPU per turn adapter {a} / pact", goal, cpu[a], passes, per_repeat[a]),
+            target(f"instructions per turn adapter {a} / pact", goal, count.get(a), passes, note=note),
         )
-        targets.append(
-            target(
-                f"instructions per turn adapter {adapter} / pact",
-                goal,
-                counted["vs_pact"][adapter] if counted["available"] else None,
-                at_most(LIMIT),
-                note="" if counted["available"] else counted["note"],
-            )
-        )
-    return targets
+    ]
 
 
 def render(result: dict[str, Any]) -> list[str]:

@@ -24,7 +24,7 @@ from urllib.parse import parse_qs, urljoin, urlsplit
 
 import aiohttp
 
-from bench.loadgen import Minter, user_sub
+from bench.loadgen import AUDIENCE, ISSUER, Minter, user_sub
 from gateway.protocol.urls import OAuthUrls
 
 BRAND: Final = "acme"
@@ -199,12 +199,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--url", required=True, help="the gateway's public URL")
     parser.add_argument("--users", type=int, required=True, help="bench users, one grant and token each")
     parser.add_argument("--key-file", required=True, help="the personal agent's private JWK (JSON)")
-    parser.add_argument("--issuer", required=True, help="the personal agent's issuer (its client_id)")
-    parser.add_argument("--audience", required=True, help="the gateway's PA JWT audience")
     parser.add_argument("--login-key-file", required=True, help="the Brand login's private JWK (JSON)")
     parser.add_argument("--out", type=Path, required=True, help="where the token list goes")
     args = parser.parse_args(argv)
-    pa = Minter(json.loads(Path(args.key_file).read_text()), args.issuer, args.audience)
+    pa = Minter(json.loads(Path(args.key_file).read_text()), ISSUER, AUDIENCE)
     started = time.monotonic()
     try:
         granted = asyncio.run(

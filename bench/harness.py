@@ -74,7 +74,6 @@ class Settings:
     half_load_concurrency: int
     rtt_turns: int
     memory_conversations: int
-    memory_traced: int
     instruction_turns: int
     """Turns in the warm-up and the shorter callgrind window (the longer has twice as many); 0 skips."""
     delegated_users: int = 256
@@ -82,9 +81,9 @@ class Settings:
 
 
 MODES: dict[str, Settings] = {
-    "smoke": Settings("smoke", 0.8, 0.3, 1, 16, 5, 0.8, 1, 32, 40, 2_000, 1_000, 20, 16),
-    "quick": Settings("quick", 1.6, 0.5, 2, 32, 5, 1.5, 1, 64, 200, 20_000, 3_000, 0),
-    "full": Settings("full", 12.0, 2.0, 4, 32, 5, 15.0, 3, 64, 1_000, 100_000, 20_000, 400),
+    "smoke": Settings("smoke", 0.8, 0.3, 1, 16, 5, 0.8, 1, 32, 40, 2_000, 20, 16),
+    "quick": Settings("quick", 1.6, 0.5, 2, 32, 5, 1.5, 1, 64, 200, 20_000, 0),
+    "full": Settings("full", 12.0, 2.0, 4, 32, 5, 15.0, 3, 64, 1_000, 100_000, 400),
 }
 
 
@@ -101,14 +100,13 @@ class Front:
     url: str
     mode: str
     process: Child | None
-    uses_redis: bool = False
     delegation: Path | None = None
     bot: Child | None = None
 
     @classmethod
-    def a2a(cls, name: str, port: int, process: Child, uses_redis: bool = False) -> Front:
+    def a2a(cls, name: str, port: int, process: Child) -> Front:
         """A front that speaks A2A on ``port``: turns go to the bench Brand's ``message:send``."""
-        return cls(name, f"http://127.0.0.1:{port}/a2a/acme/message:send", "a2a", process, uses_redis)
+        return cls(name, f"http://127.0.0.1:{port}/a2a/acme/message:send", "a2a", process)
 
 
 FrontArgv = Callable[[int], list[str]]
@@ -150,6 +148,13 @@ def gateway_yaml(
     }
 
 
+def write_key(path: Path) -> dict[str, Any]:
+    """A fresh ES256 private JWK written to ``path`` (the run's own directory); its public JWKS."""
+    private = generate_private_jwk("ES256")
+    path.write_text(json.dumps(private))
+    return public_jwks(private)
+
+
 def write_yaml(path: Path, raw: Mapping[str, Any]) -> Path:
     path.write_text(yaml.safe_dump(dict(raw), sort_keys=False))
     return path
@@ -162,17 +167,13 @@ class Bench:
         self.workdir = workdir
         self.redis = redis
         self.key_file = workdir / "pa-key.json"
-        private = generate_private_jwk("ES256")
-        self.key_file.write_text(json.dumps(private))
-        self.jwks = public_jwks(private)
+        self.jwks = write_key(self.key_file)
         # The Brand's login (its assertions' key, inline in the gateway's config) and the Provider's
         # §5.4/§5.6 signing key: generated per run, kept in the run's directory only.
         self.login_key_file = workdir / "login-key.json"
-        login = generate_private_jwk("ES256")
-        self.login_key_file.write_text(json.dumps(login))
-        self.login_jwks = public_jwks(login)
+        self.login_jwks = write_key(self.login_key_file)
         self.signing_key_file = workdir / "provider-key.json"
-        self.signing_key_file.write_text(json.dumps(generate_private_jwk("ES256")))
+        write_key(self.signing_key_file)
         self.flows: dict[str, dict[str, Any]] = {}
         self.bot: Child | None = None
         self.bot_url = ""
@@ -214,7 +215,7 @@ class Bench:
     ) -> tuple[Front, int]:
         port = free_port()
         child = self.children.python(name, *self.gateway_argv(self.gateway_config(port, cache_url, upstream)))
-        return Front.a2a(name, port, child, cache_url != "memory://"), port
+        return Front.a2a(name, port, child), port
 
     def start_passthrough(self) -> tuple[Front, int]:
         port = free_port()
@@ -253,7 +254,6 @@ class Bench:
             [
                 *("-m", "bench.delegation", "--url", f"http://127.0.0.1:{port}"),
                 *("--users", str(self.settings.delegated_users), "--key-file", str(self.key_file)),
-                *("--issuer", ISSUER, "--audience", AUDIENCE),
                 *("--login-key-file", str(self.login_key_file), "--out", str(tokens)),
             ],
             timeout=600,
@@ -283,14 +283,10 @@ class Bench:
         rate: float = 0.0,
         max_turns: int = 0,
         while_running: Callable[[], None] | None = None,
-        redis_stats: bool = True,
         users: int | None = None,
     ) -> dict[str, Any]:
-        """One load-generator run against ``front``, with the CPU every party spent during it.
-
-        ``redis_stats=False`` keeps the probe's own INFO commands out of a MONITOR count;
-        ``users`` overrides the load generator's number of users (one PA JWT each).
-        """
+        """One load-generator run against ``front``, with the CPU every party spent during it; ``users``
+        overrides the load generator's number of users (one PA JWT each)."""
         self._check_alive(front)
         argv = loadgen.argv(
             front.url,
@@ -305,8 +301,6 @@ class Bench:
             users=users,
             delegation=front.delegation,
         )
-        redis_stats = redis_stats and front.uses_redis
-        stats_before = self.redis.commandstats() if redis_stats else {}
         cpu_before = self._party_cpu(front)
         ticks_before = read_machine_ticks()
         wall_before = time.monotonic()
@@ -336,7 +330,6 @@ class Bench:
             children_after.ru_stime - children_before.ru_stime
         )
         cpu_after = self._party_cpu(front)
-        stats_after = self.redis.commandstats() if redis_stats else {}
         if running.returncode != 0:
             raise ChildFailed(f"load generator failed against {front.name}:\n{err_path.read_text()[-2000:]}")
         self._check_alive(front)
@@ -352,52 +345,40 @@ class Bench:
         ours = sum(v for k, v in cpu.items() if k != "loadgen") + max(loadgen_process, cpu["loadgen"])
         others = max(machine_busy_seconds(ticks_before, ticks_after) - ours, 0.0)
         result["other_cpu_share"] = others / (wall * (os.cpu_count() or 1)) if wall > 0 else 0.0
-        if redis_stats:
-            delta = {
-                k: v - stats_before.get(k, 0) for k, v in stats_after.items() if v != stats_before.get(k, 0)
-            }
-            delta.pop("info", None)  # our own readings
-            result["redis_commands_per_turn"] = sum(delta.values()) / turns
-            result["redis_commands"] = delta
         return result
 
     def peak_rounds(self, order: Sequence[str]) -> list[dict[str, Any]]:
-        rounds: list[dict[str, Any]] = []
-        for repeat in range(self.settings.repeats):
-            # Every other repeat runs the fronts in reverse: on a machine whose speed drifts during
-            # the run, a fixed order would always measure one front later than another (a bias a
-            # same-repeat ratio cannot see), while alternating it cancels a steady drift.
-            for name in order if repeat % 2 == 0 else order[::-1]:
-                result = self.drive(
-                    self.fronts[name], duration=self.settings.duration, concurrency=self.settings.concurrency
-                )
-                result["repeat"] = repeat
-                rounds.append(result)
-                progress(
-                    f"  round {repeat + 1}/{self.settings.repeats} {name:<17} "
-                    f"{result['throughput_rps']:8.1f} turns/s  p50 {result['latency_ms']['p50']:6.2f} ms  "
-                    f"errors {result['errors']}  others' CPU {result['other_cpu_share']:.0%}"
-                )
-        return rounds
+        """Closed-loop rounds of every front in ``order``, ``repeats`` times.
+
+        Every other repeat runs the fronts in reverse: on a machine whose speed drifts during the
+        run, a fixed order would always measure one front later than another (a bias a same-repeat
+        ratio cannot see), while alternating it cancels a steady drift.
+        """
+        s = self.settings
+        plan = [
+            [(name, name, 0.0) for name in (order if r % 2 == 0 else order[::-1])] for r in range(s.repeats)
+        ]
+        return self._rounds(plan, s.duration, s.concurrency)
 
     def half_load(self, plan: Sequence[tuple[str, str, float]]) -> list[dict[str, Any]]:
         """Open-loop rounds; ``plan`` is (series name, front, rate), interleaved per repeat like the peaks."""
+        s = self.settings
+        return self._rounds([plan] * s.half_load_repeats, s.half_load_duration, s.half_load_concurrency)
+
+    def _rounds(
+        self, plan: Sequence[Sequence[tuple[str, str, float]]], duration: float, concurrency: int
+    ) -> list[dict[str, Any]]:
         rounds: list[dict[str, Any]] = []
-        for repeat in range(self.settings.half_load_repeats):
-            for series, name, rate in plan:
-                result = self.drive(
-                    self.fronts[name],
-                    duration=self.settings.half_load_duration,
-                    concurrency=self.settings.half_load_concurrency,
-                    rate=rate,
-                )
-                result["front"] = series
-                result["repeat"] = repeat
-                rounds.append(result)
+        for repeat, series in enumerate(plan):
+            for name, front, rate in series:
+                result = self.drive(self.fronts[front], duration=duration, concurrency=concurrency, rate=rate)
+                rounds.append(result | {"front": name, "repeat": repeat})
+                latency = result["latency_ms"]
                 progress(
-                    f"  half load {repeat + 1}/{self.settings.half_load_repeats} {series:<27} "
-                    f"at {rate:.0f}/s: p50 {result['latency_ms']['p50']:6.2f} ms  "
-                    f"p99 {result['latency_ms']['p99']:6.2f} ms  others' CPU {result['other_cpu_share']:.0%}"
+                    f"  {repeat + 1}/{len(plan)} {name:<27} at {rate or 'peak'}: "
+                    f"{result['throughput_rps']:8.1f} turns/s  p50 {latency['p50']:6.2f} ms  "
+                    f"p99 {latency['p99']:6.2f} ms  errors {result['errors']}  "
+                    f"others' CPU {result['other_cpu_share']:.0%}"
                 )
         return rounds
 
@@ -412,7 +393,6 @@ class Bench:
                 concurrency=4,
                 max_turns=self.settings.rtt_turns,
                 while_running=lambda: monitor.poll(0.05),
-                redis_stats=False,
             )
             monitor.poll(0.5)  # the last replies' commands
         finally:
@@ -437,12 +417,10 @@ class Bench:
 
 def _local_redis_pid(redis: RedisProbe) -> int | None:
     """The Redis server's pid when it runs on this machine (a remote pid could name any local process)."""
-    pid = redis.server_pid()
-    if pid is None:
-        return None
     try:
-        command = Path(f"/proc/{pid}/comm").read_text()
-    except OSError:
+        pid = redis.server_pid()
+        command = Path(f"/proc/{pid}/comm").read_text() if pid is not None else ""
+    except (OSError, ConnectionError):  # no Redis (a front on the memory store) or not a local one
         return None
     return pid if command.startswith("redis") else None
 
@@ -488,14 +466,8 @@ def mode_parser(prog: str, description: str) -> argparse.ArgumentParser:
 
 def settings_from(args: argparse.Namespace) -> Settings:
     base = MODES["smoke" if args.smoke else "quick" if args.quick else "full"]
-    fields = {
-        "duration": "duration",
-        "repeats": "repeats",
-        "concurrency": "concurrency",
-        "turns": "turns",
-        "conversations": "memory_conversations",
-        "instruction_turns": "instruction_turns",
-    }
+    fields = {name: name for name in ("duration", "repeats", "concurrency", "turns", "instruction_turns")}
+    fields["conversations"] = "memory_conversations"
     overrides = {
         field: value for name, field in fields.items() if (value := getattr(args, name, None)) is not None
     }
@@ -509,5 +481,6 @@ def write_result(result: Mapping[str, Any], out: Path | None, name: str, started
     stamp = started_at.replace(":", "").replace("+0000", "Z")
     path = out or RESULTS_DIR / f"{name}-{stamp}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=2) + "\n")
+    # allow_nan=False: a NaN or infinity would make the file unreadable to strict parsers; fail instead.
+    path.write_text(json.dumps(result, indent=2, allow_nan=False) + "\n")
     return path

@@ -31,24 +31,6 @@ class ChildFailed(RuntimeError):
     """A child process died or never became ready; the message carries the tail of its log."""
 
 
-SERVE_FLAG = "--serve"
-
-
-def served_through(module: str, value: str, gateway_argv: Sequence[str]) -> list[str]:
-    """``gateway_argv`` (``-m gateway serve …``) started as ``-m module --serve value -- serve …``: how a
-    front prepares a gateway process before it serves (a meter); :func:`serve_request` reads it back."""
-    return ["-m", module, SERVE_FLAG, value, "--", *gateway_argv[2:]]
-
-
-def serve_request(args: Sequence[str], usage: str) -> tuple[str, list[str]] | None:
-    """``(value, the gateway CLI's arguments)`` when ``args`` ask for ``--serve``, else ``None``."""
-    if list(args[:1]) != [SERVE_FLAG]:
-        return None
-    if len(args) < 3 or args[2] != "--":
-        raise SystemExit(f"usage: {usage}")
-    return args[1], list(args[3:])
-
-
 def free_port() -> int:
     """A loopback port nobody listens on right now (the kernel's choice, so no guessing)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:

@@ -13,9 +13,9 @@ status 1 when one is broken. ``tests/reliability_report.py`` runs it for docs/re
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -23,11 +23,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import loadgen
-from bench.harness import DEFAULT_REDIS_URL, gateway_yaml, write_yaml
-from bench.procs import REPO_ROOT, Child, ChildFailed, Children, free_port, python_env, rss_bytes
+from bench.harness import DEFAULT_REDIS_URL, MODES, Bench
+from bench.procs import ChildFailed, Children, rss_bytes
 from bench.redis_probe import RedisProbe
-from gateway.pa_keys import generate_private_jwk, public_jwks
 
 SCHEMA = "pact-gateway-soak/1"
 MIB = 1024 * 1024
@@ -35,10 +33,6 @@ MEMORY_STORE_ALLOWANCE = 4096
 """Bytes of resident memory a conversation stored on the memory store may account for."""
 SETTLE_LIMIT = 10.0
 """Seconds to wait after the load for the gateway to close the load generator's connections."""
-
-
-class SoakFailed(RuntimeError):
-    """The soak could not run to the end (the load generator or the gateway failed); no verdict."""
 
 
 @dataclass(frozen=True)
@@ -67,109 +61,67 @@ def bounds_for(args: argparse.Namespace, conversations: int) -> Bounds:
 
 def verdict(before: Reading, after: Reading, bounds: Bounds, errors: int) -> dict[str, Any]:
     """Whether the run stayed within ``bounds`` (and saw no error), and by how much it grew."""
-    rss_growth = after.rss_bytes - before.rss_bytes
-    fd_growth = after.open_fds - before.open_fds
-    return {
-        "rss_growth_bytes": rss_growth,
-        "fd_growth": fd_growth,
-        "rss_ok": rss_growth <= bounds.rss_bytes,
-        "fds_ok": fd_growth <= bounds.open_fds,
-        "errors_ok": errors == 0,
-        "ok": rss_growth <= bounds.rss_bytes and fd_growth <= bounds.open_fds and errors == 0,
-    }
+    rss, fds = after.rss_bytes - before.rss_bytes, after.open_fds - before.open_fds
+    checked = {"rss_ok": rss <= bounds.rss_bytes, "fds_ok": fds <= bounds.open_fds, "errors_ok": errors == 0}
+    return {"rss_growth_bytes": rss, "fd_growth": fds, **checked, "ok": all(checked.values())}
 
 
-class Soak:
-    def __init__(self, args: argparse.Namespace, workdir: Path, children: Children) -> None:
-        self.args = args
-        self.workdir = workdir
-        self.children = children
-        self.key_file = workdir / "pa-key.json"
-        private = generate_private_jwk("ES256")
-        self.key_file.write_text(json.dumps(private))
-        self.jwks = public_jwks(private)
+def soak(args: argparse.Namespace, bench: Bench) -> dict[str, Any]:
+    """The sample bot and one gateway; a warm-up load, the readings before, the load, the readings after."""
+    bot, port = bench.start_bot()
+    gateway, gateway_port = bench.start_gateway(
+        "gateway", "memory://" if args.cache == "memory" else args.redis_url
+    )
+    bot.wait_port(port)
+    assert gateway.process is not None
+    process = gateway.process
+    process.wait_port(gateway_port)
+    peak = [read_process(process.pid)]
 
-    def start(self) -> tuple[Child, str]:
-        """The sample bot and the gateway in front of it; the gateway process and its turn URL."""
-        bot_port, port = free_port(), free_port()
-        bot = self.children.python("bot", "-m", "examples.sample_bot", "--port", str(bot_port))
-        cache_url = "memory://" if self.args.cache == "memory" else self.args.redis_url
-        raw = gateway_yaml(
-            port,
-            self.jwks,
-            {"url": f"http://127.0.0.1:{bot_port}/chat"},
-            {"url": cache_url},
-            metrics={"enabled": True, "host": "127.0.0.1", "port": free_port()},
-        )
-        config = write_yaml(self.workdir / "gateway.yaml", raw)
-        gateway = self.children.python("gateway", "-m", "gateway", "serve", "--config", str(config))
-        bot.wait_port(bot_port)
-        gateway.wait_port(port)
-        return gateway, f"http://127.0.0.1:{port}/a2a/acme/message:send"
+    def load(duration: float) -> dict[str, Any]:
+        def sample() -> None:
+            time.sleep(1.0)
+            now, top = read_process(process.pid), peak[0]
+            peak[0] = Reading(max(top.rss_bytes, now.rss_bytes), max(top.open_fds, now.open_fds))
 
-    def load(self, url: str, duration: float, gateway: Child) -> tuple[dict[str, Any], Reading]:
-        """``duration`` seconds of closed-loop load; the load generator's result and the peak reading."""
-        argv = loadgen.argv(
-            url,
-            self.key_file,
-            duration=duration,
-            warmup=0,
-            concurrency=self.args.concurrency,
-            turns=self.args.turns,
-        )
-        peak = read_process(gateway.pid)
-        with subprocess.Popen(
-            argv, cwd=REPO_ROOT, env=python_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE
-        ) as running:
-            deadline = time.monotonic() + duration + 60
-            while running.poll() is None and time.monotonic() < deadline:
-                time.sleep(1.0)
-                now = read_process(gateway.pid)
-                peak = Reading(max(peak.rss_bytes, now.rss_bytes), max(peak.open_fds, now.open_fds))
-            out, err = running.communicate(timeout=30)
-        if running.returncode != 0:
-            raise SoakFailed(f"the load generator failed:\n{err.decode(errors='replace')[-2000:]}")
-        result: dict[str, Any] = json.loads(out)
-        return result, peak
+        return bench.drive(gateway, duration=duration, concurrency=args.concurrency, while_running=sample)
 
-    def settled(self, gateway: Child, before: Reading) -> Reading:
+    def settled(before: Reading) -> Reading:
         """The reading once the gateway has closed the finished load's connections (or the limit passed)."""
         deadline = time.monotonic() + SETTLE_LIMIT
-        reading = read_process(gateway.pid)
-        while reading.open_fds > before.open_fds and time.monotonic() < deadline:
+        while (
+            reading := read_process(process.pid)
+        ).open_fds > before.open_fds and time.monotonic() < deadline:
             time.sleep(0.2)
-            reading = read_process(gateway.pid)
         return reading
 
-    def run(self) -> dict[str, Any]:
-        gateway, url = self.start()
-        warm, _ = self.load(url, self.args.warmup, gateway)
-        before = self.settled(gateway, read_process(gateway.pid))
-        measured, peak = self.load(url, self.args.duration, gateway)
-        after = self.settled(gateway, before)
-        if not gateway.alive():
-            raise SoakFailed(f"the gateway exited during the soak:\n{gateway.tail()}")
-        # The warm-up's conversations are in the "before" reading already; the measured run's are not.
-        conversations = int(measured["conversations"])
-        bounds = bounds_for(self.args, conversations)
-        errors = int(warm["errors"]) + int(measured["errors"])
-        return {
-            "schema": SCHEMA,
-            "cache": self.args.cache,
-            "duration_s": self.args.duration,
-            "warmup_s": self.args.warmup,
-            "concurrency": self.args.concurrency,
-            "turns": int(measured["turns_total"]),
-            "turns_per_s": measured["throughput_rps"],
-            "errors": errors,
-            "error_samples": measured["error_samples"] or warm["error_samples"],
-            "conversations_stored": conversations if self.args.cache == "memory" else 0,
-            "before": asdict(before),
-            "peak": asdict(peak),
-            "after": asdict(after),
-            "bounds": asdict(bounds),
-            "verdict": verdict(before, after, bounds, errors),
-        }
+    warm = load(args.warmup)
+    before = settled(read_process(process.pid))
+    peak[0] = before
+    measured = load(args.duration)
+    after = settled(before)
+    # The warm-up's conversations are in the "before" reading already; the measured run's are not.
+    conversations = int(measured["conversations"])
+    bounds = bounds_for(args, conversations)
+    errors = int(warm["errors"]) + int(measured["errors"])
+    return {
+        "schema": SCHEMA,
+        "cache": args.cache,
+        "duration_s": args.duration,
+        "warmup_s": args.warmup,
+        "concurrency": args.concurrency,
+        "turns": int(measured["turns_total"]),
+        "turns_per_s": measured["throughput_rps"],
+        "errors": errors,
+        "error_samples": measured["error_samples"] or warm["error_samples"],
+        "conversations_stored": conversations if args.cache == "memory" else 0,
+        **{
+            name: asdict(reading)
+            for name, reading in (("before", before), ("peak", peak[0]), ("after", after))
+        },
+        "bounds": asdict(bounds),
+        "verdict": verdict(before, after, bounds, errors),
+    }
 
 
 def render(result: dict[str, Any]) -> str:
@@ -199,7 +151,7 @@ def render(result: dict[str, Any]) -> str:
     )
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench soak", description=__doc__.split("\n\n")[0])
     parser.add_argument("--duration", type=float, default=60.0, help="seconds of measured load (default 60)")
     parser.add_argument("--warmup", type=float, default=10.0, help="seconds of load before the first reading")
@@ -213,23 +165,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.duration <= 0 or args.warmup <= 0 or args.concurrency < 1 or args.turns < 1:
         parser.error("--duration and --warmup must be positive, --concurrency and --turns at least 1")
-    return args
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    redis = RedisProbe(args.redis_url) if args.cache == "redis" else None
+    redis = RedisProbe(args.redis_url)
+    settings = dataclasses.replace(MODES["full"], warmup=0.0, turns=args.turns)
     with tempfile.TemporaryDirectory(prefix="pact-soak-") as tmp:
-        if redis is not None:
+        if args.cache == "redis":
             redis.flush()
         try:
             with Children(Path(tmp)) as children:
-                result = Soak(args, Path(tmp), children).run()
-        except (ChildFailed, SoakFailed) as failed:
+                result = soak(args, Bench(settings, children, Path(tmp), redis))
+        except ChildFailed as failed:
             print(f"python -m bench soak: {failed}", file=sys.stderr)
             return 2
         finally:
-            if redis is not None:
+            if args.cache == "redis":
                 redis.flush()
     print(render(result))
     if args.out is not None:

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import gateway_yaml, write_yaml
+from bench.instructions import callgrind_totals
 from bench.loadgen import AUDIENCE, ISSUER, Minter, user_sub
 from bench.procs import REPO_ROOT, free_port, python_env
 from gateway.pa_keys import generate_private_jwk, public_jwks
@@ -233,21 +234,9 @@ def count(turns: int = TURNS, cache_url: str = "memory://") -> float:
         out = Path(out_dir) / "callgrind.out"
         done = subprocess.run(
             [
-                "valgrind",
-                "--tool=callgrind",
-                "--instr-atstart=no",
-                "--collect-atstart=no",
-                "--toggle-collect=_PyEval_CallTracing",
-                f"--callgrind-out-file={out}",
-                sys.executable,
-                "-m",
-                "bench",
-                "turn_count",
-                "--child",
-                "--turns",
-                str(turns),
-                "--cache-url",
-                cache_url,
+                *("valgrind", "--tool=callgrind", "--instr-atstart=no", "--collect-atstart=no"),
+                *("--toggle-collect=_PyEval_CallTracing", f"--callgrind-out-file={out}", sys.executable),
+                *("-m", "bench", "turn_count", "--child", "--turns", str(turns), "--cache-url", cache_url),
             ],
             cwd=REPO_ROOT,
             # A fixed hash seed: with a random one, how dicts and sets collide moves the count by 2 %.
@@ -259,10 +248,7 @@ def count(turns: int = TURNS, cache_url: str = "memory://") -> float:
         )
         if done.returncode != 0 or not out.exists():
             raise RuntimeError(f"the counted child failed ({done.returncode}):\n{done.stderr[-3000:]}")
-        for line in out.read_text().splitlines():
-            if line.startswith("totals:"):
-                return int(line.split()[1]) / turns
-    raise RuntimeError(f"{out} has no totals line")
+        return callgrind_totals(out) / turns
 
 
 def read_baseline(path: Path = BASELINES) -> dict[str, Any]:

@@ -1,31 +1,11 @@
-"""bench.procs: the ``--serve`` launch convention of a metered gateway, and the bench's Redis Clusters."""
+"""bench.procs: the bench's Redis Clusters, started and stopped with the run's children."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
-
-from bench import slow_bot
-from bench.procs import Children, serve_request, served_through, start_cluster
+from bench.procs import Children, start_cluster
 from bench.redis_probe import RedisProbe
-
-
-def test_a_served_gateway_gets_back_exactly_the_cli_arguments_it_was_given() -> None:
-    argv = served_through("bench.slow_bot", "gc.json", ["-m", "gateway", "serve", "--config", "g.yaml"])
-    assert argv == ["-m", "bench.slow_bot", "--serve", "gc.json", "--", "serve", "--config", "g.yaml"]
-    assert serve_request(argv[2:], "usage") == ("gc.json", ["serve", "--config", "g.yaml"])
-
-
-def test_arguments_without_serve_are_left_to_the_tool() -> None:
-    assert serve_request(["--turns", "20"], "usage") is None
-    assert serve_request([], "usage") is None
-
-
-@pytest.mark.parametrize("args", [["--serve"], ["--serve", "gc.json"], ["--serve", "gc.json", "serve"]])
-def test_a_malformed_serve_request_is_a_usage_error(args: list[str]) -> None:
-    with pytest.raises(SystemExit, match=r"usage: python -m bench\.slow_bot --serve"):
-        slow_bot.main(args)
 
 
 def test_a_bench_cluster_serves_every_slot_with_a_replica_a_primary_and_is_stopped_by_pid(
