@@ -102,11 +102,18 @@ class Front:
     process: Child | None
     delegation: Path | None = None
     bot: Child | None = None
+    port: int = 0
 
     @classmethod
     def a2a(cls, name: str, port: int, process: Child) -> Front:
         """A front that speaks A2A on ``port``: turns go to the bench Brand's ``message:send``."""
-        return cls(name, f"http://127.0.0.1:{port}/a2a/acme/message:send", "a2a", process)
+        return cls(name, f"http://127.0.0.1:{port}/a2a/acme/message:send", "a2a", process, port=port)
+
+    def listening(self) -> Front:
+        """This front once its process accepts connections."""
+        if self.process is not None:
+            self.process.wait_port(self.port)
+        return self
 
 
 FrontArgv = Callable[[int], list[str]]
@@ -210,38 +217,27 @@ class Bench:
     def gateway_argv(self, config: Path) -> list[str]:
         return ["-m", "gateway", "serve", "--config", str(config)]
 
-    def start_gateway(
-        self, name: str, cache_url: str, upstream: dict[str, Any] | None = None
-    ) -> tuple[Front, int]:
+    def start_gateway(self, name: str, cache_url: str, upstream: dict[str, Any] | None = None) -> Front:
+        """A gateway front, started (not yet listening: :meth:`Front.listening`)."""
         port = free_port()
         child = self.children.python(name, *self.gateway_argv(self.gateway_config(port, cache_url, upstream)))
-        return Front.a2a(name, port, child), port
-
-    def start_passthrough(self) -> tuple[Front, int]:
-        port = free_port()
-        return Front.a2a(
-            PASSTHROUGH, port, self.children.python(PASSTHROUGH, *self.passthrough_argv(port))
-        ), port
+        return Front.a2a(name, port, child)
 
     def start_all(self, redis_url: str) -> None:
         bot, bot_port = self.start_bot()
-        waits: list[tuple[Child, int]] = [(bot, bot_port)]
-        passthrough, pt_port = self.start_passthrough()
-        assert passthrough.process is not None
-        waits.append((passthrough.process, pt_port))
-        self.fronts[DIRECT] = Front(DIRECT, self.bot_url, "bot", None)
-        self.fronts[PASSTHROUGH] = passthrough
-        ports: dict[str, int] = {}
-        for name, url in ((GW_MEMORY, "memory://"), (GW_REDIS, redis_url)):
-            front, port = self.start_gateway(name, url)
-            self.fronts[name] = front
-            ports[name] = port
-            assert front.process is not None
-            waits.append((front.process, port))
-        for child, port in waits:
-            child.wait_port(port)
+        port = free_port()
+        fronts = [
+            Front.a2a(PASSTHROUGH, port, self.children.python(PASSTHROUGH, *self.passthrough_argv(port)))
+        ]
+        fronts += [
+            self.start_gateway(name, url) for name, url in ((GW_MEMORY, "memory://"), (GW_REDIS, redis_url))
+        ]
+        bot.wait_port(bot_port)
+        self.fronts = {DIRECT: Front(DIRECT, self.bot_url, "bot", None)} | {
+            f.name: f.listening() for f in fronts
+        }
         for delegated, identity in DELEGATED_OF.items():
-            self.delegate(delegated, identity, ports[identity])
+            self.delegate(delegated, identity, self.fronts[identity].port)
 
     def delegate(self, name: str, identity: str, port: int) -> None:
         """Front ``name``: the gateway of front ``identity``, driven by users that hold real grants.

@@ -69,13 +69,10 @@ def verdict(before: Reading, after: Reading, bounds: Bounds, errors: int) -> dic
 def soak(args: argparse.Namespace, bench: Bench) -> dict[str, Any]:
     """The sample bot and one gateway; a warm-up load, the readings before, the load, the readings after."""
     bot, port = bench.start_bot()
-    gateway, gateway_port = bench.start_gateway(
-        "gateway", "memory://" if args.cache == "memory" else args.redis_url
-    )
+    gateway = bench.start_gateway("gateway", "memory://" if args.cache == "memory" else args.redis_url)
     bot.wait_port(port)
-    assert gateway.process is not None
-    process = gateway.process
-    process.wait_port(gateway_port)
+    process = gateway.listening().process
+    assert process is not None
     peak = [read_process(process.pid)]
 
     def load(duration: float) -> dict[str, Any]:
