@@ -24,6 +24,7 @@ FRONTS: dict[str, tuple[str, str]] = {
     ),
     "memory": ("bench.memory", "memory-store bytes per idle conversation and per entry (capacity.md)"),
     "oauth_state": ("bench.oauth_state", "records and bytes per grant after refreshes (capacity.md)"),
+    "gc_pause": ("bench.gc_pause", "the collector's pauses with the memory store at its bound (capacity.md)"),
     "soak": ("bench.soak", "memory and descriptors after steady load (reliability.md)"),
 }
 

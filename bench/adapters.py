@@ -25,7 +25,7 @@ from typing import Any
 
 from bench import instructions
 from bench.figures import at_most, front_cpu, paired, ratio_of, summarize_fronts, target, target_line
-from bench.harness import Bench, Front, mode_parser, progress, settings_from, write_result
+from bench.harness import MEMORY_BOUND_NOTE, Bench, Front, mode_parser, progress, settings_from, write_result
 from bench.procs import Child, ChildFailed, Children
 from bench.redis_probe import RedisProbe
 from gateway.config import ADAPTERS, AdapterName
@@ -244,7 +244,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         with Children(workdir) as children:
             bench = Bench(settings, children, workdir, RedisProbe(args.redis_url))
-            progress(f"bot adapters, each against its fake (logs in {workdir})")
+            progress(f"bot adapters, each against its fake (logs in {workdir}); {MEMORY_BOUND_NOTE}")
             adapters = measure(bench)
     except ChildFailed as failure:
         print(f"bench adapters: {failure}", file=sys.stderr)

@@ -17,11 +17,19 @@ def median(values: Sequence[float]) -> float:
     return float(statistics.median(values)) if values else 0.0
 
 
+def valid(result: dict[str, Any]) -> bool:
+    """Whether a round counts: every answer 2xx. A round with a 429 (a bound, a limit) measured that
+    refusal, not the front, so it is void: printed as such, never part of a figure or a ratio."""
+    return int(result.get("errors", 0)) == 0
+
+
 def summarize_fronts(rounds: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """Per front, the median over repeats of each figure (and the spread of throughput)."""
+    """Per front, the median over its valid repeats of each figure (and the spread of throughput);
+    a front with no valid repeat is summarised from all of them and marked ``void``."""
     out: dict[str, dict[str, Any]] = {}
     for name in dict.fromkeys(r["front"] for r in rounds):
-        mine = [r for r in rounds if r["front"] == name]
+        every = [r for r in rounds if r["front"] == name]
+        mine = [r for r in every if valid(r)] or every
         throughputs = [float(r["throughput_rps"]) for r in mine]
         per_1000 = {
             party: median([float(r["cpu_s_per_1000_turns"][party]) for r in mine])
@@ -34,7 +42,9 @@ def summarize_fronts(rounds: Sequence[dict[str, Any]]) -> dict[str, dict[str, An
             "latency_ms": {
                 q: median([float(r["latency_ms"][q]) for r in mine]) for q in ("p50", "p90", "p99")
             },
-            "errors": sum(int(r["errors"]) for r in mine),
+            "errors": sum(int(r["errors"]) for r in every),
+            "void_rounds": sum(1 for r in every if not valid(r)),
+            "void": not any(valid(r) for r in every),
             "turns": sum(int(r["turns_total"]) for r in mine),
             "cpu_s_per_1000_turns": per_1000,
             "machine_busy": median([float(r["machine_busy"]) for r in mine]),
@@ -48,12 +58,13 @@ def paired(rounds: Sequence[dict[str, Any]], top: str, bottom: str, combine: Com
     """``combine(top's round, bottom's round)`` for every repeat that has both, in repeat order.
 
     Each pair comes from one repeat, so both rounds share that repeat's drift; ``combine``
-    returns ``None`` for a pair it cannot combine (a ratio over zero), which is left out.
+    returns ``None`` for a pair it cannot combine (a ratio over zero), which is left out. A round
+    with any answer that was not 2xx is void (:func:`valid`): no pair is made of it.
     """
     values = []
     for repeat in sorted({int(r["repeat"]) for r in rounds}):
-        a = [r for r in rounds if r["repeat"] == repeat and r["front"] == top]
-        b = [r for r in rounds if r["repeat"] == repeat and r["front"] == bottom]
+        a = [r for r in rounds if r["repeat"] == repeat and r["front"] == top and valid(r)]
+        b = [r for r in rounds if r["repeat"] == repeat and r["front"] == bottom and valid(r)]
         if a and b and (value := combine(a[0], b[0])) is not None:
             values.append(value)
     return values

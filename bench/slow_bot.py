@@ -32,7 +32,14 @@ from aiohttp import web
 
 from bench import loadgen
 from bench.figures import at_least, at_most, spread, target, target_line
-from bench.harness import DEFAULT_REDIS_URL, gateway_yaml, python_json, write_key, write_yaml
+from bench.harness import (
+    DEFAULT_REDIS_URL,
+    MEMORY_BOUND_NOTE,
+    gateway_yaml,
+    python_json,
+    write_key,
+    write_yaml,
+)
 from bench.procs import (
     Child,
     Children,
@@ -213,7 +220,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         workdir = Path(tmp)
         clusters = {size: start_cluster(children, size, replicas=True) for size in args.cluster}
         fronts = [Front(BOT_DIRECT)] + ([] if args.no_passthrough else [Front(PASSTHROUGH)])
-        fronts += [Front("gateway memory", "memory://")] if "memory" in args.stores else []
+        if "memory" in args.stores:
+            fronts.append(Front("gateway memory", "memory://"))
+            print(f"# {MEMORY_BOUND_NOTE}", file=sys.stderr)
         fronts += [Front("gateway redis", args.redis_url)] if "redis" in args.stores else []
         fronts += [Front(f"gateway cluster {n}", c.url, tuple(c.pids)) for n, c in clusters.items()]
         port = free_port()

@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.harness import DEFAULT_REDIS_URL, MODES, Bench
+from bench.harness import DEFAULT_REDIS_URL, MEMORY_BOUND_NOTE, MODES, Bench
 from bench.procs import ChildFailed, Children, rss_bytes
 from bench.redis_probe import RedisProbe
 
@@ -135,7 +135,8 @@ def render(result: dict[str, Any]) -> str:
     return "\n".join(
         [
             f"soak: pact-gateway serve on {result['cache']}, {result['duration_s']:g} s of load at "
-            f"concurrency {result['concurrency']} after a {result['warmup_s']:g} s warm-up",
+            f"concurrency {result['concurrency']} after a {result['warmup_s']:g} s warm-up"
+            + (f"; {MEMORY_BOUND_NOTE}" if result["cache"] == "memory" else ""),
             f"  turns {result['turns']} ({result['turns_per_s']:.0f}/s), errors {result['errors']}",
             f"  resident memory  before {mib(before['rss_bytes'])}, peak {mib(peak['rss_bytes'])}, "
             f"after {mib(after['rss_bytes'])}: {checked['rss_growth_bytes'] / MIB:+.1f} MiB "

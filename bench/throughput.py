@@ -130,6 +130,7 @@ def render_table(result: dict[str, Any]) -> str:
             f"{name:<18}{front['throughput_rps']:>9.1f}{latency['p50']:>8.2f}{latency['p90']:>8.2f}"
             f"{latency['p99']:>8.2f}{front['errors']:>7}{fig.fmt(cpu.get('front')):>22}{cpu['bot']:>6.2f}"
             f"{fig.fmt(cpu.get('redis')):>6}{cpu['loadgen']:>8.2f}{front['other_cpu_share']:>8.0%}"
+            + ("  VOID: no round all 2xx" if front["void"] else "")
         )
     lines += ["", "ratios (median of same-repeat pairs)"]
     lines += [f"  {key:<52}{value:>8.2f}" for key, value in result["ratios"].items()]

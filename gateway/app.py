@@ -28,7 +28,7 @@ from gateway.store.limits import RateLimiter, open_rate_limiter
 from gateway.store.oauth import OAuthStore
 from gateway.turns import TurnService
 from gateway.upstream.base import BotAdapter
-from gateway.upstream.client import BotClient
+from gateway.upstream.client import AnswerBounds, BotClient
 from gateway.upstream.factory import make_adapter
 from gateway.upstream.guard import GuardedBot
 from gateway.upstream.traced import TracedBot
@@ -68,7 +68,7 @@ def build_runtime(app: web.Application, config: GatewayConfig, *, previous: Runt
             bots[brand.id] = previous.bots[brand.id]
         else:
             bots[brand.id] = GuardedBot(
-                make_adapter(brand, app[BOT_CLIENT], app[ADAPTER_STATE], cache=config.cache),
+                make_adapter(brand, app[BOT_CLIENT], app[ADAPTER_STATE], cache=config.cache, metrics=metrics),
                 brand.id,
                 brand.upstream,
                 metrics=metrics,
@@ -183,6 +183,7 @@ def create_app(
                 clock=clock,
                 observer=app[METRICS],
                 cluster_observer=app[METRICS],
+                release_observer=app[METRICS],
             )
             if store is None
             else store
@@ -193,7 +194,7 @@ def create_app(
         # One client carries every User's turns and keeps nothing between calls but connections;
         # it has no connection limit: each Brand's upstream.max_concurrency and the process's
         # limits.max_bot_calls are the caps (gateway/upstream/client.py).
-        app[BOT_CLIENT] = BotClient()
+        app[BOT_CLIENT] = BotClient(bounds=AnswerBounds.of(config.limits))
         app[JWKS] = JwksCache(
             fetch_session,
             config.personal_agents.jwks,

@@ -292,6 +292,8 @@ def _check_config(path: str, probe: bool) -> int:
         print(_describe(config))
         return _probe(config)
     print(_describe(checked.config))
+    for warning in checked.warnings:
+        print(f"warning: {warning}", file=sys.stderr)
     if checked.unset:
         print(f"configuration OK; serve will need {', '.join(checked.unset)} set in its environment")
     else:

@@ -18,6 +18,7 @@ import importlib.util
 import ipaddress
 import os
 import re
+import socket
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from importlib.resources.abc import Traversable
@@ -71,6 +72,7 @@ __all__ = [
     "check_config",
     "check_config_file",
     "config_document_from_stream",
+    "config_warnings",
     "load_config",
     "load_config_file",
     "read_config_document",
@@ -139,6 +141,9 @@ class ListenConfig:
     backlog: int = 4096
     """Connections the kernel holds for the gateway before it accepts them (``listen(2)``), capped by
     ``net.core.somaxconn``. aiohttp's own 128 refused a burst of thousands of slow turns at the door."""
+    ipv6_prefix: int = 64
+    """Per-address limits count an IPv6 client by its ``/ipv6_prefix`` network (48 to 64): one host
+    is usually given a whole /64, so a limit per full address is no limit at all."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,6 +221,10 @@ class CacheConfig:
     """``memory://`` only: the entries the process keeps at most (gateway/store/memory.py); ``None``
     on Redis, which bounds itself (``maxmemory``). The default fits the Helm chart's 512 MiB limit
     (docs/capacity.md, Memory store bound)."""
+    person_share: float = 0.01
+    """``memory://`` only: the share of ``max_entries`` one person (Brand, personal agent, ``sub``) may
+    hold; past it, their own least recently used conversation makes room for their next, never anyone
+    else's (issue 29). 1% of the default bound is about 1,000 conversations."""
 
     @property
     def backend(self) -> Literal["memory", "redis"]:
@@ -237,6 +246,15 @@ class LimitsConfig:
     max_bot_calls: int = 4000
     """Bot calls in flight in this process, every Brand together: what bounds the memory turns in
     flight hold (each Brand's ``upstream.max_concurrency`` bounds only its own bot's share)."""
+    bot_answer_line_bytes: int = 8192
+    """The longest status line, header field line or trailer field line a bot's answer may carry,
+    its CRLF included (aiohttp's 8,190 bytes before it, the bound before the gateway's own client).
+    Process-wide, as the one client that reads every Brand's answers: past it the call is a bad answer."""
+    bot_answer_head_bytes: int = 65536
+    """The most bytes of head (interim 1xx heads included) a bot's answer may take; its trailers get as
+    many of their own."""
+    bot_answer_fields: int = 100
+    """The most header fields a bot's answer may carry (interim heads included); its trailers as many."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -337,6 +355,10 @@ class RateLimitsConfig:
     """RFC 8628 §5.1 wrong ``user_code``s per client address: 10, then one every 30 s."""
     wrong_user_code_per_brand: RateRule = field(default_factory=lambda: RateRule(rate=0.2, burst=60))
     """RFC 8628 §5.1 wrong ``user_code``s at one Brand from everyone: 60, then 12 a minute."""
+    wrong_user_code_grace: RateRule = field(default_factory=lambda: RateRule(rate=1 / 86400, burst=1))
+    """While the Brand's wrong-code budget is spent, a Brand login user and an address that both have
+    not tried a wrong code within ``burst / rate`` seconds may still try (one a day by default), so an
+    attacker keeping that budget spent does not refuse everyone's sign-in (THREAT_MODEL.md F1)."""
     fail_open: bool = True
 
 
@@ -475,6 +497,10 @@ class DelegationConfig:
     login: LoginConfig
     token_ttl: int = 3600
     grant_ttl: int = 30 * 86400
+    max_grants_per_user: int = 20
+    """Live grants one Brand user may hold at this Brand (one per personal agent and ``sub`` they
+    delegated to); the next supersedes the oldest (issue 28, L4): a person with several assistants
+    stays well under it, one account minting grants for fresh ``sub``s cannot pile them up."""
     refresh_grace: int = 0
     """Seconds after a refresh in which its refresh token, presented again, gets the same answer
     (a client whose answer was lost) rather than revoking the grant as reuse. Off (0) by default:
@@ -544,6 +570,8 @@ class CheckedConfig:
 
     config: GatewayConfig
     unset: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
+    """:func:`config_warnings`: allowed, but most likely a mistake."""
 
 
 def _obj(properties: dict[str, Any], required: Sequence[str] = ()) -> dict[str, Any]:
@@ -568,8 +596,10 @@ RATE_RULE_NAMES: Final = (
     "wrong_user_code_per_user",
     "wrong_user_code_per_address",
     "wrong_user_code_per_brand",
+    "wrong_user_code_grace",
 )
-"""Every named rule of ``rate_limits`` (each also a ``limit`` label of ``pact_rate_limited_total``)."""
+"""Every named rule of ``rate_limits`` (each but the grace also a ``limit`` label of
+``pact_rate_limited_total``: a refusal the grace could not lift is the Brand budget's)."""
 _RATE_LIMITS = _obj({**dict.fromkeys(RATE_RULE_NAMES, _RATE_RULE), "fail_open": {"type": "boolean"}})
 _JWKS_OBJECT = {
     "type": "object",
@@ -597,6 +627,7 @@ _DELEGATION = _obj(
         ),
         "token_ttl": {"type": "integer", "minimum": 60, "maximum": 3600},
         "grant_ttl": {"type": "integer", "minimum": 60},
+        "max_grants_per_user": {"type": "integer", "minimum": 1, "maximum": 1000},
         "refresh_grace": {"type": "integer", "minimum": 0, "maximum": 60},
         "landing_url": {**_STR, "pattern": _HTTP_URL},
         "skip_consent": {"type": "boolean"},
@@ -662,6 +693,7 @@ SCHEMA: dict[str, Any] = _obj(
                 "trusted_proxies": {"type": "array", "items": _STR},
                 "forwarded_header": {"enum": ["X-Forwarded-For", "Forwarded"]},
                 "backlog": {"type": "integer", "minimum": 1, "maximum": 65535},
+                "ipv6_prefix": {"type": "integer", "minimum": 48, "maximum": 64},
             }
         ),
         "public_url": {**_STR, "pattern": _HTTP_URL},
@@ -713,6 +745,7 @@ SCHEMA: dict[str, Any] = _obj(
                 "wait_replicas": {"type": "integer", "minimum": 0},
                 "key_layout": {"enum": list(KEY_LAYOUTS)},
                 "max_entries": _POS_INT,
+                "person_share": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
             }
         ),
         "limits": _obj(
@@ -721,6 +754,10 @@ SCHEMA: dict[str, Any] = _obj(
                 "request_timeout": _POS_NUM,
                 "shutdown_timeout": _POS_NUM,
                 "max_bot_calls": _POS_INT,
+                # Room for a status line and the fields every answer has; the head at least one line.
+                "bot_answer_line_bytes": {"type": "integer", "minimum": 256, "maximum": 1048576},
+                "bot_answer_head_bytes": {"type": "integer", "minimum": 1024, "maximum": 16777216},
+                "bot_answer_fields": {"type": "integer", "minimum": 8, "maximum": 10000},
             }
         ),
         "rate_limits": _RATE_LIMITS,
@@ -1082,6 +1119,7 @@ def _delegation(
         ),
         token_ttl=int(raw.get("token_ttl", 3600)),
         grant_ttl=int(raw.get("grant_ttl", 30 * 86400)),
+        max_grants_per_user=int(raw.get("max_grants_per_user", 20)),
         refresh_grace=int(raw.get("refresh_grace", 0)),
         landing_url=raw.get("landing_url"),
         skip_consent=bool(raw.get("skip_consent", True)),
@@ -1121,6 +1159,25 @@ def _tracing(raw: Mapping[str, Any], environ: Mapping[str, str]) -> TracingConfi
 # refused at load, where the YAML path can be named, rather than failing each turn of the Brand.
 _FIELD_NAME = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 _FIELD_VALUE_FORBIDDEN = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+# Fields the bot client writes or that steer the connection rather than the call: a second ``Host``
+# (RFC 9110 §7.2, RFC 9112 §3.2: a request with two is invalid) or a ``Content-Length`` or
+# ``Transfer-Encoding`` beside the client's own (RFC 9112 §6.1, §6.3: two framings, request smuggling
+# toward a proxy in front of the bot), and the hop-by-hop fields of RFC 9110 §7.6.1 (``Connection``,
+# ``Proxy-Connection``, ``Keep-Alive``, ``TE``, ``Upgrade``) and ``Trailer`` (§6.6.2: the client sends
+# no trailers), which would change how the client's connection behaves, not what the bot is told.
+_CONNECTION_FIELDS = frozenset(
+    (
+        "host",
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "proxy-connection",
+        "keep-alive",
+        "te",
+        "trailer",
+        "upgrade",
+    )
+)
 
 
 def _header(name: str, value: str, path: str) -> str:
@@ -1128,6 +1185,11 @@ def _header(name: str, value: str, path: str) -> str:
     the message never quotes the value, which is typically a credential."""
     if not _FIELD_NAME.fullmatch(name):
         raise ConfigError(path, "is not a valid header name (RFC 9110 §5.1: a token, no spaces)")
+    if name.lower() in _CONNECTION_FIELDS:
+        raise ConfigError(
+            path,
+            "is a framing or hop-by-hop field, the bot client's own (RFC 9112 §6, RFC 9110 §7.6.1)",
+        )
     if _FIELD_VALUE_FORBIDDEN.search(value):
         raise ConfigError(path, "contains a control character (CR, LF, NUL...); a header value is one line")
     return value
@@ -1299,6 +1361,7 @@ def _listen(raw: Mapping[str, Any]) -> ListenConfig:
         trusted_proxies=tuple(networks),
         forwarded_header=raw.get("forwarded_header", "X-Forwarded-For"),
         backlog=raw.get("backlog", 4096),
+        ipv6_prefix=raw.get("ipv6_prefix", 64),
     )
 
 
@@ -1407,8 +1470,9 @@ def _cache(raw: Mapping[str, Any], environ: _Environment) -> CacheConfig:
     if cache.closed_ttl < cache.conversation_ttl:
         raise ConfigError("cache.closed_ttl", "must be at least conversation_ttl")
     if cache.backend == "redis":
-        if "max_entries" in raw:
-            raise ConfigError("cache.max_entries", "memory:// only: bound Redis with its own maxmemory")
+        for name in ("max_entries", "person_share"):
+            if name in raw:
+                raise ConfigError(f"cache.{name}", "memory:// only: bound Redis with its own maxmemory")
         cache = replace(cache, max_entries=None)
     elif "key_layout" in raw:
         raise ConfigError("cache.key_layout", "Redis only: the memory store has no key layout")
@@ -1424,6 +1488,13 @@ def _cache(raw: Mapping[str, Any], environ: _Environment) -> CacheConfig:
         except ValueError as exc:
             raise ConfigError("cache.url", str(exc)) from None
     return cache
+
+
+def _limits(raw: Mapping[str, Any]) -> LimitsConfig:
+    limits = LimitsConfig(**raw)
+    if limits.bot_answer_head_bytes < limits.bot_answer_line_bytes:
+        raise ConfigError("limits.bot_answer_head_bytes", "must be at least bot_answer_line_bytes")
+    return limits
 
 
 def _env_reference(value: str, path: str) -> str:
@@ -1476,9 +1547,55 @@ def _admin(
 _WILDCARDS = frozenset(("0.0.0.0", "::", ""))  # noqa: S104 - compared, never bound
 
 
+def _bound_addresses(host: str) -> frozenset[str] | None:
+    """The addresses a listener on ``host`` binds: ``None`` for every address (a wildcard); an IP
+    literal's own; a name's, as it resolves here (``localhost``: 127.0.0.1 and ::1, all of which
+    the listener binds); a name that does not resolve, itself (it can only clash with itself)."""
+    if host in _WILDCARDS:
+        return None
+    try:
+        return frozenset((str(ipaddress.ip_address(host)),))
+    except ValueError:
+        pass
+    try:
+        found = socket.getaddrinfo(host, None, type=socket.SOCK_STREAM)
+    except OSError:
+        return frozenset((host,))
+    return frozenset(str(ipaddress.ip_address(str(info[4][0]).partition("%")[0])) for info in found)
+
+
 def _hosts_overlap(one: str, other: str) -> bool:
-    """Whether two listeners' hosts can clash on one port: the same, or either binds every address."""
-    return one == other or one in _WILDCARDS or other in _WILDCARDS
+    """Whether two listeners' hosts can clash on one port: either binds every address, or they share
+    one, names resolved (issue 28 I5: ``localhost`` beside ``127.0.0.1`` passed as two hosts)."""
+    first, second = _bound_addresses(one), _bound_addresses(other)
+    return first is None or second is None or bool(first & second)
+
+
+def _loopback_only(host: str) -> bool:
+    """Whether a listener on ``host`` is reachable from this machine only."""
+    addresses = _bound_addresses(host)
+    if addresses is None:
+        return False
+    try:
+        return all(ipaddress.ip_address(address).is_loopback for address in addresses)
+    except ValueError:  # a name that did not resolve: nothing says it is local
+        return False
+
+
+def config_warnings(config: GatewayConfig) -> tuple[str, ...]:
+    """What is allowed but most likely a mistake, for ``check-config`` to print and ``serve`` to log.
+
+    An admin API on a non-loopback host (issue 28 I5): it lists and erases any person's
+    conversations, and is then guarded by its token alone from every machine that reaches the host.
+    """
+    admin = config.admin
+    if not admin.enabled or _loopback_only(admin.host):
+        return ()
+    return (
+        f"admin.host: {admin.host or '(every address)'} is not a loopback address, so the admin API"
+        " (a person's conversations, and their erasure) is reachable from other machines with its"
+        " token alone; bind 127.0.0.1 and reach it through kubectl port-forward or an SSH tunnel",
+    )
 
 
 def _skills(raw: Sequence[Mapping[str, Any]], path: str) -> tuple[SkillConfig, ...]:
@@ -1588,6 +1705,7 @@ def _build(raw: Mapping[str, Any], environ: _Environment, problems: _Problems) -
     )
     tracing = problems.attempt("tracing", _tracing, raw.get("tracing", {}), environ)
     listen = problems.attempt("listen", _listen, raw.get("listen", {}))
+    limits = problems.attempt("limits", _limits, raw.get("limits", {}))
     if (
         problems.found
         or personal_agents is None
@@ -1595,6 +1713,7 @@ def _build(raw: Mapping[str, Any], environ: _Environment, problems: _Problems) -
         or admin is None
         or tracing is None
         or listen is None
+        or limits is None
     ):
         raise problems.error()
 
@@ -1606,7 +1725,7 @@ def _build(raw: Mapping[str, Any], environ: _Environment, problems: _Problems) -
         provider=ProviderConfig(**raw["provider"]),
         personal_agents=personal_agents,
         cache=cache,
-        limits=LimitsConfig(**raw.get("limits", {})),
+        limits=limits,
         rate_limits=_rate_limits(raw.get("rate_limits", {}), {}),
         metrics=MetricsConfig(**raw.get("metrics", {})),
         admin=admin,
@@ -1728,4 +1847,4 @@ def check_config(raw: Any, environ: Mapping[str, str] | None = None) -> CheckedC
     """:func:`check_config_file` for a document already parsed (``check-config -`` reads stdin)."""
     lenient = _Environment(os.environ if environ is None else environ, require=False)
     config = _load(raw, lenient)
-    return CheckedConfig(config=config, unset=tuple(sorted(lenient.unset)))
+    return CheckedConfig(config=config, unset=tuple(sorted(lenient.unset)), warnings=config_warnings(config))

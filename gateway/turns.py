@@ -34,7 +34,15 @@ from gateway.protocol.errors import A2AError, Reason
 from gateway.protocol.messages import SendMessage, render_reply
 from gateway.protocol.stepup import new_task_id, render_step_up
 from gateway.protocol.urls import OAuthUrls
-from gateway.store.base import ConversationStore, GrantCheck, Owner, StoreError, TurnClaim, TurnStatus
+from gateway.store.base import (
+    ConversationStore,
+    GrantCheck,
+    Owner,
+    StoreError,
+    StoreFull,
+    TurnClaim,
+    TurnStatus,
+)
 from gateway.upstream.base import BotAdapter, BotBusy, BotReply, Turn, UpstreamError, UserDelegation
 
 log = logging.getLogger("pact_gateway.turns")
@@ -403,6 +411,11 @@ class TurnService:
                 scopes=scopes,
                 now=brand.server.clock(),
             )
+        except StoreFull:
+            # The memory store at its bound with nothing that may go: the §6 answer a new conversation
+            # gets there too, and the message released so that its retry runs the turn again.
+            await self._release(owner, claim, message, request_id)
+            raise self._store_full(owner.brand_id, request_id) from None
         except StoreError as exc:
             self._store_failed("create_authorization")
             log.error("store unavailable while starting a step-up: %s", exc, extra={"request_id": request_id})
@@ -475,4 +488,7 @@ class TurnService:
             )
         except StoreError as exc:
             self._store_failed("abort_turn")
-            log.warning("could not release an in-flight marker: %s", exc, extra={"request_id": request_id})
+            # The store tries it again in the background until the marker would lapse (RedisStore).
+            log.warning(
+                "could not release an in-flight marker yet: %s", exc, extra={"request_id": request_id}
+            )

@@ -54,6 +54,20 @@ def test_check_config_prints_what_it_would_serve(
     assert "configuration OK" in out
 
 
+def test_i5_check_config_warns_of_an_admin_api_off_loopback(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Issue 28 I5: ``admin.host: 0.0.0.0`` passed ``check-config`` without a note."""
+    raw = yaml.safe_load(DEFAULT_CONFIG.read_text(encoding="utf-8"))
+    raw["admin"] = {"enabled": True, "token": "${PACT_ADMIN_TOKEN}", "host": "0.0.0.0"}  # noqa: S104
+    config = tmp_path / "gw.yaml"
+    config.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    assert main(["check-config", str(config)]) == 0  # allowed: a warning, not a refusal
+    printed = capsys.readouterr()
+    assert "warning: admin.host: 0.0.0.0 is not a loopback address" in printed.err
+    assert "configuration OK" in printed.out
+
+
 def test_invalid_config_exits_nonzero_with_yaml_path(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -15,8 +15,10 @@ from gateway.config import (
     SCHEMA,
     ConfigError,
     RateRule,
+    check_config,
     check_config_file,
     config_document_from_stream,
+    config_warnings,
     load_config,
     load_config_file,
     read_config_document,
@@ -180,6 +182,8 @@ def _mutate(path: list[str | int], value: Any) -> dict[str, Any]:
         (["listen", "trusted_proxies"], ["10.0.0.0/8", "10.0.0.1/8"], "listen.trusted_proxies[1]", "CIDR"),
         (["listen", "trusted_proxies"], ["ingress"], "listen.trusted_proxies[0]", "CIDR"),
         (["listen", "forwarded_header"], "X-Real-IP", "listen.forwarded_header", "is not one of"),
+        (["listen", "ipv6_prefix"], 47, "listen.ipv6_prefix", "less than the minimum of 48"),
+        (["listen", "ipv6_prefix"], 65, "listen.ipv6_prefix", "greater than the maximum of 64"),
         (
             ["rate_limits", "wrong_user_code_per_user"],
             {"rate": 0},
@@ -441,7 +445,8 @@ def test_every_problem_is_reported_in_one_run_with_its_yaml_path(tmp_path: Path)
             "colour",
             [
                 "limits.colour: unknown setting; this block takes max_body_bytes, request_timeout,"
-                " shutdown_timeout, max_bot_calls"
+                " shutdown_timeout, max_bot_calls, bot_answer_line_bytes, bot_answer_head_bytes,"
+                " bot_answer_fields"
             ],
         ),
     ],
@@ -735,6 +740,52 @@ def test_i10_admin_api_has_its_own_loopback_listener_which_needs_no_ops_listener
     assert load_config(raw, environ).admin.port == 9300  # no ops listener to clash with
 
 
+def test_i5_the_port_clash_check_resolves_host_names() -> None:
+    """Issue 28 I5: ``admin.host: localhost`` on the port of a listener on ``127.0.0.1`` passed
+    ``check-config`` as two hosts; the check compares the addresses the names bind."""
+    raw = example()
+    raw["listen"] = {"host": "127.0.0.1", "port": 8080}
+    raw["metrics"]["enabled"] = False
+    raw["admin"] = {"enabled": True, "token": "${PACT_ADMIN_TOKEN}", "host": "localhost", "port": 8080}
+    environ = {**ENV, "PACT_ADMIN_TOKEN": "t" * 32}
+    with pytest.raises(
+        ConfigError, match=r"^admin.port: is listen.port on the same address \(127.0.0.1:8080\)"
+    ):
+        load_config(raw, environ)
+    with pytest.raises(ConfigError, match=r"^admin.port: is listen.port"):
+        check_config(raw, {})
+    raw["listen"]["host"], raw["admin"]["host"] = "0:0::0:1", "::1"  # one address, written twice
+    with pytest.raises(ConfigError, match=r"^admin.port: is listen.port"):
+        load_config(raw, environ)
+    raw["admin"]["host"] = "127.0.0.1"  # another address: no clash
+    assert load_config(raw, environ).admin.port == 8080
+
+
+@pytest.mark.parametrize(
+    ("host", "warned"),
+    [
+        ("0.0.0.0", True),  # noqa: S104 - a setting, never bound
+        ("::", True),
+        ("10.0.0.5", True),
+        ("127.0.0.1", False),
+        ("::1", False),
+        ("localhost", False),
+    ],
+)
+def test_i5_a_non_loopback_admin_host_is_warned_of(host: str, warned: bool) -> None:
+    """Issue 28 I5: ``admin.host: 0.0.0.0`` passed without a note; the admin API lists and erases any
+    person's conversations, and off loopback its token alone guards it."""
+    raw = example()
+    raw["admin"] = {"enabled": True, "token": "${PACT_ADMIN_TOKEN}", "host": host}
+    warnings = check_config(raw, {}).warnings
+    assert bool(warnings) is warned
+    if warned:
+        assert warnings[0].startswith(f"admin.host: {host} is not a loopback address")
+        assert config_warnings(load_config(raw, {**ENV, "PACT_ADMIN_TOKEN": "t" * 32})) == warnings
+    raw["admin"]["enabled"] = False  # no listener, nothing to say
+    assert check_config(raw, {}).warnings == ()
+
+
 NOT_A_TOKEN = "is not a valid header name (RFC 9110 §5.1: a token, no spaces)"
 NOT_ONE_LINE = "contains a control character (CR, LF, NUL...); a header value is one line"
 
@@ -762,6 +813,34 @@ def test_upstream_headers_are_one_line_fields_refused_at_load(name: str, value: 
     assert "Injected" not in str(refused.value)
 
 
+@pytest.mark.parametrize(
+    "name",
+    [
+        "Host",
+        "content-length",
+        "Transfer-Encoding",
+        "Connection",
+        "Keep-Alive",
+        "Proxy-Connection",
+        "TE",
+        "Trailer",
+        "Upgrade",
+    ],
+)
+def test_upstream_headers_naming_a_framing_or_hop_by_hop_field_are_refused_at_load(name: str) -> None:
+    """Issue 28 I3: a Brand's ``Host``, ``Content-Length`` or ``Transfer-Encoding`` would go out beside the
+    client's own (two framings: request smuggling toward a proxy in front of the bot, RFC 9112 §6.3), and
+    the RFC 9110 §7.6.1 hop-by-hop fields steer the client's connection: refused with the YAML path."""
+    raw = example()
+    raw["brands"][0]["upstream"]["headers"] = {name: "1"}
+    with pytest.raises(ConfigError) as refused:
+        load_config(raw, ENV)
+    assert [str(problem) for problem in refused.value.problems] == [
+        f"brands[0].upstream.headers.{name}: is a framing or hop-by-hop field, the bot client's own "
+        "(RFC 9112 §6, RFC 9110 §7.6.1)"
+    ]
+
+
 def test_upstream_header_with_a_tab_and_dots_in_its_name_loads() -> None:
     raw = example()
     raw["brands"][0]["upstream"]["headers"] = {"X.Key_1": "a\tb c"}
@@ -785,3 +864,23 @@ def test_a_stream_is_the_config_or_the_chart_configmap_carrying_it() -> None:
         config_document_from_stream("# nothing\n")
     with pytest.raises(ConfigError, match="not valid YAML at line 2"):
         config_document_from_stream("a: [\n")
+
+
+@pytest.mark.parametrize(
+    ("limits", "problem"),
+    [
+        ({"bot_answer_line_bytes": 100}, "limits.bot_answer_line_bytes: 100 is less than the minimum of 256"),
+        ({"bot_answer_fields": 2}, "limits.bot_answer_fields: 2 is less than the minimum of 8"),
+        (
+            {"bot_answer_line_bytes": 16384, "bot_answer_head_bytes": 8192},
+            "limits.bot_answer_head_bytes: must be at least bot_answer_line_bytes",
+        ),
+    ],
+)
+def test_the_bot_answer_bounds_are_validated_with_their_path(limits: dict[str, int], problem: str) -> None:
+    """A bound below what any answer needs, or a head shorter than one of its lines, is refused."""
+    raw = example()
+    raw["limits"] = limits
+    with pytest.raises(ConfigError) as caught:
+        load_config(raw, ENV)
+    assert problem in str(caught.value)

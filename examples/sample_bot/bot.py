@@ -1,8 +1,9 @@
 """Acme's order-status bot: the kind of legacy support bot pact-gateway is put in front of.
 
 It knows nothing of PACT, JWTs or A2A. It answers one JSON POST per turn with
-``{"text": ..., "end": ...}`` and keeps a little per-conversation memory (the last order
-asked about), keyed by the ``conversation_id`` the gateway sends.
+``{"text": ..., "end": ..., "message_id": ...}`` (the call's ``message_id`` echoed, so the gateway
+can tell an answer to another message, docs/adapters.md) and keeps a little per-conversation
+memory (the last order asked about), keyed by the ``conversation_id`` the gateway sends.
 
 When the gateway forwards a ``delegation`` (the User let their personal agent act on their
 Acme account, §5), two account actions open up: listing the User's orders (scope
@@ -144,6 +145,7 @@ async def chat(request: web.Request) -> web.Response:
     try:
         body = await request.json()
         conversation_id = str(body["conversation_id"])
+        message_id = str(body["message_id"])
         delegation = body.get("delegation")
         if delegation is not None and not isinstance(delegation, dict):
             raise TypeError("delegation")
@@ -155,7 +157,7 @@ async def chat(request: web.Request) -> web.Response:
         return web.json_response({"error": "bad request"}, status=400)
     if reply["end"]:
         memory.pop(conversation_id, None)
-    return web.json_response(reply)
+    return web.json_response({**reply, "message_id": message_id})
 
 
 def create_bot_app(token: str = "", delegating: Collection[str] = ()) -> web.Application:

@@ -10,11 +10,14 @@ written by the client (or by proxies it chose) and is never believed. With no tr
 (the default) the header is not read at all.
 
 :func:`client_address` is the one place this is decided: every per-address limit and log field
-uses it.
+uses it. A per-address limit counts it as :func:`limit_address` says: an IPv6 client by its
+``listen.ipv6_prefix`` network (a /64 by default), without a zone id, since one host is usually
+given a whole /64 and would otherwise have 2⁶⁴ budgets (issue 28 L2).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Sequence
 from ipaddress import IPv4Address, IPv4Network, IPv6Address, IPv6Network, ip_address
 
@@ -22,7 +25,9 @@ from aiohttp import web
 
 from gateway.config import ListenConfig
 
-__all__ = ["client_address", "parse_address"]
+__all__ = ["UntrustedForwarding", "address_subject", "client_address", "limit_address", "parse_address"]
+
+_log = logging.getLogger("pact_gateway.client_address")
 
 _Address = IPv4Address | IPv6Address
 _Network = IPv4Network | IPv6Network
@@ -91,3 +96,53 @@ def client_address(request: web.Request, listen: ListenConfig) -> str:
         if not _trusted(address, networks):
             break
     return str(address)
+
+
+def address_subject(address: str, ipv6_prefix: int) -> str:
+    """What a per-address limit counts ``address`` (as :func:`client_address` gives it) under: an
+    IPv4 address itself (an IPv4-mapped IPv6 one too); an IPv6 address's ``/ipv6_prefix`` network,
+    its zone id dropped (a zone names the gateway's own interface, and a link-local peer could
+    vary it); anything else (a Unix socket's ``-``) as it is."""
+    parsed = parse_address(address.partition("%")[0])
+    if parsed is None:
+        return address
+    if isinstance(parsed, IPv4Address):
+        return str(parsed)
+    return str(IPv6Network((int(parsed), ipv6_prefix), strict=False))
+
+
+def limit_address(request: web.Request, listen: ListenConfig) -> str:
+    """The client's address as every per-address limit counts it (:func:`address_subject`)."""
+    return address_subject(client_address(request, listen), listen.ipv6_prefix)
+
+
+class UntrustedForwarding:
+    """Says once, per app, that a private peer sends a forwarded header nobody trusts (issue 28 L3).
+
+    With ``listen.trusted_proxies`` empty (the default) the header is never read, which is right
+    for a gateway facing the Internet; but a private peer (an Ingress controller, a proxy on the
+    host) that sends one is almost surely a proxy the operator forgot to name, and then every
+    User behind it shares its address's per-address limits: one client can keep a Brand's
+    sign-in paused. Until it has warned, each request costs a header lookup; after, one test.
+    """
+
+    __slots__ = ("warned",)
+
+    def __init__(self) -> None:
+        self.warned = False
+
+    def check(self, request: web.Request, listen: ListenConfig) -> None:
+        """Warn, the first time only, when ``request`` is such a case."""
+        if self.warned or listen.trusted_proxies or listen.forwarded_header not in request.headers:
+            return
+        peer = parse_address(request.remote or "")
+        if peer is None or not peer.is_private:
+            return
+        self.warned = True
+        _log.warning(
+            "%s sent by the private peer %s is ignored: listen.trusted_proxies is empty, so every "
+            "client behind that proxy shares its address and its per-address limits (one can keep "
+            "a Brand's sign-in paused); name the proxy's network in listen.trusted_proxies",
+            listen.forwarded_header,
+            peer,
+        )

@@ -13,8 +13,9 @@ unguessable id in the redirect: never from its query string. A ``GET`` on the co
 Everything here answers a browser, so every refusal is the same short HTML page (the reason
 goes to the log, never to the page), and every answer carries the same anti-framing, no-cache,
 no-referrer headers. Hand-offs and decisions are limited per client address, and wrong
-``user_code``s spend RFC 8628 §5.1 budgets (per Brand user, per address, per Brand) that are
-looked at before a code is: over any of them the answer is one "Too many attempts" page (429).
+``user_code``s spend RFC 8628 §5.1 budgets (per Brand user, per address, per Brand), a token
+reserved before a code is looked up and given back when it was right: over any of them the answer
+is one "Too many attempts" page (429); the Brand's pauses only who missed recently.
 The landing URL is always built from configuration, never taken from the request, so no
 parameter can turn the redirect into an open one.
 """
@@ -33,7 +34,7 @@ from yarl import URL
 from gateway.config import BrandConfig, DelegationConfig, PersonalAgentsConfig, RateLimitsConfig
 from gateway.http import responses
 from gateway.http.caller import read_body
-from gateway.http.client_address import client_address
+from gateway.http.client_address import limit_address
 from gateway.http.notes import refused
 from gateway.http.state import METRICS, RUNTIME
 from gateway.oauth import pages
@@ -108,7 +109,8 @@ class _Delegating(NamedTuple):
     agents: PersonalAgentsConfig
     limits: RateLimits
     address: str
-    """The client's address (:func:`~gateway.http.client_address.client_address`), for per-address limits."""
+    """The client's address as per-address limits count it
+    (:func:`~gateway.http.client_address.limit_address`)."""
 
     @property
     def rate_limits(self) -> RateLimitsConfig:
@@ -219,7 +221,7 @@ def _delegating(request: web.Request) -> _Delegating | None:
         headers,
         runtime.config.personal_agents,
         runtime.limits,
-        client_address(request, runtime.config.listen),
+        limit_address(request, runtime.config.listen),
     )
 
 
@@ -344,26 +346,32 @@ async def _accept_assertion(
     marker = code_hash(f"{login.issuer}\0{assertion.jti}")
     if not await server.store.use_once(brand.id, marker, assertion.expires_at - now + MAX_CLOCK_SKEW):
         raise _Refused("replayed_jti")
-    # RFC 8628 §5.1: past its budget of wrong codes, the Brand user, the address or the whole
-    # Brand is paused *before* the code is looked up, so the pause is the same answer whether
-    # the code exists or not: no oracle, and no guess is tried.
+    # RFC 8628 §5.1: a wrong code's token is reserved *before* the code is looked up, in one
+    # atomic step (issue 28 M1: looked at, then spent after the look-up, concurrent guesses all
+    # passed), and given back when the code was right. Past its budget, the Brand user or the
+    # address is paused with the same answer whether the code exists or not: no oracle, and no
+    # guess tried. The Brand's budget pauses only who missed recently (wrong_user_code_limits).
     wrong = wrong_user_code_limits(ctx.rate_limits, assertion.user, ctx.address)
-    await ctx.limits.check_budget(brand.id, wrong, fail_open=ctx.rate_limits.fail_open)
-    authorization = await server.store.authorization_by_user_code(brand.id, assertion.user_code, now)
-    if authorization is None:
-        metrics.delegation_event(brand.id, "wrong_user_code")
-        spent = await ctx.limits.spend(brand.id, wrong, fail_open=ctx.rate_limits.fail_open)
-        if spent:
-            # Once per budget spent; never the code, and the Brand user only as a digest.
-            _log.warning(
-                "wrong user_code budget spent at brand %s (%s): user %s, address %s paused",
-                brand.id,
-                ", ".join(spent),
-                subject_digest(brand.id, assertion.user)[:16],
-                ctx.address,
-            )
-        raise _Refused("unknown_user_code")
-    return assertion, authorization
+    reserved = await ctx.limits.reserve(brand.id, wrong, fail_open=ctx.rate_limits.fail_open)
+    try:
+        authorization = await server.store.authorization_by_user_code(brand.id, assertion.user_code, now)
+    except StoreError:
+        await ctx.limits.give_back(reserved)  # no answer: nothing was learnt from this attempt
+        raise
+    if authorization is not None:
+        await ctx.limits.give_back(reserved)
+        return assertion, authorization
+    metrics.delegation_event(brand.id, "wrong_user_code")
+    if reserved.emptied:
+        # Once per budget spent; never the code, and the Brand user only as a digest.
+        _log.warning(
+            "wrong user_code budget spent at brand %s (%s): user %s, address %s paused",
+            brand.id,
+            ", ".join(reserved.emptied),
+            subject_digest(brand.id, assertion.user)[:16],
+            ctx.address,
+        )
+    raise _Refused("unknown_user_code")
 
 
 async def _approve(

@@ -22,6 +22,7 @@ from gateway.oauth.errors import ErrorCode, json_answer
 from gateway.oauth.forms import parse_scope
 from gateway.ops.limits import DEVICE_AUTHORIZATION, RateLimited, named_limit
 from gateway.protocol.urls import OAuthUrls, with_query
+from gateway.store.base import StoreFull
 from gateway.store.oauth import DeviceAuthorization, OAuthStore
 
 __all__ = [
@@ -42,6 +43,8 @@ INTERVAL: Final = 5
 """RFC 8628 §3.2: the default polling interval."""
 USER_CODE_ALPHABET: Final = "BCDFGHJKLMNPQRSTVWXZ"
 """RFC 8628 §6.1: 20 consonants, no vowels (no words), no look-alike digits."""
+STORE_FULL_RETRY_AFTER: Final = 60
+"""Seconds a device authorization refused for a full memory store is told to wait (a pass of its sweep)."""
 _USER_CODE_ATTEMPTS: Final = 8
 
 
@@ -157,15 +160,26 @@ async def device_authorization(request: web.Request, client: Client) -> web.Resp
             status=429,
             headers={"Retry-After": str(limited.retry_after)},
         )
-    started = await start_device_authorization(
-        client.server.store,
-        brand.delegation,
-        brand.urls,
-        brand_id=brand.brand.id,
-        client_id=client.identity.issuer,
-        owner_digest=client.owner_digest,
-        scopes=scopes,
-        now=client.server.clock(),
-    )
+    try:
+        started = await start_device_authorization(
+            client.server.store,
+            brand.delegation,
+            brand.urls,
+            brand_id=brand.brand.id,
+            client_id=client.identity.issuer,
+            owner_digest=client.owner_digest,
+            scopes=scopes,
+            now=client.server.clock(),
+        )
+    except StoreFull:
+        # The memory store at its bound with nothing that may go: ask again later (RFC 8628 §3.5's
+        # code, as for the rate limit), counted as pact_rate_limited_total{limit="store_full"}.
+        refused(request, "store_full")
+        request.app[METRICS].rate_limited.labels(brand=brand.brand.id, limit="store_full").inc()
+        return json_answer(
+            {"error": ErrorCode.SLOW_DOWN.value, "error_description": "the gateway's store is full"},
+            status=429,
+            headers={"Retry-After": str(STORE_FULL_RETRY_AFTER)},
+        )
     request.app[METRICS].delegation_event(brand.brand.id, "authorization_started")
     return json_answer(started.as_json())

@@ -8,9 +8,10 @@ else is ``{"active": false}`` and nothing more (RFC 7662 §2.2), whether it is u
 expired, revoked or another Brand's.
 
 Wrong credentials are counted per client address (``delegation.introspection.failures``, a
-GCRA budget shared across replicas): once an address has spent it, it is answered a bare ``429``
-with ``Retry-After`` (RFC 6585 §4, as every other limit here) *before* its credential is compared,
-so a guess made while locked out tells nothing, and counted in
+GCRA budget shared across replicas, a wrong one's token taken atomically): once an address has
+spent it, it is answered a bare ``429`` with ``Retry-After`` (RFC 6585 §4, as every other limit
+here) whether its credential is right or not, so a guess made while locked out tells nothing, and
+counted in
 ``pact_rate_limited_total{limit="introspection_failures"}``. Not ``401``: the Brand's own back-end,
 locked out by someone sharing its address, must learn to wait, not that its secret is wrong.
 
@@ -31,7 +32,7 @@ from aiohttp import web
 from gateway.auth.pa_jwt import AuthFailure, bearer_token
 from gateway.config import RateRule
 from gateway.http import responses
-from gateway.http.client_address import client_address
+from gateway.http.client_address import limit_address
 from gateway.http.notes import refused
 from gateway.http.state import RUNTIME
 from gateway.oauth.access_token import InvalidToken, verify_access_token
@@ -39,7 +40,7 @@ from gateway.oauth.client_auth import delegating_brand
 from gateway.oauth.errors import invalid_client, json_answer, oauth_endpoint
 from gateway.oauth.forms import read_form, required
 from gateway.oauth.server import AuthorizationServer, DelegatingBrand
-from gateway.ops.limits import Limit, RateLimited, subject_digest
+from gateway.ops.limits import FailureBudgets, Limit, RateLimited, subject_digest
 from gateway.store.limits import Rule
 
 __all__ = ["INTROSPECTION_FAILURES", "authorized", "failure_limit", "introspect"]
@@ -98,22 +99,26 @@ async def introspect(request: web.Request) -> web.Response:
     if found is None or secret is None:
         return responses.not_found()
     server, brand = found
-    # The client's address as every per-address limit sees it (``listen.trusted_proxies``).
-    address = client_address(request, runtime.config.listen)
+    # The client's address as every per-address limit counts it (``listen.trusted_proxies``, IPv6 by
+    # its ``listen.ipv6_prefix`` network).
+    address = limit_address(request, runtime.config.listen)
     failures = failure_limit(brand.delegation.introspection_failures, address)
+    right = authorized(request.headers.get("Authorization"), secret)
     if failures is not None:
+        # A wrong credential takes its token atomically (issue 28 M1: looked at, then spent, a
+        # burst of concurrent guesses all passed the look); a right one only looks, and is refused
+        # exactly when a wrong one would be, so a locked-out guess learns nothing. The comparison
+        # is local and constant-time: made first, it costs the honest caller no second round trip.
+        limits, fail_open = runtime.limits, brand.brand.rate_limits.fail_open
         try:
-            await runtime.limits.check_budget(
-                brand.brand.id, [failures], fail_open=brand.brand.rate_limits.fail_open
-            )
+            if right:
+                await limits.check_budget(brand.brand.id, [failures], fail_open=fail_open)
+            else:
+                await limits.reserve(brand.brand.id, FailureBudgets((failures,)), fail_open=fail_open)
         except RateLimited as limited:
             refused(request, limited.limit)
             return responses.too_many_requests(limited.retry_after)
-    if not authorized(request.headers.get("Authorization"), secret):
-        if failures is not None:
-            await runtime.limits.spend(
-                brand.brand.id, [failures], fail_open=brand.brand.rate_limits.fail_open
-            )
+    if not right:
         raise invalid_client("introspection needs the Brand's bearer credential")
     token = required(await read_form(request, runtime.config.limits.max_body_bytes), "token")
     description = await _describe(server, brand, token)

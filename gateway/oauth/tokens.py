@@ -32,10 +32,6 @@ from typing import Final
 
 import orjson
 from aiohttp import web
-from cryptography.exceptions import InvalidTag
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.ciphers.aead import AESGCM
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
 
 from gateway.http.state import METRICS
 from gateway.oauth.access_token import mint_access_token
@@ -44,6 +40,7 @@ from gateway.oauth.device import code_hash
 from gateway.oauth.errors import ErrorCode, OAuthError, json_answer
 from gateway.oauth.forms import parse_scope, required
 from gateway.oauth.metadata import DEVICE_CODE_GRANT, REFRESH_TOKEN_GRANT
+from gateway.sealing import open_sealed, seal, sealing_key
 from gateway.store.keys import GRANT_ID_PREFIX
 from gateway.store.oauth import Grant, PollOutcome, RefreshOutcome, RefreshToken
 
@@ -111,31 +108,17 @@ def owns(grant: Grant, client: Client) -> bool:
 
 
 _GRACE_INFO: Final = b"pact-gateway refresh grace answer v1"
-_NONCE_BYTES: Final = 12
-
-
-def _grace_cipher(refresh_token: str) -> AESGCM:
-    """AES-256-GCM under a key only ``refresh_token`` yields (the store keeps its SHA-256, not this)."""
-    key = HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=_GRACE_INFO).derive(
-        refresh_token.encode()
-    )
-    return AESGCM(key)
 
 
 def seal_answer(refresh_token: str, grant_id: str, answer: bytes) -> bytes:
-    """``answer`` sealed for whoever presents ``refresh_token`` again (bound to ``grant_id``)."""
-    nonce = secrets.token_bytes(_NONCE_BYTES)
-    return nonce + _grace_cipher(refresh_token).encrypt(nonce, answer, grant_id.encode())
+    """``answer`` sealed for whoever presents ``refresh_token`` again (bound to ``grant_id``): under a
+    key only ``refresh_token`` yields (the store keeps its SHA-256, not this)."""
+    return seal(sealing_key(refresh_token, _GRACE_INFO), grant_id.encode(), answer)
 
 
 def open_answer(refresh_token: str, grant_id: str, sealed: bytes) -> bytes | None:
     """What :func:`seal_answer` sealed, or ``None`` if ``sealed`` is not for this token and grant."""
-    try:
-        return _grace_cipher(refresh_token).decrypt(
-            sealed[:_NONCE_BYTES], sealed[_NONCE_BYTES:], grant_id.encode()
-        )
-    except InvalidTag:
-        return None
+    return open_sealed(sealing_key(refresh_token, _GRACE_INFO), grant_id.encode(), sealed)
 
 
 def _answer(client: Client, grant: Grant, scopes: tuple[str, ...], refresh_token: str) -> bytes:
@@ -174,6 +157,7 @@ async def _redeem_device_code(request: web.Request, client: Client) -> web.Respo
         client.server.clock(),
         refresh=refresh,
         grant_ttl=brand.delegation.grant_ttl,
+        max_user_grants=brand.delegation.max_grants_per_user,
     )
     metrics = request.app[METRICS]
     if result.outcome is not PollOutcome.ISSUED or result.grant is None:
@@ -183,6 +167,9 @@ async def _redeem_device_code(request: web.Request, client: Client) -> web.Respo
     metrics.delegation_event(brand_id, "token_issued")
     if result.superseded:
         # §5.3: one live grant per (user, agent, sub); the earlier one's tokens stop from now on.
+        metrics.delegation_event(brand_id, "grant_superseded")
+    for _ in range(result.capped):
+        # delegation.max_grants_per_user: the user's oldest grant made way for this one.
         metrics.delegation_event(brand_id, "grant_superseded")
     return json_answer(_answer(client, result.grant, result.grant.scopes, refresh_token))
 

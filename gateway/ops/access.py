@@ -27,7 +27,7 @@ from aiohttp import web
 from aiohttp.typedefs import Handler
 
 from gateway.http.caller import AUTH_FAILURE, PA_IDENTITY
-from gateway.http.client_address import client_address
+from gateway.http.client_address import UntrustedForwarding, client_address
 from gateway.http.middlewares import REQUEST_ID
 from gateway.http.notes import REFUSAL, RETRY_SERVED
 from gateway.http.state import METRICS, RUNTIME
@@ -70,7 +70,9 @@ class AccessLog:
     """The access middleware of one app (``middlewares=[…, AccessLog(), …]``).
 
     An object rather than a bare function so that what it keeps between requests, the
-    digests of recent Users, belongs to the app and not to the module.
+    digests of recent Users and whether it warned of an untrusted proxy
+    (:class:`~gateway.http.client_address.UntrustedForwarding`), belongs to the app and not to
+    the module.
     """
 
     __middleware_version__ = 1  # aiohttp: a new-style ``(request, handler)`` middleware
@@ -81,6 +83,7 @@ class AccessLog:
         self._starts_traces = starts_traces
         """Whether this middleware gives each request its span; ``False`` where OpenTelemetry's
         server-span middleware, before it, does (:mod:`gateway.ops.otel`)."""
+        self._forwarding = UntrustedForwarding()
 
     async def __call__(self, request: web.Request, handler: Handler) -> web.StreamResponse:
         """Time the request, then count it and write its access line whatever way it ended."""
@@ -123,6 +126,7 @@ class AccessLog:
         auth_failure = request.get(AUTH_FAILURE) if identity is None else None
         if auth_failure is not None:
             metrics.auth_failed(auth_failure)
+        self._forwarding.check(request, config.listen)
         if not config.logging.access_log or not self._log.isEnabledFor(logging.INFO):
             return
         method = request.method

@@ -12,9 +12,10 @@ and turns waits into a :class:`RateLimited` verdict, whether the waits came from
 charge or from a ``message:send`` turn that charged them inside the store's begin step. The
 same :meth:`RateLimits.enforce` takes any named :class:`Limit`, so endpoints without a PA
 identity (the Delegated profile's OAuth endpoints, keyed by client address) reuse it
-unchanged. A budget of failures (wrong ``user_code``s, RFC 8628 §5.1) is the same counter
-looked at before an attempt (:meth:`RateLimits.check_budget`) and spent only when the attempt
-failed (:meth:`RateLimits.spend`).
+unchanged. A budget of failures (wrong ``user_code``s, RFC 8628 §5.1) is the same counter,
+reserved before an attempt is looked at (:meth:`RateLimits.reserve`, atomically: looked at in one
+step and spent in another, concurrent attempts all passed the look, issue 28 M1) and given back
+when the attempt succeeded (:meth:`RateLimits.give_back`), so only failures spend it.
 
 :class:`BotCalls` is the one limit that is not §6's: the process's ceiling on bot calls in
 flight, every Brand together (``limits.max_bot_calls``). It refuses the same way, a bare ``429``.
@@ -35,15 +36,17 @@ from gateway.protocol import errors
 from gateway.protocol.errors import A2AError, Reason
 from gateway.store import keys
 from gateway.store.base import Owner, StoreError
-from gateway.store.limits import Hit, RateLimiter, Rule
+from gateway.store.limits import REFUSED, Hit, RateLimiter, Reservation, Rule
 
 __all__ = [
     "BOT_CALLS",
     "BotCalls",
     "Charge",
+    "FailureBudgets",
     "Limit",
     "RateLimited",
     "RateLimits",
+    "Reserved",
     "a2a_limits",
     "named_limit",
     "person_counters",
@@ -62,6 +65,7 @@ CONSENT_DECISION = "consent_decision"
 WRONG_USER_CODE_PER_USER = "wrong_user_code_per_user"
 WRONG_USER_CODE_PER_ADDRESS = "wrong_user_code_per_address"
 WRONG_USER_CODE_PER_BRAND = "wrong_user_code_per_brand"
+WRONG_USER_CODE_GRACE = "wrong_user_code_grace"
 BOT_CALLS = "bot_calls"
 """The ``limit`` label of a turn refused at the process's ceiling on bot calls in flight."""
 
@@ -98,15 +102,53 @@ def named_limit(name: str, rule: RateRule, *subject: str) -> list[Limit]:
     return [] if charged is None else [Limit(name, subject_digest(*subject), charged)]
 
 
-def wrong_user_code_limits(settings: RateLimitsConfig, user: str, address: str) -> list[Limit]:
+@dataclass(frozen=True, slots=True)
+class FailureBudgets:
+    """The budgets one attempt reserves (:meth:`RateLimits.reserve`): its ``own`` (its account's,
+    its address's), a ``shared`` one everyone draws on, and the ``grace`` that lets it through
+    while the shared one is spent, if its subjects have not failed recently."""
+
+    own: tuple[Limit, ...]
+    shared: tuple[Limit, ...] = ()
+    grace: tuple[Limit, ...] = ()
+
+
+def wrong_user_code_limits(settings: RateLimitsConfig, user: str, address: str) -> FailureBudgets:
     """RFC 8628 §5.1: the budgets a wrong ``user_code`` at one Brand spends, per Brand login user
     (``user``, its ``sub``), per client address, and the Brand's own (the whole Brand's guessing
-    rate, whoever guesses: what makes a distributed search of the code space slow)."""
-    return [
-        *named_limit(WRONG_USER_CODE_PER_USER, settings.wrong_user_code_per_user, "user", user),
-        *named_limit(WRONG_USER_CODE_PER_ADDRESS, settings.wrong_user_code_per_address, "address", address),
-        *named_limit(WRONG_USER_CODE_PER_BRAND, settings.wrong_user_code_per_brand, "brand"),
-    ]
+    rate, whoever guesses: what makes a distributed search of the code space slow).
+
+    The Brand's budget must not become a switch that turns every sign-in off (issue 28 M2): while
+    it is spent, a Brand user *and* an address that have not tried a wrong code within the grace
+    interval (``wrong_user_code_grace``, one a day by default) may still try, a token of each
+    taken. A wrong code marks both, whichever budget it was charged to: an attacker's accounts
+    and addresses are slowed to the Brand's rate, a User who has not missed is served. The bound
+    this keeps on guessing is in THREAT_MODEL.md (F1).
+    """
+    grace = settings.wrong_user_code_grace
+    return FailureBudgets(
+        own=(
+            *named_limit(WRONG_USER_CODE_PER_USER, settings.wrong_user_code_per_user, "user", user),
+            *named_limit(
+                WRONG_USER_CODE_PER_ADDRESS, settings.wrong_user_code_per_address, "address", address
+            ),
+        ),
+        shared=tuple(named_limit(WRONG_USER_CODE_PER_BRAND, settings.wrong_user_code_per_brand, "brand")),
+        grace=(
+            *named_limit(WRONG_USER_CODE_GRACE, grace, "user", user),
+            *named_limit(WRONG_USER_CODE_GRACE, grace, "address", address),
+        ),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Reserved:
+    """A reservation made at one Brand: what to give back, and which budgets it spent to the last."""
+
+    brand_id: str
+    taken: tuple[Hit, ...]
+    emptied: tuple[str, ...]
+    """The names of the budgets this attempt left without a token (the next attempt will wait)."""
 
 
 def retry_after(wait: float) -> int:
@@ -255,27 +297,78 @@ class RateLimits:
             extra={"brand": charge.brand_id},
         )
 
-    async def check_budget(self, brand_id: str, limits: Sequence[Limit], *, fail_open: bool) -> None:
-        """Raise :class:`RateLimited` when any of ``limits`` is spent, charging nothing.
+    def _failure_hits(self, brand_id: str, limits: Sequence[Limit]) -> tuple[Hit, ...]:
+        """The counters of a budget of failures at ``brand_id``. Tagged, all under one tag, the
+        Brand's: a reservation is one script, and on a Redis Cluster a script's keys share a slot."""
+        tag = keys.owner_tag(subject_digest(brand_id, "failures")) if self._limiter.tagged else ""
+        return tuple(
+            Hit(keys.limit_key(brand_id, limit.name, limit.subject, tag), limit.rule) for limit in limits
+        )
 
-        The other half of :meth:`spend`: a budget of failures is looked at before an attempt
-        and spent only when the attempt failed.
-        """
-        charge = self.charge(brand_id, limits)
+    async def check_budget(self, brand_id: str, limits: Sequence[Limit], *, fail_open: bool) -> None:
+        """Raise :class:`RateLimited` when any of ``limits``, a budget of failures, is spent, charging
+        nothing: for an attempt already known to succeed, which must be refused exactly when a
+        failed one would be (else the answer tells which it was)."""
+        charge = Charge(brand_id, tuple(limit.name for limit in limits), self._failure_hits(brand_id, limits))
         waits = await self._waits(charge, fail_open=fail_open, spend=False)
         if any(wait > 0 for wait in waits):
             raise self.refusal(charge, waits)
 
-    async def spend(self, brand_id: str, limits: Sequence[Limit], *, fail_open: bool) -> tuple[str, ...]:
-        """Charge one failure to each of ``limits``; the names of the budgets that this spent to
-        the last, so the next :meth:`check_budget` refuses (the caller says so once, when it
-        happens). Nothing is refused here: the failure already had its answer."""
-        charge = self.charge(brand_id, limits)
-        waits = await self._waits(charge, fail_open=fail_open, spend=True)
-        if not waits or any(wait > 0 for wait in waits):
-            return ()  # not counted, or a budget was already spent (and said so then)
-        after = await self._waits(charge, fail_open=fail_open, spend=False)
-        return tuple(name for name, wait in zip(charge.names, after, strict=False) if wait > 0)
+    async def reserve(self, brand_id: str, budgets: FailureBudgets, *, fail_open: bool) -> Reserved:
+        """Take a token of ``budgets`` for one attempt before it is looked at, or raise
+        :class:`RateLimited`: one atomic step, so concurrent attempts cannot all pass a look.
+
+        The caller gives it back (:meth:`give_back`) when the attempt succeeded. A store failure is
+        as for :meth:`enforce`: with ``fail_open`` the attempt goes on uncounted (nothing reserved).
+        """
+        own = self._failure_hits(brand_id, budgets.own)
+        shared = self._failure_hits(brand_id, budgets.shared)
+        grace = self._failure_hits(brand_id, budgets.grace) if shared else ()
+        names = tuple(limit.name for limit in (*budgets.own, *budgets.shared, *budgets.grace[: len(grace)]))
+        if not names:
+            return Reserved(brand_id, (), ())
+        try:
+            reservation = await self._limiter.reserve(own, shared, grace)
+        except StoreError as exc:
+            self.not_counted(Charge(brand_id, names, (*own, *shared, *grace)), str(exc), fail_open=fail_open)
+            if fail_open:
+                return Reserved(brand_id, (), ())
+            raise
+        if reservation.mode == REFUSED:
+            raise self._failure_refusal(brand_id, names, reservation, len(own), len(shared))
+        emptied = {hit.key for hit in reservation.emptied}
+        counted = zip(names[: len(own) + len(shared)], (*own, *shared), strict=True)
+        return Reserved(
+            brand_id, reservation.taken, tuple(name for name, hit in counted if hit.key in emptied)
+        )
+
+    def _failure_refusal(
+        self, brand_id: str, names: tuple[str, ...], reservation: Reservation, own: int, shared: int
+    ) -> RateLimited:
+        """The verdict for a refused reservation: its own budget's wait when one is spent, else the
+        shared budget's, or sooner when the attempt's grace comes back first (either lets it in)."""
+        waits = reservation.waits
+        if any(waits[:own]):
+            return self.refusal(Charge(brand_id, names[:own], ()), waits[:own])
+        wait = max(waits[own : own + shared])
+        if waits[own + shared :]:
+            wait = min(wait, max(waits[own + shared :]))
+        return self.refusal(Charge(brand_id, (names[own],), ()), (wait,))
+
+    async def give_back(self, reserved: Reserved) -> None:
+        """Return what ``reserved`` took: the attempt succeeded (or had no answer), and only failures
+        spend a budget of failures. A store failure here is logged and counted, never the User's:
+        their attempt already had its answer, and the token comes back by itself over time."""
+        if not reserved.taken:
+            return
+        try:
+            await self._limiter.give_back(reserved.taken)
+        except StoreError as exc:
+            if self._metrics is not None:
+                self._metrics.store_error("rate_limit")
+            log.warning(
+                "a reserved attempt could not be given back: %s", exc, extra={"brand": reserved.brand_id}
+            )
 
     def refusal(self, charge: Charge, waits: Sequence[float]) -> RateLimited:
         """The verdict for a refused ``charge`` (some wait > 0), counted once, for the caller to raise.

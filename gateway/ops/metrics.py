@@ -166,6 +166,14 @@ class Metrics:
         self.store_errors = Counter(
             "pact_store_errors", "Store operations that failed.", ["operation"], registry=r
         )
+        # Redis: a turn's release that failed (a failover) is tried again in the background until
+        # its marker lapses; "abandoned" ones left a message "still being processed" that long.
+        self.late_releases = Counter(
+            "pact_store_late_releases",
+            "In-flight markers whose release failed, by what became of it: released later, or abandoned.",
+            ["outcome"],
+            registry=r,
+        )
         # The memory store's bound (cache.max_entries); a refused conversation is counted by
         # pact_rate_limited_total{limit="store_full"}, as the other 429s are.
         self.store_entries = Gauge(
@@ -208,6 +216,16 @@ class Metrics:
             "grants revoked; step-ups; delegated turns; receipts signed; invalid delegation tokens; "
             "wrong user codes at the consent hand-off.",
             ["brand", "event"],
+            registry=r,
+        )
+        # Direct Line (gateway/upstream/directline.py): what a bot sent after its turn's answer was
+        # complete, delivered with the next turn's reply or dropped (each drop also logged).
+        self.directline_late_messages = Counter(
+            "pact_directline_late_messages",
+            "Direct Line messages a bot sent after its turn's answer was complete, by Brand and outcome: "
+            "delivered (with the next turn's reply), dropped (an answer to a failed turn's message, a "
+            "message after the bot ended the conversation, or past 1 MiB of owed text).",
+            ["brand", "outcome"],
             registry=r,
         )
         # Redis Cluster (issue 20): what the cluster client (gateway/store/redis_cluster.py) reports.
@@ -283,6 +301,10 @@ class Metrics:
     def store_error(self, operation: str) -> None:
         """A store call that raised :class:`StoreError` (``begin_turn``, ``complete_turn`` …)."""
         self.store_errors.labels(operation).inc()
+
+    def late_release(self, outcome: str) -> None:
+        """A release tried again in the background: ``released``, or ``abandoned`` when its marker lapsed."""
+        self.late_releases.labels(outcome).inc()
 
     def store_size(self, entries: int, max_entries: int) -> None:
         """The memory store's size and bound, each sweep tick (as its ``KeyspaceObserver``)."""

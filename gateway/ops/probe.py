@@ -28,13 +28,14 @@ from typing import Any, Final
 
 from gateway.auth.jwks import FetchError, JsonFetcher, make_fetch_session, parse_jwks
 from gateway.config import BrandConfig, GatewayConfig
+from gateway.ops.metrics import Metrics
 from gateway.store import ConversationStore, open_store
 from gateway.store.adapter_state import AdapterState
 from gateway.store.base import StoreError
 from gateway.store.factory import open_adapter_state
 from gateway.store.redis_pipe import RedisAddress
 from gateway.upstream.base import UpstreamError
-from gateway.upstream.client import BotClient
+from gateway.upstream.client import AnswerBounds, BotClient
 from gateway.upstream.factory import make_adapter
 
 __all__ = ["ProbeResult", "format_table", "run_probes"]
@@ -62,7 +63,7 @@ async def run_probes(config: GatewayConfig) -> list[ProbeResult]:
     fetch_session = make_fetch_session(config.personal_agents.jwks, config.development)
     fetcher = JsonFetcher(fetch_session, config.personal_agents.jwks, development=config.development)
     # The bots' client as the gateway makes it.
-    bot_client = BotClient()
+    bot_client = BotClient(bounds=AnswerBounds.of(config.limits))
     try:
         state = open_adapter_state(store)
         checks: list[tuple[str, str, Callable[[], Awaitable[str]]]] = [
@@ -151,7 +152,8 @@ def _bot(
     brand: BrandConfig, client: BotClient, state: AdapterState, config: GatewayConfig
 ) -> Callable[[], Awaitable[str]]:
     async def check() -> str:
-        return await make_adapter(brand, client, state, cache=config.cache).probe()
+        # A probe sends no turn, so it counts nothing: a registry of its own, read by no one.
+        return await make_adapter(brand, client, state, cache=config.cache, metrics=Metrics()).probe()
 
     return check
 

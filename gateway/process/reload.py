@@ -39,6 +39,9 @@ RESTART_ONLY = (
     "development",
     "personal_agents.jwks",
     "limits.shutdown_timeout",
+    "limits.bot_answer_line_bytes",
+    "limits.bot_answer_head_bytes",
+    "limits.bot_answer_fields",
     "tracing",
 )
 """Settings a reload cannot apply: each is bound to something opened once at start-up."""
@@ -62,7 +65,14 @@ def keep_restart_only(running: GatewayConfig, new: GatewayConfig) -> tuple[Gatew
         admin=dataclasses.replace(new.admin, host=running.admin.host, port=running.admin.port),
         development=running.development,
         personal_agents=dataclasses.replace(new.personal_agents, jwks=running.personal_agents.jwks),
-        limits=dataclasses.replace(new.limits, shutdown_timeout=running.limits.shutdown_timeout),
+        limits=dataclasses.replace(
+            new.limits,
+            shutdown_timeout=running.limits.shutdown_timeout,
+            # The bot client, opened once, reads every answer with these.
+            bot_answer_line_bytes=running.limits.bot_answer_line_bytes,
+            bot_answer_head_bytes=running.limits.bot_answer_head_bytes,
+            bot_answer_fields=running.limits.bot_answer_fields,
+        ),
         tracing=running.tracing,
     )
     assert all(_setting(kept, name) == _setting(running, name) for name in RESTART_ONLY)

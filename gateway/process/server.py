@@ -28,7 +28,7 @@ from typing import Any
 from aiohttp import web
 
 from gateway.app import JWKS, create_app
-from gateway.config import GatewayConfig
+from gateway.config import GatewayConfig, config_warnings
 from gateway.http.connection import GatewayRunner
 from gateway.http.state import RUNTIME
 from gateway.ops.exposition import serve_process_metrics
@@ -144,10 +144,12 @@ class GatewayServer:
     async def start_admin(self) -> None:
         """Open the admin API's listener if ``admin.enabled``; ``OSError`` when its address is taken."""
         if self.admin is not None:
+            _warn_of(self.config)
             await self.admin.apply(self.config.admin)
 
     async def _open_admin(self, admin: AdminListener, config: GatewayConfig) -> None:
         """After a reload that turned the admin API on: a taken port is logged, the reload stands."""
+        _warn_of(config)
         try:
             await admin.apply(config.admin)
         except OSError as error:
@@ -242,6 +244,13 @@ async def _cancel(task: asyncio.Task[None]) -> None:
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await task
+
+
+def _warn_of(config: GatewayConfig) -> None:
+    """Log what ``check-config`` prints as warnings (:func:`~gateway.config.config_warnings`), where
+    the admin listener is opened: by the process that owns it, once logging is set up."""
+    for warning in config_warnings(config):
+        log.warning("%s", warning)
 
 
 async def run_single(config_path: Path, config: GatewayConfig) -> int:

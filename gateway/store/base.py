@@ -34,6 +34,12 @@ class StoreError(Exception):
     """The backend could not be reached or answered nonsense; the request fails with ``INTERNAL``."""
 
 
+class StoreFull(StoreError):
+    """The memory store is at ``cache.max_entries`` and nothing in it may go: a §5 record is refused
+    rather than stored past the bound (issue 28, L4). Handlers that can answer it precisely do (the
+    device authorization endpoint: ``429`` ``slow_down``); elsewhere it is a store failure."""
+
+
 @dataclass(frozen=True, slots=True)
 class Owner:
     """§4.2: a context belongs to ``(brandId, personal agent, sub)``."""

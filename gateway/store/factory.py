@@ -15,7 +15,7 @@ from gateway.store.memory import KeyspaceObserver, MemoryStore
 from gateway.store.oauth import OAuthStore
 from gateway.store.oauth_memory import MemoryOAuthStore
 from gateway.store.oauth_redis import RedisOAuthStore
-from gateway.store.redis import RedisStore
+from gateway.store.redis import RedisStore, ReleaseObserver
 from gateway.store.redis_cluster import ClusterObserver
 
 
@@ -25,14 +25,18 @@ def open_store(
     clock: Callable[[], float] | None = None,
     observer: KeyspaceObserver | None = None,
     cluster_observer: ClusterObserver | None = None,
+    release_observer: ReleaseObserver | None = None,
 ) -> ConversationStore:
     """The backend for ``config``; ``clock`` a test's, for it and its rate limiter (without one, the
     wall clock, and on Redis each §6 counter's node's clock: :class:`RedisStore`).
     ``observer`` hears the memory store's size and evictions (Redis reports its own, ``INFO``);
-    ``cluster_observer`` what the Redis Cluster client does (calls, redirects, map look-ups per node)."""
+    ``cluster_observer`` what the Redis Cluster client does (calls, redirects, map look-ups per node);
+    ``release_observer`` how Redis releases tried again in the background ended."""
     if config.backend == "memory":
         return MemoryStore(config, clock=clock or time.time, observer=observer)
-    return RedisStore(config, clock=clock, cluster_observer=cluster_observer)
+    return RedisStore(
+        config, clock=clock, cluster_observer=cluster_observer, release_observer=release_observer
+    )
 
 
 def open_oauth_store(store: ConversationStore) -> OAuthStore:

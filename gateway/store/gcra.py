@@ -105,29 +105,35 @@ gives charges back."""
 GCRA_LUA = (
     CLOCK_LUA
     + """
+-- step(key, interval, tolerance, now): one GCRA step on a counter, writing nothing: its new
+-- theoretical arrival time and the wait (µs, 0 when allowed).
+local function step(key, interval, tolerance, now)
+  local tat = tonumber(redis.call('GET', key) or '0')
+  if tat < now then tat = now end
+  tat = tat + interval
+  local wait = tat - tolerance - now
+  if wait < 0 then wait = 0 end
+  return tat, wait
+end
+
+-- keep(key, tat, now): a charged counter written back (PX: gone once idle again).
+local function keep(key, tat, now)
+  redis.call('SET', key, string.format('%d', tat), 'PX', math.ceil((tat - now) / 1000))
+end
+
 -- gcra(): GCRA over the leading KEYS[1..n], all or nothing. ARGV[1] n, ARGV[2] now (µs, or "" for
--- the node's clock), then per key its interval and tolerance (µs). Charges every key (PX: gone
--- once idle again) or none. Returns refused (boolean), the waits (µs, 0 where allowed) and n.
+-- the node's clock), then per key its interval and tolerance (µs). Charges every key or none.
+-- Returns refused (boolean), the waits (µs, 0 where allowed) and n.
 local function gcra()
   local n = tonumber(ARGV[1])
   local now = now_us(ARGV[2])
   local tats, waits, refused = {}, {}, false
   for i = 1, n do
-    local tat = tonumber(redis.call('GET', KEYS[i]) or '0')
-    if tat < now then tat = now end
-    tats[i] = tat + tonumber(ARGV[1 + 2 * i])
-    local wait = tats[i] - tonumber(ARGV[2 + 2 * i]) - now
-    if wait > 0 then
-      refused = true
-      waits[i] = wait
-    else
-      waits[i] = 0
-    end
+    tats[i], waits[i] = step(KEYS[i], tonumber(ARGV[1 + 2 * i]), tonumber(ARGV[2 + 2 * i]), now)
+    if waits[i] > 0 then refused = true end
   end
   if not refused then
-    for i = 1, n do
-      redis.call('SET', KEYS[i], string.format('%d', tats[i]), 'PX', math.ceil((tats[i] - now) / 1000))
-    end
+    for i = 1, n do keep(KEYS[i], tats[i], now) end
   end
   return refused, waits, n
 end
@@ -141,7 +147,8 @@ local function after_limits(n)
 end
 """
 )
-"""Lua defining ``gcra()`` and ``after_limits(n)``; a script that charges limits starts with it."""
+"""Lua defining ``step()``, ``keep()``, ``gcra()`` and ``after_limits(n)``; a script that charges
+limits starts with it."""
 
 
 def time_argument(now: int | None) -> int | str:

@@ -6,6 +6,11 @@ begin a turn: on Redis one Lua script over all the keys (one round trip whatever
 limits), in memory one synchronous section over the store's own container. ``message:send``
 charges the same counters inside :meth:`ConversationStore.begin_turn` instead, with the same
 code, keys and clock, so the two paths draw on one budget.
+
+A budget of failures (wrong ``user_code``s, RFC 8628 §5.1) is *reserved* before the attempt is
+looked at (:meth:`RateLimiter.reserve`, one atomic step: one script on Redis) and given back
+when the attempt succeeded (:meth:`RateLimiter.give_back`): looked at in one step and spent in
+another, concurrent attempts would all pass the look (issue 28 M1).
 """
 
 from __future__ import annotations
@@ -13,24 +18,132 @@ from __future__ import annotations
 import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Final
 
 from gateway.store.base import ConversationStore
-from gateway.store.gcra import US, Hit, Rule, gcra, now_us, script_arguments, time_argument
+from gateway.store.gcra import GCRA_LUA, US, Hit, Rule, gcra, now_us, script_arguments, time_argument
 from gateway.store.memory import MemoryKeyspace, MemoryStore
-from gateway.store.redis import CHARGE, PEEK, RedisStore, by_slot, charge_by_slot, refund_by_slot
-from gateway.store.redis_pipe import RedisPipe
+from gateway.store.redis import CHARGE, PEEK, REFUND, RedisStore, by_slot, charge_by_slot, refund_by_slot
+from gateway.store.redis_pipe import RedisPipe, Script
 
 __all__ = [
+    "GRACE",
+    "REFUSED",
+    "RESERVE",
+    "SHARED",
     "Hit",
     "MemoryRateLimiter",
     "RateLimiter",
     "RedisRateLimiter",
+    "Reservation",
     "Rule",
+    "decide",
     "gcra",
     "now_us",
     "open_rate_limiter",
 ]
+
+
+REFUSED: Final = 0
+"""A reservation's mode: nothing taken."""
+SHARED: Final = 1
+"""A reservation's mode: the attempt's own budgets and the shared one taken."""
+GRACE: Final = 2
+"""A reservation's mode: the shared budget had nothing left; the attempt's own budgets and its grace taken."""
+
+
+@dataclass(frozen=True, slots=True)
+class Reservation:
+    """What :meth:`RateLimiter.reserve` decided, for the caller to answer and later give back."""
+
+    mode: int
+    """:data:`REFUSED`, :data:`SHARED` or :data:`GRACE`."""
+    waits: tuple[float, ...]
+    """Per counter, in the order given (own, shared, grace): seconds until it has a token, 0 where it has."""
+    taken: tuple[Hit, ...]
+    """The counters charged: what :meth:`RateLimiter.give_back` returns when the attempt succeeded."""
+    emptied: tuple[Hit, ...]
+    """The counters this reservation left without a token (the next attempt will wait on them)."""
+
+
+def decide(waits: Sequence[int], own: int, shared: int, grace: int) -> tuple[int, list[bool]]:
+    """Which counters one reservation charges, from each counter's wait (µs, 0 where it has a token):
+    its mode and a flag per counter. The rule :data:`RESERVE` runs in Lua, for the memory backend.
+
+    Every ``own`` counter must have a token. With every ``shared`` one too, all of those are
+    charged, and each ``grace`` counter that has a token as well: a failure marks its subjects as
+    having failed recently. Otherwise, when there is a grace and every grace counter has a token,
+    the own and the grace counters are charged instead. Else nothing is.
+    """
+    n = own + shared + grace
+    if any(waits[:own]):
+        return REFUSED, [False] * n
+    if not any(waits[own : own + shared]):
+        return SHARED, [True] * (own + shared) + [not wait for wait in waits[own + shared :]]
+    if grace and not any(waits[own + shared :]):
+        return GRACE, [True] * own + [False] * shared + [True] * grace
+    return REFUSED, [False] * n
+
+
+# KEYS: the own, shared and grace counters, in that order, all of one hash slot. ARGV[1..3] how many of
+# each, ARGV[4] now (µs, or "" for the node's clock), then per key its interval and tolerance (µs).
+# Charges what decide() (gateway/store/limits.py) says, atomically. Returns the mode, then per key its
+# wait (µs), whether it was charged (1/0) and whether it was left without a token (1/0).
+RESERVE = Script(
+    GCRA_LUA
+    + """
+local own, shared, grace = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local n = own + shared + grace
+local now = now_us(ARGV[4])
+local tats, waits = {}, {}
+for i = 1, n do
+  tats[i], waits[i] = step(KEYS[i], tonumber(ARGV[3 + 2 * i]), tonumber(ARGV[4 + 2 * i]), now)
+end
+local function clear(first, last)
+  for i = first, last do if waits[i] > 0 then return false end end
+  return true
+end
+local mode, charged = 0, {}
+for i = 1, n do charged[i] = 0 end
+if clear(1, own) then
+  if clear(own + 1, own + shared) then
+    mode = 1
+    for i = 1, n do
+      if i <= own + shared or waits[i] == 0 then charged[i] = 1 end
+    end
+  elseif grace > 0 and clear(own + shared + 1, n) then
+    mode = 2
+    for i = 1, n do
+      if i <= own or i > own + shared then charged[i] = 1 end
+    end
+  end
+end
+local answer = {mode}
+for i = 1, n do
+  local emptied = 0
+  if charged[i] == 1 then
+    keep(KEYS[i], tats[i], now)
+    if tats[i] + tonumber(ARGV[3 + 2 * i]) - tonumber(ARGV[4 + 2 * i]) > now then emptied = 1 end
+  end
+  answer[#answer + 1] = waits[i]
+  answer[#answer + 1] = charged[i]
+  answer[#answer + 1] = emptied
+end
+return answer
+"""
+)
+
+
+def _reservation(
+    hits: Sequence[Hit], mode: int, waits: Sequence[int], charged: Sequence[bool], emptied: Sequence[bool]
+) -> Reservation:
+    return Reservation(
+        mode,
+        tuple(wait / US for wait in waits),
+        tuple(hit for hit, taken in zip(hits, charged, strict=True) if taken),
+        tuple(hit for hit, gone in zip(hits, emptied, strict=True) if gone),
+    )
 
 
 class RateLimiter(ABC):
@@ -56,9 +169,28 @@ class RateLimiter(ABC):
     async def waits(self, hits: Sequence[Hit]) -> list[float]:
         """What :meth:`hit_all` would answer now, charging nothing: a budget looked at, not spent.
 
-        For budgets charged only after the fact (a wrong ``user_code`` is known to be wrong only
-        once looked up), which must be checked before the next attempt is even looked at.
+        Only for an attempt already known to have succeeded (a right introspection credential),
+        which must be refused exactly when a failed one would be; a failure is reserved
+        (:meth:`reserve`), never looked at and spent later.
         """
+
+    @abstractmethod
+    async def reserve(
+        self, own: Sequence[Hit], shared: Sequence[Hit] = (), grace: Sequence[Hit] = ()
+    ) -> Reservation:
+        """Take a token for one attempt, atomically, before the attempt is looked at (:func:`decide`).
+
+        ``own`` are the attempt's own budgets (its account's, its address's), ``shared`` one that
+        everyone draws on (the Brand's) and ``grace`` what lets an attempt through while the shared
+        budget is spent (one token per subject per long interval): so a shared budget an attacker
+        keeps spent bounds the attacker without refusing who has not failed recently. All of one
+        hash slot in the tagged layout: the script is one, on a Redis Cluster too.
+        """
+
+    @abstractmethod
+    async def give_back(self, hits: Sequence[Hit]) -> None:
+        """Return one token to each of ``hits`` (a reservation's :attr:`~Reservation.taken`): the
+        attempt succeeded, and only failures spend a budget of failures."""
 
     @abstractmethod
     async def close(self) -> None:
@@ -81,6 +213,33 @@ class MemoryRateLimiter(RateLimiter):
     async def waits(self, hits: Sequence[Hit]) -> list[float]:
         entries, now = self._keyspace.entries, now_us(self._keyspace.clock)
         return [gcra(_tat(entries.get(hit.key)), now, hit.rule)[1] / US for hit in hits]
+
+    async def reserve(
+        self, own: Sequence[Hit], shared: Sequence[Hit] = (), grace: Sequence[Hit] = ()
+    ) -> Reservation:
+        # No await from the look to the charge: atomic within the one process this store serves.
+        keyspace = self._keyspace
+        entries, now = keyspace.entries, now_us(keyspace.clock)
+        hits = [*own, *shared, *grace]
+        steps = [gcra(_tat(entries.get(hit.key)), now, hit.rule) for hit in hits]
+        mode, charged = decide([wait for _, wait in steps], len(own), len(shared), len(grace))
+        emptied = []
+        for hit, (tat, _), taken in zip(hits, steps, charged, strict=True):
+            if taken:
+                keyspace.put(hit.key, tat)
+            emptied.append(taken and gcra(tat, now, hit.rule)[1] > 0)
+        return _reservation(hits, mode, [wait for _, wait in steps], charged, emptied)
+
+    async def give_back(self, hits: Sequence[Hit]) -> None:
+        entries, now = self._keyspace.entries, now_us(self._keyspace.clock)
+        for hit in hits:
+            tat = _tat(entries.get(hit.key))
+            if tat is None:
+                continue
+            if tat - hit.rule.interval_us > now:
+                entries[hit.key] = tat - hit.rule.interval_us
+            else:  # idle again, as REFUND leaves it on Redis (the sweep drops its ring entry)
+                entries.pop(hit.key, None)
 
     async def close(self) -> None:
         return None
@@ -135,6 +294,30 @@ class RedisRateLimiter(RateLimiter):
             for hit, tat in zip(group, tats, strict=True)
         }
         return [waits[hit.key] for hit in hits]
+
+    async def reserve(
+        self, own: Sequence[Hit], shared: Sequence[Hit] = (), grace: Sequence[Hit] = ()
+    ) -> Reservation:
+        hits = [*own, *shared, *grace]
+        if self.tagged and len(by_slot(hits)) > 1:
+            raise ValueError("a reservation's counters must share one hash slot")
+        keys, args = script_arguments(hits, self._now())
+        answer = await self._redis.run(RESERVE, keys, [len(own), len(shared), len(grace), *args[1:]])
+        mode, flat = int(answer[0]), [int(value) for value in answer[1:]]
+        return _reservation(
+            hits, mode, flat[0::3], [bool(x) for x in flat[1::3]], [bool(x) for x in flat[2::3]]
+        )
+
+    async def give_back(self, hits: Sequence[Hit]) -> None:
+        if not hits:
+            return
+        if self.tagged:
+            await refund_by_slot(self._redis, hits, self._now())
+            return
+        at = time_argument(self._now())
+        await self._redis.run(
+            REFUND, [hit.key for hit in hits], [at, *(hit.rule.interval_us for hit in hits)]
+        )
 
     async def close(self) -> None:
         return None

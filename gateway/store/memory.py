@@ -40,23 +40,33 @@ It also makes every decision plainly atomic: :meth:`MemoryStore.begin_turn` read
 writes with no ``await`` at all, so any number of concurrent duplicates see the in-flight
 marker the first one set, and a rate-limit charge is all or nothing.
 
-With ``cache.max_entries`` the keyspace is bounded (:meth:`MemoryKeyspace.make_room`): a new
-conversation first makes room by dropping expired entries and conversations closed for longer
-than the retry window, a few at a time off the sweep's ring; if there is none among them, it is
-refused (``STORE_FULL``), never a live conversation or a stored reply a retry may still ask for.
+With ``cache.max_entries`` the keyspace is bounded and behaves like a cache (issue 29,
+:meth:`MemoryKeyspace.make_room`): a new conversation makes room by dropping expired entries,
+then conversations closed or idle whose last turn is older than the retry window, closed first,
+then the least recently used of those it looks at; it is refused (``STORE_FULL``) only when
+nothing may go, and never drops a stored reply a retry may still ask for or a running turn. One
+person holds at most ``cache.person_share`` of the bound (:attr:`MemoryStore.person_limit`): past
+it their own least recently used conversation makes room, never anyone else's. The memory store
+is not durable: a restart forgets it all.
 
 Records are exact tuples of plain values (bytes, str, float, bool, and a tuple of those), and a
 change stores a new tuple. CPython's cyclic collector stops tracking such a tuple within the
 first two collections it survives (the inner turns tuple, then the record), so stored records
 never reach the generation full collections walk. As slotted objects they stayed tracked, and
 each full collection walked all of them: at 100,000 conversations, 240,000 tracked objects and a
-46 ms pause, against 40,000 and 10 ms now.
+46 ms pause, against 40,000 and 10 ms now. The dictionary that holds them is never untracked
+(:class:`_Entries`), so it stays frozen with the app, and the sweep collects the young records
+every :attr:`MemoryKeyspace.YOUNG_COLLECT_WRITES` writes (:meth:`MemoryKeyspace.collect_young`):
+no collection walks the store, and none walks more than a few thousand new records
+(``python -m bench gc_pause``, docs/capacity.md).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
+import logging
 import math
 import time
 from collections import deque
@@ -70,6 +80,8 @@ from gateway.store import keys
 from gateway.store.base import ConversationStore, GrantCheck, Owner, TurnClaim, TurnStatus, text_digest
 from gateway.store.gcra import US, Hit, gcra
 from gateway.store.oauth import Grant, RefreshFamily
+
+log = logging.getLogger("pact_gateway.store")
 
 __all__ = [
     "ERASED",
@@ -109,8 +121,12 @@ Past them it becomes a dict: a person with one conversation, the common case, pa
 dict's 400, and a person with thousands pays O(1) per new one, not a copy of them all."""
 _OPEN_ENTRIES: Final = 3
 """Entries a new conversation may add: its record, its first-message record, its owner's index."""
+_TURN_ENTRIES: Final = 2
+"""Entries a person's new conversation adds once they have an index: its record, its first-message record."""
 _Entry: TypeAlias = "tuple[Any, ...] | int"
 """A GCRA ``tat``, or a tuple whose first element is its deadline in seconds (what the sweep reads)."""
+_RINGED: Final = object()
+"""What a key that is no ghost pops as (:meth:`MemoryKeyspace.put`)."""
 _EXPIRES: Final = 0
 _OWNER: Final = 1
 _CLOSED: Final = 3
@@ -225,7 +241,34 @@ class KeyspaceObserver(Protocol):
         """Each sweep tick: the entries held, and ``cache.max_entries``."""
 
     def store_evicted(self, reason: str) -> None:
-        """One entry dropped to make room for a new conversation: ``expired`` or ``closed``."""
+        """One entry dropped to make room: ``expired``; a conversation ``closed`` or ``idle`` past
+        ``retry_window`` (the least recently used of a sample); ``share``, a person's own past their
+        ``cache.person_share``."""
+
+
+class EvictionPolicy(Protocol):
+    """Which conversations may go for room (:class:`MemoryStore` is the one policy)."""
+
+    def victim(self, entry: Any, now: float) -> tuple[float, str] | None:
+        """``(last used, reason)`` if the live ``entry`` is a conversation that may go, else ``None``."""
+
+    def forget(self, key: Key, entry: Any) -> None:
+        """The conversation ``entry`` at ``key`` is about to go: drop what names it (its owner's index)."""
+
+
+class _Entries(dict[Key, Any]):
+    """The keyspace's dictionary: a ``dict`` the cyclic collector never stops tracking.
+
+    CPython untracks an exact ``dict`` whose values are all untracked (every stored record soon is,
+    see the module docstring) during a full collection, and tracks it again, in the youngest
+    generation, as soon as a new record goes in: the next young collection then walks every entry
+    (46.7 ms at 300,000 entries, ``python -m bench gc_pause``), and every full one after.
+    A subclass is never untracked, so the dictionary stays where ``gc.freeze()`` put it when the
+    gateway started (:func:`gateway.process.server.settle_heap`): the permanent generation, which
+    no collection walks, whatever the store holds.
+    """
+
+    __slots__ = ()
 
 
 def _expired(entry: _Entry, now: float, now_micros: int) -> bool:
@@ -249,10 +292,16 @@ class MemoryKeyspace:
     7 ms per pass at 200,000 keys on the development machine.
     """
 
+    YOUNG_COLLECT_WRITES: Final = 2_000
+    """Conversation records written between two young collections (:meth:`collect_young`)."""
+    EVICTION_LOG_EVERY: Final = 60.0
+    """Seconds between two summary lines of evictions (one line for all of them, never one each)."""
     SWEEP_MIN_BATCH: Final = 256
     SWEEP_PASS_TICKS: Final = 240
     EVICT_SCAN: Final = 32
     """Keys :meth:`make_room` looks at, at most, for one new conversation: its work is O(1)."""
+    MAX_HINTS: Final = 4096
+    """Conversations that could go kept for the next new conversations (:attr:`_hints`), at most."""
 
     def __init__(
         self,
@@ -261,15 +310,29 @@ class MemoryKeyspace:
         sweep_interval: float = 0.25,
         max_entries: int | None = None,
         observer: KeyspaceObserver | None = None,
+        policy: EvictionPolicy | None = None,
     ) -> None:
         self.clock = clock
+        self._policy = policy
+        """Which conversations the sweep may hint at for :meth:`make_room` (``None``: none)."""
         self.cache = SimpleMemoryCache(timeout=None)
         """The container; its awaitable API sees every entry (timeout=None: no asyncio.wait_for)."""
+        self.cache._cache = _Entries()
         self.max_entries = max_entries
         """``cache.max_entries``: what :meth:`make_room` keeps the keyspace within (``None``: unbounded)."""
         self._observer = observer
         self._sweep_interval = sweep_interval
         self._ring: deque[Key] = deque()
+        self._hints: deque[Key] = deque(maxlen=self.MAX_HINTS)
+        """Conversations :meth:`make_room` found that could go and did not need yet, for its next call
+        (a key also stays in the ring; a hint is checked again before it is acted on)."""
+        self._ghosts: dict[Key, None] = {}
+        """Keys dropped for room while still in the ring (:meth:`drop`), until the sweep reaches them."""
+        self.writes = 0
+        """Conversation records written since :meth:`collect_young` last collected."""
+        self._evicted: dict[str, int] = {}
+        """Entries dropped for room since the last summary line, by reason."""
+        self._evictions_logged = -math.inf
         self._task: asyncio.Task[None] | None = None
 
     @property
@@ -284,7 +347,7 @@ class MemoryKeyspace:
     def put(self, key: Key, value: _Entry) -> None:
         """Store ``value`` under ``key``; a new key joins the sweep's ring (an expired one is reused)."""
         entries = self.entries
-        if key not in entries:
+        if key not in entries and self._ghosts.pop(key, _RINGED) is _RINGED:
             self._ring.append(key)
         entries[key] = value
 
@@ -311,11 +374,16 @@ class MemoryKeyspace:
         now = self.clock()
         now_micros = int(now * US)
         deleted = 0
+        policy, hints = self._policy, self._hints
+        # Near the bound, the conversations that could go are noted as the sweep passes them, so
+        # a new conversation finds them even where the ring's front is all new keys.
+        hinting = self.max_entries is not None and len(entries) * 8 >= self.max_entries * 7
         for _ in range(batch):
             key = ring.popleft()
             entry = entries.get(key)
             if entry is None:
-                continue  # only aiocache's own API could have deleted it: nothing left to track
+                self._ghosts.pop(key, None)  # dropped for room (or by aiocache's own API): untracked now
+                continue
             if _expired(entry, now, now_micros):
                 renewed = _renewed_index(entries, key, entry, now) if type(key) is bytes else None
                 if renewed is None:
@@ -323,47 +391,110 @@ class MemoryKeyspace:
                     deleted += 1
                     continue
                 entries[key] = renewed
+            elif hinting and type(key) is not bytes and policy is not None and policy.victim(entry, now):
+                hints.append(key)
             ring.append(key)
         return deleted
 
-    def make_room(self, need: int, now: float, evictable: Callable[[Any, float], bool]) -> bool:
+    def fits(self, need: int) -> bool:
+        """Whether ``need`` more entries fit within :attr:`max_entries` as things stand."""
+        return self.max_entries is None or len(self.entries) + need <= self.max_entries
+
+    def room(self, need: int, now: float) -> bool:
+        """Whether ``need`` more entries fit, after making room as a new conversation would (for the
+        §5 records, :class:`gateway.store.oauth_memory.MemoryOAuthStore`)."""
+        return self.fits(need) or self.make_room(need, now, self._policy)
+
+    def drop(self, key: Key, reason: str, *, ringed: bool = True) -> None:
+        """Delete a live ``key`` to make room, counted by ``reason`` (metrics, and the log's summary).
+
+        ``ringed``: the key is still in the sweep's ring (not just taken off it). It is remembered as
+        a ghost until the sweep reaches its place, so that a key made again meanwhile takes that
+        place instead of joining the ring twice (a ghost is a key and ``None`` in a dict of atoms,
+        which the collector does not track).
+        """
+        del self.entries[key]
+        if ringed:
+            self._ghosts[key] = None
+        self._evicted[reason] = self._evicted.get(reason, 0) + 1
+        if self._observer is not None:
+            self._observer.store_evicted(reason)
+
+    def make_room(self, need: int, now: float, policy: EvictionPolicy | None) -> bool:
         """Whether ``need`` more entries fit within :attr:`max_entries`, after dropping some if not.
 
-        Looks at the sweep ring's next :attr:`EVICT_SCAN` keys at most (the oldest first), and
-        drops those expired or for which ``evictable(entry, now)`` holds, until ``need`` fit.
-        Every other key goes back to the ring's end, as the sweep would put it: a live entry
-        is never dropped here, and an owner's index is left to the sweep (keeping it is what
-        lets an erasure find every conversation). At most :attr:`EVICT_SCAN` keys per call
-        whatever the size, so a store held full of live entries costs each refused conversation
-        the same bounded look; the sweep keeps deleting what expires in the meantime.
+        Looks at the sweep ring's next :attr:`EVICT_SCAN` keys at most (the oldest first) and
+        drops those expired; if that is not room enough, the conversations that ``policy`` names
+        victims (``None``: none may go), among those keys and the :attr:`EVICT_SCAN` first hints
+        (those earlier calls found and did not need), go: closed ones first, then the least
+        recently used (a sampled LRU, as Redis's ``allkeys-lru`` samples keys: no ordered
+        structure to keep per turn, nothing for the collector to walk). The ones not needed are
+        hints for the next call, so a run of new keys in the ring hides none of them. Every live
+        key looked at goes back to the ring's end, as the sweep would put it; an owner's index
+        goes only with its last conversation (:meth:`EvictionPolicy.forget`; keeping it is what
+        lets an erasure find every conversation). At most :attr:`EVICT_SCAN` ring keys and as
+        many hints per call whatever the size, so a store held full of what may not go costs
+        each refused conversation the same bounded look; the sweep keeps deleting what expires.
         """
-        entries = self.entries
-        if self.max_entries is None or len(entries) + need <= self.max_entries:
+        if self.fits(need):
             return True
-        ring = self._ring
+        entries, ring = self.entries, self._ring
         now_micros = int(now * US)
+        candidates: list[tuple[bool, float, Key]] = []
         for _ in range(min(len(ring), self.EVICT_SCAN)):
             key = ring.popleft()
             entry = entries.get(key)
             if entry is None:
+                self._ghosts.pop(key, None)
                 continue
-            if type(key) is not bytes:
-                reason = ""
-                if _expired(entry, now, now_micros):
-                    reason = "expired"
-                elif evictable(entry, now):
-                    reason = "closed"
-                if reason:
-                    del entries[key]
-                    if self._observer is not None:
-                        self._observer.store_evicted(reason)
-                    if len(entries) + need <= self.max_entries:
-                        return True
-                    continue
+            if type(key) is not bytes and _expired(entry, now, now_micros):
+                self.drop(key, "expired", ringed=False)
+                if self.fits(need):
+                    return True
+                continue
             ring.append(key)
-        return len(entries) + need <= self.max_entries
+            chosen = None if policy is None or type(key) is bytes else policy.victim(entry, now)
+            if chosen is not None:
+                candidates.append((chosen[1] != "closed", chosen[0], key))
+        if policy is None:
+            return False
+        hints = self._hints
+        for _ in range(min(len(hints), self.EVICT_SCAN)):
+            key = hints.popleft()
+            entry = entries.get(key)
+            chosen = None if entry is None else policy.victim(entry, now)
+            if chosen is not None:
+                candidates.append((chosen[1] != "closed", chosen[0], key))
+        candidates.sort()
+        for position, (idle, _, key) in enumerate(candidates):
+            if self.fits(need):
+                # Kept for the next new conversation, least recently used first: found once, not lost
+                # behind the ring's newer keys.
+                hints.extendleft(candidate[2] for candidate in reversed(candidates[position:]))
+                return True
+            entry = entries.get(key)
+            if entry is not None:  # (a key both hinted and met in the ring is a candidate twice)
+                policy.forget(key, entry)
+                self.drop(key, "idle" if idle else "closed")
+        return self.fits(need)
+
+    def log_evictions(self, now: float) -> None:
+        """One summary line for the evictions since the last, at most every :attr:`EVICTION_LOG_EVERY` s."""
+        if not self._evicted or now < self._evictions_logged + self.EVICTION_LOG_EVERY:
+            return
+        counts = ", ".join(f"{reason} {count}" for reason, count in sorted(self._evicted.items()))
+        log.info(
+            "memory store at its bound: %d entries dropped for room since the last summary (%s); %d of %s",
+            sum(self._evicted.values()),
+            counts,
+            len(self.entries),
+            self.max_entries,
+        )
+        self._evicted = {}
+        self._evictions_logged = now
 
     def _report(self) -> None:
+        self.log_evictions(self.clock())
         if self._observer is not None and self.max_entries is not None:
             self._observer.store_size(len(self.entries), self.max_entries)
 
@@ -372,6 +503,26 @@ class MemoryKeyspace:
             await asyncio.sleep(self._sweep_interval)
             self.sweep()
             self._report()
+            self.collect_young()
+
+    def collect_young(self) -> None:
+        """A young collection once :attr:`YOUNG_COLLECT_WRITES` records were written since the last one.
+
+        A new record is a tuple, tracked until a collection looks at it (then untracked, never walked
+        again). CPython collects the young generation when its allocations outnumber its
+        deallocations by the threshold, and counts as deallocations the records a store in its
+        steady state drops (expired, or evicted at the bound), old and untracked as they are: so
+        the count stays level while the young generation fills with new records, until one
+        collection walks them all (77 ms at five times the default bound,
+        ``python -m bench gc_pause``). Collected every few thousand writes instead, the
+        young generation never holds more than those; a young collection walks only it (the
+        store's dictionary and ring are frozen, see :class:`_Entries`). Two: the first untracks a
+        record's inner turns tuple (the collector meets the record first) and moves the record to
+        the middle generation; the second, of the middle generation, untracks the record."""
+        if self.writes >= self.YOUNG_COLLECT_WRITES:
+            self.writes = 0
+            gc.collect(0)
+            gc.collect(1)
 
     def start(self) -> None:
         if self._task is None:
@@ -400,29 +551,127 @@ class MemoryStore(ConversationStore):
         self._config = config
         self._clock = clock
         self.keyspace = MemoryKeyspace(
-            clock, sweep_interval=sweep_interval, max_entries=config.max_entries, observer=observer
+            clock,
+            sweep_interval=sweep_interval,
+            max_entries=config.max_entries,
+            observer=observer,
+            policy=self,
         )
         """Where conversations live; the rate limiter beside this store keeps its counters here too."""
 
-    def _evictable(self, entry: Any, now: float) -> bool:
-        """Whether a live entry may go to make room: a conversation that now only answers ``CLOSED``.
+    def victim(self, entry: Any, now: float) -> tuple[float, str] | None:
+        """``(last used, reason)`` if ``entry`` is a conversation that may go to make room, else ``None``.
 
-        Closed (by its flag, or idle past ``conversation_ttl``), its last turn older than
-        ``retry_window`` and none of its turns running. Dropped, it answers as unknown instead
-        (§4.2 ``INVALID_PARAMS`` rather than ``UNSUPPORTED_OPERATION``); a stored reply a retry
-        may still ask for, a running turn, an open conversation and an erased one's tombstone
-        (which keeps a running turn from storing its reply) are never dropped.
+        Its last turn older than ``retry_window`` and none of its turns running: ``closed`` if it
+        now only answers ``CLOSED`` (closed, or idle past ``conversation_ttl``), ``idle`` if it is
+        open. Dropped, it answers as unknown (§4.2 ``INVALID_PARAMS``), which a PACT agent meets by
+        opening a new conversation; a stored reply a retry may still ask for (§4.3), a running turn
+        and an erased one's tombstone (which keeps a running turn from storing its reply) never go.
         """
         if not _is_conversation(entry) or entry[_OWNER] == ERASED:
-            return False
+            return None
         expires, _, _, closed, turns, _ = entry
         closed_ttl = self._config.closed_ttl
         last_turn = expires - (closed_ttl if closed else self._record_ttl)
         if now < last_turn + self._config.retry_window:
-            return False
-        if not closed and now <= expires - closed_ttl:
-            return False
-        return not any(type(value) is float and value > now for value in turns[1::2])
+            return None
+        if any(type(value) is float and value > now for value in turns[1::2]):
+            return None
+        return last_turn, "closed" if closed or now > expires - closed_ttl else "idle"
+
+    def forget(self, key: Key, entry: Any) -> None:
+        """Take the conversation at ``key``, about to be dropped for room, out of its owner's index;
+        an index left naming none goes with it (else the indexes of people whose conversations were
+        dropped would fill the store in their place)."""
+        entries = self.keyspace.entries
+        digest: bytes = entry[_OWNER]
+        index = entries.get(digest)
+        if type(index) is not tuple:
+            return
+        if len(index) == 3 and type(index[2]) is dict:
+            index[2].pop(key, None)
+            if not index[2]:
+                self.keyspace.drop(digest, "index")
+            return
+        pairs = index[2:]
+        kept = [item for pair in zip(pairs[::2], pairs[1::2], strict=True) if pair[0] != key for item in pair]
+        if kept:
+            entries[digest] = (index[0], index[1], *kept)
+        else:
+            self.keyspace.drop(digest, "index")
+
+    def _room(self, owner: Owner, now: float) -> bool:
+        """Whether a new conversation of ``owner`` may open: within their share and ``cache.max_entries``.
+
+        A person holding :attr:`person_limit` conversations makes room from their own, the least
+        recently used first, whether or not the store is full, and is refused when none of theirs
+        may go: no one person can take the store from the others. Anyone else makes room at the
+        bound from the sampled least recently used of all (:meth:`MemoryKeyspace.make_room`).
+        """
+        keyspace = self.keyspace
+        # Its record and first-message record, and its owner's index unless they have one.
+        need = _OPEN_ENTRIES - (owner.digest_bytes in keyspace.entries)
+        own = self._own_victims(owner, now)
+        if own is None:
+            return keyspace.fits(need) or keyspace.make_room(need, now, self)
+        for position, (_, key, first_key) in enumerate(sorted(own)):
+            # One of theirs for the share; more only if the store is full and nothing expired is left.
+            if position and (keyspace.fits(need) or keyspace.make_room(need, now, None)):
+                return True
+            keyspace.drop(key, "share")
+            first = keyspace.entries.get(first_key)
+            if _is_first_message(first) and first[_EXPIRES] <= now:
+                keyspace.drop(first_key, "expired")  # its retry window is over (the sweep's anyway)
+        return bool(own) and (keyspace.fits(need) or keyspace.make_room(need, now, None))
+
+    @property
+    def person_limit(self) -> int | None:
+        """Conversations one person may hold: ``cache.person_share`` of ``cache.max_entries``, each
+        conversation counted as the two entries it adds beside its owner's index; ``None``: unbounded."""
+        if self._config.max_entries is None:
+            return None
+        return max(1, int(self._config.person_share * self._config.max_entries) // _TURN_ENTRIES)
+
+    def _own_victims(self, owner: Owner, now: float) -> list[tuple[float, str, str]] | None:
+        """``None`` if ``owner`` holds fewer conversations than :attr:`person_limit`; else
+        ``(last used, key, first-message key)`` of those of them that may go, among the first
+        :attr:`MemoryKeyspace.EVICT_SCAN` live ones they opened (a bounded look).
+
+        A large index's count includes conversations gone since its last prune; the ones this look
+        meets are dropped from it on the way, so a person making room keeps their index's front clean.
+        """
+        limit = self.person_limit
+        entries = self.keyspace.entries
+        digest = owner.digest_bytes
+        index = entries.get(digest)
+        if limit is None or type(index) is not tuple:
+            return None
+        large = len(index) == 3 and type(index[2]) is dict
+        held = len(index[2]) if large else (len(index) - 2) // 2
+        if held < limit:
+            return None
+        found: list[tuple[float, str, str]] = []
+        live = 0
+        dead: list[str] = []
+        for key, _ in index_conversations(index):
+            conversation = live_conversation(entries.get(key), now)
+            if conversation is None or conversation[_OWNER] != digest:
+                dead.append(key)
+                continue
+            live += 1
+            chosen = self.victim(conversation, now)
+            if chosen is not None:
+                first = keys.first_message_key(owner.brand_id, owner.digest, conversation[_TURNS][0])
+                found.append((chosen[0], key, first))
+            if live >= MemoryKeyspace.EVICT_SCAN:
+                break
+        if large:
+            for key in dead:
+                del index[2][key]
+            held = len(index[2])
+        else:
+            held = live
+        return found if held >= limit else None
 
     @property
     def _record_ttl(self) -> int:
@@ -439,6 +688,7 @@ class MemoryStore(ConversationStore):
         turns = (message_id, now + self._config.pending_ttl)
         expires = now + self._record_ttl
         self.keyspace.put(key, (expires, owner.digest_bytes, False, False, turns, user))
+        self.keyspace.writes += 1
         self._index(owner, key, now, expires)
         return TurnClaim(TurnStatus.NEW, context_id, new_conversation=True)
 
@@ -506,6 +756,7 @@ class MemoryStore(ConversationStore):
             return TurnClaim(TurnStatus.CLOSED, context_id)
         turns = _with_turn(turns, message_id, now + self._config.pending_ttl)
         self.keyspace.entries[key] = (expires, digest, answered, closed, turns, recorded)
+        self.keyspace.writes += 1
         return TurnClaim(TurnStatus.NEW, context_id, new_conversation=not answered)
 
     async def begin_turn(
@@ -533,7 +784,7 @@ class MemoryStore(ConversationStore):
             # Before the limits: a refused conversation is charged nothing. A retried first message
             # is not refused: what it asks for (a reply, or its turn's fate) is already stored.
             opens = earlier is None or earlier[2] != digest
-            if opens and not self.keyspace.make_room(_OPEN_ENTRIES, now, self._evictable):
+            if opens and not self._room(owner, now):
                 return TurnClaim(TurnStatus.STORE_FULL)
         if limits:
             waits = self.keyspace.charge(limits, int(now * US))
@@ -562,7 +813,7 @@ class MemoryStore(ConversationStore):
             return claim
         # §4.3 with §4.2 (see ConversationStore.begin_turn): nothing of this message to replay, so
         # it starts the conversation it asks for, and becomes what a later retry finds.
-        if not self.keyspace.make_room(_OPEN_ENTRIES, now, self._evictable):
+        if not self._room(owner, now):
             return TurnClaim(TurnStatus.STORE_FULL)
         self.keyspace.put(first_key, (now + self._config.retry_window, new_key, digest))
         return self._open(new_key, new_context_id, owner, message_id, now, user)
@@ -582,6 +833,7 @@ class MemoryStore(ConversationStore):
             return  # erased while this turn ran: its reply is forgotten with the rest
         else:
             closed, turns, user = conversation[_CLOSED], conversation[_TURNS], conversation[_USER]
+        self.keyspace.writes += 1
         self.keyspace.put(
             key,
             (expires, owner.digest_bytes, True, closed or close, _with_turn(turns, message_id, reply), user),

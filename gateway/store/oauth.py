@@ -185,6 +185,8 @@ class PollResult(NamedTuple):
     """``ISSUED``: the grant this redemption created."""
     superseded: bool = False
     """``ISSUED``: a live grant of the same (user, personal agent, ``sub``) was revoked for it."""
+    capped: int = 0
+    """``ISSUED``: the user's oldest live grants revoked for it, past ``max_user_grants``."""
 
 
 class RefreshOutcome(Enum):
@@ -277,6 +279,7 @@ class OAuthStore(ABC):
         *,
         refresh: RefreshToken,
         grant_ttl: int,
+        max_user_grants: int | None = None,
     ) -> PollResult:
         """One token poll (RFC 8628 §3.4–3.5), decided in one atomic step, in this order:
 
@@ -295,6 +298,9 @@ class OAuthStore(ABC):
         revoked (superseded), so a (Brand user, personal agent, ``sub``) has one live grant at most.
         Of the approval's carried scopes, only those that grant still holds are granted (and
         recorded as carried): a grant revoked between approval and redemption hands nothing on.
+        Past ``max_user_grants`` live grants of the user at the Brand (``None``: no cap), the
+        oldest are revoked too (superseded, counted in ``capped``), so one Brand account cannot
+        pile up grants by delegating to fresh ``sub`` after fresh ``sub`` (issue 28, L4).
         """
 
     @abstractmethod

@@ -37,9 +37,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from typing import Any, TypeAlias
+from typing import Any, Final, TypeAlias
 
 from gateway.store import keys
+from gateway.store.base import StoreFull
 from gateway.store.memory import GrantRecord, MemoryKeyspace, live_grant
 from gateway.store.oauth import (
     EXPIRED_KEPT,
@@ -60,6 +61,10 @@ from gateway.store.oauth import (
 __all__ = ["MemoryOAuthStore"]
 
 _Device: TypeAlias = tuple[float, DeviceAuthorization, float | None]
+FLOW_ENTRIES: Final = 12
+"""Entries one authorization's flow may add, reserved when it starts so its later steps find room: its
+user code, device record and the owner's index now; later the consent session, landing record and
+markers, the grant, its slot, the user's and owner's grant indexes, the user's authorizations, a grace."""
 
 
 class MemoryOAuthStore(OAuthStore):
@@ -90,10 +95,15 @@ class MemoryOAuthStore(OAuthStore):
         return True
 
     async def create_authorization(self, authorization: DeviceAuthorization) -> bool:
+        """Also :class:`StoreFull` when the keyspace is at its bound and nothing may go: the flow's
+        records count toward ``cache.max_entries`` like a conversation's (issue 28, L4)."""
         brand_id = authorization.brand_id
         index_key = keys.oauth_key(brand_id, "user_code", authorization.user_code)
-        if self._live(index_key, self._keyspace.clock()) is not None:
+        now = self._keyspace.clock()
+        if self._live(index_key, now) is not None:
             return False
+        if not self._keyspace.room(FLOW_ENTRIES, now):
+            raise StoreFull("memory store full: device authorization refused")
         expires = authorization.expires_at
         self._keyspace.put(index_key, (expires, authorization.device_hash))
         device_key = keys.oauth_key(brand_id, "device", authorization.device_hash)
@@ -201,6 +211,7 @@ class MemoryOAuthStore(OAuthStore):
         *,
         refresh: RefreshToken,
         grant_ttl: int,
+        max_user_grants: int | None = None,
     ) -> PollResult:
         device = self._device(brand_id, device_hash, now)
         if device is None or device[1].owner_digest != owner_digest:
@@ -246,7 +257,27 @@ class MemoryOAuthStore(OAuthStore):
         )
         ended = superseded is not None and self._end(brand_id, superseded, now)
         self._store_grant(grant, RefreshFamily(refresh.family_hash, refresh.token_hash), slot_key, superseded)
-        return PollResult(PollOutcome.ISSUED, grant, ended)
+        capped = 0 if max_user_grants is None else self._cap(grant, max_user_grants, now)
+        return PollResult(PollOutcome.ISSUED, grant, ended, capped)
+
+    def _cap(self, grant: Grant, most: int, now: float) -> int:
+        """Revoke the user's oldest live grants past ``most`` (``grant``, just stored, is the newest).
+
+        Their index is in issue order; the dead ones met on the way leave it, so the look is in
+        proportion to what it removes, plus at most ``most`` live ones."""
+        brand_id = grant.brand_id
+        index = self._live(keys.oauth_key(brand_id, "user", keys.user_digest(brand_id, grant.user)), now)
+        if index is None or len(index[1]) <= most:
+            return 0
+        ids: dict[str, None] = index[1]
+        capped = 0
+        for grant_id in list(ids):
+            if len(ids) <= most:
+                break
+            if grant_id != grant.grant_id:
+                capped += self._end(brand_id, grant_id, now)
+                del ids[grant_id]
+        return capped
 
     def _store_grant(
         self, grant: Grant, family: RefreshFamily, slot_key: str, superseded: str | None

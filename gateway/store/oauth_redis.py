@@ -669,6 +669,7 @@ class RedisOAuthStore(OAuthStore):
         *,
         refresh: RefreshToken,
         grant_ttl: int,
+        max_user_grants: int | None = None,
     ) -> PollResult:
         """One script in the authorization's layout (looked for in each). Tagged, its keys (the
         device, the grant, the owner's set and the (user, owner) slot) are the owner's slot, and the
@@ -728,7 +729,26 @@ class RedisOAuthStore(OAuthStore):
             expires_at=expires,
             carried=_scopes(carried),
         )
-        return PollResult(outcome, grant, ended == b"1")
+        capped = 0
+        if max_user_grants is not None:
+            capped = await self._cap(brand_id, digest.decode(), grant_id, max_user_grants, now)
+        return PollResult(outcome, grant, ended == b"1", capped)
+
+    async def _cap(self, brand_id: str, user_digest: str, newest: str, most: int, now: float) -> int:
+        """Revoke the user's oldest live grants past ``most``, ``newest`` (just issued) kept.
+
+        After the poll's script, not in it: on a Redis Cluster the user's grants live in their
+        owners' slots, one per (personal agent, ``sub``), which no one script may reach together.
+        Two polls racing here revoke the same oldest grants (both read the one set, oldest first),
+        so the user ends with ``most`` live grants either way; revoking is idempotent."""
+        sets = [self._user_grants_key(brand_id, user_digest, tagged=tagged) for tagged in self._layouts()]
+        live = await self._indexed(brand_id, sets, now)
+        excess = [grant.grant_id for grant in live if grant.grant_id != newest][: max(0, len(live) - most)]
+        if not excess:
+            return 0
+        revoked = await asyncio.gather(*(self.revoke_grant(brand_id, grant_id) for grant_id in excess))
+        await asyncio.gather(*(self._redis.execute("SREM", index_set, *excess) for index_set in sets))
+        return sum(revoked)
 
     async def put_consent_session(self, brand_id: str, session_hash: str, session: ConsentSession) -> None:
         await self._redis.run(

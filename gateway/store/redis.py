@@ -66,11 +66,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import logging
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Final, NamedTuple
+from typing import Any, Final, Literal, NamedTuple, Protocol
 
 from gateway.config import CacheConfig
 from gateway.store import keys, replies
@@ -85,8 +87,10 @@ from gateway.store.base import (
 )
 from gateway.store.gcra import CLOCK_LUA, GCRA_LUA, US, Hit, script_arguments, time_argument
 from gateway.store.redis_cluster import ClusterObserver, ClusterPipe, open_pipe
-from gateway.store.redis_pipe import RedisPipe, Script
+from gateway.store.redis_pipe import NOT_RUN_CODES, RedisPipe, ReplyRefused, Script
 from gateway.store.slots import NO_KEY_LUA, hashed_part
+
+log = logging.getLogger("pact_gateway.store")
 
 # What a begin-turn script does first: nothing at all if its attempt was released (its last KEY is
 # the token's released_claim_key, its last ARGV the token); then charge the limits (the leading
@@ -320,9 +324,11 @@ return 1
 
 # KEYS[1] conversation, KEYS[2] first-message key, KEYS[3] released claim, KEYS[4] the conversation
 # in the other current layout ("" where not read; see _COMPLETE). ARGV: owner (raw), field, new
-# flag, context id, token ("" for the marker, whoever set it), pending_ttl_s. Only an in-flight
-# marker is released: a stored reply (a completion that did reach Redis) stays. A first-message
-# record is its text digest (FIRST_DIGEST bytes) and context id.
+# flag, context id, token ("" for the marker, whoever set it), pending_ttl_s, and the latest marker
+# deadline (ms) released ("" for any): a release by messageId alone, sent late, must not remove the
+# marker of a claim made after its own lapsed (RedisStore.abort_turn). Only an in-flight marker is
+# released: a stored reply (a completion that did reach Redis) stays. A first-message record is its
+# text digest (FIRST_DIGEST bytes) and context id.
 _ABORT = Script(
     NO_KEY_LUA
     + """
@@ -332,6 +338,7 @@ if KEYS[4] ~= '' and redis.call('EXISTS', key) == 0 then key = KEYS[4] end
 local v = redis.call('HMGET', key, 'o', ARGV[2])
 if v[1] ~= ARGV[1] or not v[2] or string.sub(v[2], 1, 1) ~= 'P' then return 0 end
 if ARGV[5] ~= '' and string.match(v[2], '|(.*)$') ~= ARGV[5] then return 0 end
+if ARGV[7] ~= '' and tonumber(string.match(v[2], '^P(%d+)')) > tonumber(ARGV[7]) then return 0 end
 if ARGV[3] == '1' then
   redis.call('DEL', key)
   local earlier = redis.call('GET', KEYS[2])
@@ -396,6 +403,15 @@ FIRST_DIGEST: Final = 8
 of the previous release's): it only tells one text sent under the same owner and ``messageId`` within
 the retry window from another, and 64 bits do that; with them a record fits Redis's one-allocation
 string (44 bytes)."""
+LATE_RELEASE_PAUSE: Final = 0.25
+"""Seconds before a release that failed is tried again in the background (doubled each time, up to
+:data:`LATE_RELEASE_MAX_PAUSE`): a failover's promotion takes seconds, and once it is done the
+marker should go within a fraction of one."""
+LATE_RELEASE_MAX_PAUSE: Final = 1.0
+"""The longest pause between two tries of a late release: how long after Redis answers again a
+marker may still stand."""
+LateOutcome = Literal["released", "abandoned"]
+"""What became of a release tried again in the background: done, or given up when its marker lapsed."""
 _TAKEOVERS: Final = 3
 """Rounds a retried first message may go through when concurrent copies of it keep taking its
 first-message record over; past them it is one of those duplicates, answered as still in flight."""
@@ -404,6 +420,13 @@ first-message record over; past them it is one of those duplicates, answered as 
 def _token() -> str:
     """A begin-turn attempt's token: 64 random bits; it names no one and grants nothing."""
     return f"{random.getrandbits(64):016x}"
+
+
+class ReleaseObserver(Protocol):
+    """Who hears of releases tried again in the background (``gateway.ops.metrics.Metrics``)."""
+
+    def late_release(self, outcome: LateOutcome) -> None:
+        """A release that had failed: ``released`` later, or ``abandoned`` when its marker lapsed."""
 
 
 class Layouts(NamedTuple):
@@ -436,7 +459,16 @@ class RedisStore(ConversationStore):
     slot: their keys are then passed as ``""``, which the scripts skip.
     ``slot_bound``: whether a script may touch keys of one hash slot only: on a Redis Cluster
     (``None``: as the connection is); a test on one Redis passes ``True`` to run as on a cluster.
-    ``cluster_observer`` hears what the cluster client does, on a Redis Cluster.
+    ``cluster_observer`` hears what the cluster client does, on a Redis Cluster; ``release_observer``
+    how the releases tried again in the background ended.
+
+    A release that fails (a failover, a node gone) is not dropped: an in-flight marker left behind
+    would answer every retry of its message "still being processed" until ``cache.pending_ttl``
+    (issue 27). Releases are idempotent, so it is tried again in the background, paced, until it
+    is done or its marker has lapsed anyway (``pending_ttl`` after the failure, which is later than
+    the claim); one that never got through is logged once and counted. What is held meanwhile is
+    one task per turn whose release failed in the last ``pending_ttl``: no more than the turns that
+    were in flight when the store went away, and what they held already.
     ``clock``: a test's clock, then the time of everything here, §6 counters included; without
     one, the wall clock, and each §6 counter's node's own clock (:mod:`gateway.store.gcra`).
     """
@@ -449,8 +481,11 @@ class RedisStore(ConversationStore):
         reads_previous: bool = True,
         slot_bound: bool | None = None,
         cluster_observer: ClusterObserver | None = None,
+        release_observer: ReleaseObserver | None = None,
     ) -> None:
         self._config = config
+        self._release_observer = release_observer
+        self._late: set[asyncio.Task[None]] = set()
         self._clock = clock or time.time
         self._counter_clock = clock
         self._tagged = config.key_layout == "tagged"
@@ -536,10 +571,12 @@ class RedisStore(ConversationStore):
 
         ``release`` is ``(owner, context id, turn field, token, new conversation)``: what
         :meth:`abort_turn` would be given (its ``messageId`` as :func:`keys.message_digest`),
-        plus the attempt's token. The release runs whatever
-        went wrong (a timeout, a broken connection, an error answer, the caller cancelled), on a
-        new connection if need be, shielded from cancellation; if Redis cannot be reached for it
-        either, the marker lapses after ``pending_ttl`` as before.
+        plus the attempt's token. The release runs whatever went wrong (a timeout, a broken
+        connection, an error answer, the caller cancelled), on a new connection if need be,
+        shielded from cancellation; if Redis cannot be reached for it either, it is tried again in
+        the background (:meth:`_release_later`). Only an answer given instead of running the
+        script (:data:`~gateway.store.redis_pipe.NOT_RUN_CODES`: a slot migrating, the cluster
+        down) needs none: it claimed nothing.
 
         ``charge`` is ``(every limit of the turn, those charged apart, now)`` (µs, ``None`` for the
         counters' node's clock): the counters apart are charged by their own script, started
@@ -554,12 +591,14 @@ class RedisStore(ConversationStore):
         charged = asyncio.ensure_future(charge_by_slot(self._redis, apart, now)) if apart else None
         try:
             result: list[Any] = await self._redis.run(script, keys_, args, replicated=True)
-        except BaseException:
+        except BaseException as failed:
             if charged is not None:
                 # Its answer no longer matters (the turn fails); its failure is not to be logged as lost.
                 charged.cancel()
                 charged.add_done_callback(_settled)
-            await asyncio.shield(self._release(*release))
+            # A script refused unrun (a slot still migrating when cache.timeout ended) claimed nothing.
+            if not (isinstance(failed, ReplyRefused) and failed.code in NOT_RUN_CODES):
+                await asyncio.shield(self._release(*release))
             raise
         apart_keys = {hit.key for hit in apart}
         inline = [hit for hit in limits if hit.key not in apart_keys]
@@ -619,8 +658,47 @@ class RedisStore(ConversationStore):
     async def _release(
         self, owner: Owner, context_id: str, field: bytes, token: str, new_conversation: bool
     ) -> None:
-        with contextlib.suppress(StoreError):
-            await self._abort(owner, context_id, field, new_conversation, token)
+        """A claim's release by its token (only its own marker, however late), tried again in the
+        background if it fails now."""
+        release = functools.partial(self._abort, owner, context_id, field, new_conversation, token, "")
+        try:
+            await release()
+        except StoreError:
+            self._release_later(release)
+
+    def _release_later(self, release: Callable[[], Awaitable[None]]) -> None:
+        task = asyncio.get_running_loop().create_task(
+            self._releasing(release, time.monotonic() + self._config.pending_ttl)
+        )
+        self._late.add(task)
+        task.add_done_callback(self._late.discard)
+
+    async def _releasing(self, release: Callable[[], Awaitable[None]], until: float) -> None:
+        """``release`` tried again until it is done or ``until`` (a monotonic time): then its marker
+        has lapsed, and what it could not do is said once (a log line, a metric)."""
+        pause = LATE_RELEASE_PAUSE
+        failure = ""
+        while (left := until - time.monotonic()) > 0:
+            await asyncio.sleep(min(pause, left))
+            try:
+                await release()
+            except StoreError as exc:
+                failure = str(exc)
+                pause = min(2 * pause, LATE_RELEASE_MAX_PAUSE)
+                continue
+            self._late_released("released")
+            return
+        self._late_released("abandoned")
+        log.error(
+            "an in-flight marker stayed until cache.pending_ttl (%ds): its release failed until then "
+            "(%s), so retries of its message were answered 'still being processed'",
+            self._config.pending_ttl,
+            failure or "no time to retry",
+        )
+
+    def _late_released(self, outcome: LateOutcome) -> None:
+        if self._release_observer is not None:
+            self._release_observer.late_release(outcome)
 
     async def _open(
         self,
@@ -864,15 +942,36 @@ class RedisStore(ConversationStore):
                 context_id,
             ],
             replicated=True,
+            idempotent=True,  # the same reply stored twice is stored once
         )
 
     async def abort_turn(
         self, owner: Owner, context_id: str, message_id: str, *, new_conversation: bool
     ) -> None:
-        await self._abort(owner, context_id, keys.message_digest(message_id), new_conversation, "")
+        """The turn's marker released, within ``cache.timeout`` (sent again through a failover); if
+        that fails, :class:`StoreError` all the same, and it is tried again in the background.
+
+        Without the claim's token, a late release is bounded by time instead: the turn's marker has a
+        deadline of at most now + ``pending_ttl``, and a claim made after it lapsed has a later one,
+        which no release sent for this turn removes."""
+        latest = int(self._clock() * 1000) + self._config.pending_ttl * 1000
+        release = functools.partial(
+            self._abort, owner, context_id, keys.message_digest(message_id), new_conversation, "", latest
+        )
+        try:
+            await release()
+        except StoreError:
+            self._release_later(release)
+            raise
 
     async def _abort(
-        self, owner: Owner, context_id: str, field: bytes, new_conversation: bool, token: str
+        self,
+        owner: Owner,
+        context_id: str,
+        field: bytes,
+        new_conversation: bool,
+        token: str,
+        latest: int | str,
     ) -> None:
         where = self.layouts(owner)
         await self._redis.run(
@@ -890,7 +989,9 @@ class RedisStore(ConversationStore):
                 context_id,
                 token,
                 self._config.pending_ttl,
+                latest,
             ],
+            idempotent=True,
         )
 
     async def start(self) -> None:
@@ -915,6 +1016,9 @@ class RedisStore(ConversationStore):
         return self._clock
 
     async def close(self) -> None:
+        for task in self._late:
+            task.cancel()
+        await asyncio.gather(*self._late, return_exceptions=True)
         await self._redis.close()
 
 

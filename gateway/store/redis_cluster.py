@@ -17,21 +17,31 @@ look-up at a time, whoever asks for it. A call is sent to its slot's primary and
   whole map is looked up again in the background (a failover moves thousands of slots at once).
 - ``ASK <slot> <node>``: the slot is being migrated and this key is already on the importing
   node: the call goes there once, behind ``ASKING`` (on the same connection), the map unchanged.
-- ``TRYAGAIN`` (a multi-key call in a slot being migrated, its keys split between the two
-  nodes) and ``CLUSTERDOWN`` (the cluster lost a slot's primary and has not promoted a replica
-  yet): nothing ran, so the call is tried again after a short pause, the map looked up again
-  after a ``CLUSTERDOWN``.
-- a lost or unreachable connection: the call fails (it may have run: its caller treats the
-  outcome as unknown, as on one Redis), and the map is looked up again, since a failover or a
-  node that left is the likely cause.
+- ``TRYAGAIN`` (a multi-key call in a slot being migrated while the node that was asked lacks
+  one of its keys: on the importing node behind ``ASKING``, any key of the call not moved yet or
+  not existing at all, such as a script's placeholder or a claim's released-token key, so every
+  script of that slot meets it until the slot is assigned), ``CLUSTERDOWN`` (the cluster lost a
+  slot's primary and has not promoted a replica yet) and the answers of a node that cannot serve
+  us now (``LOADING``, ``READONLY``, ``MASTERDOWN``): nothing ran, so the call is tried again
+  after a pause (doubled each time, up to :data:`MAX_PAUSE`), the map looked up again unless it
+  was ``TRYAGAIN``.
+- a lost or unreachable connection (or ``WAIT`` short of its replicas): the call may have run.
+  The map is looked up again, since a failover or a node that left is the likely cause; a call
+  sent as ``idempotent`` (a reply stored, a claim released: sending it twice does what once
+  does) is then tried again after a pause like the above, on the slot's primary as the map names
+  it by then; any other fails at once, and its caller treats the outcome as unknown, as on one
+  Redis.
 
-A call follows at most :data:`MAX_REDIRECTS` of those, and fails with the last answer once
-``cache.timeout`` has passed since it started: a retry's pause never ends past it, and a retry
-still unanswered then is given up. That bound matters beyond the caller's wait: a call's
-arguments were computed when it started (a claim's deadlines among them), and a call that ran
-late would act on stale ones. A node that stops answering fails the calls sent to it, each
-after ``cache.timeout``; calls whose slots live on other primaries go over their own
-connections and never wait behind it.
+Redirects are followed at once, the first :data:`FREE_HOPS` of a call; later ones wait the
+call's pause first (two nodes whose maps disagree would otherwise bounce it back and forth as
+fast as the network allows). Nothing counts them: a call fails with the last answer once
+``cache.timeout`` has passed since it started (a slot being migrated answers ``TRYAGAIN`` for as
+long as the migration of its keys takes, which is no number of redirects). A retry is started
+only with a tenth of the timeout still ahead of it, and one still unanswered at the deadline is
+given up. That bound matters beyond the caller's wait: a call's arguments were computed when it
+started (a claim's deadlines among them), and a call that ran late would act on stale ones. A
+node that stops answering fails the calls sent to it, each after ``cache.timeout``; calls whose
+slots live on other primaries go over their own connections and never wait behind it.
 
 Every key of one call must hash to one slot (a Lua script may only touch keys of its slot): a
 call whose keys do not is a programming error, refused with :class:`CrossSlotError` before
@@ -48,11 +58,12 @@ from typing import Any, Final, Literal, Protocol
 from gateway.config import CacheConfig
 from gateway.redis_url import ClusterAddress, parse_redis_url
 from gateway.store.base import StoreError
-from gateway.store.redis_pipe import Arg, RedisPipe, ReplyRefused, Script
+from gateway.store.redis_pipe import NOT_RUN_CODES, Arg, RedisPipe, ReplyRefused, Script
 from gateway.store.slots import SLOTS, key_slot, placeholders
 
 __all__ = [
-    "MAX_REDIRECTS",
+    "FREE_HOPS",
+    "MAX_PAUSE",
     "ClusterObserver",
     "ClusterPipe",
     "CrossSlotError",
@@ -62,11 +73,18 @@ __all__ = [
     "open_pipe",
 ]
 
-MAX_REDIRECTS: Final = 5
-"""Redirections and retries one call follows at most: a slot moves once per reshard step, and a
-map that still points elsewhere after five is one the next look-up must fix, not this call."""
+FREE_HOPS: Final = 2
+"""Redirects a call follows at once (a ``MOVED`` after a reshard, an ``ASK`` during one); past
+them each waits the call's pause first: a map still in flux, not something to hammer."""
 _RETRY_PAUSE: Final = 0.05
-"""Seconds before a ``TRYAGAIN`` or ``CLUSTERDOWN`` call is tried again (doubled each time)."""
+"""Seconds before a call that nothing ran (``TRYAGAIN``, ``CLUSTERDOWN``), or a failed idempotent
+one, is tried again; doubled each time up to :data:`MAX_PAUSE`."""
+MAX_PAUSE: Final = 0.2
+"""The longest pause between two tries of a call: what a turn may wait beyond the moment its slot
+is served again (a reshard's ``SETSLOT … NODE``, a replica promoted)."""
+_NOTHING_RAN: Final = NOT_RUN_CODES - {"MOVED", "ASK"}
+"""Error answers after which the call did not run, other than a redirect: it may be sent again after a
+pause, idempotent or not."""
 _REFRESH_GAP: Final = 0.1
 """Seconds at least between two map look-ups: a burst of failures asks the cluster once."""
 
@@ -93,20 +111,25 @@ class ClusterObserver(Protocol):
         ``incomplete`` (an answer that leaves slots unserved) or ``failed`` (no node answered)."""
 
 
-async def _retry(
-    send: Callable[[RedisPipe, bool], Awaitable[Any]], pipe: RedisPipe, asking: bool, deadline: float
-) -> Any:
-    """A call tried again, given up at the call's ``deadline`` (a loop time): its command is left
-    to its connection, which discards the answer, as for any caller that gave up."""
-    try:
-        async with asyncio.timeout_at(deadline):
-            return await send(pipe, asking)
-    except TimeoutError:
-        raise StoreError("redis: TimeoutError") from None
-
-
 def _label(node: Node) -> str:
     return f"{node[0]}:{node[1]}"
+
+
+_WHY: Final = {
+    "ConnectionRefusedError": "connection refused",
+    "TimeoutError": "no answer within cache.timeout",
+    "ConnectionError": "connection lost",
+    "gaierror": "host name not found",
+}
+"""What an operator reads for a node's failure, by the :class:`StoreError` the pipe raised."""
+
+
+def _why(failed: StoreError) -> str:
+    """Why one node did not give the slot map, in a few words (never a server's own error text)."""
+    if isinstance(failed, ReplyRefused):
+        return "cluster support disabled" if failed.cluster_disabled else f"refused ({failed.code})"
+    reason = str(failed).removeprefix("redis: ")
+    return _WHY.get(reason, reason)
 
 
 class ClusterPipe(RedisPipe):
@@ -140,11 +163,13 @@ class ClusterPipe(RedisPipe):
 
     # -- calls ------------------------------------------------------------------------------------
 
-    async def execute(self, *args: Arg, replicated: bool = False, asking: bool = False) -> Any:
+    async def execute(
+        self, *args: Arg, replicated: bool = False, asking: bool = False, idempotent: bool = False
+    ) -> Any:
         """One command, sent to the primary of its first key's slot (any primary if it has no key)."""
         slot = key_slot(args[1]) if len(args) > 1 and isinstance(args[1], str | bytes) else None
         return await self._call(
-            slot, lambda pipe, ask: pipe.execute(*args, replicated=replicated, asking=ask)
+            slot, lambda pipe, ask: pipe.execute(*args, replicated=replicated, asking=ask), idempotent
         )
 
     async def run(
@@ -155,6 +180,7 @@ class ClusterPipe(RedisPipe):
         *,
         replicated: bool = False,
         asking: bool = False,
+        idempotent: bool = False,
     ) -> Any:
         """The script on the primary of its keys' one slot; :class:`CrossSlotError` if they span several.
 
@@ -163,25 +189,53 @@ class ClusterPipe(RedisPipe):
         named = placeholders(keys)
         slot = common_slot(named)
         return await self._call(
-            slot, lambda pipe, ask: pipe.run(script, named, args, replicated=replicated, asking=ask)
+            slot,
+            lambda pipe, ask: pipe.run(script, named, args, replicated=replicated, asking=ask),
+            idempotent,
         )
 
-    async def _call(self, slot: int | None, send: Callable[[RedisPipe, bool], Awaitable[Any]]) -> Any:
+    async def _call(
+        self, slot: int | None, send: Callable[[RedisPipe, bool], Awaitable[Any]], idempotent: bool = False
+    ) -> Any:
         loop = asyncio.get_running_loop()
+        # A try is started only with a tenth of the timeout left for it: one cut short by the
+        # deadline leaves its outcome unknown, where the answer it would have had says more.
+        last_start = loop.time() + self._timeout * 0.9
         deadline = loop.time() + self._timeout
-        node = await self._primary(slot)
+        node: Node | None = None
         asking = False
         pause = _RETRY_PAUSE
-        for attempt in range(MAX_REDIRECTS + 1):
-            last = attempt == MAX_REDIRECTS or loop.time() >= deadline
+        hops = 0
+        retried = False
+        refused_last: ReplyRefused | None = None
+        while True:
             try:
                 # The first attempt is bounded by its connection's own timeout (cache.timeout); a
                 # retry by what is left of the call's, so the whole call fails within cache.timeout.
-                pipe = self._pipe(node)
-                reply = await (_retry(send, pipe, asking, deadline) if attempt else send(pipe, asking))
+                # A retry's command is then left to its connection, which discards the answer, as
+                # for any caller that gave up.
+                async with asyncio.timeout_at(deadline if retried else None):
+                    if node is None:
+                        node = await self._primary(slot)
+                    reply = await send(self._pipe(node), asking)
+            except TimeoutError:
+                if node is not None:
+                    self._observe(node, ok=False)
+                elif refused_last is not None:
+                    raise refused_last from None  # cut short looking the map up: nothing was sent
+                raise StoreError("redis: TimeoutError") from None
             except ReplyRefused as refused:
+                assert node is not None  # the map look-up raises StoreError, never an answer
                 asking = False
-                if refused.redirect is not None and not last:
+                refused_last = refused
+                # No try that would start too late: the call fails now, with this answer.
+                waits = refused.redirect is None or hops >= FREE_HOPS
+                if (refused.redirect is None and refused.code not in _NOTHING_RAN) or (
+                    loop.time() + (pause if waits else 0.0) >= last_start
+                ):
+                    self._observe(node, ok=False)
+                    raise
+                if refused.redirect is not None:
                     moved_slot, host, port = refused.redirect
                     kind: RedirectKind = "moved" if refused.code == "MOVED" else "ask"
                     self._observe_redirect(node, kind)
@@ -191,29 +245,37 @@ class ClusterPipe(RedisPipe):
                         self._refresh_soon()
                     else:
                         asking = True
-                    continue
-                # No pause that would end at or past the deadline: the call fails now, with this answer.
-                if (
-                    refused.code in ("TRYAGAIN", "CLUSTERDOWN")
-                    and not last
-                    and loop.time() + pause < deadline
-                ):
+                    hops += 1
+                else:
                     self._observe(node, ok=False)
-                    if refused.code == "CLUSTERDOWN":
+                    if refused.code != "TRYAGAIN":  # the map moved, or is moving (a failover)
                         self._refresh_soon()
+                    hops = 0
+                    node = None  # the slot's primary again, as the map has it by then
+                if waits:
                     await asyncio.sleep(pause)
-                    pause *= 2
-                    node = await self._primary(slot)
-                    continue
-                self._observe(node, ok=False)
-                raise
+                    pause = min(2 * pause, MAX_PAUSE)
+                retried = True
+                continue
             except StoreError:
-                self._observe(node, ok=False)
+                # No node to send to (the map has none for the slot: a failover, a slot taken down)
+                # sent nothing, so any call may wait for one; a call sent may have run.
+                sent = node is not None
+                if node is not None:
+                    self._observe(node, ok=False)
                 self._refresh_soon()
-                raise
+                if (sent and not idempotent) or loop.time() + pause >= last_start:
+                    if not sent and refused_last is not None:
+                        raise refused_last from None  # what the cluster last answered: it ran nothing
+                    raise
+                await asyncio.sleep(pause)
+                pause = min(2 * pause, MAX_PAUSE)
+                hops = 0
+                node = None
+                retried = True
+                continue
             self._observe(node, ok=True)
             return reply
-        raise AssertionError("unreachable: the last attempt returns or raises")  # pragma: no cover
 
     async def on_each_primary(self, *args: Arg) -> dict[str, Any]:
         """A keyless command (``DBSIZE``, ``INFO memory``) on every primary of the current map, by
@@ -272,7 +334,8 @@ class ClusterPipe(RedisPipe):
 
     async def _look_up(self) -> None:
         self._last_refresh = asyncio.get_running_loop().time()
-        for node in [*self._primaries(), *self._cluster.seeds]:
+        tried: list[str] = []
+        for node in dict.fromkeys([*self._primaries(), *self._cluster.seeds]):
             pipe = self._pipe(node)
             outcome: RefreshOutcome = "ok"
             try:
@@ -283,7 +346,8 @@ class ClusterPipe(RedisPipe):
                         raise
                     outcome = "fallback"
                     shards = _parse_slots(await pipe.execute("CLUSTER", "SLOTS"))
-            except StoreError:
+            except StoreError as failed:
+                tried.append(f"{_label(node)}: {_why(failed)}")
                 continue  # down, or not a cluster node: ask the next
             slots: list[Node | None] = [None] * SLOTS
             replicas: dict[Node, int] = {}
@@ -296,7 +360,9 @@ class ClusterPipe(RedisPipe):
             self._notify("incomplete" if None in slots else outcome)
             return
         self._notify("failed")
-        raise StoreError("redis: no cluster node answered CLUSTER SHARDS or CLUSTER SLOTS")
+        # Named node by node (/readyz shows it): a seed refused, a plain Redis, a wrong port.
+        answers = "; ".join(tried)
+        raise StoreError(f"redis: no cluster node answered CLUSTER SHARDS or CLUSTER SLOTS ({answers})")
 
     # -- readiness, closing -----------------------------------------------------------------------
 

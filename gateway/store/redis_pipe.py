@@ -59,6 +59,7 @@ from gateway.store.base import StoreError
 
 __all__ = [
     "DEFAULT_TIMEOUT",
+    "NOT_RUN_CODES",
     "RECONNECT_CODES",
     "Arg",
     "RedisAddress",
@@ -73,6 +74,9 @@ DEFAULT_TIMEOUT = 2.0
 """Seconds a command (or a connection attempt) may take before the connection is declared stuck."""
 RECONNECT_CODES: Final = frozenset({"READONLY", "LOADING", "MASTERDOWN"})
 """Error answers that mean this server cannot serve the gateway now: reconnect (and re-ask Sentinel)."""
+NOT_RUN_CODES: Final = frozenset({"MOVED", "ASK", "TRYAGAIN", "CLUSTERDOWN", *RECONNECT_CODES})
+"""Error answers given instead of running the command (a Redis Cluster's routing, a server that
+cannot serve now): a call refused so did nothing, and has nothing to undo."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,6 +106,9 @@ class ReplyRefused(StoreError):
     def __init__(self, reply: hiredis.ReplyError) -> None:
         words = str(reply).split(" ")
         self.code = words[0]
+        self.cluster_disabled = self.code == "ERR" and "cluster support disabled" in str(reply)
+        """Whether a plain Redis refused a ``CLUSTER`` command (a fixed text, quoting no data): what
+        a cluster URL naming a server that is not a cluster node meets."""
         self.redirect: tuple[int, str, int] | None = None
         if self.code in ("MOVED", "ASK") and len(words) == 3 and words[1].isdigit():
             host, _, port = words[2].rpartition(":")
@@ -305,13 +312,19 @@ class RedisPipe:
         """Every connection not yet lost: the current one, and retired ones still draining."""
         self._connecting: asyncio.Task[_Protocol] | None = None
 
-    async def execute(self, *args: Arg, replicated: bool = False, asking: bool = False) -> Any:
+    async def execute(
+        self, *args: Arg, replicated: bool = False, asking: bool = False, idempotent: bool = False
+    ) -> Any:
         """One command; its reply as hiredis parses it (bytes, int, list, ``None``).
 
         ``replicated``: also wait for the pipe's ``replicas`` to hold what the connection wrote.
         ``asking``: send ``ASKING`` right before it, on the same connection and in the same write
         (Redis Cluster's one-shot permission for a slot being imported, which only applies to the
         connection's next command).
+        ``idempotent``: sending the command twice does what sending it once does, so a failed
+        attempt may be sent again: a Redis Cluster does so after a failover, within the timeout
+        (:class:`~gateway.store.redis_cluster.ClusterPipe`); one connection has no other node to
+        send it to, and sends every command once.
         """
         protocol = await self._connected()
         deadline = asyncio.get_running_loop().time() + self._timeout
@@ -348,8 +361,11 @@ class RedisPipe:
         *,
         replicated: bool = False,
         asking: bool = False,
+        idempotent: bool = False,
     ) -> Any:
-        """``EVALSHA``, falling back to ``EVAL`` (which caches the script) after a restart or flush."""
+        """``EVALSHA``, falling back to ``EVAL`` (which caches the script) after a restart or flush.
+
+        ``replicated``, ``asking``, ``idempotent``: as for :meth:`execute`."""
         try:
             return await self.execute(
                 "EVALSHA", script.sha, len(keys), *keys, *args, replicated=replicated, asking=asking

@@ -5,7 +5,10 @@ Request body: ``brand``, ``conversation_id``, ``message_id``, ``text``, ``user``
 ``{"user", "scopes", "grant_id"}`` under a delegation token, else ``null``); headers are the
 Brand's static ones plus ``X-Request-Id`` and the W3C ``traceparent`` (and ``tracestate``) of
 the gateway's span. Answer: ``{"text": "...", "end": false}``;
-``end: true`` closes the conversation after this reply. A bot acting for a Brand user may add
+``end: true`` closes the conversation after this reply. The answer should echo the call's
+``message_id``: one naming another message is refused (:data:`WRONG_MESSAGE`), as a pooled
+connection's stream out of step with its calls would otherwise hand one User's answer to
+another; an answer that names none is taken as it always was. A bot acting for a Brand user may add
 ``requires_scopes`` (the scopes this turn needs: a §5.5 step-up when some are not granted),
 ``actions`` (``[{"tool": str, "args"?: any JSON}]``) and ``scopes_used`` (both for the §5.6
 receipt). Anything else is an :class:`UpstreamError`.
@@ -30,7 +33,7 @@ from gateway.ops.tracing import trace_headers
 from gateway.upstream.base import Action, BotReply, Turn, UpstreamError
 from gateway.upstream.client import BotClient, Target
 from gateway.upstream.wire import MAX_REPLY_BYTES as MAX_REPLY_BYTES
-from gateway.upstream.wire import exchange, loads_reply, probe_endpoint
+from gateway.upstream.wire import WRONG_MESSAGE, exchange, loads_reply, probe_endpoint
 from gateway.wire import json_bytes
 
 MAX_LIST_ITEMS: Final = 64
@@ -70,7 +73,13 @@ class HttpJsonAdapter:
         )
         if not 200 <= reply.status < 300:
             raise UpstreamError("status", f"HTTP {reply.status}")
-        return parse_bot_reply(reply.body)
+        try:
+            return parse_bot_reply(reply.body, turn.message_id)
+        except UpstreamError as exc:
+            if exc.reason == WRONG_MESSAGE:
+                # The connection that carried it was pooled with the answer: its stream is out of step.
+                self._client.forget(self._target)
+            raise
 
     async def probe(self) -> str:
         headers = {name: value for name, value in self._headers.items() if name != "Content-Type"}
@@ -79,13 +88,19 @@ class HttpJsonAdapter:
         )
 
 
-def parse_bot_reply(raw: bytes) -> BotReply:
+def parse_bot_reply(raw: bytes, message_id: str | None = None) -> BotReply:
+    """The bot's answer ``raw``; when ``message_id`` is given, an answer echoing another one is refused
+    (a bot that holds an answer back and sends it on the next call's connection, issue 28 I1)."""
     try:
         doc = loads_reply(raw)
     except orjson.JSONDecodeError:
         raise UpstreamError("bad_body", "not JSON") from None
     if not isinstance(doc, dict):
         raise UpstreamError("bad_body", "not a JSON object")
+    echoed = doc.get("message_id")
+    if echoed is not None and message_id is not None and echoed != message_id:
+        # Never quoted: the bot's value is not the gateway's to log.
+        raise UpstreamError(WRONG_MESSAGE, "the answer names another message_id")
     text = doc.get("text")
     if not isinstance(text, str) or not text.strip():
         raise UpstreamError("bad_body", "no non-empty text")

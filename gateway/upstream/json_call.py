@@ -47,24 +47,27 @@ async def request_json(
     return JsonAnswer(reply.status, doc, reply.headers.get("retry-after"))
 
 
-def error_label(doc: Any) -> str:
+def error_label(doc: Any, status: int | None = None) -> str:
     """The ``code`` (else ``type``) of an ``{"error": {...}}`` body, for the log; never its ``message``.
 
     OpenAI's error object and Bot Framework's ErrorResponse both have this shape. A message can
-    echo what the User wrote; a code is a short identifier, kept only if it looks like one.
+    echo what the User wrote; a code is a short identifier, kept only if it looks like one. A code
+    that only repeats the HTTP ``status`` (LiteLLM sends ``"code": "400"`` with a 400) says nothing
+    the status does not: the ``type`` is taken instead, if there is one.
     """
     error = doc.get("error") if isinstance(doc, dict) else None
     if not isinstance(error, dict):
         return ""
     for name in ("code", "type"):
         value = error.get(name)
-        if isinstance(value, str) and _LABEL.fullmatch(value):
+        if isinstance(value, str) and _LABEL.fullmatch(value) and value != str(status):
             return value
     return ""
 
 
 def status_detail(status: int, doc: Any) -> str:
     """A failed status for the log: ``HTTP 400``, and the server's own error code named as such when it
-    sent one (``HTTP 429, error code insufficient_quota``): two bare numbers side by side read as one."""
-    code = error_label(doc)
+    sent one (``HTTP 429, error code insufficient_quota``): two bare numbers side by side read as one,
+    and a code that is the status again is not said twice."""
+    code = error_label(doc, status)
     return f"HTTP {status}, error code {code}" if code else f"HTTP {status}"

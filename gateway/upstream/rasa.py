@@ -14,7 +14,9 @@ button's intent, or with a URL button's ``url``. An image or attachment becomes 
 URL. ``custom`` payloads and ``elements`` are channel-specific JSON meant for a widget, not text
 a User can read, so they are left out. An empty list, or one with nothing renderable, is Rasa's
 "no answer": the reply is ``upstream.rasa.no_answer``. Anything but a ``2xx`` with a JSON list
-is an :class:`UpstreamError`. The REST channel has no way to end a conversation: it stays open
+is an :class:`UpstreamError`, and so is a message whose ``recipient_id`` (Rasa names the sender it
+answers in each) is another conversation's: it is not this User's answer (issue 28 I1). The REST
+channel has no way to end a conversation: it stays open
 until its idle TTL (§4.2), and the adapter runs §3 turns only (no ``delegation``).
 
 Probe: ``GET {upstream.url}/webhooks/rest/``, the REST channel's own health route, which
@@ -32,7 +34,7 @@ from gateway.config import RasaSettings, UpstreamConfig
 from gateway.ops.tracing import trace_headers
 from gateway.upstream.base import BotReply, Turn, UpstreamError
 from gateway.upstream.client import BotClient, Target
-from gateway.upstream.wire import exchange, loads_reply, user_handle
+from gateway.upstream.wire import WRONG_MESSAGE, exchange, loads_reply, user_handle
 from gateway.wire import json_bytes
 
 __all__ = ["RasaAdapter", "render_messages"]
@@ -69,6 +71,14 @@ class RasaAdapter:
             messages = loads_reply(reply.body)
         except orjson.JSONDecodeError:
             raise UpstreamError("bad_body", "not JSON") from None
+        sender = turn.conversation_id
+        if isinstance(messages, list) and any(
+            isinstance(message, dict) and message.get("recipient_id", sender) != sender
+            for message in messages
+        ):
+            # The connection that carried it was pooled with the answer: its stream is out of step.
+            self._client.forget(self._webhook)
+            raise UpstreamError(WRONG_MESSAGE, "a message for another sender (recipient_id)")
         text = render_messages(messages)
         return BotReply(text or self._settings.no_answer)
 

@@ -18,6 +18,7 @@ from gateway.upstream.client import BotClient, Target, WireReply
 __all__ = [
     "MAX_REPLY_BYTES",
     "MAX_REPLY_DEPTH",
+    "WRONG_MESSAGE",
     "WireReply",
     "exchange",
     "loads_reply",
@@ -37,6 +38,11 @@ reply may recurse over it, as the §5.6 canonical form of an action's ``args`` d
 levels there ran out of Python's stack (issue 18 F6). Real answers nest a handful of levels (a
 Bot Framework card a dozen or so); this is not a setting because no bot needs more, and Python's
 recursion limit is what it would have to stay well under."""
+WRONG_MESSAGE: Final = "wrong_message"
+"""The failure of an answer that names another call than its own (the pact contract's ``message_id``,
+Rasa's ``recipient_id``): its bounded reason in logs and ``pact_bot_call_duration_seconds{outcome}``.
+The adapter also has the client :meth:`~gateway.upstream.client.BotClient.forget` the bot's idle
+connections, the one that carried the answer among them (issue 28 I1)."""
 _PROBE_REFUSALS: Final = frozenset((401, 403, 404, 407))
 
 

@@ -7,7 +7,20 @@ from __future__ import annotations
 
 import pytest
 
-from bench.figures import MET, MISSED, NOT_MEASURED, WITHIN_NOISE, at_least, at_most, target, verdict
+from bench.figures import (
+    MET,
+    MISSED,
+    NOT_MEASURED,
+    WITHIN_NOISE,
+    at_least,
+    at_most,
+    paired,
+    ratio_of,
+    rps,
+    summarize_fronts,
+    target,
+    verdict,
+)
 
 
 @pytest.mark.parametrize(
@@ -48,3 +61,31 @@ def test_target_records_the_median_verdict_beside_the_repeats() -> None:
     unmeasured = target("workers", ">= 1.25", None, at_least(1.25), note="not available")
     assert not unmeasured["passed"]
     assert unmeasured["verdict"] == NOT_MEASURED
+
+
+def _round(front: str, repeat: int, throughput: float, errors: int) -> dict[str, object]:
+    return {
+        "front": front,
+        "repeat": repeat,
+        "throughput_rps": throughput,
+        "latency_ms": {"p50": 1.0, "p90": 2.0, "p99": 3.0},
+        "errors": errors,
+        "turns_total": 100,
+        "cpu_s_per_1000_turns": {"front": 1.0},
+        "machine_busy": 0.5,
+        "other_cpu_share": 0.1,
+    }
+
+
+def test_a_round_with_a_non_2xx_answer_is_void_never_part_of_a_ratio_or_a_median() -> None:
+    """Issue 29 item 4: a round that met a 429 measured the refusal, not the front."""
+    rounds = [
+        _round("gateway", 0, 900.0, 0),
+        _round("bot", 0, 1000.0, 0),
+        _round("gateway", 1, 5000.0, 12),  # fast because it refused
+        _round("bot", 1, 1000.0, 0),
+    ]
+    assert paired(rounds, "gateway", "bot", ratio_of(rps)) == [0.9]
+    summary = summarize_fronts(rounds)["gateway"]
+    assert (summary["throughput_rps"], summary["void_rounds"], summary["void"]) == (900.0, 1, False)
+    assert summary["errors"] == 12

@@ -719,13 +719,33 @@ def test_config_ports_follow_the_gateway_config(chart: helm.Chart) -> None:
     docs = _render(chart, {"config": {"listen": {"port": 8181}, "metrics": {"port": 9191}}})
     assert dict(_iter_named_ports(docs)) == {"http": 8181, "metrics": 9191}
     raw = _gateway_config(docs)
-    assert raw["listen"] == {"port": 8181}
+    assert raw["listen"]["port"] == 8181
     assert raw["metrics"] == {"port": 9191}
 
     docs = _render(chart, {"containerPorts": {"http": 8000, "metrics": 9000}})
     assert dict(_iter_named_ports(docs)) == {"http": 8000, "metrics": 9000}
     assert load_config(_gateway_config(docs), environ={}).listen.port == 8000
     assert load_config(_gateway_config(docs), environ={}).metrics.port == 9000
+
+
+POD_NETWORKS = ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "fd00::/8"]
+
+
+def test_the_pod_networks_are_trusted_proxies_behind_a_cluster_ip_service(chart: helm.Chart) -> None:
+    """Issue 28 L3: with the gateway's default of no trusted proxy, every browser behind an Ingress
+    shared the controller's address and its per-address budgets; the chart trusts the private
+    networks pods use, while only pods reach the gateway (a ClusterIP Service)."""
+    raw = _gateway_config(_render(chart, {}))
+    assert raw["listen"]["trusted_proxies"] == POD_NETWORKS
+    assert [str(network) for network in load_config(raw, environ={}).listen.trusted_proxies] == POD_NETWORKS
+    # What the operator names wins, none included; a node port or load balancer trusts none by default
+    # (a node's private address can carry a client's own X-Forwarded-For).
+    named = {"config": {"listen": {"trusted_proxies": ["10.42.0.0/16"]}}}
+    assert _gateway_config(_render(chart, named))["listen"]["trusted_proxies"] == ["10.42.0.0/16"]
+    assert _gateway_config(_render(chart, {"trustedProxies": []}))["listen"]["trusted_proxies"] == []
+    for service in ("NodePort", "LoadBalancer"):
+        exposed = _gateway_config(_render(chart, {"service": {"type": service}}))
+        assert "trusted_proxies" not in exposed["listen"]
 
 
 def test_checksums_roll_the_pods_on_change(chart: helm.Chart, rendered: dict[str, list[Manifest]]) -> None:
@@ -1177,6 +1197,8 @@ def exposed() -> dict[str, frozenset[str]]:
     metrics.cluster_command("10.0.0.1:6379", ok=True)
     metrics.cluster_redirect("10.0.0.1:6379", "moved")
     metrics.cluster_refresh("ok")
+    metrics.late_release("released")
+    metrics.directline_late_messages.labels(brand="acme", outcome="delivered").inc()
     admin = AdminMetrics(metrics.registry)
     admin.erasures.labels("acme").inc()
     admin.actions.labels("erase", "ok").inc()

@@ -436,6 +436,29 @@ async def test_s5_5_step_up_for_a_scope_the_token_lacks(dgw: Harness) -> None:
     assert [action["tool"] for action in claims["actions"]] == ["cancel_order"]
 
 
+async def test_s5_5_a_step_up_the_full_memory_store_has_no_room_for_is_a_bare_429(
+    make_gateway: MakeGateway, brand_login: BrandLogin, provider_key_pem: str
+) -> None:
+    """The step-up's device authorization needs room the memory store at ``cache.max_entries`` does
+    not have (its one conversation's turn is running): the agent gets the §6 bare ``429`` with
+    ``Retry-After``, as for a new conversation the store has no room for, never ``INTERNAL``."""
+
+    def bounded(raw: dict[str, Any]) -> None:
+        enable_delegation(brand_login, provider_key_pem)(raw)
+        raw["cache"]["max_entries"] = 4
+
+    gw = await make_gateway(edit=bounded)
+    gw.bot.mode = "fixed"
+    gw.bot.fixed_reply = {"text": "I need permission.", "requires_scopes": ["orders:cancel"]}
+    refused = await gw.send("cancel A-10002", message_id="m-1")
+    assert (refused.status, await refused.read()) == (429, b"")
+    assert refused.headers["Retry-After"] == "60"
+    sample = gw.client.app[METRICS].registry.get_sample_value
+    assert sample("pact_rate_limited_total", {"brand": "acme", "limit": "store_full"}) == 1.0
+    assert events(gw, "step_up") == 0
+    assert len(gw.bot.calls) == 1
+
+
 async def test_s5_5_missing_scopes_are_named_in_card_order(dgw_memory: Harness) -> None:
     dgw_memory.bot.mode = "fixed"
     dgw_memory.bot.fixed_reply = {"text": "I need more.", "requires_scopes": ["profile:read", "orders:read"]}

@@ -10,6 +10,7 @@ remembered so that posting it again costs no signature check.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -162,9 +163,67 @@ async def test_rfc8628_5_1_wrong_codes_pause_the_client_address(
     assert own.status == 200
 
 
-async def test_rfc8628_5_1_the_brand_budget_pauses_every_hand_off_at_that_brand(
+def wrong_code_lookups(gw: Harness) -> float:
+    """Wrong codes looked up so far (each a miss counted once, after its look-up)."""
+    value = gw.client.app[METRICS].registry.get_sample_value(
+        "pact_delegation_events_total", {"brand": "acme", "event": "wrong_user_code"}
+    )
+    return value or 0.0
+
+
+async def test_rfc8628_5_1_concurrent_wrong_codes_look_up_no_more_than_the_user_budget(
     make_gateway: MakeGateway, cache_url: str, brand_login: BrandLogin, provider_key_pem: str
 ) -> None:
+    """Issue 28 M1: the token is reserved before the look-up, atomically. Looked at in one round
+    trip and spent in a third, 20 concurrent wrong codes of one account at one address were all
+    looked up on Redis (budgets 5 per user, 10 per address)."""
+    edit = limited(
+        brand_login,
+        provider_key_pem,
+        trusted=PROXIES,
+        wrong_user_code_per_user={"rate": 0.001, "burst": 5},
+        wrong_user_code_per_address={"rate": 0.001, "burst": 10},
+    )
+    gw = await make_gateway(cache_url, edit=edit)
+    started = await device_authorization(gw)
+    guesses = [
+        hand_off(gw, brand_login, wrong_code(started, n % 10), address="203.0.113.7") for n in range(20)
+    ]
+    statuses = sorted(response.status for response in await asyncio.gather(*guesses))
+    assert statuses == [400] * 5 + [429] * 15
+    assert wrong_code_lookups(gw) == 5
+    assert rate_limited(gw, "wrong_user_code_per_user") == 15
+
+
+async def test_rfc8628_5_1_concurrent_wrong_codes_from_many_accounts_look_up_no_more_than_the_brand_budget(
+    make_gateway: MakeGateway, cache_url: str, brand_login: BrandLogin, provider_key_pem: str
+) -> None:
+    """Issue 28 M1, spread out: 40 concurrent wrong codes from 8 accounts × 8 addresses against a
+    Brand budget of 10 (no grace: every subject tries at once) are looked up 10 times, not 40."""
+    edit = limited(
+        brand_login,
+        provider_key_pem,
+        trusted=PROXIES,
+        wrong_user_code_per_brand={"rate": 0.001, "burst": 10},
+        wrong_user_code_grace={"enabled": False},
+    )
+    gw = await make_gateway(cache_url, edit=edit)
+    started = await device_authorization(gw)
+    guesses = [
+        hand_off(gw, brand_login, wrong_code(started, n % 10), user=f"u-{n % 8}", address=f"192.0.2.{n // 5}")
+        for n in range(40)
+    ]
+    statuses = sorted(response.status for response in await asyncio.gather(*guesses))
+    assert statuses == [400] * 10 + [429] * 30
+    assert wrong_code_lookups(gw) == 10
+    assert rate_limited(gw, "wrong_user_code_per_brand") == 30
+
+
+async def test_rfc8628_5_1_an_attacker_keeping_the_brand_budget_spent_does_not_refuse_an_honest_user(
+    make_gateway: MakeGateway, cache_url: str, brand_login: BrandLogin, provider_key_pem: str
+) -> None:
+    """Issue 28 M2: the Brand's budget, spent by misses only, pauses the accounts and addresses that
+    missed recently, never a User who has not: before, it refused every hand-off at the Brand."""
     edit = limited(
         brand_login,
         provider_key_pem,
@@ -173,15 +232,76 @@ async def test_rfc8628_5_1_the_brand_budget_pauses_every_hand_off_at_that_brand(
     )
     gw = await make_gateway(cache_url, edit=edit)
     started = await device_authorization(gw)
-    for n in range(3):  # a search spread over accounts and addresses
+    for n in range(3):  # a search spread over accounts and addresses spends the Brand's budget
         response = await hand_off(
             gw, brand_login, wrong_code(started, n), user=f"u-{n}", address=f"192.0.2.{n}"
         )
         await assert_error_page(response)
-    paused = await hand_off(gw, brand_login, started["user_code"], address="198.51.100.20")
-    await assert_paused(paused)
-    assert rate_limited(gw, "wrong_user_code_per_brand") == 1
-    assert await status_of(gw, started["user_code"]) is AuthorizationStatus.PENDING
+    # The attacker goes on: an account or an address that missed is paused, whichever it pairs with.
+    for user, address in [("u-0", "192.0.2.0"), ("u-0", "192.0.2.9"), ("u-9", "192.0.2.1")]:
+        await assert_paused(
+            await hand_off(gw, brand_login, wrong_code(started, 4), user=user, address=address)
+        )
+    # The User whose code it is, at their own address, is served, and again for a second device.
+    assert (await hand_off(gw, brand_login, started["user_code"], address="198.51.100.20")).status == 200
+    again = await device_authorization(gw, sub="bob")
+    assert (await hand_off(gw, brand_login, again["user_code"], address="198.51.100.20")).status == 200
+    # A fresh account at a fresh address gets one try (its grace), then both are paused.
+    await assert_error_page(
+        await hand_off(gw, brand_login, wrong_code(started, 5), user="u-7", address="192.0.2.7")
+    )
+    await assert_paused(
+        await hand_off(gw, brand_login, started["user_code"], user="u-7", address="192.0.2.7")
+    )
+    await assert_paused(
+        await hand_off(gw, brand_login, started["user_code"], user="u-8", address="192.0.2.7")
+    )
+    assert wrong_code_lookups(gw) == 4
+    assert rate_limited(gw, "wrong_user_code_per_brand") == 5
+
+
+async def test_rfc8628_5_1_the_brand_guessing_bound_holds_with_the_grace(
+    make_gateway: MakeGateway,
+    cache_url: str,
+    brand_login: BrandLogin,
+    provider_key_pem: str,
+    clock: ManualClock,
+) -> None:
+    """THREAT_MODEL.md F1's bound: over T seconds a Brand looks up at most
+    burst_B + rate_B·T + min(accounts, addresses)·(1 + T/W) wrong codes, W the grace interval,
+    however an attacker spreads its guesses (here every pair of 4 accounts × 3 addresses, each
+    50 s for 2,000 s: 492 guesses)."""
+    brand_rate, brand_burst, grace_interval, accounts, addresses, period = 0.01, 3, 1000.0, 4, 3, 2000.0
+    edit = limited(
+        brand_login,
+        provider_key_pem,
+        trusted=PROXIES,
+        wrong_user_code_per_user={"rate": 10, "burst": 100},
+        wrong_user_code_per_address={"rate": 10, "burst": 100},
+        wrong_user_code_per_brand={"rate": brand_rate, "burst": brand_burst},
+        wrong_user_code_grace={"rate": 1 / grace_interval, "burst": 1},
+        login_assertion={"rate": 10, "burst": 100},
+    )
+    gw = await make_gateway(cache_url, edit=edit, clock=clock)
+    started = await device_authorization(gw)
+    guesses = 0
+    for tick in range(int(period / 50) + 1):
+        for user in range(accounts):
+            for address in range(addresses):
+                response = await hand_off(
+                    gw,
+                    brand_login,
+                    wrong_code(started, tick % 10),
+                    user=f"u-{user}",
+                    address=f"192.0.2.{address}",
+                    clock=clock,
+                )
+                assert response.status in {400, 429}
+                guesses += 1
+        clock.advance(50)
+    bound = brand_burst + brand_rate * period + min(accounts, addresses) * (1 + period / grace_interval)
+    assert guesses == 492
+    assert brand_burst + brand_rate * period <= wrong_code_lookups(gw) <= bound
 
 
 async def test_rfc8628_5_1_a_pause_holds_across_two_gateways_on_one_redis(
@@ -212,6 +332,25 @@ async def test_readme_login_assertions_are_limited_per_client_address(
     assert rate_limited(gw, "login_assertion") == 1
     # Another client address, as the trusted proxy names it, has its own budget.
     assert (await hand_off(gw, brand_login, started["user_code"], address="192.0.2.2")).status == 200
+
+
+async def test_readme_an_ipv6_client_is_limited_by_its_64_whatever_its_address_or_zone(
+    make_gateway: MakeGateway, cache_url: str, brand_login: BrandLogin, provider_key_pem: str
+) -> None:
+    """Issue 28 L2: per-address limits count an IPv6 client by its /64 (``listen.ipv6_prefix``) and
+    ignore zone ids; keyed by the full address, every address of one /64 had a budget of its own."""
+    edit = limited(
+        brand_login, provider_key_pem, trusted=PROXIES, login_assertion={"rate": 0.001, "burst": 1}
+    )
+    gw = await make_gateway(cache_url, edit=edit)
+    started = await device_authorization(gw)
+    await assert_error_page(await hand_off(gw, brand_login, "", assertion="junk", address="2001:db8:1:2::1"))
+    for address in ("2001:db8:1:2:ffff::9", "[2001:db8:1:2::2]:4711"):
+        await assert_paused(await hand_off(gw, brand_login, started["user_code"], address=address))
+    await assert_error_page(await hand_off(gw, brand_login, "", assertion="junk", address="fe80::1%eth0"))
+    await assert_paused(await hand_off(gw, brand_login, started["user_code"], address="fe80::1%eth1"))
+    # The next /64 is another client.
+    assert (await hand_off(gw, brand_login, started["user_code"], address="2001:db8:1:3::1")).status == 200
 
 
 async def test_readme_a_forwarded_address_is_believed_only_from_a_trusted_proxy(

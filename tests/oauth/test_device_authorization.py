@@ -13,7 +13,9 @@ import pytest
 import redis.asyncio as aioredis
 from aiohttp import ClientResponse
 
+from gateway.config import CacheConfig
 from gateway.ops.metrics import Metrics
+from gateway.store.memory import MemoryStore
 from tests.support.delegation import (
     LOGIN_URL,
     BrandLogin,
@@ -284,3 +286,31 @@ async def test_s6_oauth_endpoints_are_rate_limited_like_a2a_operations(
     assert await answers[2].read() == b""
     # Another User of the same personal agent still gets through.
     assert (await post_form(h, "device_authorization", form, sub="bob")).status == 200
+
+
+async def test_l4_device_authorizations_past_the_memory_bound_get_slow_down_and_are_not_stored(
+    make_gateway: MakeGateway, brand_login: BrandLogin, provider_key_pem: str
+) -> None:
+    """Issue 28 L4: §5 records count toward ``cache.max_entries`` (116 went in at the bound before);
+    at it, with nothing that may go, a device authorization is refused with RFC 8628 §3.5's
+    ``slow_down`` and ``Retry-After``, and nothing of it is stored."""
+    store = MemoryStore(CacheConfig(max_entries=40))
+    metrics = Metrics()
+    gw = await make_gateway(
+        edit=enable_delegation(brand_login, provider_key_pem), store=store, metrics=metrics
+    )
+    form = {"client_id": gw.issuer, "scope": "orders:read"}
+    statuses = []
+    for index in range(12):  # each from a fresh sub: no rate limit of theirs is near
+        response = await post_form(gw, "device_authorization", form, sub=f"fresh-{index}")
+        statuses.append(response.status)
+        if response.status == 429:
+            assert await oauth_error(response) == "slow_down"
+            assert response.headers["Retry-After"] == "60"
+    answered = statuses.count(200)
+    assert 0 < answered < 12
+    assert statuses.count(429) == 12 - answered
+    devices = [key for key in store.keyspace.entries if isinstance(key, str) and ":oauth:device:" in key]
+    assert len(devices) == answered
+    sample = metrics.registry.get_sample_value
+    assert sample("pact_rate_limited_total", {"brand": "acme", "limit": "store_full"}) == 12 - answered

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import jwt
@@ -168,6 +169,16 @@ async def test_rfc6585_too_many_wrong_credentials_lock_the_address_out_even_with
     assert (await answer_of(await attempt(SECRET)))["active"] is True
     assert (await attempt("guess")).status == 401
     assert (await attempt(SECRET)).status == 429
+
+
+async def test_rfc6585_concurrent_wrong_credentials_get_no_more_answers_than_the_budget(igw: Harness) -> None:
+    """Issue 28 M1: a wrong credential takes its token in one atomic step. Looked at, then spent
+    after the comparison, 20 concurrent guesses on Redis all passed the look and all were answered."""
+    tokens = await obtain_tokens(igw)
+    guesses = [introspect(igw, tokens["access_token"], secret=f"guess-{n}") for n in range(20)]
+    statuses = sorted(response.status for response in await asyncio.gather(*guesses))
+    assert statuses == [401] * BURST + [429] * (20 - BURST)
+    assert refusals(igw) == 20 - BURST
 
 
 async def test_rfc7662_right_credentials_never_spend_the_failure_budget(igw: Harness) -> None:

@@ -9,10 +9,12 @@ client got.
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
 import orjson
+import pytest
 
 from tests.ops.conftest import CapturedLogs
 from tests.support.delegation import oauth_path, post_form
@@ -182,3 +184,30 @@ async def test_client_address_is_the_peer_or_what_a_trusted_proxy_says(
     proxied = await make_gateway(edit=behind_ingress)
     trusted = await proxied.client.get("/a2a/acme/.well-known/agent-card.json", headers=forwarded)
     assert line_for(json_logs, trusted.headers["X-Request-Id"])["client_address"] == "203.0.113.9"
+
+
+async def test_a_private_proxy_forwarding_to_a_gateway_that_trusts_none_is_warned_of_once(
+    make_gateway: MakeGateway, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 28 L3: behind a proxy nobody named in ``listen.trusted_proxies``, every User shares the
+    proxy's address and its per-address limits. A private peer sending ``X-Forwarded-For`` is
+    that case: said once, naming the setting."""
+    card = "/a2a/acme/.well-known/agent-card.json"
+    forwarded = {"X-Forwarded-For": "203.0.113.9"}
+
+    def behind_ingress(raw: dict[str, Any]) -> None:
+        raw["listen"] = {"trusted_proxies": ["127.0.0.0/8"]}
+
+    plain = await make_gateway()
+    proxied = await make_gateway(edit=behind_ingress)
+    with caplog.at_level(logging.WARNING, logger="pact_gateway.client_address"):
+        assert (await plain.client.get(card)).status == 200  # no header: nothing to say
+        assert not [record for record in caplog.records if record.name == "pact_gateway.client_address"]
+        for _ in range(3):
+            assert (await plain.client.get(card, headers=forwarded)).status == 200
+        assert (await proxied.client.get(card, headers=forwarded)).status == 200  # trusted: nothing
+    (warning,) = [record for record in caplog.records if record.name == "pact_gateway.client_address"]
+    assert warning.levelno == logging.WARNING
+    assert "private peer 127.0.0.1" in warning.getMessage()
+    assert "listen.trusted_proxies" in warning.getMessage()
+    assert "203.0.113.9" not in warning.getMessage()

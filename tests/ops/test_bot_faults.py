@@ -21,6 +21,7 @@ import pytest
 from aiohttp import ClientResponse, web
 from aiohttp.test_utils import TestServer
 
+from gateway.ops.metrics import Metrics
 from tests.support.bot import ControlledBot
 from tests.support.gateway import Harness, MakeGateway
 
@@ -163,3 +164,94 @@ async def test_row2_a_reply_in_pieces_or_of_200_kb_is_a_reply_and_keeps_the_circ
     gw.bot.mode = "sample"
     await message(await answered(gw.send(message_id="m-2")))
     assert len(gw.bot.calls) == 2
+
+
+def bot_calls(metrics: Metrics, outcome: str) -> float | None:
+    value: float | None = metrics.registry.get_sample_value(
+        "pact_bot_call_duration_seconds_count", {"brand": "acme", "outcome": outcome}
+    )
+    return value
+
+
+async def test_a_bot_answer_past_the_head_bounds_is_internal_and_counted_as_bad_head(
+    make_gateway: MakeGateway,
+) -> None:
+    """Issue 28 M4 from the personal agent's side: a bot streaming headers without end costs one
+    ``INTERNAL`` turn, and the bound that bit is seen in ``pact_bot_call_duration_seconds{outcome}``."""
+
+    async def endless_head(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\n")
+        with contextlib.suppress(ConnectionError):
+            for n in range(4096):
+                writer.write(b"X-%d: %s\r\n" % (n, b"v" * 4000))
+                await writer.drain()
+        writer.close()
+
+    hostile = await asyncio.start_server(endless_head, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{hostile.sockets[0].getsockname()[1]}/chat"
+    metrics = Metrics()
+    try:
+        gw = await make_gateway(edit=upstream(url=url), metrics=metrics)
+        await internal(await answered(gw.send(message_id="m-1")))
+    finally:
+        hostile.close()
+    assert bot_calls(metrics, "bad_head") == 1
+
+
+@pytest.mark.parametrize(
+    ("limits", "answered_as"),
+    [({}, "ok"), ({"bot_answer_fields": 8}, "bad_head"), ({"bot_answer_line_bytes": 1024}, "bad_head")],
+    ids=["defaults", "fewer_fields", "shorter_lines"],
+)
+async def test_the_answer_head_bounds_are_the_limits_settings(
+    make_gateway: MakeGateway, limits: dict[str, int], answered_as: str
+) -> None:
+    """``limits.bot_answer_*`` are what the bot client reads answers with: an answer of 12 header
+    fields, one of them a 2,000-byte line, is a reply under the defaults and a bad head under a
+    lower field count or line length."""
+    reply = orjson.dumps({"text": "Your order shipped."})
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n" % len(reply)
+    head += b"X-Long: " + b"v" * 2000 + b"\r\n" + b"".join(b"X-%d: v\r\n" % n for n in range(9))
+
+    async def many_fields(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        request_head = (await reader.readuntil(b"\r\n\r\n")).lower()
+        length = request_head.split(b"content-length:", 1)[1].split(b"\r\n", 1)[0]
+        await reader.readexactly(int(length))
+        writer.write(head + b"\r\n" + reply)
+        await writer.drain()
+        writer.close()
+
+    bot = await asyncio.start_server(many_fields, "127.0.0.1", 0)
+    url = f"http://127.0.0.1:{bot.sockets[0].getsockname()[1]}/chat"
+
+    def edit(raw: dict[str, Any]) -> None:
+        upstream(url=url)(raw)
+        raw["limits"] = {**raw.get("limits", {}), **limits}
+
+    metrics = Metrics()
+    try:
+        gw = await make_gateway(edit=edit, metrics=metrics)
+        response = await answered(gw.send(message_id="m-1"))
+        if answered_as == "ok":
+            assert (await message(response))["parts"] == [{"text": "Your order shipped."}]
+        else:
+            await internal(response)
+    finally:
+        bot.close()
+    assert bot_calls(metrics, answered_as) == 1
+
+
+async def test_i1_an_answer_naming_another_message_is_internal_and_counted(make_gateway: MakeGateway) -> None:
+    """Issue 28 I1 over HTTP: the bot's answer names a ``message_id`` that is not the turn's, so it is
+    not this User's reply: ``INTERNAL``, nothing stored, counted as ``wrong_message``; the sample bot,
+    which echoes the turn's, answers the retry."""
+    metrics = Metrics()
+    gw = await make_gateway(metrics=metrics)
+    gw.bot.mode, gw.bot.fixed_reply = "fixed", {"text": "Your order shipped.", "message_id": "m-someone-else"}
+    await internal(await answered(gw.send(message_id="m-1")))
+    assert bot_calls(metrics, "wrong_message") == 1
+    gw.bot.mode = "sample"
+    await message(await answered(gw.send(message_id="m-1")))
+    assert gw.bot.calls[-1].body["message_id"] == "m-1"
+    assert bot_calls(metrics, "ok") == 1

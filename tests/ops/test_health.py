@@ -5,16 +5,19 @@ configuration loaded, the store reachable and keys held for every enabled regist
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 
+from gateway.config import CacheConfig
 from gateway.ops.metrics import Metrics
 from gateway.process.health import GatewayReadiness, create_ops_app
 from gateway.store.redis import RedisStore
 from tests.ops.conftest import Metered, free_port
 from tests.support.pa import FakeJwksServer, PAKey
+from tests.support.redis import TEST_REDIS_URL
 
 
 async def readyz(ops: TestClient[Any, Any]) -> tuple[int, dict[str, Any]]:
@@ -41,6 +44,25 @@ async def test_readyz_503_when_the_store_is_unreachable(
     assert set(body["failing"]) == {"store"}
     assert body["failing"]["store"].startswith("redis: ")
     assert (await ops.get("/healthz")).status == 200  # alive, just not ready
+
+
+async def test_readyz_on_a_cluster_url_names_each_seed_tried_and_what_it_answered(metered: Metered) -> None:
+    """Issue 27, item 4: a ``redis+cluster://`` URL whose seeds give no slot map (one refuses the
+    connection, one is a plain Redis) is not ready, and says which seed answered what, rather than
+    only that no node answered (the plain Redis is asked ``CLUSTER SHARDS``, nothing is written)."""
+    plain = urlsplit(TEST_REDIS_URL)
+    refused = free_port()
+    store = RedisStore(CacheConfig(url=f"redis+cluster://127.0.0.1:{refused},{plain.hostname}:{plain.port}"))
+    try:
+        _, ops = await metered(store=store)
+        status, body = await readyz(ops)
+    finally:
+        await store.close()
+    assert status == 503
+    reason = body["failing"]["store"]
+    assert reason.startswith("redis: no cluster node answered CLUSTER SHARDS or CLUSTER SLOTS ("), reason
+    assert f"127.0.0.1:{refused}: connection refused" in reason, reason
+    assert f"{plain.hostname}:{plain.port}: cluster support disabled" in reason, reason
 
 
 async def test_readyz_503_when_an_enabled_issuer_has_no_keys(metered: Metered) -> None:

@@ -6,6 +6,7 @@ Time is a :class:`ManualClock` handed to the gateway, so waiting ``Retry-After``
 
 from __future__ import annotations
 
+import asyncio
 import socket
 from collections.abc import Callable
 from typing import Any
@@ -27,18 +28,22 @@ from gateway.ops.limits import (
     Limit,
     RateLimited,
     RateLimits,
+    Reserved,
     a2a_limits,
     retry_after,
     subject_digest,
     wrong_user_code_limits,
 )
 from gateway.ops.metrics import Metrics
+from gateway.redis_url import ClusterAddress
 from gateway.store.base import StoreError
-from gateway.store.limits import Hit, MemoryRateLimiter, RateLimiter, Rule
+from gateway.store.limits import Hit, MemoryRateLimiter, RateLimiter, RedisRateLimiter, Rule
 from gateway.store.memory import MemoryKeyspace
 from gateway.store.redis import RedisStore
+from gateway.store.redis_cluster import ClusterPipe
 from tests.support.gateway import OTHER_PA, MakeGateway
 from tests.support.pa import ManualClock
+from tests.support.redis_cluster import RedisCluster
 
 A2A_JSON = "application/a2a+json"
 Edit = Callable[[dict[str, Any]], None]
@@ -289,6 +294,12 @@ class BrokenLimiter(RateLimiter):
     async def waits(self, hits: Any) -> list[float]:
         raise StoreError("redis: ConnectionError")
 
+    async def reserve(self, own: Any, shared: Any = (), grace: Any = ()) -> Any:
+        raise StoreError("redis: ConnectionError")
+
+    async def give_back(self, hits: Any) -> None:
+        raise StoreError("redis: ConnectionError")
+
     async def close(self) -> None:
         return None
 
@@ -422,32 +433,60 @@ def test_config_rejects_bad_limits_with_their_path(raw: dict[str, Any], path: st
     assert error.value.path == path
 
 
-async def test_rfc8628_5_1_a_failure_budget_is_looked_at_then_spent_and_says_when_it_ran_out(
+async def test_rfc8628_5_1_a_failure_budget_is_reserved_given_back_and_says_when_it_ran_out(
     clock: ManualClock,
 ) -> None:
     metrics = Metrics()
     service = RateLimits(MemoryRateLimiter(MemoryKeyspace(clock)), metrics=metrics)
     settings = RateLimitsConfig(wrong_user_code_per_user=RateRule(0.01, 2))
     budgets = wrong_user_code_limits(settings, "jane", "192.0.2.1")
-    assert [limit.name for limit in budgets] == [
+    assert [limit.name for limit in budgets.own] == [
         "wrong_user_code_per_user",
         "wrong_user_code_per_address",
-        "wrong_user_code_per_brand",
     ]
-    await service.check_budget("acme", budgets, fail_open=True)
-    assert await service.spend("acme", budgets, fail_open=True) == ()
-    assert await service.spend("acme", budgets, fail_open=True) == ("wrong_user_code_per_user",)
+    assert [limit.name for limit in budgets.shared] == ["wrong_user_code_per_brand"]
+    assert [limit.name for limit in budgets.grace] == ["wrong_user_code_grace"] * 2
+    # A right code's token comes back: only failures spend the budget.
+    for _ in range(5):
+        await service.give_back(await service.reserve("acme", budgets, fail_open=True))
+    assert (await service.reserve("acme", budgets, fail_open=True)).emptied == ()
+    assert (await service.reserve("acme", budgets, fail_open=True)).emptied == ("wrong_user_code_per_user",)
     with pytest.raises(RateLimited) as paused:
-        await service.check_budget("acme", budgets, fail_open=True)
+        await service.reserve("acme", budgets, fail_open=True)
     assert paused.value.limit == "wrong_user_code_per_user"
     assert paused.value.retry_after == 100
     sample = metrics.registry.get_sample_value
     assert sample("pact_rate_limited_total", {"brand": "acme", "limit": "wrong_user_code_per_user"}) == 1.0
     broken = RateLimits(BrokenLimiter(), metrics=metrics)
-    await broken.check_budget("acme", budgets, fail_open=True)  # cannot count: served, as A2A limits are
-    assert await broken.spend("acme", budgets, fail_open=True) == ()
+    reserved = await broken.reserve("acme", budgets, fail_open=True)  # cannot count: served, as A2A
+    assert reserved.taken == ()
     with pytest.raises(StoreError):
-        await broken.check_budget("acme", budgets, fail_open=False)
+        await broken.reserve("acme", budgets, fail_open=False)
+
+
+async def test_rfc8628_5_1_concurrent_reservations_on_a_redis_cluster_take_no_more_than_the_budgets(
+    redis_cluster: RedisCluster,
+) -> None:
+    """Issue 28 M1 on a Redis Cluster: a reservation's counters (per user, per address, the Brand's,
+    the graces) share the Brand's hash tag, so one script decides it on one node; 20 concurrent
+    reservations of one account at one address take 5 tokens (its budget), never more."""
+    pipe = ClusterPipe(ClusterAddress.from_url(redis_cluster.url), timeout=3.0)
+    service = RateLimits(RedisRateLimiter(pipe, tagged=True))
+    settings = RateLimitsConfig(
+        wrong_user_code_per_user=RateRule(0.001, 5), wrong_user_code_per_address=RateRule(0.001, 10)
+    )
+    budgets = wrong_user_code_limits(settings, "jane", "192.0.2.1")
+    try:
+        outcomes = await asyncio.gather(
+            *(service.reserve("acme", budgets, fail_open=False) for _ in range(20)), return_exceptions=True
+        )
+        taken = [outcome for outcome in outcomes if isinstance(outcome, Reserved)]
+        assert len(taken) == 5
+        assert all(isinstance(outcome, RateLimited) for outcome in outcomes if outcome not in taken)
+        await service.give_back(taken[0])
+        assert isinstance(await service.reserve("acme", budgets, fail_open=False), Reserved)
+    finally:
+        await pipe.close()
 
 
 async def test_s6_a_per_agent_counter_that_cannot_be_charged_serves_the_turn_uncounted(

@@ -11,11 +11,17 @@ three primaries; a fault is aimed at the primary serving some of them (never the
   no acknowledged reply lost (replayed byte for byte through the gateway, §4.3, and held by the
   new primary), no turn run by the bot beyond its failed attempts; how long its users' turns
   failed is recorded (``record_figure``);
+- a primary killed while each of its users' turns is inside a bot call that takes 0.25 s, with
+  the default ``pending_ttl`` (issue 27): those users are answered again soon after the cluster
+  is healthy, not ``pending_ttl`` after the kill (their releases are sent again), no acknowledged
+  reply lost, no message whose reply was stored run again;
 - a live reshard of every slot holding a user's conversations, by the steps ``redis-cli --cluster
-  reshard`` takes (``SETSLOT IMPORTING``/``MIGRATING``, ``MIGRATE`` the keys, ``SETSLOT NODE``):
-  every turn answered, and the gateways' ``/metrics`` count ``ASK`` and ``MOVED`` redirects;
-- a primary that stops answering (``SIGSTOP``): the users on other primaries are answered as fast
-  as before, with no failed attempt; only the stopped node's users fail;
+  reshard`` takes (``SETSLOT IMPORTING``/``MIGRATING``, ``MIGRATE`` the keys, ``SETSLOT NODE``),
+  with the same slow bot and default ``pending_ttl``: every turn answered, none held for long,
+  and the gateways' ``/metrics`` count ``ASK`` and ``MOVED`` redirects;
+- a primary that stops answering (``SIGSTOP``): the users on other primaries are answered
+  throughout, with no failed attempt and none held through the stop; only the stopped node's
+  users fail;
 - the primary holding the per-agent counter stopped: the users on other primaries are still
   answered, uncounted by it (``rate_limits.fail_open``), with no failed attempt.
 """
@@ -25,6 +31,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -32,6 +39,7 @@ import orjson
 import pytest
 import redis.asyncio as aioredis
 
+from gateway.config import CacheConfig
 from gateway.ops.limits import PER_AGENT, subject_digest
 from gateway.store import keys
 from gateway.store.base import Owner
@@ -54,19 +62,34 @@ primary then needs a replica of its own (the killed node restarted, a full sync)
 acknowledge a claim. A few seconds on the development machine; generous for a shared, noisy one."""
 SETUP_LIMIT = 30.0
 """Seconds the stream gets for its first answers."""
-STOP_SECONDS = 4.0
-"""How long the stopped primary stays stopped."""
+STOP_SECONDS = 5.0
+"""How long the stopped primary stays stopped: long enough that a turn held through the stop
+takes far longer than any turn on a loaded machine."""
 MIGRATION_PAUSE = 1.0
 """Seconds a slot stays migrating with its keys moved, so that turns meet it half done (``ASK``)."""
+SLOW_BOT = 0.25
+"""Seconds the bot takes per turn in the slow-bot failover test, so that a kill catches turns inside
+the bot call (issue 27: those users were then held "still being processed" for ``pending_ttl``)."""
+DEFAULT_PENDING_TTL = CacheConfig().pending_ttl
+RESHARD_TURN_BOUND = 10.0
+"""Seconds a turn may take while the slots move: a slot held migrating for MIGRATION_PAUSE costs its
+turns about that plus a second; generous for a loaded machine, far from ``pending_ttl`` (60 s)."""
+BACK_AFTER_HEALTHY_BOUND = 20.0
+"""Seconds after the cluster is healthy again by which each of the killed primary's users must be
+answered again: the target is 2 s; this bound is generous for a loaded two-core machine, and still
+far from ``pending_ttl`` (60 s), the wait a dropped release leaves."""
 
 
-def cluster_turns(url: str) -> Callable[[dict[str, Any]], None]:
-    """The cluster's URL, a short timeout, and a pending_ttl it allows (it must outlive a turn). The
-    §6 limits stay the ordinary tests' (1000 turns/s per agent, charged on its own node every turn):
-    TurnStream takes no 429, so a charge that a failover holds up must still be counted right."""
+def cluster_turns(url: str, pending_ttl: int | None = 8) -> Callable[[dict[str, Any]], None]:
+    """The cluster's URL, a short timeout, and a pending_ttl it allows (it must outlive a turn; None
+    for the default). The §6 limits stay the ordinary tests' (1000 turns/s per agent, charged on its
+    own node every turn): TurnStream takes no 429, so a charge that a failover holds up must still be
+    counted right."""
 
     def edit(raw: dict[str, Any]) -> None:
-        raw["cache"] = {"url": url, "timeout": TIMEOUT, "pending_ttl": 8, "wait_replicas": 1}
+        raw["cache"] = {"url": url, "timeout": TIMEOUT, "wait_replicas": 1}
+        if pending_ttl is not None:
+            raw["cache"]["pending_ttl"] = pending_ttl
         for brand in raw["brands"]:
             brand["upstream"] = {**brand["upstream"], "timeout": 3, "queue_timeout": 0.5}
 
@@ -102,8 +125,10 @@ def per_agent_node(cluster: RedisCluster, gw: Harness) -> ClusterNode:
     return cluster.node_of_key(keys.limit_key("acme", PER_AGENT, subject, keys.owner_tag(subject)))
 
 
-async def two_gateways(metered: Metered, cluster: RedisCluster) -> list[tuple[Harness, Any]]:
-    return [await metered(cluster.url, edit=cluster_turns(cluster.url)) for _ in range(2)]
+async def two_gateways(
+    metered: Metered, cluster: RedisCluster, pending_ttl: int | None = 8
+) -> list[tuple[Harness, Any]]:
+    return [await metered(cluster.url, edit=cluster_turns(cluster.url, pending_ttl)) for _ in range(2)]
 
 
 def answered_by(stream: TurnStream, subs: list[str], since: float) -> list[Sent]:
@@ -209,6 +234,91 @@ async def test_a_primary_lost_or_failed_over_under_a_stream_of_turns_loses_no_re
     assert stream.bot_calls_beyond_attempts() == {}
 
 
+async def test_a_primary_killed_while_its_users_turns_are_in_a_slow_bot_call_holds_none_for_pending_ttl(
+    redis_cluster: RedisCluster, metered: Metered
+) -> None:
+    """Issue 27, item 2, with the default ``pending_ttl`` (60 s) and a bot that takes 0.25 s: a kill
+    catches some of its primary's users inside the bot call. Their reply cannot be stored, nor their
+    marker released, until the replica is promoted: each is sent again through the failover within
+    ``cache.timeout``, and a release that still failed is sent again in the background until it
+    goes. So they are answered again soon after the cluster is healthy (not ``pending_ttl`` after
+    the kill), no acknowledged reply is lost, and no message whose reply was stored runs again."""
+    gateways = await two_gateways(metered, redis_cluster, pending_ttl=None)
+    gw = gateways[0][0]
+    assert gw.config.cache.pending_ttl == DEFAULT_PENDING_TTL == 60
+    gw.bot.latency = SLOW_BOT
+    placed = placement(redis_cluster, gw)
+    victim = redis_cluster.by_port(max(placed, key=lambda port: len(placed[port])))
+    replica = redis_cluster.replica_of(victim)
+    hit = placed[victim.port]
+    stream = TurnStream(
+        [harness for harness, _ in gateways], workers=WORKERS, retry_limit=RECOVERY_BOUND + 10
+    )
+    stream.start()
+    loop = asyncio.get_running_loop()
+    try:
+        await stream.until_answered(3 * WORKERS, limit=SETUP_LIMIT)
+        # Every user of the primary about to die inside a bot call when it dies: the bot holds the
+        # calls arriving from now on until the kill, then answers each SLOW_BOT s later.
+        gw.bot.gate = asyncio.Event()
+        arrived = len(gw.bot.calls)
+        await until(
+            lambda: set(hit) <= {call.body["user"]["sub"] for call in gw.bot.calls[arrived:]},
+            SETUP_LIMIT,
+            "a bot call of each of the victim's users",
+        )
+        fault = loop.time()
+        victim.signal(signal.SIGKILL)
+        gw.bot.gate.set()
+        await until(lambda: is_primary(replica), RECOVERY_BOUND, "the replica promoted")
+        victim.start()  # it rejoins as the new primary's replica: WAIT 1 holds claims until then
+        await asyncio.to_thread(redis_cluster.wait_healthy)
+        healthy = loop.time()
+        await until_answered_by(stream, hit, 2 * len(hit), healthy, RECOVERY_BOUND)
+        await stream.until_answered(2 * WORKERS, since=loop.time(), limit=RECOVERY_BOUND)
+        await stream.stop()
+    finally:
+        await stream.cancel()
+
+    # Each user of the killed primary: its first answer after the kill, and how long after the cluster
+    # was healthy that came (0 if before).
+    back = {sub: min(s.answered_at for s in answered_by(stream, [sub], fault)) for sub in hit}
+    back_after_healthy = max(max(at - healthy, 0.0) for at in back.values())
+    slowest = max(sent.answered_at - sent.started_at for sent in stream.answered)
+    calls = Counter(call.body["message_id"] for call in gw.bot.calls)
+    # The messages the kill caught inside the bot call: one per user of the killed primary.
+    caught = [s for s in stream.answered if s.sub in hit and s.started_at < fault < s.answered_at]
+    scraped = [await scrape(ops) for _, ops in gateways]
+    late = {
+        outcome: sum(sample(text, "pact_store_late_releases_total", outcome=outcome) for text in scraped)
+        for outcome in ("released", "abandoned")
+    }
+    record_figure(
+        "cluster_failover_slow_bot",
+        what=(
+            f"Redis Cluster primary kill -9 with a {SLOW_BOT} s bot and the default pending_ttl "
+            f"(2 gateways, {WORKERS} users, {len(hit)} on the killed primary)"
+        ),
+        healthy_after_kill_s=round(healthy - fault, 2),
+        outage_s=round(max(back.values()) - fault, 2),
+        back_after_healthy_s=round(back_after_healthy, 2),
+        slowest_turn_s=round(slowest, 2),
+        messages_caught=len(caught),
+        messages_run_twice=sum(1 for count in calls.values() if count > 1),
+        late_releases=int(late["released"]),
+        turns=len(stream.answered),
+    )
+    assert sorted(sent.sub for sent in caught) == sorted(hit)
+    assert all(sent.failures for sent in caught)  # none could be stored on the dead primary
+    assert back_after_healthy < BACK_AFTER_HEALTHY_BOUND, (back_after_healthy, back, healthy - fault)
+    assert slowest < DEFAULT_PENDING_TTL / 2, slowest  # none waited for a marker to lapse
+    assert late["abandoned"] == 0, late
+    assert await missing_replies(redis_cluster, gw, stream.answered) == []
+    await stream.check_replays()
+    # A message the bot ran again is one whose reply was never stored (its attempt failed): §4.3.
+    assert stream.bot_calls_beyond_attempts() == {}
+
+
 def migrate_slot(cluster: RedisCluster, slot: int) -> None:
     """Move ``slot`` to another primary as ``redis-cli --cluster reshard`` does: mark it importing on
     the target and migrating on the source, ``MIGRATE`` its keys in batches, then, after
@@ -223,24 +333,37 @@ def migrate_slot(cluster: RedisCluster, slot: int) -> None:
 async def test_a_live_reshard_of_open_conversations_answers_every_turn_and_follows_ask_and_moved(
     redis_cluster: RedisCluster, metered: Metered
 ) -> None:
-    gateways = await two_gateways(metered, redis_cluster)
+    """Issue 27, item 3, with the default ``pending_ttl`` and a bot that takes 0.25 s: while a slot
+    migrates, every script of it meets ``TRYAGAIN`` behind ``ASKING`` (a key it names is not on the
+    importing node); each call is tried again, paced, within ``cache.timeout``, and what still
+    failed is released in the background, so no turn waits for a marker to lapse. Before, five
+    redirects ended each call in a fraction of a second and its dropped release held the message
+    for ``pending_ttl`` (60.3 s)."""
+    gateways = await two_gateways(metered, redis_cluster, pending_ttl=None)
     gw = gateways[0][0]
+    gw.bot.latency = SLOW_BOT
     stream = TurnStream([harness for harness, _ in gateways], workers=WORKERS, retry_limit=SETUP_LIMIT)
     stream.start()
     loop = asyncio.get_running_loop()
     try:
         await stream.until_answered(2 * WORKERS, limit=SETUP_LIMIT)
         slots = sorted({key_slot(keys.conv_key("acme", "x", owner_tag(gw, sub))) for sub in users()})
+        started = loop.time()
         for slot in slots:
             await asyncio.to_thread(migrate_slot, redis_cluster, slot)
+        ended = loop.time()
         await asyncio.to_thread(redis_cluster.wait_healthy)
         await stream.until_answered(2 * WORKERS, since=loop.time(), limit=SETUP_LIMIT)
         await stream.stop()
     finally:
         await stream.cancel()
 
+    during = [sent for sent in stream.answered if sent.answered_at >= started and sent.started_at <= ended]
+    slowest = max(sent.answered_at - sent.started_at for sent in during)
+    calls = Counter(call.body["message_id"] for call in gw.bot.calls)
     await stream.check_replays()
     assert stream.bot_calls_beyond_attempts() == {}
+    assert slowest < RESHARD_TURN_BOUND, slowest
     scraped = [await scrape(ops) for _, ops in gateways]
     redirects = {
         kind: sum(sample(text, "pact_redis_cluster_redirects_total", kind=kind) for text in scraped)
@@ -251,8 +374,14 @@ async def test_a_live_reshard_of_open_conversations_answers_every_turn_and_follo
     record_figure(
         "cluster_reshard",
         what=f"live reshard of {len(slots)} slots holding open conversations (2 gateways, {WORKERS} users)",
-        turns=len(stream.answered),
+        reshard_s=round(ended - started, 2),
+        turns_during=len(during),
+        slowest_turn_s=round(slowest, 2),
         failed_attempts=sum(len(sent.failures) for sent in stream.answered),
+        messages_run_twice=sum(1 for count in calls.values() if count > 1),
+        late_releases=int(
+            sum(sample(text, "pact_store_late_releases_total", outcome="released") for text in scraped)
+        ),
         ask_redirects=int(redirects["ask"]),
         moved_redirects=int(redirects["moved"]),
     )
@@ -318,7 +447,11 @@ async def test_a_stopped_primary_fails_only_its_own_users_turns_the_others_are_a
     assert [sent.message_id for sent in served if sent.failures] == []
     usual = max(before)
     slowest = max(sent.answered_at - sent.started_at for sent in served)
-    assert slowest < TIMEOUT, (slowest, usual)  # none waited on the stopped node
+    # None waited on the stopped node: a wait there fails the attempt after cache.timeout (none
+    # failed, above) or holds the turn until the node goes on, which for a turn counted here is up
+    # to STOP_SECONDS - TIMEOUT. How long a turn takes on a loaded machine is no measure of either
+    # (1.1 s was seen on two shared cores, issue 27): the bound is the stop itself.
+    assert slowest < STOP_SECONDS - TIMEOUT, (slowest, usual)
     # Each of its users was on a message through the stop: none answered before SIGCONT, each only
     # after failed attempts (the node silent; then its replica, promoted, has no replica for WAIT).
     caught = [

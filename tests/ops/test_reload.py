@@ -106,13 +106,14 @@ async def test_restart_only_settings_keep_their_running_values(
     new["listen"] = {"host": "127.0.0.1", "port": 18181}
     new["cache"] = {"url": "redis://127.0.0.1:6379/3"}
     new["metrics"] = {"enabled": True, "port": 19191}
-    new["limits"] = {"shutdown_timeout": 3, "max_body_bytes": 1000}
+    new["limits"] = {"shutdown_timeout": 3, "max_body_bytes": 1000, "bot_answer_fields": 50}
     new["brands"][0]["name"] = "Acme Renamed"
     with caplog.at_level(logging.WARNING, logger="pact_gateway.reload"):
         config = reload_app(gw_memory.client.app, write(tmp_path / "gw.yaml", new))
     assert config is not None
     assert (config.listen, config.cache, config.metrics) == (running.listen, running.cache, running.metrics)
     assert config.limits.shutdown_timeout == running.limits.shutdown_timeout
+    assert config.limits.bot_answer_fields == running.limits.bot_answer_fields  # read by the bot client
     assert config.limits.max_body_bytes == 1000  # read per request: applies at once
     assert config.brands["acme"].name == "Acme Renamed"
     (warning,) = [r for r in caplog.records if r.levelno == logging.WARNING]
@@ -121,6 +122,7 @@ async def test_restart_only_settings_keep_their_running_values(
         "cache",
         "metrics",
         "limits.shutdown_timeout",
+        "limits.bot_answer_fields",
     ]
 
 

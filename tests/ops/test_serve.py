@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import gc
+import logging
 import os
 import signal
 import socket
@@ -24,7 +25,9 @@ import pytest
 import yaml
 
 from gateway.cli import main
-from gateway.process.server import YOUNG_GC_THRESHOLD, settle_heap
+from gateway.config import load_config
+from gateway.ops.metrics import Metrics
+from gateway.process.server import YOUNG_GC_THRESHOLD, GatewayServer, settle_heap
 from tests.ops.conftest import Processes, ServeProcess, sample, until
 from tests.support.bot import ControlledBot
 from tests.support.gateway import AUDIENCE, base_config
@@ -293,3 +296,23 @@ def test_settle_heap_freezes_start_up_and_raises_only_the_young_threshold() -> N
     finally:
         gc.unfreeze()
         gc.set_threshold(*before)
+
+
+async def test_i5_the_process_opening_an_admin_listener_off_loopback_warns_of_it(
+    raw: dict[str, Any], tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 28 I5: ``admin.host: 0.0.0.0`` is allowed, but said where the listener opens (the one
+    process that serves it), as ``check-config`` prints it."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    raw["admin"] = {"enabled": True, "token": "${PACT_ADMIN_TOKEN}", "host": "0.0.0.0", "port": port}  # noqa: S104
+    config = load_config(raw, {"PACT_ADMIN_TOKEN": "t" * 32})
+    server = GatewayServer(tmp_path / "gw.yaml", config, metrics=Metrics(), admin=True)
+    with caplog.at_level(logging.WARNING, logger="pact_gateway.serve"):
+        await server.start_admin()
+    try:
+        (warning,) = [record for record in caplog.records if record.name == "pact_gateway.serve"]
+        assert warning.getMessage().startswith("admin.host: 0.0.0.0 is not a loopback address")
+    finally:
+        await server.stop()

@@ -57,14 +57,16 @@ class RecordingPipe(RedisPipe):
         super().__init__(RedisAddress.from_url(url))
         self.sent: list[tuple[str, list[bytes]]] = []
 
-    async def execute(self, *args: Arg, replicated: bool = False, asking: bool = False) -> Any:
+    async def execute(
+        self, *args: Arg, replicated: bool = False, asking: bool = False, idempotent: bool = False
+    ) -> Any:
         name = str(args[0])
         if name in {"EVALSHA", "EVAL"}:  # how run() sends a script, which it noted
-            return await super().execute(*args, replicated=replicated, asking=asking)
+            return await super().execute(*args, replicated=replicated, asking=asking, idempotent=idempotent)
         assert name in _KEYED or name == "DEL", f"a command this test does not know the keys of: {name}"
         keys = args[1:] if name == "DEL" else args[1:2]
         self.sent.append((name, [_raw(key) for key in keys]))
-        return await super().execute(*args, replicated=replicated, asking=asking)
+        return await super().execute(*args, replicated=replicated, asking=asking, idempotent=idempotent)
 
     async def run(
         self,
@@ -74,9 +76,12 @@ class RecordingPipe(RedisPipe):
         *,
         replicated: bool = False,
         asking: bool = False,
+        idempotent: bool = False,
     ) -> Any:
         self.sent.append((_SCRIPT_NAMES[id(script)], [_raw(key) for key in keys]))
-        return await super().run(script, keys, args, replicated=replicated, asking=asking)
+        return await super().run(
+            script, keys, args, replicated=replicated, asking=asking, idempotent=idempotent
+        )
 
 
 def _raw(key: Arg) -> bytes:
@@ -241,9 +246,15 @@ class StrictScriptPipe(RedisPipe):
         *,
         replicated: bool = False,
         asking: bool = False,
+        idempotent: bool = False,
     ) -> Any:
         return await super().run(
-            Script("#!lua\n" + script.source), keys, args, replicated=replicated, asking=asking
+            Script("#!lua\n" + script.source),
+            keys,
+            args,
+            replicated=replicated,
+            asking=asking,
+            idempotent=idempotent,
         )
 
 

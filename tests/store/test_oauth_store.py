@@ -125,6 +125,7 @@ async def issue(
     user: str = "user-42",
     refresh: str = "rt-1",
     owner: Owner = ALICE,
+    max_user_grants: int | None = None,
 ) -> Grant:
     """A grant through the whole flow: a new authorization, approved by ``user``, redeemed by one poll."""
     device_hash = sha(f"dc-{grant_id}")
@@ -138,6 +139,7 @@ async def issue(
         clock(),
         refresh=rt(refresh, gid(grant_id, owner)),
         grant_ttl=GRANT_TTL,
+        max_user_grants=max_user_grants,
     )
     assert result.outcome is PollOutcome.ISSUED
     assert result.grant is not None
@@ -992,3 +994,31 @@ async def test_issue20_one_live_grant_per_slot_whichever_layout_wrote_it(
         assert live == third
         assert await oauth.grants_of_user(BRAND, "user-42", clock()) == [third]
         assert await oauth.grants_of_owner(BRAND, ALICE.digest, clock()) == [third]
+
+
+async def test_l4_a_brand_user_holds_at_most_max_user_grants_the_oldest_superseded(
+    oauth: OAuthStore, clock: ManualClock
+) -> None:
+    """Issue 28 L4: one Brand account delegating to fresh ``sub`` after fresh ``sub`` (2,000 grants
+    in 43 s before) keeps its newest grants only; the oldest are revoked, tokens and all."""
+    grants = []
+    for index in range(5):
+        owner = Owner(BRAND, ALICE.issuer, f"fresh-sub-{index}")
+        grants.append(
+            await issue(
+                oauth, clock, grant_id=f"g-{index}", refresh=f"rt-{index}", owner=owner, max_user_grants=3
+            )
+        )
+        clock.advance(1)
+    listed = await oauth.grants_of_user(BRAND, "user-42", clock())
+    assert [grant.grant_id for grant in listed] == [grant.grant_id for grant in grants[2:]]
+    for old in grants[:2]:
+        assert await oauth.get_grant(BRAND, old.grant_id, clock()) is None
+        rotated = await oauth.rotate_refresh(
+            BRAND, rt(f"rt-{grants.index(old)}", old.grant_id), rt("rt-new", old.grant_id), clock()
+        )
+        assert rotated.outcome is RefreshOutcome.INVALID
+    # Another user's grants are theirs: the cap is per Brand user.
+    other = await issue(oauth, clock, grant_id="g-other", user="user-7", refresh="rt-o", max_user_grants=3)
+    assert await oauth.get_grant(BRAND, other.grant_id, clock()) is not None
+    assert len(await oauth.grants_of_user(BRAND, "user-42", clock())) == 3

@@ -18,6 +18,9 @@ from gateway.config import CacheConfig
 from gateway.redis_url import ClusterAddress
 from gateway.store.base import StoreError
 from gateway.store.limits import (
+    GRACE,
+    REFUSED,
+    SHARED,
     Hit,
     MemoryRateLimiter,
     RateLimiter,
@@ -187,7 +190,7 @@ async def test_redis_script_is_one_round_trip_for_every_limit(redis_store: Redis
 
 
 async def test_waits_looks_at_a_budget_without_spending_it(limiter: RateLimiter, clock: ManualClock) -> None:
-    """The wrong-``user_code`` budgets are looked at before an attempt and spent only after a failure."""
+    """A budget of failures is looked at, charging nothing, for an attempt known to have succeeded."""
     rule = Rule(rate=0.5, burst=2)
     hits = [Hit("budget:a", rule), Hit("budget:b", rule)]
     for _ in range(5):
@@ -210,6 +213,36 @@ async def test_redis_waits_reads_the_counters_on_their_nodes_clock(redis_store: 
     assert await limiter.hit_all(hits) == [0.0]
     assert await limiter.hit_all(hits) == [0.0]
     assert (await limiter.waits(hits))[0] == pytest.approx(2.0, abs=0.1)
+
+
+async def test_rfc8628_5_1_a_reservation_takes_the_shared_budget_or_the_grace_all_or_nothing(
+    limiter: RateLimiter,
+) -> None:
+    """One step decides and charges (issue 28 M1); while the shared budget is spent, a subject whose
+    grace has a token still passes, and a taken reservation given back leaves no trace (M2). The
+    keys share a hash tag, as a reservation's must (one script, on a Redis Cluster too)."""
+    slow = Rule(rate=0.001, burst=1)
+    own, shared = Hit("{r}own", Rule(rate=0.001, burst=5)), Hit("{r}brand", slow)
+    first = await limiter.reserve([own], [shared], [Hit("{r}grace-a", slow)])
+    assert first.mode == SHARED
+    # The miss marks its grace too.
+    assert [hit.key for hit in first.taken] == ["{r}own", "{r}brand", "{r}grace-a"]
+    assert [hit.key for hit in first.emptied] == ["{r}brand", "{r}grace-a"]
+    refused = await limiter.reserve([own], [shared], [Hit("{r}grace-a", slow)])
+    assert refused.mode == REFUSED
+    assert refused.taken == ()
+    assert refused.waits == pytest.approx((0.0, 1000.0, 1000.0))
+    graced = await limiter.reserve([own], [shared], [Hit("{r}grace-b", slow)])
+    assert graced.mode == GRACE
+    assert [hit.key for hit in graced.taken] == ["{r}own", "{r}grace-b"]
+    await limiter.give_back(graced.taken)  # the code was right: as if it had not come
+    assert (await limiter.reserve([own], [shared], [Hit("{r}grace-b", slow)])).mode == GRACE
+    assert (await limiter.reserve([own], [shared], [Hit("{r}grace-b", slow)])).mode == REFUSED
+    # Without a token of its own budget nothing is taken, whatever the shared one has.
+    spent = Hit("{r}spent", slow)
+    assert (await limiter.reserve([spent])).mode == SHARED
+    assert (await limiter.reserve([spent], [Hit("{r}brand-2", slow)])).mode == REFUSED
+    assert (await limiter.reserve([], [Hit("{r}brand-2", slow)])).mode == SHARED
 
 
 async def test_s6_a_charge_held_up_by_a_cluster_outage_counts_from_when_it_runs(

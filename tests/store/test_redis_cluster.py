@@ -20,9 +20,9 @@ import pytest
 from gateway.config import CacheConfig
 from gateway.ops.metrics import Metrics
 from gateway.redis_url import ClusterAddress
-from gateway.store import open_store
-from gateway.store.base import StoreError
-from gateway.store.redis import RedisStore
+from gateway.store import keys, open_store
+from gateway.store.base import Owner, StoreError, TurnStatus
+from gateway.store.redis import LATE_RELEASE_MAX_PAUSE, LateOutcome, RedisStore
 from gateway.store.redis_cluster import ClusterPipe, CrossSlotError, RedirectKind, RefreshOutcome
 from gateway.store.redis_pipe import ReplyRefused, Script
 from gateway.store.slots import NO_KEY_LUA, key_slot
@@ -150,6 +150,49 @@ async def test_ask_during_an_open_migration_goes_to_the_importing_node_behind_as
     assert recorder.redirects[source, "ask"] == 2  # ASK changes no map: the source is asked first again
     assert recorder.kinds("moved") == 0
     assert recorder.commands[target, True] == 2
+
+
+async def test_a_multi_key_script_in_a_slot_being_migrated_is_tried_again_until_the_slot_is_assigned(
+    redis_cluster: RedisCluster, open_cluster_pipe: Callable[..., tuple[ClusterPipe, Recorder]]
+) -> None:
+    """Issue 27, item 3: behind ``ASKING`` the importing node answers ``TRYAGAIN`` to a script one of
+    whose keys it lacks (one not moved yet, or one that exists nowhere), for as long as the slot
+    migrates. The call is tried again, paced, until the slot is assigned, within ``cache.timeout``:
+    before, five ``ASK``/``TRYAGAIN`` rounds (about 0.16 s) failed it with ``redis: ASK``."""
+    pipe, recorder = open_cluster_pipe(redis_cluster.url, timeout=10.0)
+    key, absent = tagged(3), "test:{t3}:absent"
+    await pipe.execute("SET", key, "v")
+    source, target = await asyncio.to_thread(redis_cluster.migrate, key)
+    copied = asyncio.ensure_future(pipe.run(COPY, [key, absent], []))
+    await asyncio.sleep(1.0)
+    assert not copied.done()  # still trying: the slot is migrating, the call has time left
+    await asyncio.to_thread(redis_cluster.assign, key, source, target)
+    assert await copied == b"v"
+    asked = recorder.redirects[f"127.0.0.1:{source.port}", "ask"]
+    assert asked >= 3, asked  # ASK, then TRYAGAIN from the target, again and again
+    assert asked < 40, asked  # paced: not as fast as the loopback allows
+    with target.client() as client:
+        assert client.get(absent) == b"v"
+
+
+async def test_an_idempotent_call_is_sent_again_after_a_failover_and_any_other_fails_at_once(
+    redis_cluster: RedisCluster, open_cluster_pipe: Callable[..., tuple[ClusterPipe, Recorder]]
+) -> None:
+    """Issue 27, item 2: a call that may have run (its node died) fails at once unless it is
+    ``idempotent`` (a reply stored, a claim released): that one is sent again, after the map is
+    looked up again, until the replica is promoted, within ``cache.timeout``."""
+    pipe, recorder = open_cluster_pipe(redis_cluster.url, timeout=30.0)
+    key = tagged(4)
+    await pipe.execute("SET", key, "before")
+    victim = redis_cluster.node_of_key(key)
+    replica = redis_cluster.replica_of(victim)
+    victim.signal(signal.SIGKILL)
+    with pytest.raises(StoreError):
+        await pipe.execute("SET", key, "once")
+    assert await pipe.execute("SET", key, "again", idempotent=True) == b"OK"
+    assert _is_primary(replica)
+    assert recorder.commands[f"127.0.0.1:{replica.port}", True] == 1
+    assert await pipe.execute("GET", key) == b"again"
 
 
 async def _appends(
@@ -300,6 +343,45 @@ async def test_not_ready_while_any_slot_is_unserved(
     redis_cluster.bring_up(SLOT_100_KEY, owner)
     redis_cluster.wait_healthy()
     await _until_ready(pipe, 10.0)
+
+
+class Releases:
+    """The releases a store tried again in the background, by outcome (as the metrics count them)."""
+
+    def __init__(self) -> None:
+        self.outcomes: Counter[LateOutcome] = Counter()
+
+    def late_release(self, outcome: LateOutcome) -> None:
+        self.outcomes[outcome] += 1
+
+
+async def test_a_claim_refused_unrun_while_its_slot_migrates_has_nothing_to_release(
+    redis_cluster: RedisCluster,
+) -> None:
+    """A begin-turn script answered ``TRYAGAIN`` (its slot held migrating) until ``cache.timeout``
+    ended did not run: it claimed nothing, so no release is sent, which would cost the user another
+    ``cache.timeout`` in the same state, then a task in the background (issue 27, item 3)."""
+    releases = Releases()
+    # No WAIT: what is under test is the refusal, not the replication of a cluster just started.
+    config = CacheConfig(url=redis_cluster.url, timeout=1.0, wait_replicas=0)
+    store = RedisStore(config, release_observer=releases)
+    alice = Owner("acme", "https://pa.example", "alice")
+    try:
+        opened = await store.begin_turn(alice, None, "m1", "hello", "ctx-1")
+        assert opened.status is TurnStatus.NEW
+        await store.complete_turn(alice, "ctx-1", "m1", b"r1", close=False)
+        key = keys.conv_key("acme", "ctx-1", keys.owner_tag(alice.digest))
+        source, target = await asyncio.to_thread(redis_cluster.migrate, key)
+        with pytest.raises(ReplyRefused) as refused:
+            await store.begin_turn(alice, "ctx-1", "m2", "where is it?", "")
+        assert refused.value.code in ("TRYAGAIN", "ASK")  # whichever came last: neither ran it
+        await asyncio.to_thread(redis_cluster.assign, key, source, target)
+        await asyncio.sleep(3 * LATE_RELEASE_MAX_PAUSE)  # a release tried again would have gone by now
+        assert releases.outcomes == {}
+        retry = await store.begin_turn(alice, "ctx-1", "m2", "where is it?", "")
+        assert retry.status is TurnStatus.NEW
+    finally:
+        await store.close()
 
 
 async def test_the_store_factory_opens_a_cluster_pipe_reporting_to_the_gateways_metrics(

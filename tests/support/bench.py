@@ -31,5 +31,5 @@ def run_module(module: str, *args: str, timeout: float = 300) -> str:
             timeout=timeout,
             check=False,
         )
-    assert done.returncode == 0, f"python -m {module} failed:\n{done.stderr[-4000:]}"
+    assert done.returncode == 0, f"python -m {module} failed:\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}"
     return done.stdout

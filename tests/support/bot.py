@@ -37,10 +37,13 @@ class ControlledBot:
     ``pieces`` (the sample answer written in two pieces, the second after the first was flushed),
     ``echo`` (names what it was sent: :func:`echo_text`, so each reply can be checked against its request),
     ``half_way`` (promises a reply's length, sends half of it and closes the connection).
-    ``gate``, when set, holds every call until it is released (for concurrency tests)."""
+    ``gate``, when set, holds every call until it is released (for concurrency tests); ``latency``
+    is how long every call takes before it is answered (a bot that thinks: a fault then catches
+    turns inside the call)."""
 
     mode: str = "sample"
     gate: asyncio.Event | None = None
+    latency: float = 0.0
     calls: list[BotCall] = field(default_factory=list)
     memory: dict[str, Conversation] = field(default_factory=dict)
     accounts: dict[str, Account] = field(default_factory=dict)
@@ -58,6 +61,8 @@ class ControlledBot:
         self.calls.append(BotCall(body, CIMultiDict(request.headers)))
         if self.gate is not None:
             await self.gate.wait()
+        if self.latency:
+            await asyncio.sleep(self.latency)
         if self.mode == "status500":
             return web.json_response({"error": "boom"}, status=500)
         if self.mode == "slow":
@@ -71,7 +76,9 @@ class ControlledBot:
         if self.mode == "fixed":
             return web.json_response(self.fixed_reply)
         if self.mode == "echo":
-            return web.json_response({"text": echo_text(body), "end": False})
+            return web.json_response(
+                {"text": echo_text(body), "end": False, "message_id": body["message_id"]}
+            )
         if self.mode == "half_way":
             return await _half_way(request, orjson.dumps({"text": "Order A-10001 shipped.", "end": False}))
         conversation = self.memory.setdefault(body["conversation_id"], Conversation())
@@ -81,6 +88,7 @@ class ControlledBot:
                 actions=[{"tool": "cancel_order", "args": {"order": "A-10002"}}],
                 scopes_used=["orders:cancel"],
             )
+        reply["message_id"] = body["message_id"]  # echoed, as the sample bot does
         if self.mode == "pieces":
             return await _in_pieces(request, orjson.dumps(reply))
         response = web.json_response(reply)

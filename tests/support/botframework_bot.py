@@ -1,7 +1,9 @@
 """A real Bot Framework bot (botbuilder-python's ``CloudAdapter`` on aiohttp) on loopback, for the
 ``directline`` adapter's tests: the activities the gateway reads are then the SDK's own, defaults
 included (``MessageFactory.text`` puts ``inputHint: acceptingInput`` on every message;
-``ShowTypingMiddleware`` sends ``typing`` while a turn runs; no ``replyToId`` on Direct Line).
+``ShowTypingMiddleware`` sends ``typing`` while a turn runs; no ``replyToId`` from ``send_activity`` on
+Direct Line, but one from ``activity.create_reply``; a proactive message through
+``continue_conversation``).
 
 It runs as a Direct Line bot does, behind tests/support/fake_directline.py (``bot_url``): the
 channel posts each message to ``/api/messages`` and the bot answers through the Bot Connector API
@@ -14,10 +16,17 @@ What it does depends on the User's words, one scenario per test:
 * ``slow order …``: types for a while, says "Let me look that up…", types again for a while (the
   ``typing`` every ``TYPING_PERIOD`` s), then "Your order A-1 shipped on Monday.";
 * ``which …``: a prompt ("Which order is it?", ``expectingInput``), and a moment later one more
-  message, which belongs to no turn;
+  message, after the end of the turn's answer;
+* ``ask …``: "You said: <text>. Anything else?" as a prompt (``expectingInput``): a turn that ends
+  with a prompt, as a bot avoids the quiet period;
 * ``card …``: a hero card with buttons and suggested actions;
 * ``bye …``: "Goodbye!", then ``endOfConversation``;
 * ``trace …``: the ``traceparent`` it found in the activity's ``channelData``;
+* ``later …``: "Working on it…", and ``LATER_SECONDS`` after it, proactively (the SDK's
+  ``continue_conversation``, the usual pattern for long work), "Your report is ready." made with
+  ``create_reply``: its ``replyToId`` is the id of the continuation activity the SDK made up;
+* ``typing later …``: the same, with ``typing`` every ``TYPING_PERIOD`` s from the background work
+  until the message;
 * anything else: "You said: <text>".
 """
 
@@ -35,6 +44,7 @@ from botbuilder.schema import (
     Activity,
     ActivityTypes,
     CardAction,
+    ConversationReference,
     EndOfConversationCodes,
     HeroCard,
     InputHints,
@@ -46,6 +56,8 @@ TYPING_PERIOD: Final = 0.1
 WORK_SECONDS: Final = 1.2
 """How long the slow scenario's bot works, twice: several times a test's ``quiet_period``."""
 AFTER_PROMPT_SECONDS: Final = 0.1
+LATER_SECONDS: Final = 2.0
+"""How long after its turn the bot's background work sends its proactive message."""
 
 
 @dataclass(frozen=True)
@@ -58,6 +70,11 @@ class _NoAppId:
 
 class AcmeBot:
     """The bot's turn logic (``CloudAdapter.process`` calls ``on_turn`` for every activity)."""
+
+    def __init__(self, adapter: CloudAdapter) -> None:
+        self._adapter = adapter
+        self.background: set[asyncio.Task[None]] = set()
+        """The work still running after its turn (cancelled when the bot stops)."""
 
     async def on_turn(self, context: TurnContext) -> None:
         activity = context.activity
@@ -79,6 +96,12 @@ class AcmeBot:
             )
             await asyncio.sleep(AFTER_PROMPT_SECONDS)
             await context.send_activity("(a message after the prompt)")
+        elif first == "ask":
+            await context.send_activity(
+                MessageFactory.text(
+                    f"You said: {words}. Anything else?", input_hint=InputHints.expecting_input
+                )
+            )
         elif first == "card":
             await context.send_activity(_card())
         elif first == "bye":
@@ -89,12 +112,33 @@ class AcmeBot:
                     code=EndOfConversationCodes.completed_successfully,
                 )
             )
+        elif first in ("later", "typing"):
+            await context.send_activity("Working on it…")
+            reference = TurnContext.get_conversation_reference(activity)
+            work = asyncio.create_task(self._later(reference, typing=first == "typing"))
+            self.background.add(work)
+            work.add_done_callback(self.background.discard)
         elif first == "trace":
             channel_data: Any = activity.channel_data
             parent = channel_data.get("traceparent") if isinstance(channel_data, dict) else None
             await context.send_activity(f"traceparent: {parent}")
         else:
             await context.send_activity(f"You said: {words}")
+
+    async def _later(self, reference: ConversationReference, *, typing: bool) -> None:
+        """The background work: a proactive turn that (maybe) types, then says it is done."""
+
+        async def proactive(context: TurnContext) -> None:
+            deadline = asyncio.get_running_loop().time() + LATER_SECONDS
+            while typing and asyncio.get_running_loop().time() < deadline:
+                busy = context.activity.create_reply()
+                busy.type = ActivityTypes.typing
+                await context.send_activity(busy)
+                await asyncio.sleep(TYPING_PERIOD)
+            await asyncio.sleep(max(0.0, deadline - asyncio.get_running_loop().time()))
+            await context.send_activity(context.activity.create_reply("Your report is ready."))
+
+        await self._adapter.continue_conversation(reference, proactive, "")
 
 
 def _card() -> Activity:
@@ -118,12 +162,18 @@ def _card() -> Activity:
 def bot_app() -> web.Application:
     adapter = CloudAdapter(ConfigurationBotFrameworkAuthentication(_NoAppId()))
     adapter.use(ShowTypingMiddleware(delay=TYPING_DELAY, period=TYPING_PERIOD))
-    bot = AcmeBot()
+    bot = AcmeBot(adapter)
 
     async def messages(request: web.Request) -> web.StreamResponse:
         response = await adapter.process(request, bot)
         return response if response is not None else web.Response(status=201)
 
+    async def stop_work(_: web.Application) -> None:
+        for work in bot.background:
+            work.cancel()
+        await asyncio.gather(*bot.background, return_exceptions=True)
+
     app = web.Application()
     app.router.add_post("/api/messages", messages)
+    app.on_cleanup.append(stop_work)
     return app

@@ -21,9 +21,11 @@ def recorded_commands(redis: RedisPipe) -> Iterator[list[str]]:
     commands: list[str] = []
     original = redis.execute
 
-    async def counting(*args: Arg, replicated: bool = False, asking: bool = False) -> Any:
+    async def counting(
+        *args: Arg, replicated: bool = False, asking: bool = False, idempotent: bool = False
+    ) -> Any:
         commands.append(str(args[0]))  # a WAIT or ASKING sent with it rides along: no round trip of its own
-        return await original(*args, replicated=replicated, asking=asking)
+        return await original(*args, replicated=replicated, asking=asking, idempotent=idempotent)
 
     redis.execute = counting  # type: ignore[method-assign]
     try:
@@ -55,13 +57,15 @@ def recorded_rounds(redis: RedisPipe) -> Iterator[Rounds]:
     seen = Rounds()
     original = redis.execute
 
-    async def counting(*args: Arg, replicated: bool = False, asking: bool = False) -> Any:
+    async def counting(
+        *args: Arg, replicated: bool = False, asking: bool = False, idempotent: bool = False
+    ) -> Any:
         if not seen._waiting:
             seen.rounds += 1
         seen.sent.append((seen.rounds, args))
         seen._waiting += 1
         try:
-            return await original(*args, replicated=replicated, asking=asking)
+            return await original(*args, replicated=replicated, asking=asking, idempotent=idempotent)
         finally:
             seen._waiting -= 1
 

@@ -36,15 +36,16 @@ that does not fit is answered ``400`` and recorded in ``violations``, which the 
 
 ``mode`` is what the scripted bot does with a message: ``answer`` (one prompt, ``inputHint:
 expectingInput``, counting the messages of its conversation, so a test sees which conversation it
-is), ``several`` (a message that arrives just before the User's, then after it a stale answer to an
-older activity, ``typing``, three replies, the last ``expectingInput``, and one more message),
+is), ``several`` (a message that arrives just before the User's, then after it a stale answer to the
+User's previous message if there was one, ``typing``, three replies, the last ``expectingInput``,
+and one more message),
 ``quiet`` (two replies without ``inputHint``), ``cards`` (a hero card, an image and suggested
 actions), ``end`` (a goodbye with ``acceptingInput``, as the SDKs send it, then
 ``endOfConversation``), ``hang_up`` (``endOfConversation`` alone), ``widget`` (an Adaptive Card and
 no text), ``late`` (one prompt, written only at the client's third read, after one that found
 nothing new), ``silent`` (never answers), ``bot_error`` (``502 BotError``), ``throttle`` (``429``
-with ``Retry-After: 5``). No scripted reply carries a ``replyToId`` but the stale answer:
-botbuilder-python sends none on Direct Line.
+with ``Retry-After: 5``). No scripted reply carries a ``replyToId`` but the stale answer, as
+botbuilder-python's ``send_activity`` sends none on Direct Line.
 """
 
 from __future__ import annotations
@@ -74,6 +75,8 @@ class Conversation:
     id: str
     activities: list[dict[str, Any]] = field(default_factory=list)
     user_messages: int = 0
+    user_ids: list[str] = field(default_factory=list)
+    """The ids of the User's messages, in order."""
     pending: list[dict[str, Any]] = field(default_factory=list)
     reads_before_pending: int = 0
 
@@ -255,6 +258,7 @@ class FakeDirectLine:
             delivery = asyncio.create_task(self._deliver(self.bot_url, conversation.activities[-1]))
             self._deliveries.add(delivery)
             delivery.add_done_callback(self._deliveries.discard)
+        conversation.user_ids.append(activity_id)
         return web.json_response({"id": activity_id})
 
     async def _deliver(self, bot_url: str, activity: dict[str, Any]) -> None:
@@ -292,7 +296,8 @@ class FakeDirectLine:
         if self.mode == "answer":
             conversation.add(reply(f"You said: {text} (message {count} here)", "expectingInput"))
         elif self.mode == "several":
-            conversation.add(reply("Stale answer to an older turn.", replyToId=f"{conversation.id}|old"))
+            if conversation.user_ids:  # an answer to the User's message before this one, come late
+                conversation.add(reply("Stale answer to an older turn.", replyToId=conversation.user_ids[-1]))
             conversation.add({"type": "typing", "from": BOT})
             conversation.add(reply("One.", "acceptingInput"))
             conversation.add(reply("Two.", "ignoringInput"))

@@ -12,8 +12,9 @@ and recorded in ``violations``, which the fixture asserts empty.
 ``answers`` maps a message text to the list the bot answers it with; any other text gets Rasa's
 fallback (``utter_default``). ``mode``: ``answer`` (the default), ``status500`` (Sanic's error
 object with 500, as Rasa answers when its agent fails), ``not_json`` (an HTML error page from a
-proxy), ``not_list`` (a JSON object), ``slow`` (answers after 30 s), ``no_health`` (the health
-route answers 404, as when the REST channel is not in credentials.yml).
+proxy), ``not_list`` (a JSON object), ``slow`` (answers after 30 s), ``other_sender`` (the answer
+names another conversation's sender in ``recipient_id``), ``no_health`` (the health route answers
+404, as when the REST channel is not in credentials.yml).
 """
 
 from __future__ import annotations
@@ -94,7 +95,7 @@ class FakeRasa:
             return web.json_response({"status": "failure", "message": "no agent loaded"})
         if self.mode == "slow":
             await asyncio.sleep(30)
-        sender = body["sender"]
+        sender = "another-conversation" if self.mode == "other_sender" else body["sender"]
         messages = self.answers.get(body["message"], [{"text": FALLBACK}])
         return web.json_response([{"recipient_id": sender, **message} for message in messages])
 

@@ -139,7 +139,11 @@ class TurnStream:
             response = await next(self._next).send(
                 sent.text, message_id=sent.message_id, context_id=sent.context_id, sub=sent.sub
             )
-            assert (response.status, await response.read()) == (200, sent.reply), sent.message_id
+            came = (response.status, await response.read())
+            assert came == (200, sent.reply), (
+                f"{sent.message_id} ({sent.sub}, failed attempts {sent.failures}) replayed as\n"
+                f"  came:     {came[0]} {came[1]!r}\n  expected: 200 {sent.reply!r}"
+            )
         assert len(self._bot.calls) == calls
 
     def bot_calls_beyond_attempts(self) -> dict[str, tuple[int, int]]:

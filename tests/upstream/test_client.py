@@ -4,9 +4,12 @@ aiohttp's for well-behaved bots, raw sockets for the ones that misbehave on the 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime
+import gc
 import ipaddress
 import ssl
+import tracemalloc
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -19,7 +22,15 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from gateway.upstream.base import UpstreamError
-from gateway.upstream.client import BotClient, Target, WireReply
+from gateway.upstream.client import (
+    MAX_FIELDS,
+    MAX_HEAD_BYTES,
+    MAX_LINE_BYTES,
+    BotClient,
+    Target,
+    WireReply,
+    _Connection,
+)
 
 LIMIT = 1024
 Raw = Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -210,8 +221,19 @@ async def test_the_bot_sees_no_cookie_and_no_compression_asked(bot: tuple[Bot, T
             b"HTTP/1.1 103 Early Hints\r\nLink: </x>\r\n\r\n",
             b"HTTP/1.1 200 OK\r\nContent-Length: 11\r\n\r\nhello world",
         ),
+        (b"HTTP/1.1 103 Early Hints\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 11\r\n\r\nhello world",),
+        (b"\r\nHTTP/1.1 200 OK\r\nContent-Length: 11\r\n\r\nhello world",),  # llhttp skips the empty line
+        (b"HTTP/1.1 200 OK\r\nContent-", b"Length: 11\r\n\r\nhello", b" world"),
     ],
-    ids=["length", "chunked", "until-close", "early-hints"],
+    ids=[
+        "length",
+        "chunked",
+        "until-close",
+        "early-hints",
+        "early-hints-in-one-read",
+        "after-an-empty-line",
+        "head-in-pieces",
+    ],
 )
 async def test_an_answer_is_read_whole_however_it_is_framed(
     raw: Callable[[Raw], Awaitable[Target]], pieces: tuple[bytes, ...]
@@ -255,6 +277,253 @@ async def test_a_bad_answer_fails_the_call_with_its_cause_and_closes_the_connect
         assert client.idle_connections == 0
     assert failure.value.reason == reason
     assert said in str(failure.value)
+
+
+# Bounds on what a bot's answer makes the client hold (issue 28 M4): a hostile bot must not grow the
+# process that serves every Brand. Each bound is past in a way of its own; the call fails as a bad head
+# naming the target, the connection is closed (the bot sees it end), and nothing is pooled.
+
+OK_HEAD = b"HTTP/1.1 200 OK\r\n"
+CHUNKED = OK_HEAD + b"Transfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n"
+
+
+def fields(count: int, size: int = 1) -> bytes:
+    """``count`` distinct field lines, each with a value of ``size`` bytes."""
+    return b"".join(b"X-%d: %s\r\n" % (n, b"v" * size) for n in range(count))
+
+
+def until_closed(*pieces: bytes, seen: list[str]) -> Raw:
+    """Writes ``pieces`` (10 ms apart), then waits for the client to end the connection; notes ``closed``."""
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        for piece in pieces:
+            writer.write(piece)
+            await writer.drain()
+            await asyncio.sleep(0.01)
+        with contextlib.suppress(ConnectionError):
+            if await asyncio.wait_for(reader.read(), 5) == b"":
+                seen.append("closed")
+        writer.close()
+
+    return handler
+
+
+@pytest.mark.parametrize(
+    ("pieces", "cause"),
+    [
+        (
+            (b"HTTP/1.1 200 " + b"O" * MAX_LINE_BYTES + b"\r\nContent-Length: 0\r\n\r\n",),
+            "a head line longer",
+        ),
+        ((b"HTTP/1.1 200 ", *[b"O" * 1000] * 9), "a head line longer"),
+        (
+            (OK_HEAD + b"X-Long: " + b"v" * MAX_LINE_BYTES + b"\r\nContent-Length: 0\r\n\r\n",),
+            "a head line longer",
+        ),
+        ((OK_HEAD, b"X-Long: ", *[b"v" * 1000] * 9), "a head line longer"),
+        ((OK_HEAD + fields(20, 4000) + b"Content-Length: 0\r\n\r\n",), "a head longer than 65536 bytes"),
+        ((OK_HEAD + fields(MAX_FIELDS) + b"Content-Length: 0\r\n\r\n",), "more than 100 header fields"),
+        (
+            (b"HTTP/1.1 103 Early Hints\r\n" + fields(60) + b"\r\n", OK_HEAD + fields(50)),
+            "more than 100 header",
+        ),
+        ((CHUNKED + fields(MAX_FIELDS + 1) + b"\r\n",), "more than 100 trailer fields"),
+        ((CHUNKED + b"X-T: " + b"v" * MAX_LINE_BYTES + b"\r\n\r\n",), "a trailer field line longer"),
+        ((CHUNKED, b"X-T: ", *[b"v" * 1000] * 9), "a chunk or trailer line longer"),
+        ((CHUNKED + fields(20, 4000) + b"\r\n",), "trailers longer than 65536 bytes"),
+    ],
+    ids=[
+        "status-line",
+        "status-line-in-pieces",
+        "header-line",
+        "header-line-in-pieces",
+        "all-headers",
+        "header-count",
+        "header-count-with-interim",
+        "trailer-count",
+        "trailer-line",
+        "trailer-line-in-pieces",
+        "all-trailers",
+    ],
+)
+async def test_an_answer_past_a_head_or_trailer_bound_fails_as_a_bad_head_and_closes_its_connection(
+    raw: Callable[[Raw], Awaitable[Target]], pieces: tuple[bytes, ...], cause: str
+) -> None:
+    seen: list[str] = []
+    target = await raw(until_closed(*pieces, seen=seen))
+    async with BotClient() as client:
+        with pytest.raises(UpstreamError) as failure:
+            await call(client, target)
+        assert client.idle_connections == 0
+        await asyncio.sleep(0.1)
+        assert seen == ["closed"]
+    assert failure.value.reason == "bad_head"
+    assert failure.value.detail.startswith(f"127.0.0.1:{target.port}: {cause}")
+
+
+async def test_an_answer_at_every_bound_is_read_whole(raw: Callable[[Raw], Awaitable[Target]]) -> None:
+    """The bounds are inclusive: 100 fields, a line of 8 KiB with its CRLF, 64 KiB of head, and as much again
+    of trailers, even when each arrives in pieces."""
+    line = b"X-Long: " + b"v" * (MAX_LINE_BYTES - 10) + b"\r\n"
+    assert len(line) == MAX_LINE_BYTES
+    framing = b"Transfer-Encoding: chunked\r\n\r\n"
+    head = OK_HEAD + line + fields(MAX_FIELDS - 2, 560) + framing
+    head = head.replace(b"X-0: ", b"X-0: " + b"v" * (MAX_HEAD_BYTES - len(head)), 1)
+    assert len(head) == MAX_HEAD_BYTES
+    trailers = fields(MAX_FIELDS - 1) + b"X-Last: " + b"v" * 6000 + b"\r\n\r\n"
+    pieces = [head[:100], head[100:9000], head[9000:], b"2\r\nok\r\n0\r\n", trailers[:5], trailers[5:]]
+    target = await raw(answering(*pieces))
+    async with BotClient() as client:
+        reply = await call(client, target)
+    assert (reply.status, reply.body, len(reply.headers)) == (200, b"ok", MAX_FIELDS)
+    assert "x-last" not in reply.headers  # trailers are not merged into the head (RFC 9110 §6.5.1)
+
+
+async def test_a_bot_streaming_headers_without_end_is_cut_off_at_the_cap_with_memory_bounded(
+    raw: Callable[[Raw], Awaitable[Target]],
+) -> None:
+    """Issue 28 M4: a status line, then distinct 4 KB headers without end within the deadline (the review's
+    RSS 625 -> 2,874 MiB). The client stops reading at the head's cap and closes: the bot gets to write
+    what the sockets' buffers take and no more, and the process holds far less than the bot sent."""
+    sent: list[int] = []
+    value = b"v" * 4000
+
+    async def endless(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(OK_HEAD)
+        with contextlib.suppress(ConnectionError):
+            for n in range(16_384):  # 64 MiB at most: far more than any buffer between the two
+                writer.write(b"X-%d: %s\r\n" % (n, value))
+                await writer.drain()
+                sent.append(4010)
+        writer.close()
+
+    target = await raw(endless)
+    tracemalloc.start()
+    try:
+        async with BotClient() as client:
+            with pytest.raises(UpstreamError) as failure:
+                await call(client, target, within=30.0)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert (failure.value.reason, failure.value.detail) == (
+        "bad_head",
+        f"127.0.0.1:{target.port}: a head longer than {MAX_HEAD_BYTES} bytes",
+    )
+    assert sum(sent) < 16 * 1024 * 1024
+    assert peak < 4 * 1024 * 1024
+
+
+async def test_a_header_value_without_end_is_cut_off_at_the_line_cap(
+    raw: Callable[[Raw], Awaitable[Target]],
+) -> None:
+    """One header value sent a byte at a time: the client holds one unfinished line, never more than
+    :data:`MAX_LINE_BYTES`, and stops there (httptools would join the pieces, quadratic in the value)."""
+    sent: list[int] = []
+
+    async def dribble(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_request(reader)
+        writer.write(OK_HEAD + b"X-Long: ")
+        with contextlib.suppress(ConnectionError):
+            for _ in range(4 * MAX_LINE_BYTES):
+                writer.write(b"v" * 16)
+                await writer.drain()
+                sent.append(16)
+                await asyncio.sleep(0)
+        writer.close()
+
+    target = await raw(dribble)
+    async with BotClient() as client:
+        with pytest.raises(UpstreamError) as failure:
+            await call(client, target, within=30.0)
+    assert failure.value.reason == "bad_head"
+    assert f"a head line longer than {MAX_LINE_BYTES} bytes" in failure.value.detail
+    assert sum(sent) < 16 * MAX_LINE_BYTES
+
+
+def live_connections() -> int:
+    return sum(type(thing) is _Connection for thing in gc.get_objects())
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        OK_HEAD + fields(MAX_FIELDS + 1) + b"Content-Length: 0\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 5000\r\n\r\n",
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
+    ],
+    ids=["bad-head", "too-long", "connection-close"],
+)
+async def test_a_closed_connection_is_freed_at_once_without_the_cyclic_collector(
+    raw: Callable[[Raw], Awaitable[Target]], answer: bytes
+) -> None:
+    """Issue 28 M4: connection and parser referred to each other, so what a closed connection had read
+    stayed until the cyclic collector ran. With the collector off, nothing of it is left once asyncio
+    has run the connection's end (one turn of the loop)."""
+    target = await raw(until_closed(answer, seen=[]))
+    async with BotClient() as client:
+        gc.collect()
+        before = live_connections()
+        gc.disable()
+        try:
+            with contextlib.suppress(UpstreamError):
+                await call(client, target)
+            for _ in range(3):
+                await asyncio.sleep(0)
+            left = live_connections() - before
+        finally:
+            gc.enable()
+    assert left == 0
+
+
+# Answers out of step with the calls (issue 28 L1): one read carrying the end of one answer and the start
+# of another must not leave the connection pooled, nor add the second's headers to the first.
+
+
+@pytest.mark.parametrize(
+    "first",
+    [
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nok\r\n0\r\n\r\n",
+        b"HTTP/1.1 204 No Content\r\n\r\n",
+    ],
+    ids=["length", "chunked", "no-body"],
+)
+async def test_a_byte_after_the_answer_in_the_same_read_closes_the_connection(
+    raw: Callable[[Raw], Awaitable[Target]], first: bytes
+) -> None:
+    stray = b"HTTP/1.1 200 OK\r\nX-Stray: 1\r\nContent-Length: 5\r\n\r\nstray"
+    target = await raw(answering(first + stray, close=False))
+    async with BotClient() as client:
+        reply = await call(client, target)
+        assert client.idle_connections == 0
+    assert reply.body == (b"" if b"204" in first else b"ok")
+    assert "x-stray" not in reply.headers
+
+
+async def test_the_next_call_after_a_stray_answer_gets_its_own(
+    raw: Callable[[Raw], Awaitable[Target]],
+) -> None:
+    """The review's symptom: the next User's turn on that connection failed ("not a valid HTTP answer")."""
+    answers = [b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nfirstHTTP/1.1 200 OK\r\nContent-Len", b""]
+    peers: list[int] = []
+
+    async def handler(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peers.append(writer.get_extra_info("peername")[1])
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            while True:
+                await read_request(reader)
+                writer.write(answers.pop(0) or b"HTTP/1.1 200 OK\r\nContent-Length: 4\r\n\r\nnext")
+                await writer.drain()
+        writer.close()
+
+    target = await raw(handler)
+    async with BotClient() as client:
+        assert (await call(client, target)).body == b"first"
+        assert (await call(client, target)).body == b"next"
+    assert len(set(peers)) == 2
 
 
 async def test_a_refused_call_names_its_target_never_a_credential_path_or_query() -> None:

@@ -11,17 +11,21 @@ from collections.abc import Callable
 from typing import Any
 
 import aiohttp
+import orjson
 import pytest
 
 from gateway.app import ADAPTER_STATE
 from gateway.config import ConfigError, DirectLineSettings, load_config
+from gateway.http.state import METRICS
+from gateway.ops.metrics import Metrics
 from gateway.ops.tracing import parse_traceparent
 from gateway.store import keys, open_store
 from gateway.store.factory import open_adapter_state
 from gateway.upstream.base import UpstreamError
 from gateway.upstream.client import BotClient
-from gateway.upstream.directline import ENDED_TEXT, AnswerReader, Line, render_activity
+from gateway.upstream.directline import ENDED_TEXT, AnswerReader, Line, render_activity, token_key
 from gateway.upstream.factory import make_adapter
+from gateway.upstream.wire import MAX_REPLY_BYTES
 from tests.support.adapters import (
     A2A_JSON,
     check_failure_stores_nothing_and_the_retry_runs_once,
@@ -66,11 +70,22 @@ async def text_of(response: aiohttp.ClientResponse) -> tuple[str, str]:
     return message["parts"][0]["text"], message["contextId"]
 
 
+def late_messages(gw: Harness, outcome: str) -> float:
+    """``pact_directline_late_messages_total`` of the Brand ``acme``, ``0`` before any was counted."""
+    app = gw.client.app
+    assert app is not None
+    value = app[METRICS].registry.get_sample_value(
+        "pact_directline_late_messages_total", {"brand": "acme", "outcome": outcome}
+    )
+    return value or 0.0
+
+
 async def kept_line(gw: Harness, context_id: str) -> Line | None:
     app = gw.client.app
     assert app is not None
-    raw = await app[ADAPTER_STATE].get(keys.adapter_key("acme", context_id, "directline"))
-    return None if raw is None else Line.load(raw)
+    key = keys.adapter_key("acme", context_id, "directline")
+    raw = await app[ADAPTER_STATE].get(key)
+    return None if raw is None else Line.load(raw, token_key(SECRET), key.encode())
 
 
 async def test_directline_one_conversation_per_pact_conversation(
@@ -95,6 +110,34 @@ async def test_directline_one_conversation_per_pact_conversation(
     assert line.conversation_id in fake_directline.conversations
     assert line.token in fake_directline.live
     assert line.watermark == "4"  # both messages and both replies read
+
+
+async def test_directline_the_store_holds_the_token_sealed_and_a_token_that_does_not_open_is_replaced(
+    gw_dl: Harness, fake_directline: FakeDirectLine
+) -> None:
+    """Issue 28 I8: no Direct Line token is readable in the store; the next turn opens the sealed one
+    (no new token asked for). A line whose token does not open (here one of a release that kept it in
+    clear) gets a fresh token for the same conversation from the secret."""
+    app = gw_dl.client.app
+    assert app is not None
+    _, context_id = await text_of(await gw_dl.send("Hi", message_id="m-1"))
+    key = keys.adapter_key("acme", context_id, "directline")
+    raw = await app[ADAPTER_STATE].get(key)
+    assert raw is not None
+    assert not [token for token in fake_directline.live if token.encode() in raw]
+    text, _ = await text_of(await gw_dl.send("Again", message_id="m-2", context_id=context_id))
+    assert text == "You said: Again (message 2 here)"
+    assert fake_directline.count("refresh") + fake_directline.count("reconnect") == 0
+    line = await kept_line(gw_dl, context_id)
+    assert line is not None
+    in_clear = orjson.dumps([line.conversation_id, line.token, line.refresh_at, line.watermark])
+    await app[ADAPTER_STATE].put(key, in_clear, 60)
+    text, _ = await text_of(await gw_dl.send("Once more", message_id="m-3", context_id=context_id))
+    assert text == "You said: Once more (message 3 here)"  # the same Direct Line conversation
+    assert (fake_directline.count("reconnect"), fake_directline.count("start")) == (1, 1)
+    raw = await app[ADAPTER_STATE].get(key)
+    assert raw is not None
+    assert not [token for token in fake_directline.live if token.encode() in raw]
 
 
 async def test_directline_retries_are_served_from_the_store(
@@ -125,20 +168,35 @@ async def test_directline_failure_is_internal_nothing_stored_and_the_retry_runs_
 async def test_directline_reads_page_on_the_watermark_and_take_only_this_turns_answer(
     make_gateway: MakeGateway, fake_directline: FakeDirectLine
 ) -> None:
-    """One activity per read: the adapter pages on; a message that came before the posted one and a
-    stale answer to an earlier activity are not this turn's reply; ``acceptingInput`` does not end
-    the answer, ``expectingInput`` does, and what follows that is not this turn's either."""
-    gw = await make_gateway(edit=directline_upstream(fake_directline), environ=ENV)
+    """One activity per read: the adapter pages on. After a turn that failed (the bot silent), a
+    message the bot sent before the User's next one opens that turn's reply, a stale answer to the
+    failed turn's message is dropped and counted; ``acceptingInput`` does not end the answer,
+    ``expectingInput`` does, and what follows it opens the turn after."""
+    gw = await make_gateway(edit=directline_upstream(fake_directline, timeout=1.0), environ=ENV)
+    text, context_id = await text_of(await gw.send("Hi", message_id="m-1"))
+    fake_directline.mode = "silent"
+    failed = await gw.send("Tell me", message_id="m-2", context_id=context_id)
+    assert await error_reason(failed) == (500, "INTERNAL")
     fake_directline.page_size = 1
     fake_directline.mode = "several"
-    text, context_id = await text_of(await gw.send("Tell me"))
-    assert text == "One.\n\nTwo.\n\nThree?"
-    assert fake_directline.count("read") == 7  # the earlier message, the User's, stale, typing, 3 replies
+    reads = fake_directline.count("read")
+    text, _ = await text_of(await gw.send("Tell me", message_id="m-2", context_id=context_id))
+    assert text == "Late answer to an older turn.\n\nOne.\n\nTwo.\n\nThree?"
+    # the late one, the User's, stale, typing, three replies (the failed turn read its own message)
+    assert fake_directline.count("read") - reads == 7
+    assert late_messages(gw, "delivered") == 1
+    assert late_messages(gw, "dropped") == 1
     fake_directline.mode = "answer"
-    text, _ = await text_of(await gw.send("Again", message_id="m-2", context_id=context_id))
-    assert text == "You said: Again (message 2 here)"
-    assert fake_directline.count("read") == 10  # from the kept watermark, not from the start
-    assert fake_directline.watermarks[-3:] == ["7", "8", "9"]
+    text, _ = await text_of(await gw.send("Again", message_id="m-3", context_id=context_id))
+    assert text == "After the prompt: not this turn's.\n\nYou said: Again (message 4 here)"
+    assert late_messages(gw, "delivered") == 2
+    # An answer to the failed turn's message that comes later still is dropped too.
+    conversation = next(iter(fake_directline.conversations.values()))
+    failed_post = conversation.user_ids[1]
+    conversation.add({"type": "message", "from": BOT, "text": "Very late.", "replyToId": failed_post})
+    text, _ = await text_of(await gw.send("And again", message_id="m-4", context_id=context_id))
+    assert text == "You said: And again (message 5 here)"
+    assert (late_messages(gw, "delivered"), late_messages(gw, "dropped")) == (2, 2)
 
 
 async def test_directline_a_numeric_watermark_is_followed_and_nothing_is_delivered_twice(
@@ -326,13 +384,13 @@ async def test_directline_probe_generates_a_token_and_opens_no_conversation(
     config = load_config(raw, ENV)
     async with BotClient() as session:
         state = open_adapter_state(open_store(config.cache))
-        adapter = make_adapter(config.brands["acme"], session, state, cache=config.cache)
+        adapter = make_adapter(config.brands["acme"], session, state, cache=config.cache, metrics=Metrics())
         assert (
             await adapter.probe() == "Direct Line: secret accepted (token for 1800 s; no conversation opened)"
         )
         assert (fake_directline.operations, fake_directline.conversations) == (["generate"], {})
         config = load_config(raw, {"DIRECT_LINE_SECRET": "not-the-secret"})
-        adapter = make_adapter(config.brands["acme"], session, state, cache=config.cache)
+        adapter = make_adapter(config.brands["acme"], session, state, cache=config.cache, metrics=Metrics())
         with pytest.raises(UpstreamError) as failure:
             await adapter.probe()
     assert failure.value.reason == "auth"
@@ -348,46 +406,102 @@ def bot_message(text: str, **more: Any) -> dict[str, Any]:
     return {"type": "message", "from": BOT, "text": text, **more}
 
 
-def answer_of(*pages: list[dict[str, Any]]) -> tuple[list[str], bool, bool]:
-    reader = AnswerReader(POSTED, USER)
+def reader_of(*pages: list[dict[str, Any]], line: Line | None = None) -> AnswerReader:
+    reader = AnswerReader(USER, line if line is not None else Line())
+    reader.posted(POSTED)
     for page in pages:
         reader.take(page)
+    return reader
+
+
+def answer_of(*pages: list[dict[str, Any]]) -> tuple[list[str], bool, bool]:
+    reader = reader_of(*pages)
     return reader.messages, reader.complete, reader.ended
 
 
+FAILED = "c|0000001"
+"""A message the gateway posted for a turn that failed before it read anything."""
+
+
 def test_the_answer_is_what_follows_the_posted_activity_up_to_a_prompt() -> None:
+    """What came before the posted activity is late (it opens the reply); an answer to a failed turn's
+    message is dropped; a ``replyToId`` the SDK made up (a proactive message) is the bot's; what
+    follows the prompt waits for the next turn."""
     activities = [
         bot_message("late, to an earlier turn"),
+        {"type": "message", "from": {"id": USER}, "text": "failed", "id": FAILED},
         {"type": "message", "from": {"id": USER}, "text": "mine", "id": POSTED},
-        bot_message("stale", replyToId="c|0000001"),
+        bot_message("stale", replyToId=FAILED),
         {"type": "typing", "from": BOT},
         bot_message("one", inputHint="acceptingInput"),
         bot_message("two", replyToId=POSTED, inputHint="acceptingInput"),
+        bot_message("proactive", replyToId="46b3cb10-f032-11f1-a1bd-02fc00000001"),
         bot_message("three?", inputHint="expectingInput"),
         bot_message("after the prompt"),
+        {"type": "typing", "from": BOT},
     ]
-    assert answer_of(activities) == (["one", "two", "three?"], True, False)
-    assert answer_of(activities[:2], activities[2:6]) == (["one", "two"], False, False)
+    reader = reader_of(activities)
+    assert (reader.late, reader.messages, reader.after) == (
+        ["late, to an earlier turn"],
+        ["one", "two", "proactive", "three?"],
+        ["after the prompt"],
+    )
+    assert (reader.complete, reader.ended, reader.dropped) == (True, False, 1)
+    assert answer_of(activities[:3], activities[3:7]) == (["one", "two"], False, False)
+
+
+def test_an_answer_to_the_failed_turns_message_is_dropped_and_what_was_owed_comes_first() -> None:
+    line = Line(failed_post=FAILED, late=["kept from the last turn"])
+    reader = reader_of(
+        [
+            bot_message("answer to the failed turn", replyToId=FAILED),
+            {"type": "message", "from": {"id": USER}, "id": POSTED},
+            bot_message("answer to the failed turn, later", replyToId=FAILED),
+            bot_message("this turn's"),
+        ],
+        line=line,
+    )
+    assert (reader.late, reader.messages, reader.dropped) == (["kept from the last turn"], ["this turn's"], 2)
 
 
 def test_typing_and_messages_are_heard_and_only_this_turns() -> None:
-    reader = AnswerReader(POSTED, USER)
+    reader = AnswerReader(USER, Line())
+    reader.posted(POSTED)
     assert not reader.take([bot_message("late"), {"type": "typing", "from": BOT}])
     assert reader.take(
         [{"type": "message", "from": {"id": USER}, "id": POSTED}, {"type": "typing", "from": BOT}]
     )
+    assert reader.take([{"type": "typing", "from": BOT, "replyToId": "made-up-by-the-sdk"}])
     assert not reader.take([{"type": "event", "from": BOT, "name": "x"}])
-    assert reader.messages == []
+    assert (reader.messages, reader.late) == ([], ["late"])
 
 
 def test_the_answer_ends_at_the_bots_end_of_conversation() -> None:
     mine = {"type": "message", "from": {"id": USER}, "text": "bye", "id": POSTED}
-    ended = [mine, bot_message("bye", inputHint="acceptingInput"), {"type": "endOfConversation", "from": BOT}]
+    ended = [
+        mine,
+        bot_message("bye", inputHint="acceptingInput"),
+        {"type": "endOfConversation", "from": BOT},
+        bot_message("after the end"),
+    ]
     assert answer_of(ended) == (["bye"], True, True)
+    assert reader_of(ended).dropped == 1  # nothing reads a closed conversation
     users_end = [mine, {"type": "endOfConversation", "from": {"id": USER}}]
     assert answer_of(users_end) == ([], False, False)
     earlier_end = [{"type": "endOfConversation", "from": BOT}, mine]
     assert answer_of(earlier_end) == ([], False, False)
+
+
+def test_an_answer_naming_the_posted_activity_is_this_turns_even_if_the_set_leaves_it_out() -> None:
+    reader = reader_of([bot_message("yes?", replyToId=POSTED, inputHint="expectingInput")])
+    assert (reader.late, reader.messages, reader.complete) == ([], ["yes?"], True)
+
+
+def test_owed_text_is_bounded() -> None:
+    """What waits for a later reply is at most the reply's bound; past it, messages are dropped."""
+    big = "x" * (MAX_REPLY_BYTES // 2)
+    reader = reader_of([bot_message(big), bot_message(big), bot_message("one too many")])
+    assert (reader.late, reader.dropped) == ([big, big], 1)
 
 
 def test_render_activity() -> None:
@@ -405,16 +519,38 @@ def test_render_activity() -> None:
     assert render_activity({"type": "message"}) == ""
 
 
+KEY = token_key(SECRET)
+CONTEXT = b"pact:acme:adapter:ctx-1:directline"
+
+
 @pytest.mark.parametrize(
-    "raw", [b"", b"{}", b'["c", "t", 1.0]', b'["c", 2, 1.0, null]', b'["c", "t", "x", null]']
+    "raw",
+    [
+        b"",
+        b"{}",
+        b'["c", "t", 1.0]',
+        b'["c", 2, 1.0, null]',
+        b'["c", "t", "x", null]',
+        b'["c", "", 1.0, null, 3, []]',
+        b'["c", "", 1.0, null, null, [1]]',
+    ],
 )
 def test_a_kept_line_that_is_not_one_starts_a_new_conversation(raw: bytes) -> None:
-    assert Line.load(raw) == Line()
+    assert Line.load(raw, KEY, CONTEXT) == Line()
 
 
-def test_a_kept_line_round_trips() -> None:
-    line = Line("conv", "token", 12.5, "7")
-    assert Line.load(line.dump()) == line
+def test_a_kept_line_round_trips_with_its_token_sealed() -> None:
+    """Issue 28 I8: the store holds the token sealed under a key derived from the Brand's secret."""
+    line = Line("conv", "dlt-token-Qz8vN2pX7wYk4Rm", 12.5, "7", "conv|0000003", ["owed"])
+    raw = line.dump(KEY, CONTEXT)
+    assert b"dlt-token" not in raw
+    assert Line.load(raw, KEY, CONTEXT) == line
+    # Another conversation's record, another Brand's secret, or a release that kept the token in
+    # clear: the conversation goes on, with a fresh token from the secret.
+    without_token = Line("conv", "", 12.5, "7", "conv|0000003", ["owed"])
+    assert Line.load(raw, KEY, b"pact:acme:adapter:ctx-2:directline") == without_token
+    assert Line.load(raw, token_key("another-secret"), CONTEXT) == without_token
+    assert Line.load(b'["conv", "dlt-token", 12.5, "7"]', KEY, CONTEXT) == Line("conv", "", 12.5, "7")
 
 
 # The configuration.

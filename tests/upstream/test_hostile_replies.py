@@ -155,11 +155,13 @@ ADAPTERS: dict[str, Adapter] = {
         lambda value: {"answer": value, "done": value, "calls": [{"tool": "lookup", "args": value}]},
         '{{"answer":"ok","calls":[{{"tool":"lookup","args":{deep}}}]}}',
     ),
+    # No recipient_id: one bot answers every conversation here, and a message naming another
+    # conversation's sender is refused before it is read (issue 28 I1).
     "rasa": Adapter(
         lambda url: {"adapter": "rasa", "url": url},
-        orjson.dumps([{"recipient_id": "u", "text": "fine"}]),
-        lambda value: [{"recipient_id": "u", "text": value, "buttons": value, "custom": value}, value],
-        '[{{"recipient_id":"u","text":"ok","custom":{deep}}}]',
+        orjson.dumps([{"text": "fine"}]),
+        lambda value: [{"text": value, "buttons": value, "custom": value}, value],
+        '[{{"text":"ok","custom":{deep}}}]',
     ),
     "openai": Adapter(
         lambda url: {

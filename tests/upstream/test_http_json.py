@@ -215,3 +215,39 @@ async def test_a_reply_that_stops_half_way_is_a_protocol_failure(
 
     adapter = await bot_answering(half_way)
     assert await refused(adapter) == "protocol"
+
+
+async def test_an_answer_naming_another_message_id_is_refused_and_its_connection_not_kept() -> None:
+    """Issue 28 I1: a bot that holds an answer back and sends it on the next call's connection hands it to
+    another User; an answer echoing the call's ``message_id`` proves whose it is. One naming another is
+    refused (and the connection that carried it closed); one naming none is taken, as it always was."""
+    echoes: list[Any] = ["m-1", None, "m-0", 7]
+
+    async def chat(request: web.Request) -> web.Response:
+        body = await request.json()
+        assert body["message_id"] == "m-1"
+        echoed = echoes.pop(0)
+        return web.json_response(
+            {"text": "Order A-10001 shipped."} | ({} if echoed is None else {"message_id": echoed})
+        )
+
+    app = web.Application()
+    app.router.add_post("/chat", chat)
+    server = TestServer(app, host="127.0.0.1")
+    await server.start_server()
+    try:
+        async with BotClient() as client:
+            adapter = HttpJsonAdapter(UpstreamConfig(url=str(server.make_url("/chat")), timeout=30.0), client)
+            assert (await adapter.send(turn())).text == "Order A-10001 shipped."
+            assert (await adapter.send(turn())).text == "Order A-10001 shipped."
+            assert client.idle_connections == 1
+            for _ in range(2):
+                with pytest.raises(UpstreamError) as failure:
+                    await adapter.send(turn())
+                assert (failure.value.reason, failure.value.detail) == (
+                    "wrong_message",
+                    "the answer names another message_id",
+                )
+                assert client.idle_connections == 0
+    finally:
+        await server.close()

@@ -16,6 +16,7 @@ import pytest
 from gateway.app import ADAPTER_STATE
 from gateway.config import ConfigError, load_config
 from gateway.http.state import METRICS
+from gateway.ops.metrics import Metrics
 from gateway.store import keys, open_store
 from gateway.store.factory import open_adapter_state
 from gateway.upstream.base import MAX_THROTTLE_SECONDS, UpstreamError, retry_after_seconds
@@ -27,6 +28,7 @@ from tests.support.adapters import (
     A2A_JSON,
     check_failure_stores_nothing_and_the_retry_runs_once,
     check_retries_are_served_from_the_store,
+    error_reason,
     reply_of,
 )
 from tests.support.fake_openai import API_KEY, MODEL, FakeOpenAI
@@ -217,6 +219,18 @@ async def test_openai_provider_failure_is_internal_nothing_stored_and_the_retry_
     assert [line.split(":")[1].strip() for line in logged] == [REASONS[failure]]
 
 
+async def test_openai_an_error_code_that_repeats_the_status_is_said_once(
+    gw_openai: Harness, fake_openai: FakeOpenAI, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 32: LiteLLM answers a 400 with ``"code": "400"``; the log said "HTTP 400, error code 400".
+    The status is said once, and the error's ``type`` names the cause instead."""
+    fake_openai.mode, fake_openai.status, fake_openai.error_code = "status", 400, "400"
+    response = await gw_openai.send("Hello")
+    assert await error_reason(response) == (500, "INTERNAL")
+    logged = [r.getMessage() for r in caplog.records if r.getMessage().startswith("bot call failed")]
+    assert logged == ["bot call failed: status: HTTP 400, error code server_error"]
+
+
 async def test_openai_refusal_is_the_reply(gw_openai: Harness, fake_openai: FakeOpenAI) -> None:
     fake_openai.mode = "refusal"
     _, message = await reply_of(await gw_openai.send("Tell me a secret"))
@@ -333,7 +347,7 @@ async def test_openai_probe_lists_the_models_and_sends_no_turn(fake_openai: Fake
     brand = config.brands["acme"]
     async with BotClient() as session:
         state = open_adapter_state(open_store(config.cache))
-        adapter = make_adapter(brand, session, state, cache=config.cache)
+        adapter = make_adapter(brand, session, state, cache=config.cache, metrics=Metrics())
         assert await adapter.probe() == f"OpenAI-compatible API, 2 models; {MODEL!r} is listed"
         fake_openai.models = ("another-model",)
         with pytest.raises(UpstreamError) as unserved:

@@ -137,7 +137,7 @@ async def test_rasa_retries_are_served_from_the_store(gw_rasa: Harness, fake_ras
     await check_retries_are_served_from_the_store(gw_rasa, lambda: len(fake_rasa.calls))
 
 
-@pytest.mark.parametrize("mode", ["status500", "not_json", "not_list", "slow"])
+@pytest.mark.parametrize("mode", ["status500", "not_json", "not_list", "slow", "other_sender"])
 async def test_rasa_failure_is_internal_nothing_stored_and_the_retry_runs_once(
     gw_rasa: Harness, fake_rasa: FakeRasa, mode: str
 ) -> None:

@@ -106,12 +106,16 @@ Effective ports: the gateway config's own setting when present, else the chart's
 
 {{/*
 The gateway's config.yaml: .Values.config verbatim, with listen.port and metrics.port filled in
-from the container ports when unset so the gateway binds where the probes and Service look.
+from the container ports when unset so the gateway binds where the probes and Service look, and
+listen.trusted_proxies from .Values.trustedProxies when unset and the Service is a ClusterIP one.
 */}}
 {{- define "pact-gateway.config" -}}
 {{- $config := deepCopy (.Values.config | default dict) }}
 {{- $listen := deepCopy (get $config "listen" | default dict) }}
 {{- $_ := set $listen "port" (include "pact-gateway.httpPort" . | int) }}
+{{- if and (not (hasKey $listen "trusted_proxies")) (eq .Values.service.type "ClusterIP") }}
+{{- $_ = set $listen "trusted_proxies" (.Values.trustedProxies | default list) }}
+{{- end }}
 {{- $_ = set $config "listen" $listen }}
 {{- $metrics := deepCopy (get $config "metrics" | default dict) }}
 {{- $_ = set $metrics "port" (include "pact-gateway.metricsPort" . | int) }}
