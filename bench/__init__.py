@@ -1,11 +1,7 @@
-"""The gateway's benchmark: what pact-gateway costs on top of the bot it protects.
+"""The gateway's benchmark: ``python -m bench FRONT [options]``, one module a front (:mod:`bench.__main__`).
 
-``python -m bench --quick`` (under two minutes) or ``python -m bench`` (the full run quoted in
-docs/performance.md). Every measured party runs in its own process so its CPU can be read
-from ``/proc``: the sample bot, a bare pass-through forwarder (the design's ceiling), the
-gateway on the memory store and on Redis, and one aiohttp load generator. Nothing here is
-part of the gateway; it only drives the real CLI from the outside.
-
-``python -m bench soak`` (:mod:`bench.soak`) is the other use of the same parts: the gateway under
-steady load for a while, its memory and file descriptors read before and after against stated bounds.
+Every measured party runs in its own process so its CPU can be read from ``/proc``; nothing here is
+part of the gateway: it drives the real CLI from the outside. Shared plumbing: :mod:`bench.procs`
+(children, CPU, clusters), :mod:`bench.loadgen` (the load), :mod:`bench.harness` (fronts and the
+gateway's configuration), :mod:`bench.figures` (figures beside targets), :mod:`bench.redis_probe`.
 """

@@ -1,37 +1,45 @@
-"""``python -m bench`` runs the benchmark (:mod:`bench.run`); ``python -m bench soak …`` the soak;
-``python -m bench capacity NAME …`` one capacity front (issue 17, cited in ``docs/capacity.md``).
+"""``python -m bench FRONT [options]``: the one entry; each front is a module with ``main(argv)``.
 
-Each capacity front is a module of its own with ``main(argv)``, so a question asked of the gateway's
-capacity is answered by one module and the dispatch below stays a table.
+A new front is one line of :data:`FRONTS` (its module and the question it answers) and a module
+whose ``main`` prints its figures beside their targets; ``tests/bench`` runs it at a tiny size.
 """
 
 import importlib
 import sys
 
-from bench import run, soak
-
-# capacity NAME -> the module that answers it; each prints its figures beside the issue's targets.
-CAPACITY: dict[str, str] = {
-    "gc_pause": "bench.gc_pause",
-    "oauth_state": "bench.oauth_state",
-    "owner_scale": "bench.owner_scale",
-    "redis_bytes": "bench.redis_bytes",
-    "slow_bot": "bench.slow_bot",
+FRONTS: dict[str, tuple[str, str]] = {
+    "throughput": (
+        "bench.throughput",
+        "cost against the bare pass-through, delegated, adapters (performance.md)",
+    ),
+    "adapters": ("bench.adapters", "each bot adapter's cost per turn beside pact's (performance.md)"),
+    "turn_count": (
+        "bench.turn_count",
+        "instructions per Identity turn against bench/baselines.json (the CI guard)",
+    ),
+    "slow_bot": ("bench.slow_bot", "thousands of slow turns in flight, one primary vs three (capacity.md)"),
+    "redis_bytes": (
+        "bench.redis_bytes",
+        "Redis bytes per conversation, per shard of a cluster (capacity.md)",
+    ),
+    "memory": ("bench.memory", "memory-store bytes per idle conversation and per entry (capacity.md)"),
+    "oauth_state": ("bench.oauth_state", "records and bytes per grant after refreshes (capacity.md)"),
+    "gc_pause": ("bench.gc_pause", "the collector's pauses with the memory store at its bound (capacity.md)"),
+    "soak": ("bench.soak", "memory and descriptors after steady load (reliability.md)"),
 }
 
 
-def capacity(argv: list[str]) -> int:
-    """Run ``python -m bench capacity NAME …``; with no name, list the fronts."""
-    if not argv or argv[0] not in CAPACITY:
-        names = ",".join(sorted(CAPACITY))
-        print(f"usage: python -m bench capacity {{{names}}} [options]", file=sys.stderr)
-        return 2
-    status = importlib.import_module(CAPACITY[argv[0]]).main(argv[1:])
+def main(argv: list[str]) -> int:
+    """Run ``FRONT``'s ``main`` with the rest of ``argv``; else list the fronts (exit 0 for ``--help``)."""
+    if not argv or argv[0] not in FRONTS:
+        asked = argv[:1] in (["-h"], ["--help"])
+        lines = [f"  {name:<12} {question}" for name, (_, question) in FRONTS.items()]
+        usage = "usage: python -m bench FRONT [options]   (python -m bench FRONT --help: its options)"
+        print("\n".join([usage, *lines]), file=sys.stdout if asked else sys.stderr)
+        return 0 if asked else 2
+    status = importlib.import_module(FRONTS[argv[0]][0]).main(argv[1:])
     return int(status or 0)
 
 
-if sys.argv[1:2] == ["soak"]:
-    raise SystemExit(soak.main(sys.argv[2:]))
-if sys.argv[1:2] == ["capacity"]:
-    raise SystemExit(capacity(sys.argv[2:]))
-raise SystemExit(run.main())
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))

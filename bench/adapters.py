@@ -1,32 +1,16 @@
-"""``python -m bench.adapters``: what each bot adapter costs the gateway per turn, beside ``pact``'s.
+"""``python -m bench adapters``: each bot adapter's cost per turn beside the ``pact`` adapter's (issue 13).
 
-A Brand's ``upstream.adapter`` picks the module that speaks its bot's API (README "Adapters for
-existing bots"); the rest of a turn is the same whichever it is. Here each adapter drives the real
-gateway CLI, on the memory store and otherwise configured as in ``python -m bench``, in front of a
-fake of its bot's API on loopback: the tests' fakes, each in a process of its own
-(``python -m tests.support.fake_bots KIND``, started as a child: the bench imports nothing from
-tests/), and for ``pact`` the bench's sample bot. The fakes answer at once, so what differs from one
-front to the next is the adapter's own work: the bot's request built, its answer read and rendered,
-and what the adapter keeps in the store (the ``openai`` history, the ``directline`` conversation).
-
-Two figures per adapter, each divided by the ``pact`` adapter's: the gateway process's CPU per turn
-(``/proc``, as in ``python -m bench``; it moves by a fifth between repeats on a shared machine) in
-interleaved open-loop rounds at one rate for all, half the slowest front's peak in the closed-loop
-rounds before them, and its instructions per turn under callgrind (``bench.instructions``,
-one turn in flight; a few per cent at most between runs on a busy machine, docs/performance.md), the
-figure that can judge 10 %. The target: at most 1.10 for every adapter but ``directline``, which is
-reported and exempt. Direct Line has no request/reply call:
-each turn posts the User's activity and then reads the conversation's activities back (polling),
-and a conversation's first turn also opens a Direct Line conversation.
-
-``python -m bench.adapters [--quick | --smoke]`` (the full run, about 15 minutes, counts
-instructions; ``--quick`` does not unless ``--instruction-turns`` says so); ``python -m bench``
-includes it under ``adapters``.
+One gateway process per ``upstream.adapter`` on the memory store, each in front of a fake of its
+bot's API on loopback (``tests.support.fake_bots``, each its own process; ``pact`` in front of the
+sample bot), configured as docs/adapters.md says. Closed-loop rounds first (each front's peak),
+then open-loop rounds at one rate for all (half the slowest peak: at one rate the CPU ratio is the
+adapter's own, not its bot's speed), then instructions per turn under callgrind (full run). Target:
+at most 1.10 × ``pact``'s for every adapter but ``directline``, reported and exempt (a turn is two
+calls and polling). ``python -m bench throughput`` includes it under ``adapters``.
 """
 
 from __future__ import annotations
 
-import argparse
 import datetime as dt
 import json
 import shutil
@@ -37,16 +21,14 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, assert_never
+from typing import Any
 
 from bench import instructions
 from bench.figures import at_most, front_cpu, paired, ratio_of, summarize_fronts, target, target_line
-from bench.fronts import DEFAULT_REDIS_URL, RESULTS_DIR, Bench, Front, progress, settings_from
+from bench.harness import MEMORY_BOUND_NOTE, Bench, Front, mode_parser, progress, settings_from, write_result
 from bench.procs import Child, ChildFailed, Children
 from bench.redis_probe import RedisProbe
 from gateway.config import ADAPTERS, AdapterName
-
-__all__ = ["ADAPTERS", "BASELINE", "EXEMPT", "LIMIT", "main", "measure", "render", "upstream_block"]
 
 BASELINE: AdapterName = "pact"
 LIMIT = 1.10
@@ -65,55 +47,41 @@ def credential_variable(adapter: AdapterName) -> str:
     return f"PACT_BENCH_{adapter.upper()}_CREDENTIAL"
 
 
+HTTP_MAPPING: dict[str, Any] = {
+    "method": "PUT",
+    "body": {
+        "session": "{{conversation_id}}",
+        "first": "{{new_conversation}}",
+        "input": {"id": "{{message_id}}", "text": "{{text}}"},
+        "note": "turn {{message_id}} from {{pa_issuer}}",
+        "account": {"user": "{{delegation_user}}", "scopes": "{{delegation_scopes}}"},
+    },
+    "reply": {
+        "texts": "result.messages[].body",
+        "end": "result.closed",
+        "requires_scopes": "auth.needs",
+        "actions": "auth.calls",
+        "scopes_used": "auth.used",
+    },
+}
+"""README "Home-grown HTTP bots", as written there: a nested body and every reply path."""
+
+
 def upstream_block(adapter: AdapterName, url: str) -> dict[str, Any]:
     """The Brand's ``upstream`` for ``adapter`` with its bot at ``url``: the README's settings, defaults
-    wherever the README leaves them out."""
+    wherever the README leaves them out; a fake's key only ever named (``${NAME}``)."""
+    key = f"${{{credential_variable(adapter)}}}"
+    settings: dict[AdapterName, dict[str, Any]] = {
+        "pact": {},
+        "rasa": {},
+        "http": HTTP_MAPPING,
+        "openai": {"model": "bench-model", "api_key": key, "system_prompt": _SYSTEM_PROMPT}
+        | {"max_tokens": 512, "temperature": 0.2},
+        "directline": {"secret": key},
+    }
     if adapter == "pact":
         return {"url": url}
-    if adapter == "rasa":
-        return {"adapter": "rasa", "url": url}
-    if adapter == "http":
-        # README "Home-grown HTTP bots", as written there: a nested body and every reply path.
-        return {
-            "adapter": "http",
-            "url": url,
-            "http": {
-                "method": "PUT",
-                "body": {
-                    "session": "{{conversation_id}}",
-                    "first": "{{new_conversation}}",
-                    "input": {"id": "{{message_id}}", "text": "{{text}}"},
-                    "note": "turn {{message_id}} from {{pa_issuer}}",
-                    "account": {"user": "{{delegation_user}}", "scopes": "{{delegation_scopes}}"},
-                },
-                "reply": {
-                    "texts": "result.messages[].body",
-                    "end": "result.closed",
-                    "requires_scopes": "auth.needs",
-                    "actions": "auth.calls",
-                    "scopes_used": "auth.used",
-                },
-            },
-        }
-    if adapter == "openai":
-        return {
-            "adapter": "openai",
-            "url": url,
-            "openai": {
-                "model": "bench-model",
-                "api_key": f"${{{credential_variable(adapter)}}}",
-                "system_prompt": _SYSTEM_PROMPT,
-                "max_tokens": 512,
-                "temperature": 0.2,
-            },
-        }
-    if adapter == "directline":
-        return {
-            "adapter": "directline",
-            "url": url,
-            "directline": {"secret": f"${{{credential_variable(adapter)}}}"},
-        }
-    assert_never(adapter)
+    return {"adapter": adapter, "url": url} | ({adapter: settings[adapter]} if settings[adapter] else {})
 
 
 @dataclass(frozen=True)
@@ -165,26 +133,18 @@ def start_bots(bench: Bench) -> dict[AdapterName, Bot]:
     return bots
 
 
-def _median(values: Sequence[float]) -> float | None:
-    return float(statistics.median(values)) if values else None
-
-
 def measure(bench: Bench) -> dict[str, Any]:
     """Each adapter's cost per turn beside ``pact``'s, in ``bench``'s mode; stops what it started."""
     started: list[Child] = []
     try:
         bots = start_bots(bench)
         started += [bot.process for adapter, bot in bots.items() if adapter != BASELINE]
-        fronts: dict[AdapterName, tuple[Front, int]] = {}
+        fronts: dict[AdapterName, Front] = {}
         for adapter, bot in bots.items():
-            front, port = bench.start_gateway(f"gateway-{adapter}", "memory://", upstream=bot.upstream)
-            assert front.process is not None
-            started.append(front.process)
-            fronts[adapter] = (replace(front, name=adapter, bot=bot.process), port)
-        for front, port in fronts.values():
-            assert front.process is not None
-            front.process.wait_port(port)
-            bench.fronts[front.name] = front
+            front = bench.start_gateway(f"gateway-{adapter}", "memory://", upstream=bot.upstream)
+            started += [front.process] if front.process is not None else []
+            fronts[adapter] = replace(front, name=adapter, bot=bot.process)
+        bench.fronts |= {front.name: front.listening() for front in fronts.values()}
         rounds = bench.peak_rounds(list(fronts))
         # In closed loop each gateway runs as fast as its bot lets it, and a gateway serving fewer
         # turns per event-loop pass pays more per turn: its CPU per turn would carry its bot's speed.
@@ -193,13 +153,8 @@ def measure(bench: Bench) -> dict[str, Any]:
             min(float(front["throughput_rps"]) for front in summarize_fronts(rounds).values()) / 2, 1.0
         )
         paced = bench.half_load([(adapter, adapter, rate) for adapter in fronts])
-        counted = instructions.count(
-            bench,
-            [
-                (adapter, bench.gateway_front("memory://", bot.upstream), False)
-                for adapter, bot in bots.items()
-            ],
-        )
+        argvs = [(adapter, bench.gateway_front("memory://", bot.upstream)) for adapter, bot in bots.items()]
+        counted = instructions.count(bench, argvs)
     finally:
         for child in reversed(started):
             bench.children.stop(child)
@@ -207,7 +162,9 @@ def measure(bench: Bench) -> dict[str, Any]:
             bench.fronts.pop(adapter, None)
     others = [adapter for adapter in ADAPTERS if adapter != BASELINE]
     cpu_per_repeat = {adapter: paired(paced, adapter, BASELINE, ratio_of(front_cpu)) for adapter in others}
-    cpu = {adapter: _median(values) for adapter, values in cpu_per_repeat.items()}
+    cpu = {
+        adapter: statistics.median(values) if values else None for adapter, values in cpu_per_repeat.items()
+    }
     if counted["available"]:
         per_turn = instructions.per_turn(counted)
         counted["vs_pact"] = {adapter: per_turn[adapter] / per_turn[BASELINE] for adapter in others}
@@ -228,35 +185,22 @@ def measure(bench: Bench) -> dict[str, Any]:
 
 def _targets(
     adapters: Sequence[AdapterName],
-    cpu: dict[AdapterName, float | None],
-    cpu_per_repeat: dict[AdapterName, list[float]],
-    counted: dict[str, Any],
+    cpu: dict[AdapterName, Any],
+    per_repeat: dict[AdapterName, Any],
+    counted: Any,
 ) -> list[dict[str, Any]]:
     """Two per adapter not exempt: CPU per turn (per-repeat verdict) and instructions per turn ÷ pact's."""
-    goal = f"<= {LIMIT:.2f}"
-    targets = []
-    for adapter in adapters:
-        if adapter in EXEMPT:
-            continue
-        targets.append(
-            target(
-                f"CPU per turn adapter {adapter} / pact",
-                goal,
-                cpu[adapter],
-                at_most(LIMIT),
-                cpu_per_repeat[adapter],
-            )
+    goal, passes, judged = f"<= {LIMIT:.2f}", at_most(LIMIT), [a for a in adapters if a not in EXEMPT]
+    count = counted.get("vs_pact", {})
+    note = "" if counted["available"] else counted["note"]
+    return [
+        t
+        for a in judged
+        for t in (
+            target(f"CPU per turn adapter {a} / pact", goal, cpu[a], passes, per_repeat[a]),
+            target(f"instructions per turn adapter {a} / pact", goal, count.get(a), passes, note=note),
         )
-        targets.append(
-            target(
-                f"instructions per turn adapter {adapter} / pact",
-                goal,
-                counted["vs_pact"][adapter] if counted["available"] else None,
-                at_most(LIMIT),
-                note="" if counted["available"] else counted["note"],
-            )
-        )
-    return targets
+    ]
 
 
 def render(result: dict[str, Any]) -> list[str]:
@@ -292,63 +236,24 @@ def _ratio(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench.adapters", description=__doc__.split("\n\n")[0])
-    group = parser.add_mutually_exclusive_group()
-    group.add_argument("--quick", action="store_true", help="short rounds, no instruction count")
-    group.add_argument("--smoke", action="store_true", help="the shortest run that exercises every path")
-    parser.add_argument(
-        "--out", type=Path, help="result file (default bench/results/adapters-<timestamp>.json)"
-    )
-    parser.add_argument("--duration", type=float, help="measured seconds per round")
-    parser.add_argument("--repeats", type=int, help="interleaved repeats of every round")
-    parser.add_argument("--concurrency", type=int, help="closed-loop concurrency of the rounds")
-    parser.add_argument("--turns", type=int, help="turns per conversation")
-    parser.add_argument(
-        "--instruction-turns", type=int, help="turns in the shorter callgrind window (0 skips the count)"
-    )
-    parser.add_argument(
-        "--redis-url",
-        default=DEFAULT_REDIS_URL,
-        help="the Redis server whose CPU is read beside (never written)",
-    )
-    parser.set_defaults(conversations=None)  # bench.fronts.settings_from reads it; no memory reading here
-    return parser.parse_args(argv)
-
-
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
+    args = mode_parser("python -m bench adapters", __doc__.split("\n\n")[0]).parse_args(argv)
     settings = settings_from(args)
-    if args.instruction_turns is not None:
-        settings = replace(settings, instruction_turns=args.instruction_turns)
-    started = dt.datetime.now(dt.UTC)
+    started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
     workdir = Path(tempfile.mkdtemp(prefix="pact-bench-adapters-"))
     try:
         with Children(workdir) as children:
             bench = Bench(settings, children, workdir, RedisProbe(args.redis_url))
-            progress(f"bot adapters, each against its fake (logs in {workdir})")
+            progress(f"bot adapters, each against its fake (logs in {workdir}); {MEMORY_BOUND_NOTE}")
             adapters = measure(bench)
     except ChildFailed as failure:
-        print(f"bench.adapters: {failure}", file=sys.stderr)
+        print(f"bench adapters: {failure}", file=sys.stderr)
         return 1
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    started_at = started.isoformat(timespec="seconds")
-    result = {
-        "started_at": started_at,
-        "finished_at": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "settings": asdict(settings),
-        "adapters": adapters,
-    }
-    stamp = started_at.replace(":", "").replace("+0000", "Z")
-    out: Path = args.out or RESULTS_DIR / f"adapters-{stamp}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"{settings.mode} run, {started_at}")
+    result = {"started_at": started, "settings": asdict(settings), "adapters": adapters}
+    out = write_result(result, args.out, "adapters", started)
+    print(f"{settings.mode} run, {started}")
     print("\n".join(render(adapters)))
     print(f"\nresult: {out}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

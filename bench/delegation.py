@@ -1,18 +1,11 @@
 """The bench's personal agent getting §5.4 delegation tokens the way a real one does: §5.3 over HTTP.
 
-A delegated turn is checked against its grant in the store on every turn (§5.5), so the
-delegated fronts need tokens from real grants. For each bench user, once and before the timed
-rounds: RFC 8628 device authorization with the user's PA JWT; a Brand-login assertion for the
-``user_code``, signed by the bench's login key (the gateway has its JWKS inline), posted to the
-consent URL as the Brand's login page would post it; the consent page's hidden ``session`` and
-ticked scopes posted back with ``decision=allow``; then the token endpoint, polled as RFC 8628
-§3.4 says. Each user's token goes, in user order, into a JSON list the load generator reads
-(:func:`load_tokens`) and sends as :data:`HEADER` on every turn of that user. Nothing here is
-timed: getting a token is a one-off for a personal agent, not a per-turn cost.
-
-``python -m bench.delegation --url http://127.0.0.1:PORT --users N …`` writes the token file and
-prints one JSON document (how many flows, how long they took, the scope granted). No token,
-code, assertion or consent session is ever printed.
+For each bench user, once before the timed rounds: RFC 8628 device authorization with its PA JWT;
+a Brand-login assertion for the ``user_code``, signed by the bench's login key and posted to the
+consent URL; the consent page's hidden ``session`` and ticked scopes posted back with
+``decision=allow``; the token endpoint polled (RFC 8628 §3.4). ``python -m bench.delegation --url
+… --users N …`` writes the tokens in user order (``bench.loadgen.load_tokens``) and prints how long
+the flows took; no token, code, assertion or consent session is ever printed.
 """
 
 from __future__ import annotations
@@ -31,28 +24,10 @@ from urllib.parse import parse_qs, urljoin, urlsplit
 
 import aiohttp
 
-from bench.tokens import Minter, user_sub
-from gateway.protocol.receipts import RECEIPT_KEY
+from bench.loadgen import AUDIENCE, ISSUER, Minter, user_sub
 from gateway.protocol.urls import OAuthUrls
 
-__all__ = [
-    "BRAND",
-    "HEADER",
-    "LOGIN_ISSUER",
-    "RECEIPT_MARK",
-    "SCOPES",
-    "FlowFailed",
-    "brand_user",
-    "delegation_config",
-    "load_tokens",
-    "obtain_token",
-]
-
 BRAND: Final = "acme"
-HEADER: Final = "X-A2A-User-Delegation"
-"""§5.5: where the delegation token rides, next to the PA JWT."""
-RECEIPT_MARK: Final = f'"{RECEIPT_KEY}"'.encode()
-"""§5.6: a delegated reply without this member was not served as delegated: the load generator fails it."""
 LOGIN_ISSUER: Final = "https://login.bench.invalid"
 LOGIN_URL: Final = "https://login.bench.invalid/pact/login"
 """The Brand login the gateway links to; never opened: the bench posts its assertion straight back."""
@@ -78,14 +53,6 @@ def brand_user(user: int) -> str:
 def delegation_config(login_jwks: Mapping[str, Any]) -> dict[str, Any]:
     """The Brand's ``delegation`` block in the bench gateway's configuration: its scopes and login."""
     return {"scopes": dict(SCOPES), "login": {"url": LOGIN_URL, "issuer": LOGIN_ISSUER, "jwks": login_jwks}}
-
-
-def load_tokens(path: Path) -> list[str]:
-    """The token file :func:`main` writes: user ``i``'s delegation token at index ``i``."""
-    tokens = json.loads(path.read_text())
-    if not isinstance(tokens, list) or not all(isinstance(token, str) for token in tokens):
-        raise ValueError(f"{path} is not a JSON list of delegation tokens")
-    return tokens
 
 
 class ConsentForm(HTMLParser):
@@ -232,12 +199,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--url", required=True, help="the gateway's public URL")
     parser.add_argument("--users", type=int, required=True, help="bench users, one grant and token each")
     parser.add_argument("--key-file", required=True, help="the personal agent's private JWK (JSON)")
-    parser.add_argument("--issuer", required=True, help="the personal agent's issuer (its client_id)")
-    parser.add_argument("--audience", required=True, help="the gateway's PA JWT audience")
     parser.add_argument("--login-key-file", required=True, help="the Brand login's private JWK (JSON)")
     parser.add_argument("--out", type=Path, required=True, help="where the token list goes")
     args = parser.parse_args(argv)
-    pa = Minter(json.loads(Path(args.key_file).read_text()), args.issuer, args.audience)
+    pa = Minter(json.loads(Path(args.key_file).read_text()), ISSUER, AUDIENCE)
     started = time.monotonic()
     try:
         granted = asyncio.run(

@@ -1,8 +1,7 @@
 """How the benchmark turns rounds into figures and figures into verdicts against their targets.
 
-Pure functions over the result dictionaries the fronts' rounds produce (:mod:`bench.fronts`): medians
-of repeats, same-repeat ratios, a target with its verdict, the line that prints it. Shared by
-:mod:`bench.run` and :mod:`bench.adapters`; it imports no bench module.
+Pure functions over the fronts' result dictionaries: medians and spreads of repeats, same-repeat
+ratios, a target with its verdict, the line that prints it. It imports no bench module.
 """
 
 from __future__ import annotations
@@ -10,6 +9,8 @@ from __future__ import annotations
 import statistics
 from collections.abc import Callable, Sequence
 from typing import Any
+
+Combine = Callable[[dict[str, Any], dict[str, Any]], float | None]
 
 
 def median(values: Sequence[float]) -> float:
@@ -49,18 +50,11 @@ def summarize_fronts(rounds: Sequence[dict[str, Any]]) -> dict[str, dict[str, An
             "machine_busy": median([float(r["machine_busy"]) for r in mine]),
             "other_cpu_share": median([float(r["other_cpu_share"]) for r in mine]),
         }
-        if "redis_commands_per_turn" in mine[0]:
-            entry["redis_commands_per_turn"] = median([float(r["redis_commands_per_turn"]) for r in mine])
         out[name] = entry
     return out
 
 
-def paired(
-    rounds: Sequence[dict[str, Any]],
-    top: str,
-    bottom: str,
-    combine: Callable[[dict[str, Any], dict[str, Any]], float | None],
-) -> list[float]:
+def paired(rounds: Sequence[dict[str, Any]], top: str, bottom: str, combine: Combine) -> list[float]:
     """``combine(top's round, bottom's round)`` for every repeat that has both, in repeat order.
 
     Each pair comes from one repeat, so both rounds share that repeat's drift; ``combine``
@@ -76,32 +70,25 @@ def paired(
     return values
 
 
-def ratio_of(
-    value: Callable[[dict[str, Any]], float],
-) -> Callable[[dict[str, Any], dict[str, Any]], float | None]:
+def ratio_of(value: Callable[[dict[str, Any]], float]) -> Combine:
     return lambda a, b: value(a) / value(b) if value(b) > 0 else None
 
 
-def difference_of(
-    value: Callable[[dict[str, Any]], float],
-) -> Callable[[dict[str, Any], dict[str, Any]], float | None]:
+def difference_of(value: Callable[[dict[str, Any]], float]) -> Combine:
     return lambda a, b: value(a) - value(b)
 
 
-def rps(r: dict[str, Any]) -> float:
-    return float(r["throughput_rps"])
+Figure = Callable[[dict[str, Any]], float]
+rps: Figure = lambda r: float(r["throughput_rps"])  # noqa: E731 - the figures a ratio is taken of
+front_cpu: Figure = lambda r: float(r["cpu_s_per_1000_turns"].get("front", 0.0))  # noqa: E731
+p50: Figure = lambda r: float(r["latency_ms"]["p50"])  # noqa: E731
+p99: Figure = lambda r: float(r["latency_ms"]["p99"])  # noqa: E731
 
 
-def front_cpu(r: dict[str, Any]) -> float:
-    return float(r["cpu_s_per_1000_turns"].get("front", 0.0))
-
-
-def p50(r: dict[str, Any]) -> float:
-    return float(r["latency_ms"]["p50"])
-
-
-def p99(r: dict[str, Any]) -> float:
-    return float(r["latency_ms"]["p99"])
+def spread(values: Sequence[float | None]) -> dict[str, float] | None:
+    """Median, min and max over the repeats; ``None`` when a figure does not apply to the front."""
+    present = [v for v in values if v is not None]
+    return {"median": median(present), "min": min(present), "max": max(present)} if present else None
 
 
 MET, MISSED, WITHIN_NOISE, NOT_MEASURED = "met", "missed", "within noise", "not measured"

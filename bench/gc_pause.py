@@ -1,22 +1,20 @@
-"""The collector's pauses in a gateway whose memory store is at its bound, under load (issue 29, item 3).
+"""``python -m bench gc_pause``: the collector's pauses in a gateway whose memory store is at its bound.
 
-``python -m bench capacity gc_pause [--scales 1,5] [--duration 20] [--concurrency 16]`` runs, for each
-scale, a real ``pact-gateway serve`` (memory store, ``cache.max_entries`` set to scale × the default
-300,000 for the run, and printed) with the sample bot behind it. In the gateway's own process (started
-through this module, :func:`serve_measured`), once it serves:
+For each ``--scales`` multiple of the default ``cache.max_entries`` (300,000; set for the run and
+printed) a real ``pact-gateway serve`` runs with the sample bot behind it, started through this
+module (:func:`serve_measured`) so that, in the gateway's own process, once it serves:
 
 1. the store is filled to its bound with idle conversations of distinct people, one answered turn
-   each with a reply the size of the sample bot's, opened an hour to half an hour ago (the store's
-   clock is set back while filling, so they are what a pod at its bound holds: open, idle past
-   ``retry_window``);
+   each, opened an hour to half an hour ago (the store's clock is set back while filling, so they
+   are what a pod at its bound holds: open, idle past ``retry_window``);
 2. the tracked objects per stored conversation (``gc.get_objects()`` after a collection, before and
    after the fill) and the RSS per entry are taken;
 3. the load generator drives ``message:send`` (by default every turn a new conversation, which at
-   the bound makes room by evicting), while a ``gc.callbacks`` hook times every collection of the process.
+   the bound makes room by evicting), while a ``gc.callbacks`` hook times every collection.
 
-Printed beside the issue's targets: the longest pause (≤ 20 ms) and the distribution of pauses by
-generation, tracked objects per conversation (≤ 1), RSS per entry (≤ 752 B). A round with any answer
-that is not 2xx is void and printed as such, no figure drawn from it. Nothing here is a test: it reports.
+Printed beside issue 29's targets: the longest pause (≤ 20 ms) and the pauses by generation,
+tracked objects per conversation (≤ 1), RSS per entry (≤ 752 B). A round with any answer that is
+not 2xx is void and printed as such, no figure drawn from it. Nothing here is a test: it reports.
 """
 
 from __future__ import annotations
@@ -26,8 +24,6 @@ import asyncio
 import gc
 import json
 import signal
-import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -36,52 +32,39 @@ from pathlib import Path
 from typing import Any
 
 import orjson
-import yaml
 
-from bench.procs import Child, Children, free_port, python_env, serve_request, served_through
-from gateway.pa_keys import generate_private_jwk, public_jwks
+from bench import loadgen
+from bench.figures import at_most, target, target_line, valid
+from bench.harness import Front, gateway_yaml, python_json, write_key, write_yaml
+from bench.procs import Child, Children, free_port, rss_bytes
+from gateway.config import CacheConfig
 
-__all__ = ["main"]
-
-ISSUER = "https://pa.bench.invalid"
-AUDIENCE = "pact-gateway-bench"
-DEFAULT_BOUND = 300_000
-"""``cache.max_entries``'s default (gateway/config.py)."""
-PAUSE_TARGET_MS = 20.0
-TRACKED_TARGET = 1.0
-RSS_TARGET = 752.0
-"""Issue 29: bytes per entry measured on main ``cd07041`` (docs/capacity.md), not to be exceeded."""
+DEFAULT_BOUND = CacheConfig().max_entries or 0
+PAUSE_TARGET_MS, TRACKED_TARGET, RSS_TARGET = 20.0, 1.0, 752.0
+"""Issue 29's targets; 752 B an entry was measured on main ``cd07041`` (docs/capacity.md)."""
 ENTRIES_PER_CONVERSATION = 2
 """A filled conversation's record and its person's index (its first-message record has expired: the
 fill's later conversations make room by dropping those, and the sweep takes the rest)."""
 FILL_AGE = 3600.0
 """Seconds the store's clock is set back when the fill starts: far older than any retry window."""
 BUCKETS_MS = (1.0, 5.0, 10.0, 20.0, 50.0)
-USAGE = "python -m bench.gc_pause --serve STATS,CONVERSATIONS -- serve …"
 
 
 # ---- in the gateway's process --------------------------------------------------------------------
 
 
-def rss_bytes() -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmRSS in /proc/self/status")
-
-
 async def _fill(store: Any, conversations: int, done: Path) -> None:
-    """Open and answer ``conversations`` conversations of distinct people an hour ago; figures to ``done``."""
+    """Open and answer ``conversations`` conversations of distinct people an hour ago; figures to ``done``.
+
+    Its own loop rather than :func:`bench.memory.fill`: its texts, people and clock are those the
+    figures in docs/capacity.md were measured with (483 B an entry at the default bound).
+    """
     from gateway.protocol.messages import render_reply
     from gateway.store.base import Owner, TurnStatus
 
     real = store._clock
     gc.collect()
-    tracked_before, rss_before, entries_before = (
-        len(gc.get_objects()),
-        rss_bytes(),
-        len(store.keyspace.entries),
-    )
+    tracked, rss, entries = len(gc.get_objects()), rss_bytes(), len(store.keyspace.entries)
     started = time.perf_counter()
     opened = [0]
     # The fill's clock runs from FILL_AGE ago to half that: the early first-message records have expired
@@ -90,8 +73,7 @@ async def _fill(store: Any, conversations: int, done: Path) -> None:
     try:
         for number in range(conversations):
             opened[0] = number
-            owner = Owner("acme", "https://pa.fill.invalid", f"filled-{number}")
-            context = str(uuid.uuid4())
+            owner, context = Owner("acme", "https://pa.fill.invalid", f"filled-{number}"), str(uuid.uuid4())
             claim = await store.begin_turn(owner, None, "m-1", "Where is my order?", context)
             if claim.status is not TurnStatus.NEW:
                 raise RuntimeError(f"fill stopped at {number}: {claim.status.value}")
@@ -104,13 +86,13 @@ async def _fill(store: Any, conversations: int, done: Path) -> None:
     finally:
         store._clock = real
     gc.collect()
-    entries = len(store.keyspace.entries) - entries_before
+    added = len(store.keyspace.entries) - entries
     figures = {
         "conversations": conversations,
-        "entries": entries,
+        "entries": added,
         "fill_s": time.perf_counter() - started,
-        "tracked_per_conversation": (len(gc.get_objects()) - tracked_before) / conversations,
-        "rss_per_entry": (rss_bytes() - rss_before) / max(entries, 1),
+        "tracked_per_conversation": (len(gc.get_objects()) - tracked) / conversations,
+        "rss_per_entry": (rss_bytes() - rss) / max(added, 1),
     }
     await asyncio.to_thread(done.write_bytes, orjson.dumps(figures))
 
@@ -138,8 +120,7 @@ def serve_measured(stats_path: str, conversations: int, argv: Sequence[str]) -> 
             wall = (time.perf_counter() - timing["started"]) * 1000
             pauses.append((info["generation"], wall, (time.thread_time() - timing["cpu"]) * 1000))
 
-    original_start = MemoryStore.start
-    original_settle = server.settle_heap
+    original_start, original_settle = MemoryStore.start, server.settle_heap
 
     async def start(self: MemoryStore) -> None:
         await original_start(self)
@@ -170,34 +151,6 @@ def serve_measured(stats_path: str, conversations: int, argv: Sequence[str]) -> 
 # ---- the run -------------------------------------------------------------------------------------
 
 
-def _config(workdir: Path, port: int, bot_url: str, jwks: dict[str, Any], bound: int) -> Path:
-    raw = {
-        "listen": {"host": "127.0.0.1", "port": port},
-        "public_url": f"http://127.0.0.1:{port}",
-        "provider": {"organization": "Bench", "url": "https://bench.invalid", "audience": AUDIENCE},
-        "personal_agents": {"policy": "allowlist", "registered": [{"issuer": ISSUER, "jwks": jwks}]},
-        "cache": {"url": "memory://", "max_entries": bound},
-        # §6 limits that never bind: one personal agent here stands for the whole load.
-        "rate_limits": {
-            "per_agent": {"rate": 1_000_000, "burst": 1_000_000},
-            "per_user": {"rate": 1_000_000, "burst": 1_000_000},
-        },
-        "metrics": {"enabled": False},
-        "brands": [
-            {
-                "id": "acme",
-                "name": "Acme Support",
-                "description": "Order status.",
-                "version": "1.0.0",
-                "upstream": {"url": bot_url},
-            }
-        ],
-    }
-    path = workdir / f"gateway-{port}.yaml"
-    path.write_text(yaml.safe_dump(raw, sort_keys=False))
-    return path
-
-
 def _wait_for(child: Child, path: Path, timeout: float) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and child.alive():
@@ -208,147 +161,94 @@ def _wait_for(child: Child, path: Path, timeout: float) -> dict[str, Any]:
     raise RuntimeError(f"no {path.name} within {timeout:.0f} s:\n{child.tail()}")
 
 
-def _round(
-    children: Children,
-    workdir: Path,
-    bot_url: str,
-    key_file: Path,
-    jwks: dict[str, Any],
-    scale: int,
-    args: Any,
-) -> dict[str, Any]:
-    bound = scale * DEFAULT_BOUND
-    port = free_port()
-    stats = workdir / f"gc-{scale}.json"
+def _round(children: Children, workdir: Path, bot_url: str, scale: float, args: Any) -> dict[str, Any]:
+    bound, port = int(scale * DEFAULT_BOUND), free_port()
+    stats, key_file = workdir / f"gc-{scale:g}.json", workdir / "pa-key.json"
     # Filled to the bound (less a few new conversations' worth): what stays is idle conversations.
     conversations = (bound - 1000) // ENTRIES_PER_CONVERSATION
-    config = _config(workdir, port, bot_url, jwks, bound)
-    argv = served_through(
-        "bench.gc_pause", f"{stats},{conversations}", ["-m", "gateway", "serve", "--config", str(config)]
+    raw = gateway_yaml(
+        port, write_key(key_file), {"url": bot_url}, {"url": "memory://", "max_entries": bound}
     )
-    child = children.python(f"gateway-x{scale}", *argv)
+    config = write_yaml(workdir / f"gateway-x{scale:g}.yaml", raw)
+    argv = ["-m", "bench", "gc_pause", "serve", str(stats), str(conversations), "--config", str(config)]
+    front = Front.a2a(f"x{scale:g}", port, children.python(f"gateway-x{scale:g}", *argv))
+    child = front.listening().process
+    assert child is not None
     try:
-        child.wait_port(port)
-        fill = _wait_for(child, Path(f"{stats}.fill"), timeout=60 + conversations / 2000)
-        load = [
-            sys.executable,
-            *("-m", "bench.loadgen", "--url", f"http://127.0.0.1:{port}/a2a/acme/message:send"),
-            *("--concurrency", str(args.concurrency), "--subs", "256", "--turns", str(args.turns)),
-            *("--duration", str(args.duration), "--warmup", "2"),
-            *("--key-file", str(key_file), "--issuer", ISSUER, "--audience", AUDIENCE),
-        ]
-        done = subprocess.run(
-            load, env=python_env(), capture_output=True, text=True, timeout=args.duration + 60, check=False
-        )
-        if done.returncode != 0:
-            raise RuntimeError(f"load generator failed:\n{done.stderr[-2000:]}")
-        driven: dict[str, Any] = json.loads(done.stdout)
-        stats.unlink(missing_ok=True)
+        fill_figures = _wait_for(child, Path(f"{stats}.fill"), timeout=60 + conversations / 2000)
+        load = loadgen.argv(
+            front.url, key_file, duration=args.duration, warmup=2.0, concurrency=args.concurrency,
+            turns=args.turns, users=256,
+        )  # fmt: skip
+        driven = python_json(load[1:], timeout=args.duration + 60)
         child.popen.send_signal(signal.SIGUSR1)
         measured = _wait_for(child, stats, timeout=10)
     finally:
         children.stop(child)
-    return {"scale": scale, "bound": bound, "fill": fill, "load": driven, **measured}
+    return {"scale": scale, "bound": bound, "fill": fill_figures, "load": driven, **measured}
 
 
-def _render(result: dict[str, Any]) -> str:
-    lines: list[str] = []
-    for one in result["rounds"]:
-        fill, load = one["fill"], one["load"]
-        lines.append(
-            f"cache.max_entries {one['bound']:,} (set for this run: {one['scale']}x the default), "
-            f"filled with {fill['conversations']:,} idle conversations ({fill['entries']:,} entries) "
-            f"in {fill['fill_s']:.0f} s; {one['entries']:,} entries after the load"
-        )
-        turns, errors = load["turns_measured"], load["errors_measured"]
-        if errors:
-            samples = "; ".join(load["error_samples"][:3])
-            lines.append(
-                f"  VOID: {errors} of {turns + errors} answers were not 2xx ({samples}): no figure from it"
-            )
+def _render(one: dict[str, Any]) -> list[str]:
+    fill_figures, load = one["fill"], one["load"]
+    lines = [
+        f"cache.max_entries {one['bound']:,} (set for this run: {one['scale']:g}x the default), filled with "
+        f"{fill_figures['conversations']:,} idle conversations ({fill_figures['entries']:,} entries) in "
+        f"{fill_figures['fill_s']:.0f} s; {one['entries']:,} entries after the load"
+    ]
+    if not valid(load):
+        samples = "; ".join(load["error_samples"][:3])
+        return [*lines, f"  VOID: {load['errors']} answers were not 2xx ({samples}): no figure from it"]
+    pauses = one["pauses"]
+    longest = max((ms for _, ms, _ in pauses), default=0.0)
+    longest_cpu = max((cpu for _, _, cpu in pauses), default=0.0)
+    lines.append(
+        f"  load: {load['turns_measured']:,} turns ({load['conversations']:,} conversations) in "
+        f"{load['window_s']:.0f} s, all 2xx, p50 {load['latency_ms']['p50']:.1f} ms, "
+        f"p99 {load['latency_ms']['p99']:.1f} ms; longest pause's CPU {longest_cpu:.1f} ms"
+    )
+    for generation in range(3):
+        own = sorted(ms for gen, ms, _ in pauses if gen == generation)
+        if not own:
+            lines.append(f"    generation {generation}: no collection")
             continue
-        pauses = [ms for _, ms, _ in one["pauses"]]
-        longest = max(pauses, default=0.0)
-        longest_cpu = max((cpu for _, _, cpu in one["pauses"]), default=0.0)
+        labels = [*(f"≤{high:g}" for high in BUCKETS_MS), f">{BUCKETS_MS[-1]:g}"]
+        edges = zip(labels, (0.0, *BUCKETS_MS), (*BUCKETS_MS, float("inf")), strict=True)
+        counts = ", ".join(f"{label} ms {sum(low < ms <= high for ms in own)}" for label, low, high in edges)
         lines.append(
-            f"  load: {turns:,} turns ({load['conversations']:,} conversations) in {load['window_s']:.0f} s,"
-            f" all 2xx, p50 {load['latency_ms']['p50']:.1f} ms, p99 {load['latency_ms']['p99']:.1f} ms"
+            f"    generation {generation}: {len(own)} collections, median {own[len(own) // 2]:.2f} ms,"
+            f" max {own[-1]:.2f} ms ({counts})"
         )
-        verdict = "met" if longest <= PAUSE_TARGET_MS else "MISSED"
-        lines.append(
-            f"  longest GC pause {longest:.1f} ms (CPU {longest_cpu:.1f} ms)"
-            f"   target ≤ {PAUSE_TARGET_MS:.0f} ms: {verdict}"
+    return lines + [
+        target_line(target(what, goal, value, at_most(bound)))
+        for what, goal, value, bound in (
+            ("longest GC pause, ms", f"<= {PAUSE_TARGET_MS:g}", longest, PAUSE_TARGET_MS),
+            ("tracked objects per stored conversation", f"<= {TRACKED_TARGET:g}",
+             fill_figures["tracked_per_conversation"], TRACKED_TARGET),
+            ("RSS per entry, B", f"<= {RSS_TARGET:g}", fill_figures["rss_per_entry"], RSS_TARGET),
         )
-        for generation in range(3):
-            own = sorted(ms for gen, ms, _ in one["pauses"] if gen == generation)
-            if not own:
-                lines.append(f"    generation {generation}: no collection")
-                continue
-            edges = (0.0, *BUCKETS_MS)
-            counts = [
-                sum(1 for ms in own if low < ms <= high) for low, high in zip(edges, BUCKETS_MS, strict=False)
-            ]
-            above = sum(1 for ms in own if ms > BUCKETS_MS[-1])
-            buckets = ", ".join(
-                f"≤{high:g} ms {count}" for high, count in zip(BUCKETS_MS, counts, strict=True)
-            )
-            lines.append(
-                f"    generation {generation}: {len(own)} collections, median {own[len(own) // 2]:.2f} ms,"
-                f" max {own[-1]:.2f} ms ({buckets}, >{BUCKETS_MS[-1]:g} ms {above})"
-            )
-        tracked = fill["tracked_per_conversation"]
-        lines.append(
-            f"  tracked objects per stored conversation {tracked:.3f}   target ≤ {TRACKED_TARGET:g}:"
-            f" {'met' if tracked <= TRACKED_TARGET else 'MISSED'}"
-        )
-        rss = fill["rss_per_entry"]
-        lines.append(
-            f"  RSS per entry {rss:.0f} B   target ≤ {RSS_TARGET:.0f} B:"
-            f" {'met' if rss <= RSS_TARGET else 'MISSED'}"
-        )
-    return "\n".join(lines)
+    ]  # fmt: skip
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args_list = list(sys.argv[1:] if argv is None else argv)
-    served = serve_request(args_list, USAGE)
-    if served is not None:
-        stats_path, conversations = served[0].rsplit(",", 1)
-        return serve_measured(stats_path, int(conversations), served[1])
-    parser = argparse.ArgumentParser(prog="python -m bench capacity gc_pause", description=__doc__)
+def main(argv: Sequence[str]) -> int:
+    if argv[:1] == ["serve"]:  # the gateway's process, started by _round
+        return serve_measured(argv[1], int(argv[2]), ["serve", *argv[3:]])
+    parser = argparse.ArgumentParser(prog="python -m bench gc_pause", description=__doc__.split("\n\n")[0])
     parser.add_argument(
-        "--scales", default="1,5", help="cache.max_entries as multiples of 300,000, comma-separated"
+        "--scales", default="1,5", help="cache.max_entries in multiples of 300,000 (0.1: 30,000), a,b,…"
     )
     parser.add_argument("--duration", type=float, default=20.0, help="measured seconds of load per scale")
     parser.add_argument("--concurrency", type=int, default=16)
-    parser.add_argument(
-        "--turns",
-        type=int,
-        default=1,
-        help="turns per conversation (1: every turn opens one, the most churn)",
-    )
+    parser.add_argument("--turns", type=int, default=1, help="turns per conversation (1: the most churn)")
     parser.add_argument("--out", type=Path, help="also write the result as JSON here")
-    args = parser.parse_args(args_list)
-    with tempfile.TemporaryDirectory(prefix="pact-gc-pause-") as tmp:
-        workdir = Path(tmp)
-        private = generate_private_jwk("ES256")
-        key_file = workdir / "pa-key.json"
-        key_file.write_text(json.dumps(private))
-        with Children(workdir) as children:
-            bot_port = free_port()
-            bot = children.python("bot", "-m", "examples.sample_bot", "--port", str(bot_port))
-            bot.wait_port(bot_port)
-            bot_url = f"http://127.0.0.1:{bot_port}/chat"
-            rounds = [
-                _round(children, workdir, bot_url, key_file, public_jwks(private), int(scale), args)
-                for scale in args.scales.split(",")
-            ]
-    result = {"rounds": rounds}
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="pact-gc-pause-") as tmp, Children(Path(tmp)) as children:
+        bot_port = free_port()
+        children.python("bot", "-m", "examples.sample_bot", "--port", str(bot_port)).wait_port(bot_port)
+        bot_url = f"http://127.0.0.1:{bot_port}/chat"
+        rounds = [
+            _round(children, Path(tmp), bot_url, float(scale), args) for scale in args.scales.split(",")
+        ]
     if args.out is not None:
-        args.out.write_text(json.dumps(result, indent=2))
-    print(_render(result))
+        args.out.write_text(json.dumps({"rounds": rounds}, indent=2))
+    print("\n".join(line for one in rounds for line in _render(one)))
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

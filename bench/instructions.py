@@ -1,32 +1,16 @@
-"""Instructions per turn under callgrind: a cost figure a shared, noisy machine barely moves.
+"""Instructions per turn of a front process under callgrind: the cost figure a noisy machine barely moves.
 
-CPU seconds per turn swing by ±20 % between repeats of one build here, so a change worth a
-few percent cannot be told from noise with them. ``valgrind --tool=callgrind`` counts the
-instructions a process executes instead, and that count hardly depends on what else the
-machine is doing (see below for what still moves it). It leaves out the kernel's side of
-system calls (which the pass-through pays as much as the gateway) and the cost of cache
-misses, so it complements the CPU figures rather than replacing them.
-
-Each front runs as its own process under callgrind with instrumentation off until it has
-served a warm-up. Then two measured windows, ``turns`` and ``2 × turns``, each dumped and
-zeroed by ``callgrind_control``: every window is its own load-generator process, which mints
-fresh PA JWTs for its :data:`USERS` users, and both windows are long enough to reach them all,
-so each pays the same full verifications; the difference of the two windows is ``turns``
-steady-state turns, start-up and first sight of a token cancelled out.
-
-One turn is in flight at a time. With several, how many requests share an event-loop pass
-depends on timing, and part of a front's work is per pass (the gateway's access-line write,
-its Redis pipe's flush). At 8 in flight the gateway's count moved by up to 1.8 % between
-runs, at 1 by 0.6 % (up to 1.5 % in a later run of three). What is left is not the garbage
-collector (no collection ran in any window checked) but how a turn's I/O and timers fall into
-event-loop passes, which varies between processes: the higher counts run more callbacks
-through the loop per turn (docs/performance.md). The count
-is of a turn that shares nothing, which is more than a turn costs under load: it is the
-figure to compare builds with, not a prediction of CPU time.
+CPU seconds per turn swing by ±20 % between repeats on a shared machine; callgrind's instruction
+count hardly depends on the neighbours (it leaves out the kernel's side of system calls and cache
+misses). Each front runs under callgrind, instrumentation off until a warm-up has been served; then
+two windows of ``turns`` and ``2 × turns``, each its own load-generator process (the same fresh PA
+JWTs of :data:`USERS` users), dumped and zeroed by ``callgrind_control``: their difference is
+``turns`` steady-state turns. One turn in flight, so no per-pass work is shared by chance.
 """
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 import subprocess
 import sys
@@ -35,19 +19,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.fronts import Bench, Front, FrontArgv
-from bench.procs import ChildFailed, Children, free_port
-
-__all__ = [
-    "CONCURRENCY",
-    "USERS",
-    "FrontArgv",
-    "available",
-    "callgrind_totals",
-    "count",
-    "measure",
-    "per_turn",
-]
+from bench.harness import Bench, Front, FrontArgv
+from bench.procs import ChildFailed, free_port
 
 CONCURRENCY = 1
 """Turns in flight: one, so no work is shared between turns by chance (see above)."""
@@ -71,44 +44,7 @@ def callgrind_totals(path: Path) -> int:
     raise ChildFailed(f"{path} has no totals line")
 
 
-class _Callgrind:
-    """One front under callgrind and the dumps ``callgrind_control`` makes of it."""
-
-    def __init__(self, children: Children, name: str, python_argv: Sequence[str], out: Path) -> None:
-        self.out = out
-        self.child = children.start(
-            name,
-            [
-                "valgrind",
-                "--tool=callgrind",
-                "--instr-atstart=no",
-                f"--callgrind-out-file={out}",
-                sys.executable,
-                *python_argv,
-            ],
-        )
-
-    def control(self, *args: str) -> None:
-        subprocess.run(
-            ["callgrind_control", *args, str(self.child.pid)], check=True, capture_output=True, timeout=60
-        )
-
-    def dump(self, number: int) -> int:
-        """Dump (and zero) the counters; the instructions since the last dump."""
-        self.control("-d")
-        path = self.out.with_name(f"{self.out.name}.{number}")
-        deadline = time.monotonic() + _DUMP_TIMEOUT
-        while time.monotonic() < deadline:
-            if path.exists():
-                try:
-                    return callgrind_totals(path)
-                except ChildFailed:
-                    pass  # still being written
-            time.sleep(0.1)
-        raise ChildFailed(f"callgrind wrote no readable dump {path}:\n{self.child.tail()}")
-
-
-def count(bench: Bench, fronts: Sequence[tuple[str, FrontArgv, bool]]) -> dict[str, Any]:
+def count(bench: Bench, fronts: Sequence[tuple[str, FrontArgv]]) -> dict[str, Any]:
     """``fronts`` counted by :func:`measure` in ``bench``'s mode, or why not."""
     turns = bench.settings.instruction_turns
     if turns <= 0:
@@ -118,59 +54,57 @@ def count(bench: Bench, fronts: Sequence[tuple[str, FrontArgv, bool]]) -> dict[s
     return measure(bench, fronts, turns)
 
 
-def measure(bench: Bench, fronts: Sequence[tuple[str, FrontArgv, bool]], turns: int) -> dict[str, Any]:
-    """Instructions per turn of each ``(name, argv for a port, uses Redis)`` front.
+def measure(bench: Bench, fronts: Sequence[tuple[str, FrontArgv]], turns: int) -> dict[str, Any]:
+    """Instructions per turn of each ``(name, argv for a port)`` front.
 
     ``bench`` is the running benchmark: its bot, children, work directory and load generator.
     """
-    results: dict[str, Any] = {
-        "available": True,
-        "turns": turns,
-        "concurrency": CONCURRENCY,
-        "users": USERS,
-        "fronts": {},
-    }
-    for name, argv_for, uses_redis in fronts:
-        port = free_port()
-        runner = _Callgrind(
-            bench.children, f"{name}-callgrind", argv_for(port), bench.workdir / f"callgrind-{name}.out"
-        )
-        runner.child.wait_port(port, timeout=_STARTUP_TIMEOUT)
-        front = Front.a2a(name, port, runner.child, uses_redis)
-        try:
-            bench.drive(
-                front,
-                duration=600,
-                concurrency=CONCURRENCY,
-                max_turns=turns,
-                redis_stats=False,
-                users=USERS,
-            )
-            runner.control("-i", "on")
-            windows = []
-            for number, size in ((1, turns), (2, 2 * turns)):
-                done = bench.drive(
-                    front,
-                    duration=600,
-                    concurrency=CONCURRENCY,
-                    max_turns=size,
-                    redis_stats=False,
-                    users=USERS,
-                )
-                if done["errors"]:
-                    raise ChildFailed(f"{name} under callgrind failed turns: {done['error_samples']}")
-                windows.append((int(done["turns_total"]), runner.dump(number)))
-        finally:
-            bench.children.stop(runner.child)
-        (turns_1, instructions_1), (turns_2, instructions_2) = windows
-        results["fronts"][name] = {
-            "instructions_per_turn": (instructions_2 - instructions_1) / max(turns_2 - turns_1, 1),
-            "windows": [
-                {"turns": turns_1, "instructions": instructions_1},
-                {"turns": turns_2, "instructions": instructions_2},
-            ],
-        }
+    results: dict[str, Any] = {"available": True, "turns": turns, "concurrency": CONCURRENCY, "users": USERS}
+    results["fronts"] = {}
+    for name, argv_for in fronts:
+        results["fronts"][name] = _count_front(bench, name, argv_for, turns)
     return results
+
+
+def _count_front(bench: Bench, name: str, argv_for: FrontArgv, turns: int) -> dict[str, Any]:
+    """One front under callgrind: a warm-up, then the two windows, each dumped and zeroed."""
+    port, out = free_port(), bench.workdir / f"callgrind-{name}.out"
+    valgrind = ["valgrind", "--tool=callgrind", "--instr-atstart=no", f"--callgrind-out-file={out}"]
+    child = bench.children.start(f"{name}-callgrind", [*valgrind, sys.executable, *argv_for(port)])
+    child.wait_port(port, timeout=_STARTUP_TIMEOUT)
+    front = Front.a2a(name, port, child)
+
+    def control(*args: str) -> None:
+        subprocess.run(
+            ["callgrind_control", *args, str(child.pid)], check=True, capture_output=True, timeout=60
+        )
+
+    def dump(number: int) -> int:
+        """Dump (and zero) the counters; the instructions since the last dump."""
+        control("-d")
+        path, deadline = out.with_name(f"{out.name}.{number}"), time.monotonic() + _DUMP_TIMEOUT
+        while time.monotonic() < deadline:
+            with contextlib.suppress(ChildFailed, FileNotFoundError):  # not yet (fully) written
+                return callgrind_totals(path)
+            time.sleep(0.1)
+        raise ChildFailed(f"callgrind wrote no readable dump {path}:\n{child.tail()}")
+
+    try:
+        bench.drive(front, duration=600, concurrency=CONCURRENCY, max_turns=turns, users=USERS)
+        control("-i", "on")
+        windows = []
+        for number, size in ((1, turns), (2, 2 * turns)):
+            done = bench.drive(front, duration=600, concurrency=CONCURRENCY, max_turns=size, users=USERS)
+            if done["errors"]:
+                raise ChildFailed(f"{name} under callgrind failed turns: {done['error_samples']}")
+            windows.append({"turns": int(done["turns_total"]), "instructions": dump(number)})
+    finally:
+        bench.children.stop(child)
+    added = windows[1]["instructions"] - windows[0]["instructions"]
+    return {
+        "instructions_per_turn": added / max(windows[1]["turns"] - windows[0]["turns"], 1),
+        "windows": windows,
+    }
 
 
 def per_turn(counted: dict[str, Any]) -> dict[str, float]:

@@ -1,18 +1,10 @@
-"""Resident memory per idle conversation on the memory store, measured in a process of its own.
+"""``python -m bench memory``: resident memory per idle conversation on the memory store, its own process.
 
-Conversations are made through the store's public turn protocol, exactly as the gateway
-makes them: ``begin_turn`` without a ``contextId`` (which also records the first message
-for the §4.3 retry window), then ``complete_turn`` with a small rendered reply. Each has its
-own user, so nothing is shared between conversations that would not be in production.
-
-Three readings: RSS growth of the process (what the operator pays, allocator slack
-included) and ``tracemalloc`` (what Python objects hold, in a second store, so the tracer's
-own bookkeeping never shows in the RSS figure). Reply bytes (``sys.getsizeof`` of each
-stored reply) are subtracted for the "excluding replies" figures, since reply size is the
-bot's choice. The tracemalloc reading is repeated after the retry window has passed, when
-a conversation is truly idle and its first-message record has expired.
-
-``python -m bench.memory --conversations 100000`` prints one JSON document.
+Conversations are made through the store's turn protocol as the gateway makes them (``begin_turn``
+without a ``contextId``, then ``complete_turn`` with a rendered reply), each its own user: the RSS
+growth of this process over them (what the operator pays, allocator slack included), less the
+replies' bytes (the bot's choice), and per ``cache.max_entries`` entry. ``--turns N`` answers N turns
+a conversation. Prints one JSON document; ``python -m bench throughput`` includes it under ``memory``.
 """
 
 from __future__ import annotations
@@ -21,15 +13,13 @@ import argparse
 import asyncio
 import gc
 import json
-import re
 import sys
 import time
-import tracemalloc
 import uuid
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
+from bench.procs import rss_bytes
 from gateway.config import CacheConfig
 from gateway.protocol.messages import render_reply
 from gateway.store.base import Owner, TurnStatus
@@ -39,24 +29,8 @@ ISSUER = "https://pa.bench.invalid"
 REPLY_TEXT = "Order A-10001 is shipped. It left our warehouse on Monday."
 
 
-def _where(frame: tracemalloc.Frame) -> str:
-    """``file:line`` relative to the checkout or site-packages, for a readable report."""
-    name = frame.filename.removeprefix(str(Path(__file__).resolve().parent.parent) + "/")
-    name = re.split(r"/site-packages/|/lib/python3\.\d+/", name)[-1]
-    return f"{name}:{frame.lineno}"
-
-
-def rss_bytes() -> int:
-    """Resident set size of this process, from /proc/self/status."""
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise RuntimeError("no VmRSS in /proc/self/status")
-
-
 async def fill(store: MemoryStore, count: int, tag: str, turns: int = 1) -> int:
-    """Open ``count`` conversations and answer ``turns`` turns in each; the total ``sys.getsizeof`` of
-    the replies stored."""
+    """Open ``count`` conversations of ``turns`` answered turns; the ``sys.getsizeof`` of the replies."""
     reply_bytes = 0
     for index in range(count):
         owner = Owner("acme", ISSUER, f"{tag}-user-{index}")
@@ -74,7 +48,7 @@ async def fill(store: MemoryStore, count: int, tag: str, turns: int = 1) -> int:
     return reply_bytes
 
 
-async def measure(count: int, traced_count: int, idle_retry_window: int, turns: int = 1) -> dict[str, Any]:
+async def measure(count: int, turns: int = 1) -> dict[str, Any]:
     config = CacheConfig()  # the defaults an operator gets: a 300 s retry window
     # Warm-up: imports, interned strings and the event loop's first allocations are not per conversation.
     warm = MemoryStore(config)
@@ -82,104 +56,31 @@ async def measure(count: int, traced_count: int, idle_retry_window: int, turns: 
     await warm.close()
     del warm
     gc.collect()
-
     kept = MemoryStore(config)
-    rss_before = rss_bytes()
+    before = rss_bytes()
     started = time.perf_counter()
-    reply_total = await fill(kept, count, "rss", turns)
-    fill_seconds = time.perf_counter() - started
+    replies = await fill(kept, count, "rss", turns)
+    seconds = time.perf_counter() - started
     gc.collect()
-    rss_after = rss_bytes()
+    grown = rss_bytes() - before
     # What cache.max_entries counts: record, first-message record and owner index per conversation here.
     entries = len(kept.keyspace.entries)
-
-    tracemalloc.start()
-    base, _ = tracemalloc.get_traced_memory()
-    fresh_store = MemoryStore(config)
-    fresh_replies = await fill(fresh_store, traced_count, "fresh", turns)
-    gc.collect()
-    fresh, _ = tracemalloc.get_traced_memory()
-    stats = tracemalloc.take_snapshot().statistics("lineno")
-    top = stats[:10]
-    # What a stored reply really occupies: the serializer's buffer, not just len(reply).
-    reply_allocated = sum(s.size for s in stats if s.traceback[0].filename.endswith("protocol/messages.py"))
-    await fresh_store.close()
-    del fresh_store
-    gc.collect()
-
-    # Truly idle: past the §4.3 retry window the first-message records have expired. A short
-    # window stands in for the 300 s default so the reading need not wait five minutes.
-    base_idle, _ = tracemalloc.get_traced_memory()
-    idle_store = MemoryStore(CacheConfig(retry_window=idle_retry_window))
-    idle_replies = await fill(idle_store, traced_count, "idle", turns)
-    await asyncio.sleep(idle_retry_window + 0.5)
-    # One full pass of the store's sweep (the gateway runs it in the background while serving).
-    for _ in range(idle_store.keyspace.SWEEP_PASS_TICKS):
-        idle_store.keyspace.sweep()
-    gc.collect()
-    idle, _ = tracemalloc.get_traced_memory()
-    tracemalloc.stop()
-
-    rss_delta = rss_after - rss_before
-    per_reply = reply_total / count
     return {
         "conversations": count,
         "turns_per_conversation": turns,
         "entries": entries,
-        "rss_bytes_per_entry": rss_delta / entries,
-        "fill_seconds": fill_seconds,
-        "rss_before_bytes": rss_before,
-        "rss_after_bytes": rss_after,
-        "rss_delta_bytes": rss_delta,
-        "reply_bytes_per_conversation": per_reply,
-        "rss_bytes_per_conversation": rss_delta / count,
-        "rss_bytes_per_conversation_excluding_replies": max(rss_delta / count - per_reply, 0.0),
-        "traced_conversations": traced_count,
-        "reply_allocated_bytes_per_conversation": reply_allocated / traced_count,
-        "traced_bytes_per_conversation": (fresh - base) / traced_count,
-        "traced_bytes_per_conversation_excluding_replies": max(
-            (fresh - base - fresh_replies) / traced_count, 0.0
-        ),
-        "traced_idle_bytes_per_conversation_excluding_replies": max(
-            (idle - base_idle - idle_replies) / traced_count, 0.0
-        ),
-        "top_allocations": [
-            {"where": _where(stat.traceback[0]), "bytes_per_conversation": stat.size / traced_count}
-            for stat in top
-        ],
+        "fill_seconds": seconds,
+        "rss_delta_bytes": grown,
+        "rss_bytes_per_entry": grown / entries,
+        "reply_bytes_per_conversation": replies / count,
+        "rss_bytes_per_conversation": grown / count,
+        "rss_bytes_per_conversation_excluding_replies": max((grown - replies) / count, 0.0),
     }
 
 
 def main(argv: Sequence[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m bench memory", description=__doc__.split("\n\n")[0])
     parser.add_argument("--conversations", type=int, default=100_000)
-    parser.add_argument(
-        "--traced-conversations",
-        type=int,
-        default=20_000,
-        help="conversations per tracemalloc reading (tracing is slow; the per-conversation figure is stable)",
-    )
-    parser.add_argument(
-        "--idle-retry-window",
-        type=int,
-        default=1,
-        help="cache.retry_window for the idle reading, so it need not wait the default 300 s",
-    )
-    parser.add_argument(
-        "--turns",
-        type=int,
-        default=1,
-        help="turns answered in each conversation (cache.max_entries sizing: bytes per entry as they grow)",
-    )
+    parser.add_argument("--turns", type=int, default=1, help="answered turns in each conversation")
     args = parser.parse_args(argv)
-    print(
-        json.dumps(
-            asyncio.run(
-                measure(args.conversations, args.traced_conversations, args.idle_retry_window, args.turns)
-            )
-        )
-    )
-
-
-if __name__ == "__main__":
-    main()
+    print(json.dumps(asyncio.run(measure(args.conversations, args.turns))))

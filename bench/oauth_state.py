@@ -1,30 +1,11 @@
-"""``python -m bench capacity oauth_state``: is the §5 OAuth state bounded? (issue 17 row 4, docs/capacity.md)
+"""``python -m bench oauth_state``: is the §5 OAuth state bounded? (issue 17 row 4, docs/capacity.md)
 
-Three figures, on the memory store in process and on Redis (``--redis-url``), each printed
-beside its target:
-
-* **consent hand-off's store reads**: what a Brand login's hand-off reads from the store (the
-  authorization its ``user_code`` names, and the live grant of the slot (user, agent, ``sub``)),
-  timed for a Brand user with one live grant and no other approval, then for one who has also
-  approved ``--prior`` other ``sub``s of the agent (every one of them a live grant: the worst
-  case, as re-approving the same ``sub`` supersedes). Side by side in one run, repeated; the
-  ratio should be flat (≤ 1.2×). Before this layout a hand-off read and sorted all of the
-  user's grants (2.0 → 10.7 ms at 0 → 3,000 on the memory store).
-* **records per grant** after ``--refreshes`` refresh-token rotations of each of ``--grants``
-  grants (one user each): the grant with its refresh family, its slot, and its entries in the
-  user's and the agent's grant indexes. The target is that refreshing adds none. Device
-  authorizations (kept for minutes, not the grant's 30 days) are not counted.
-* **bytes per grant** on Redis: ``MEMORY USAGE`` of those records, summed, per grant.
-* **the two key layouts** on Redis (issue 20, ``cache.key_layout``), side by side in one run:
-  bytes per grant (the records that live as long as it: the grant and its refresh family, its
-  slot, the user's and the agent's grant sets), round trips per redemption (the
-  token endpoint's poll that issues) and per refresh (``grant_of_refresh``, ``get_grant``,
-  ``rotate_refresh``, as gateway/oauth/tokens.py calls them), counted as the commands the store
-  sends one after another (none is sent beside another here), and their median times' ratio.
-
-Only keys of the bench's own Brands (``pact:oauthbench…``) are written, and they are deleted
-before and after, so a shared Redis is left as found. Timings on a shared machine are noisy:
-the ratio is what to read, not the microseconds.
+On the memory store in process and on Redis (``--redis-url``): **records per grant** after
+``--refreshes`` refresh-token rotations of each of ``--grants`` grants (refreshing adds none; device
+authorizations, kept minutes, are not counted) and, on Redis, **bytes per grant** (``MEMORY USAGE``
+of those records). Only keys of the bench's own Brands (``pact:oauthbench…``) are written, deleted
+before and after. That consent reads do not grow with a user's grants is a test that counts reads
+(``tests/store/test_oauth_store.py``).
 """
 
 from __future__ import annotations
@@ -32,32 +13,23 @@ from __future__ import annotations
 import argparse
 import asyncio
 import hashlib
-import os
-import statistics
 import sys
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, Final, NamedTuple
+from collections.abc import Sequence
+from typing import Final
 
+from bench.harness import DEFAULT_REDIS_URL
+from bench.redis_probe import RedisProbe
 from gateway.config import CacheConfig
-from gateway.redis_url import RedisAddress
 from gateway.store import ConversationStore, Owner
 from gateway.store.factory import open_oauth_store
 from gateway.store.memory import MemoryStore
 from gateway.store.oauth import DeviceAuthorization, OAuthStore, PollOutcome, RefreshOutcome, RefreshToken
-from gateway.store.oauth_redis import RedisOAuthStore
 from gateway.store.redis import RedisStore
-from gateway.store.redis_pipe import Arg, RedisPipe
-
-__all__ = ["main"]
 
 PA: Final = "https://pa.oauthbench.invalid"
-BRAND_PREFIX: Final = "oauthbench"
-HANDOFF_BRAND: Final = f"{BRAND_PREFIX}-consent"
-RECORDS_BRAND: Final = f"{BRAND_PREFIX}-records"
+BRAND: Final = "oauthbench-records"
 GRANT_TTL: Final = 30 * 86400
-FLAT_RATIO: Final = 1.2
-"""Issue 17's bound for "does not grow" (row 2 uses the same)."""
 NOT_GRANT_RECORDS: Final = (":oauth:device:", ":oauth:user_code:", "}o.d:")
 """A device authorization's records: kept minutes, not a grant's days, so not the grant's cost."""
 
@@ -70,140 +42,64 @@ def _token(grant_id: str, name: str) -> RefreshToken:
     return RefreshToken(grant_id, _sha(f"family {grant_id}"), _sha(name))
 
 
-async def _grant(oauth: OAuthStore, brand: str, user: str, owner: Owner, grant_id: str, now: float) -> str:
-    """One approval the way the token endpoint makes a grant: authorization, approval, redemption.
-
-    Returns the authorization's ``user_code``.
-    """
+async def _grant(oauth: OAuthStore, user: str, owner: Owner, grant_id: str, now: float) -> None:
+    """One approval the way the token endpoint makes a grant: authorization, approval, redemption."""
     device_hash, user_code = _sha(f"device {grant_id}"), f"UC-{grant_id}"
     authorization = DeviceAuthorization(
-        device_hash, user_code, brand, PA, owner.digest, ("orders:read",), now + 600, 5
+        device_hash, user_code, BRAND, PA, owner.digest, ("orders:read",), now + 600, 5
     )
     if not await oauth.create_authorization(authorization):
         raise RuntimeError(f"user code {user_code} already in use")
-    await oauth.approve(brand, authorization, user, ("orders:read",), now)
-    result = await oauth.poll(
-        brand, device_hash, owner.digest, now, refresh=_token(grant_id, f"{grant_id} 0"), grant_ttl=GRANT_TTL
-    )
+    await oauth.approve(BRAND, authorization, user, ("orders:read",), now)
+    refresh = _token(grant_id, f"{grant_id} 0")
+    result = await oauth.poll(BRAND, device_hash, owner.digest, now, refresh=refresh, grant_ttl=GRANT_TTL)
     if result.outcome is not PollOutcome.ISSUED:
         raise RuntimeError(f"grant {grant_id}: {result.outcome}")
-    return user_code
 
 
-async def _handoff_ratio(
-    oauth: OAuthStore, prior: int, reads: int, repeats: int
-) -> tuple[float, float, float]:
-    """µs per hand-off read for the light and the heavy user, and the median of their per-repeat ratios."""
-    now = time.time()
-    light, heavy = "light-user", "heavy-user"
-    agent = Owner(HANDOFF_BRAND, PA, "consenting-sub")
-    for n in range(prior):
-        await _grant(oauth, HANDOFF_BRAND, heavy, Owner(HANDOFF_BRAND, PA, f"sub-{n}"), f"prior-{n}", now)
-    await _grant(oauth, HANDOFF_BRAND, light, agent, "light-live", now)
-    await _grant(oauth, HANDOFF_BRAND, heavy, agent, "heavy-live", now)
-    pending = {}
-    for user in (light, heavy):
-        device_hash = _sha(f"pending {user}")
-        pending[user] = f"UC-pending-{user}"
-        authorization = DeviceAuthorization(
-            device_hash, pending[user], HANDOFF_BRAND, PA, agent.digest, ("orders:cancel",), now + 600, 5
-        )
-        await oauth.create_authorization(authorization)
-
-    async def handoff(user: str) -> None:
-        found = await oauth.authorization_by_user_code(HANDOFF_BRAND, pending[user], now)
-        grant = await oauth.live_grant_of(HANDOFF_BRAND, user, agent.digest, now)
-        if found is None or grant is None:
-            raise RuntimeError("the hand-off found nothing")
-
-    async def per_read(user: str) -> float:
-        started = time.perf_counter()
-        for _ in range(reads):
-            await handoff(user)
-        return (time.perf_counter() - started) / reads * 1e6
-
-    await per_read(light)  # warm-up: scripts loaded, connections open
-    ratios: list[float] = []
-    light_us: list[float] = []
-    heavy_us: list[float] = []
-    for repeat in range(repeats):
-        # Each goes first every other repeat, so a drift of the shared machine favours neither.
-        for user in (light, heavy) if repeat % 2 == 0 else (heavy, light):
-            (light_us if user == light else heavy_us).append(await per_read(user))
-        ratios.append(heavy_us[-1] / light_us[-1])
-    return statistics.median(light_us), statistics.median(heavy_us), statistics.median(ratios)
-
-
-async def _rotate_all(oauth: OAuthStore, grants: int, refreshes: int) -> None:
-    now = time.time()
-    for g in range(grants):
-        grant_id = f"rec-{g}"
-        for n in range(refreshes):
-            presented, new = _token(grant_id, f"{grant_id} {n}"), _token(grant_id, f"{grant_id} {n + 1}")
-            result = await oauth.rotate_refresh(RECORDS_BRAND, presented, new, now)
-            if result.outcome is not RefreshOutcome.ROTATED:
-                raise RuntimeError(f"rotation {n} of {grant_id}: {result.outcome}")
-
-
-def _grant_record(key: object) -> bool:
-    return (
-        isinstance(key, str)
-        and key.startswith(f"pact:{RECORDS_BRAND}:")
-        and not any(kind in key for kind in NOT_GRANT_RECORDS)
-    )
-
-
-async def _redis_keys(store: RedisStore, pattern: str) -> list[bytes]:
-    found: list[bytes] = []
-    cursor = b"0"
-    while True:
-        cursor, batch = await store.redis.execute("SCAN", cursor, "MATCH", pattern, "COUNT", 1000)
-        found += batch
-        if cursor == b"0":
-            return found
-
-
-async def _records(store: ConversationStore) -> tuple[int, int | None]:
-    """The grant records of :data:`RECORDS_BRAND`, and their bytes on Redis (``None`` in memory)."""
+def _records(store: ConversationStore, probe: RedisProbe | None) -> tuple[int, int | None]:
+    """The grant records of :data:`BRAND`, and their bytes on Redis (``None`` in memory)."""
     if isinstance(store, MemoryStore):
-        return sum(1 for key in store.keyspace.entries if _grant_record(key)), None
-    assert isinstance(store, RedisStore)
+        keys = [key for key in store.keyspace.entries if isinstance(key, str)]
+    else:
+        assert probe is not None
+        keys = [key.decode() for key in probe.scan(f"pact:{BRAND}:*")]
     names = [
-        key for key in await _redis_keys(store, f"pact:{RECORDS_BRAND}:*") if _grant_record(key.decode())
+        key
+        for key in keys
+        if key.startswith(f"pact:{BRAND}:") and not any(k in key for k in NOT_GRANT_RECORDS)
     ]
-    usage = await asyncio.gather(*(store.redis.execute("MEMORY", "USAGE", name) for name in names))
-    return len(names), sum(int(used or 0) for used in usage)
+    if probe is None:
+        return len(names), None
+    return len(names), sum(int(probe.command("MEMORY", "USAGE", name) or 0) for name in names)
 
 
-async def _clean(store: ConversationStore) -> None:
-    if isinstance(store, RedisStore):
-        names = await _redis_keys(store, f"pact:{BRAND_PREFIX}*")
-        for start in range(0, len(names), 500):
-            await store.redis.execute("DEL", *names[start : start + 500])
+def _clean(probe: RedisProbe | None) -> None:
+    found = probe.scan(f"pact:{BRAND}*") if probe is not None else []
+    for start in range(0, len(found), 500):
+        assert probe is not None
+        probe.command("DEL", *found[start : start + 500])
 
 
 async def _front(
-    name: str, open_store: Callable[[], Awaitable[ConversationStore]], args: argparse.Namespace
+    name: str, store: ConversationStore, probe: RedisProbe | None, args: argparse.Namespace
 ) -> None:
-    store = await open_store()
+    """``--grants`` grants of a user each, their records counted, each refreshed ``--refreshes`` times,
+    the records counted again."""
     try:
-        await _clean(store)
+        _clean(probe)
         oauth = open_oauth_store(store)
-        reads = args.memory_reads if isinstance(store, MemoryStore) else args.reads
-        light, heavy, ratio = await _handoff_ratio(oauth, args.prior, reads, args.repeats)
-        verdict = "met" if ratio <= FLAT_RATIO else "missed"
-        print(
-            f"{name}: consent hand-off store reads {light:.1f} µs (1 grant) vs {heavy:.1f} µs "
-            f"(+{args.prior} prior approvals): ratio {ratio:.2f}, target <= {FLAT_RATIO} ({verdict})"
-        )
         now = time.time()
         for g in range(args.grants):
-            await _grant(
-                oauth, RECORDS_BRAND, f"user-{g}", Owner(RECORDS_BRAND, PA, f"sub-{g}"), f"rec-{g}", now
-            )
-        before, _ = await _records(store)
-        await _rotate_all(oauth, args.grants, args.refreshes)
-        after, used = await _records(store)
+            await _grant(oauth, f"user-{g}", Owner(BRAND, PA, f"sub-{g}"), f"rec-{g}", now)
+        before, _ = _records(store, probe)
+        for g in range(args.grants):
+            for n in range(args.refreshes):
+                presented, new = _token(f"rec-{g}", f"rec-{g} {n}"), _token(f"rec-{g}", f"rec-{g} {n + 1}")
+                rotated = await oauth.rotate_refresh(BRAND, presented, new, now)
+                if rotated.outcome is not RefreshOutcome.ROTATED:
+                    raise RuntimeError(f"rotation {n} of grant {g}: {rotated.outcome}")
+        after, used = _records(store, probe)
         verdict = "met" if after == before else "missed"
         print(
             f"{name}: records per grant {before / args.grants:.2f} after 0 refreshes, "
@@ -214,166 +110,29 @@ async def _front(
                 f"{name}: bytes per grant {used / args.grants:,.0f} (MEMORY USAGE of its records; reported)"
             )
     finally:
-        await _clean(store)
+        _clean(probe)
         await store.close()
 
 
-class _CountingPipe(RedisPipe):
-    """The real pipe, counting the commands it sends (a script is one ``EVALSHA``)."""
-
-    def __init__(self, url: str) -> None:
-        super().__init__(RedisAddress.from_url(url))
-        self.sent = 0
-
-    async def execute(
-        self, *args: Arg, replicated: bool = False, asking: bool = False, idempotent: bool = False
-    ) -> Any:
-        self.sent += 1
-        return await super().execute(*args, replicated=replicated, asking=asking, idempotent=idempotent)
-
-
-LAYOUT_GRANT_RECORDS: Final = {
-    True: ("}o.g:", "}o.s:", "}o.o:", "}o.u:"),
-    False: (":grant:", ":slot:", ":oauth:owner:", ":oauth:user:"),
-}
-"""A grant's records in each layout (``tagged``) that live as long as the grant: not a rotation's
-grace (``delegation.refresh_grace`` seconds) nor its authorization's (minutes)."""
-
-
-class _LayoutFigures(NamedTuple):
-    bytes_per_grant: float
-    redemption_trips: float
-    refresh_trips: float
-    redemption_us: float
-    refresh_us: float
-
-
-async def _layout(url: str, tagged: bool, grants: int) -> _LayoutFigures:
-    """``grants`` grants made, then each refreshed once with a grace, in one layout; what each cost."""
-    brand = f"{BRAND_PREFIX}-layout-{'tagged' if tagged else 'previous'}"
-    pipe = _CountingPipe(url)
-    oauth = RedisOAuthStore(pipe, tagged=tagged)
-    now = time.time()
-    trips = {"redeem": 0, "refresh": 0}
-    spent = {"redeem": 0.0, "refresh": 0.0}
-    try:
-        for g in range(grants + 1):  # the first is a warm-up: scripts loaded, connection open
-            owner = Owner(brand, PA, f"sub-{g}")
-            authorization = DeviceAuthorization(
-                _sha(f"device {g}"), f"UC-{g}", brand, PA, owner.digest, ("orders:read",), now + 600, 5
-            )
-            await oauth.create_authorization(authorization)
-            await oauth.approve(brand, authorization, f"user-{g}", ("orders:read",), now)
-            grant_id = oauth.new_grant_id(owner.digest)
-            presented, new = _token(grant_id, "0"), _token(grant_id, "1")
-            before, started = pipe.sent, time.perf_counter()
-            polled = await oauth.poll(
-                brand, authorization.device_hash, owner.digest, now, refresh=presented, grant_ttl=GRANT_TTL
-            )
-            redeemed, between = pipe.sent, time.perf_counter()
-            found = await oauth.grant_of_refresh(brand, presented, now)
-            grant = await oauth.get_grant(brand, grant_id, now)
-            rotated = await oauth.rotate_refresh(brand, presented, new, now, grace=30, answer=b"s" * 300)
-            if (polled.outcome, found, grant is None, rotated.outcome) != (
-                PollOutcome.ISSUED, grant_id, False, RefreshOutcome.ROTATED
-            ):  # fmt: skip
-                raise RuntimeError(f"grant {g}: {polled.outcome}, {rotated.outcome}")
-            if g:
-                trips["redeem"] += redeemed - before
-                trips["refresh"] += pipe.sent - redeemed
-                spent["redeem"] += between - started
-                spent["refresh"] += time.perf_counter() - between
-        names = [
-            name
-            for name in await _pipe_keys(pipe, f"pact:{brand}:*")
-            if any(kind in name.decode() for kind in LAYOUT_GRANT_RECORDS[tagged])
-        ]
-        usage = await asyncio.gather(*(pipe.execute("MEMORY", "USAGE", name) for name in names))
-        return _LayoutFigures(
-            sum(int(used or 0) for used in usage) / (grants + 1),
-            trips["redeem"] / grants,
-            trips["refresh"] / grants,
-            spent["redeem"] / grants * 1e6,
-            spent["refresh"] / grants * 1e6,
-        )
-    finally:
-        await pipe.close()
-
-
-async def _pipe_keys(pipe: RedisPipe, pattern: str) -> list[bytes]:
-    found: list[bytes] = []
-    cursor = b"0"
-    while True:
-        cursor, batch = await pipe.execute("SCAN", cursor, "MATCH", pattern, "COUNT", 1000)
-        found += batch
-        if cursor == b"0":
-            return found
-
-
-async def _layouts_front(args: argparse.Namespace) -> None:
-    """Tagged against previous, each run ``--repeats`` times alternating which goes first."""
-    runs: dict[bool, list[_LayoutFigures]] = {True: [], False: []}
-    cleaner = RedisStore(CacheConfig(url=args.redis_url))
-    try:
-        for repeat in range(args.repeats):
-            for tagged in (True, False) if repeat % 2 == 0 else (False, True):
-                await _clean(cleaner)
-                runs[tagged].append(await _layout(args.redis_url, tagged, args.grants))
-        await _clean(cleaner)
-    finally:
-        await cleaner.close()
-
-    def median(tagged: bool, field: str) -> float:
-        return float(statistics.median(float(getattr(figures, field)) for figures in runs[tagged]))
-
-    for field, what in (
-        ("bytes_per_grant", "bytes per grant (MEMORY USAGE of its records)"),
-        ("redemption_trips", "round trips per redemption"),
-        ("refresh_trips", "round trips per refresh"),
-        ("redemption_us", "µs per redemption"),
-        ("refresh_us", "µs per refresh"),
-    ):
-        new, old = median(True, field), median(False, field)
-        print(f"redis layouts: {what}: tagged {new:,.1f} vs previous {old:,.1f}: ratio {new / old:.2f}")
-
-
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench capacity oauth_state", description=__doc__.split("\n")[0]
-    )
-    parser.add_argument("--prior", type=int, default=3000, help="the heavy user's other approvals")
-    parser.add_argument("--reads", type=int, default=500, help="hand-offs timed per user and repeat, Redis")
-    parser.add_argument("--memory-reads", type=int, default=20000, help="the same in memory (µs each)")
-    parser.add_argument("--repeats", type=int, default=5)
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench oauth_state", description=__doc__.split("\n")[0])
     parser.add_argument("--grants", type=int, default=50, help="grants whose records are counted")
     parser.add_argument("--refreshes", type=int, default=100, help="refreshes of each of those grants")
     parser.add_argument(
-        "--redis-url",
-        default=os.environ.get("PACT_TEST_REDIS_URL", "redis://127.0.0.1:6379/14"),
-        help="where the Redis front writes (only pact:oauthbench… keys, deleted after)",
+        "--redis-url", default=DEFAULT_REDIS_URL, help="only pact:oauthbench… keys, deleted after"
     )
     parser.add_argument("--no-redis", action="store_true", help="the memory store only")
-    return parser
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
-    if min(args.prior, args.reads, args.memory_reads, args.repeats, args.grants, args.refreshes) < 1:
+    args = parser.parse_args(argv)
+    if min(args.grants, args.refreshes) < 1:
         print("every count must be at least 1", file=sys.stderr)
         return 2
 
-    async def memory() -> ConversationStore:
-        return MemoryStore(CacheConfig(url="memory://"))
-
-    async def redis() -> ConversationStore:
-        return RedisStore(CacheConfig(url=args.redis_url))
-
     async def run() -> None:
-        print(f"machine: {os.cpu_count()} cores, shared (figures side by side in one run; read the ratios)")
-        await _front("memory", memory, args)
+        await _front("memory", MemoryStore(CacheConfig(url="memory://")), None, args)
         if not args.no_redis:
-            await _front("redis", redis, args)
-            await _layouts_front(args)
+            await _front(
+                "redis", RedisStore(CacheConfig(url=args.redis_url)), RedisProbe(args.redis_url), args
+            )
 
     asyncio.run(run())
     return 0

@@ -1,13 +1,9 @@
 """Child processes for the benchmark: started in their own process group, measured from /proc, always ended.
 
-Each party (bot, pass-through, gateway, load generator) is a separate process so its CPU
-time can be attributed to it alone. CPU is read from ``/proc/<pid>/stat`` (``utime`` +
-``stime``) of a process and all its descendants, so a gateway that forks workers is
-counted whole. No third-party process library is needed on Linux.
-
-:func:`start_cluster` starts a Redis Cluster the same way, one child a node, for the fronts that
-compare one primary with several (issue 20 item 6). The test fixtures start theirs apart
-(``tests/support/redis_cluster.py``): the tests do not depend on ``bench``.
+Each party (bot, pass-through, gateway, load generator) is a process of its own so its CPU can be
+read from ``/proc/<pid>/stat`` (``utime`` + ``stime`` of it and its descendants). :func:`start_cluster`
+starts a Redis Cluster the same way, one child a node (the tests start theirs apart,
+``tests/support/redis_cluster.py``: the tests do not depend on ``bench``).
 """
 
 from __future__ import annotations
@@ -27,50 +23,12 @@ from types import TracebackType
 from bench.redis_probe import RedisProbe
 from gateway.store.slots import SLOTS
 
-__all__ = [
-    "REPO_ROOT",
-    "Child",
-    "ChildFailed",
-    "Children",
-    "ClusterNodes",
-    "cpu_seconds",
-    "free_port",
-    "machine_busy",
-    "machine_busy_seconds",
-    "python_env",
-    "read_machine_ticks",
-    "serve_request",
-    "served_through",
-    "start_cluster",
-]
-
 REPO_ROOT = Path(__file__).resolve().parent.parent
 _CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 class ChildFailed(RuntimeError):
     """A child process died or never became ready; the message carries the tail of its log."""
-
-
-SERVE_FLAG = "--serve"
-
-
-def served_through(module: str, value: str, gateway_argv: Sequence[str]) -> list[str]:
-    """``gateway_argv`` (``-m gateway serve …``) started as ``-m module --serve value -- serve …``.
-
-    How a bench tool that must prepare a gateway process before it serves (an ablation, an
-    observer) starts it; :func:`serve_request` reads the arguments back in that process.
-    """
-    return ["-m", module, SERVE_FLAG, value, "--", *gateway_argv[2:]]
-
-
-def serve_request(args: Sequence[str], usage: str) -> tuple[str, list[str]] | None:
-    """``(value, the gateway CLI's arguments)`` when ``args`` ask for ``--serve``, else ``None``."""
-    if list(args[:1]) != [SERVE_FLAG]:
-        return None
-    if len(args) < 3 or args[2] != "--":
-        raise SystemExit(f"usage: {usage}")
-    return args[1], list(args[3:])
 
 
 def free_port() -> int:
@@ -87,6 +45,14 @@ def python_env() -> dict[str, str]:
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(REPO_ROOT), env.get("PYTHONPATH", "")) if p)
     env["PYTHONUNBUFFERED"] = "1"
     return env
+
+
+def rss_bytes(pid: int | str = "self") -> int:
+    """Resident memory of a process (``VmRSS`` of ``/proc/<pid>/status``; the kernel writes kB)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no VmRSS for {pid}")
 
 
 def _stat_fields(pid: int) -> list[str] | None:

@@ -1,17 +1,10 @@
 """Counting what the gateway asks of Redis, with plain RESP over a socket (no client library needed).
 
-Two readings, because Redis counts differently from what a turn pays:
-
-* **Round trips** (what the hot-path target is about) are commands a client sent over the
-  network. ``MONITOR`` shows each one with its database and client address, and shows the
-  commands a Lua script runs as ``[db lua]``; counting the non-Lua lines on the benchmark's
-  own database over a fixed number of turns gives round trips per turn exactly, however
-  busy the rest of the server is.
-* **Commands** (``INFO commandstats`` deltas) include the commands scripts run inside Redis:
-  server-side work per turn. They are server-wide, so another client on the same Redis
-  would show up in them; the benchmark machine is dedicated, and the doc says so.
-
-Only database ``db`` is ever flushed.
+Round trips (what the hot-path target is about) are commands a client sent over the network:
+``MONITOR`` shows each with its database and client address, and the commands a Lua script runs as
+``[db lua]``, so counting the non-Lua lines on the bench's own database over a fixed number of turns
+gives round trips per turn exactly, however busy the rest of the server is. Only database ``db`` is
+ever flushed.
 """
 
 from __future__ import annotations
@@ -23,8 +16,6 @@ from collections import Counter
 from io import BufferedReader
 from typing import IO, Any
 from urllib.parse import urlsplit
-
-__all__ = ["MonitorCount", "RedisProbe"]
 
 _MONITOR_LINE = re.compile(rb'^\+\d+\.\d+ \[(\d+) ([^\]]+)\] "([^"]+)"(?: "([^"]*)")?')
 
@@ -60,14 +51,9 @@ class RedisProbe:
             raise RuntimeError(f"redis error: {rest.decode(errors='replace')}")
         if kind == b"$":
             size = int(rest)
-            if size < 0:
-                return b""
-            data = b""
-            while len(data) < size + 2:
-                chunk = stream.read(size + 2 - len(data))
-                if not chunk:
-                    raise ConnectionError("redis closed the connection")
-                data += chunk
+            data = stream.read(size + 2) if size >= 0 else b"\r\n"  # a buffered read waits for it all
+            if len(data) < size + 2:
+                raise ConnectionError("redis closed the connection")
             return data[:-2]
         return rest
 
@@ -95,6 +81,16 @@ class RedisProbe:
             self._read_reply(stream)
             return self._read_reply(stream)
 
+    def scan(self, pattern: str = "*") -> list[bytes]:
+        """Every key of ``db`` matching ``pattern``, by ``SCAN`` (never ``KEYS``, which blocks a server)."""
+        found: list[bytes] = []
+        cursor = b"0"
+        while True:
+            cursor, batch = self.command_array("SCAN", cursor, "MATCH", pattern, "COUNT", "1000")
+            found += batch
+            if cursor == b"0":
+                return found
+
     def ping(self) -> None:
         if self.command("PING") != b"PONG":
             raise ConnectionError(f"redis at {self.host}:{self.port} did not answer PONG")
@@ -109,18 +105,6 @@ class RedisProbe:
             if line.startswith("process_id:"):
                 return int(line.split(":", 1)[1])
         return None
-
-    def commandstats(self) -> dict[str, int]:
-        """Calls per command since the server started (server-wide, script-internal calls included)."""
-        calls: dict[str, int] = {}
-        for line in self.command("INFO", "commandstats").decode().splitlines():
-            if line.startswith("cmdstat_"):
-                name, _, fields = line[len("cmdstat_") :].partition(":")
-                for item in fields.split(","):
-                    key, _, value = item.partition("=")
-                    if key == "calls":
-                        calls[name] = int(value)
-        return calls
 
     def monitor(self, riding: frozenset[str] = frozenset()) -> MonitorCount:
         return MonitorCount(self, riding)

@@ -1,30 +1,21 @@
 """``python -m bench soak``: the gateway under steady load; its memory and file descriptors before and after.
 
-A leak is growth that more traffic makes larger, so the soak drives one ``pact-gateway serve``
-process (in front of the sample bot) with the benchmark's load generator for ``--duration``
-seconds and reads the process from ``/proc/<pid>``: resident memory (``VmRSS``) and open file
-descriptors, after a warm-up run of the same shape (connection pools, caches and the
-allocator's arenas fill there), every second of the measured run (the peak), and after it, once
-the load generator has gone and its connections are closed.
-
-The cache is Redis by default (database 14, flushed before and after, or ``--redis-url``): the
-conversations then live outside the process, so whatever it grows by is its own. On the memory
-store (``--cache memory``) stored conversations are in the process by design (until
-``cache.conversation_ttl``), so the memory bound allows for them.
-
-Bounds, stated here and in the report, checked at the end: resident memory may grow by at most
-``--rss-bound-mib`` (16 MiB), plus 4 KiB per conversation the run stored on the memory store
-(docs/performance.md measures well under that: an idle conversation and its replies); open
-descriptors by at most ``--fd-bound`` (8); and the load must see no error. The exit status is 1
-when a bound is broken, so a pipeline can run the soak as a check; ``--out`` keeps the JSON.
+A leak is growth that more traffic makes larger: one ``pact-gateway serve`` process (in front of
+the sample bot) is driven by the load generator for ``--duration`` seconds and read from
+``/proc/<pid>`` (``VmRSS`` and open descriptors) after a warm-up run of the same shape, every second
+(the peak), and once the load's connections are closed. On Redis (default; database 14 flushed
+before and after, or ``--redis-url``) conversations live outside the process; on the memory store
+(``--cache memory``) each may account for :data:`MEMORY_STORE_ALLOWANCE` bytes. Bounds: RSS growth
+≤ ``--rss-bound-mib`` (16 MiB) plus that allowance, descriptors ≤ ``--fd-bound`` (8), no error; exit
+status 1 when one is broken. ``tests/reliability_report.py`` runs it for docs/reliability.md.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,12 +23,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import yaml
-
-from bench.fronts import AUDIENCE, DEFAULT_REDIS_URL, ISSUER, MEMORY_MAX_ENTRIES
-from bench.procs import REPO_ROOT, Child, ChildFailed, Children, free_port, python_env
+from bench.harness import DEFAULT_REDIS_URL, MEMORY_BOUND_NOTE, MODES, Bench
+from bench.procs import ChildFailed, Children, rss_bytes
 from bench.redis_probe import RedisProbe
-from gateway.pa_keys import generate_private_jwk, public_jwks
 
 SCHEMA = "pact-gateway-soak/1"
 MIB = 1024 * 1024
@@ -45,10 +33,6 @@ MEMORY_STORE_ALLOWANCE = 4096
 """Bytes of resident memory a conversation stored on the memory store may account for."""
 SETTLE_LIMIT = 10.0
 """Seconds to wait after the load for the gateway to close the load generator's connections."""
-
-
-class SoakFailed(RuntimeError):
-    """The soak could not run to the end (the load generator or the gateway failed); no verdict."""
 
 
 @dataclass(frozen=True)
@@ -60,13 +44,7 @@ class Reading:
 
 
 def read_process(pid: int) -> Reading:
-    """``VmRSS`` from ``/proc/<pid>/status`` and the entries of ``/proc/<pid>/fd``."""
-    rss = 0
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            rss = int(line.split()[1]) * 1024  # the kernel writes kB
-            break
-    return Reading(rss, len(os.listdir(f"/proc/{pid}/fd")))
+    return Reading(rss_bytes(pid), len(os.listdir(f"/proc/{pid}/fd")))
 
 
 @dataclass(frozen=True)
@@ -83,145 +61,64 @@ def bounds_for(args: argparse.Namespace, conversations: int) -> Bounds:
 
 def verdict(before: Reading, after: Reading, bounds: Bounds, errors: int) -> dict[str, Any]:
     """Whether the run stayed within ``bounds`` (and saw no error), and by how much it grew."""
-    rss_growth = after.rss_bytes - before.rss_bytes
-    fd_growth = after.open_fds - before.open_fds
-    return {
-        "rss_growth_bytes": rss_growth,
-        "fd_growth": fd_growth,
-        "rss_ok": rss_growth <= bounds.rss_bytes,
-        "fds_ok": fd_growth <= bounds.open_fds,
-        "errors_ok": errors == 0,
-        "ok": rss_growth <= bounds.rss_bytes and fd_growth <= bounds.open_fds and errors == 0,
-    }
+    rss, fds = after.rss_bytes - before.rss_bytes, after.open_fds - before.open_fds
+    checked = {"rss_ok": rss <= bounds.rss_bytes, "fds_ok": fds <= bounds.open_fds, "errors_ok": errors == 0}
+    return {"rss_growth_bytes": rss, "fd_growth": fds, **checked, "ok": all(checked.values())}
 
 
-class Soak:
-    def __init__(self, args: argparse.Namespace, workdir: Path, children: Children) -> None:
-        self.args = args
-        self.workdir = workdir
-        self.children = children
-        self.key_file = workdir / "pa-key.json"
-        private = generate_private_jwk("ES256")
-        self.key_file.write_text(json.dumps(private))
-        self.jwks = public_jwks(private)
+def soak(args: argparse.Namespace, bench: Bench) -> dict[str, Any]:
+    """The sample bot and one gateway; a warm-up load, the readings before, the load, the readings after."""
+    bot, port = bench.start_bot()
+    gateway = bench.start_gateway("gateway", "memory://" if args.cache == "memory" else args.redis_url)
+    bot.wait_port(port)
+    process = gateway.listening().process
+    assert process is not None
+    peak = [read_process(process.pid)]
 
-    def start(self) -> tuple[Child, str]:
-        """The sample bot and the gateway in front of it; the gateway process and its turn URL."""
-        bot_port, port = free_port(), free_port()
-        bot = self.children.python("bot", "-m", "examples.sample_bot", "--port", str(bot_port))
-        cache_url = "memory://" if self.args.cache == "memory" else self.args.redis_url
-        config = self.workdir / "gateway.yaml"
-        config.write_text(yaml.safe_dump(self.gateway_config(port, bot_port, cache_url), sort_keys=False))
-        gateway = self.children.python("gateway", "-m", "gateway", "serve", "--config", str(config))
-        bot.wait_port(bot_port)
-        gateway.wait_port(port)
-        return gateway, f"http://127.0.0.1:{port}/a2a/acme/message:send"
+    def load(duration: float) -> dict[str, Any]:
+        def sample() -> None:
+            time.sleep(1.0)
+            now, top = read_process(process.pid), peak[0]
+            peak[0] = Reading(max(top.rss_bytes, now.rss_bytes), max(top.open_fds, now.open_fds))
 
-    def gateway_config(self, port: int, bot_port: int, cache_url: str) -> dict[str, Any]:
-        """Production defaults but for addresses, keys (inline: no JWKS fetch) and limits no load reaches."""
-        return {
-            "listen": {"host": "127.0.0.1", "port": port},
-            "public_url": f"http://127.0.0.1:{port}",
-            "provider": {"organization": "Soak", "url": "https://bench.invalid", "audience": AUDIENCE},
-            "personal_agents": {"policy": "allowlist", "registered": [{"issuer": ISSUER, "jwks": self.jwks}]},
-            # The memory store's bound set for the run (and printed): the soak measures growth, not the
-            # bound's refusals.
-            "cache": {
-                "url": cache_url,
-                **({"max_entries": MEMORY_MAX_ENTRIES} if cache_url == "memory://" else {}),
-            },
-            "rate_limits": {
-                "per_agent": {"rate": 1_000_000, "burst": 1_000_000},
-                "per_user": {"rate": 1_000_000, "burst": 1_000_000},
-            },
-            "metrics": {"enabled": True, "host": "127.0.0.1", "port": free_port()},
-            "brands": [
-                {
-                    "id": "acme",
-                    "name": "Acme Support",
-                    "description": "Order status.",
-                    "version": "1.0.0",
-                    "upstream": {"url": f"http://127.0.0.1:{bot_port}/chat"},
-                }
-            ],
-        }
+        return bench.drive(gateway, duration=duration, concurrency=args.concurrency, while_running=sample)
 
-    def load(self, url: str, duration: float, gateway: Child) -> tuple[dict[str, Any], Reading]:
-        """``duration`` seconds of closed-loop load; the load generator's result and the peak reading."""
-        argv = [
-            sys.executable,
-            "-m",
-            "bench.loadgen",
-            "--url",
-            url,
-            "--duration",
-            str(duration),
-            "--warmup",
-            "0",
-            "--concurrency",
-            str(self.args.concurrency),
-            "--turns",
-            str(self.args.turns),
-            "--key-file",
-            str(self.key_file),
-            "--issuer",
-            ISSUER,
-            "--audience",
-            AUDIENCE,
-        ]
-        peak = read_process(gateway.pid)
-        with subprocess.Popen(
-            argv, cwd=REPO_ROOT, env=python_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE
-        ) as loadgen:
-            deadline = time.monotonic() + duration + 60
-            while loadgen.poll() is None and time.monotonic() < deadline:
-                time.sleep(1.0)
-                now = read_process(gateway.pid)
-                peak = Reading(max(peak.rss_bytes, now.rss_bytes), max(peak.open_fds, now.open_fds))
-            out, err = loadgen.communicate(timeout=30)
-        if loadgen.returncode != 0:
-            raise SoakFailed(f"the load generator failed:\n{err.decode(errors='replace')[-2000:]}")
-        result: dict[str, Any] = json.loads(out)
-        return result, peak
-
-    def settled(self, gateway: Child, before: Reading) -> Reading:
+    def settled(before: Reading) -> Reading:
         """The reading once the gateway has closed the finished load's connections (or the limit passed)."""
         deadline = time.monotonic() + SETTLE_LIMIT
-        reading = read_process(gateway.pid)
-        while reading.open_fds > before.open_fds and time.monotonic() < deadline:
+        while (
+            reading := read_process(process.pid)
+        ).open_fds > before.open_fds and time.monotonic() < deadline:
             time.sleep(0.2)
-            reading = read_process(gateway.pid)
         return reading
 
-    def run(self) -> dict[str, Any]:
-        gateway, url = self.start()
-        warm, _ = self.load(url, self.args.warmup, gateway)
-        before = self.settled(gateway, read_process(gateway.pid))
-        measured, peak = self.load(url, self.args.duration, gateway)
-        after = self.settled(gateway, before)
-        if not gateway.alive():
-            raise SoakFailed(f"the gateway exited during the soak:\n{gateway.tail()}")
-        # The warm-up's conversations are in the "before" reading already; the measured run's are not.
-        conversations = int(measured["conversations"])
-        bounds = bounds_for(self.args, conversations)
-        errors = int(warm["errors"]) + int(measured["errors"])
-        return {
-            "schema": SCHEMA,
-            "cache": self.args.cache,
-            "duration_s": self.args.duration,
-            "warmup_s": self.args.warmup,
-            "concurrency": self.args.concurrency,
-            "turns": int(measured["turns_total"]),
-            "turns_per_s": measured["throughput_rps"],
-            "errors": errors,
-            "error_samples": measured["error_samples"] or warm["error_samples"],
-            "conversations_stored": conversations if self.args.cache == "memory" else 0,
-            "before": asdict(before),
-            "peak": asdict(peak),
-            "after": asdict(after),
-            "bounds": asdict(bounds),
-            "verdict": verdict(before, after, bounds, errors),
-        }
+    warm = load(args.warmup)
+    before = settled(read_process(process.pid))
+    peak[0] = before
+    measured = load(args.duration)
+    after = settled(before)
+    # The warm-up's conversations are in the "before" reading already; the measured run's are not.
+    conversations = int(measured["conversations"])
+    bounds = bounds_for(args, conversations)
+    errors = int(warm["errors"]) + int(measured["errors"])
+    return {
+        "schema": SCHEMA,
+        "cache": args.cache,
+        "duration_s": args.duration,
+        "warmup_s": args.warmup,
+        "concurrency": args.concurrency,
+        "turns": int(measured["turns_total"]),
+        "turns_per_s": measured["throughput_rps"],
+        "errors": errors,
+        "error_samples": measured["error_samples"] or warm["error_samples"],
+        "conversations_stored": conversations if args.cache == "memory" else 0,
+        **{
+            name: asdict(reading)
+            for name, reading in (("before", before), ("peak", peak[0]), ("after", after))
+        },
+        "bounds": asdict(bounds),
+        "verdict": verdict(before, after, bounds, errors),
+    }
 
 
 def render(result: dict[str, Any]) -> str:
@@ -239,11 +136,7 @@ def render(result: dict[str, Any]) -> str:
         [
             f"soak: pact-gateway serve on {result['cache']}, {result['duration_s']:g} s of load at "
             f"concurrency {result['concurrency']} after a {result['warmup_s']:g} s warm-up"
-            + (
-                f" (cache.max_entries {MEMORY_MAX_ENTRIES:,}, set for the run)"
-                if result["cache"] == "memory"
-                else ""
-            ),
+            + (f"; {MEMORY_BOUND_NOTE}" if result["cache"] == "memory" else ""),
             f"  turns {result['turns']} ({result['turns_per_s']:.0f}/s), errors {result['errors']}",
             f"  resident memory  before {mib(before['rss_bytes'])}, peak {mib(peak['rss_bytes'])}, "
             f"after {mib(after['rss_bytes'])}: {checked['rss_growth_bytes'] / MIB:+.1f} MiB "
@@ -256,7 +149,7 @@ def render(result: dict[str, Any]) -> str:
     )
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench soak", description=__doc__.split("\n\n")[0])
     parser.add_argument("--duration", type=float, default=60.0, help="seconds of measured load (default 60)")
     parser.add_argument("--warmup", type=float, default=10.0, help="seconds of load before the first reading")
@@ -270,23 +163,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.duration <= 0 or args.warmup <= 0 or args.concurrency < 1 or args.turns < 1:
         parser.error("--duration and --warmup must be positive, --concurrency and --turns at least 1")
-    return args
-
-
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(argv)
-    redis = RedisProbe(args.redis_url) if args.cache == "redis" else None
+    redis = RedisProbe(args.redis_url)
+    settings = dataclasses.replace(MODES["full"], warmup=0.0, turns=args.turns)
     with tempfile.TemporaryDirectory(prefix="pact-soak-") as tmp:
-        if redis is not None:
+        if args.cache == "redis":
             redis.flush()
         try:
             with Children(Path(tmp)) as children:
-                result = Soak(args, Path(tmp), children).run()
-        except (ChildFailed, SoakFailed) as failed:
+                result = soak(args, Bench(settings, children, Path(tmp), redis))
+        except ChildFailed as failed:
             print(f"python -m bench soak: {failed}", file=sys.stderr)
             return 2
         finally:
-            if redis is not None:
+            if args.cache == "redis":
                 redis.flush()
     print(render(result))
     if args.out is not None:

@@ -1,26 +1,16 @@
-"""``python -m bench.turn_count``: instructions per Identity turn in one process, cheap enough for CI.
+"""``python -m bench turn_count``: instructions per Identity turn in one process, cheap enough for CI.
 
-:mod:`bench.instructions` counts the gateway CLI's process while a separate load generator drives
-it: the figure the full run quotes, but minutes of callgrind. This count runs the same
-:class:`~gateway.process.server.GatewayServer` (memory store, access lines, metrics, the
-request-timeout connection layer) inside one Python process, together with a client and a bot
-that are each a few lines of raw ``asyncio`` (no HTTP library of their own), so nearly all of what
-it counts is the gateway's. One §3 Identity turn at a time over loopback; conversations of
-:data:`TURNS_PER_CONVERSATION` turns, :data:`USERS` users whose PA JWTs were verified in the
-warm-up.
-
-Only the measured turns are counted: the child runs under ``valgrind --tool=callgrind
+The same :class:`~gateway.process.server.GatewayServer` as ``pact-gateway serve`` (memory store,
+access lines, metrics, the request-timeout connection layer) runs in one Python process with a
+client and a bot of a few lines of raw ``asyncio`` each, so nearly all it counts is the gateway's:
+one §3 turn at a time, conversations of :data:`TURNS_PER_CONVERSATION` turns, :data:`USERS` users
+whose PA JWTs were verified in the warm-up. The child runs under ``valgrind --tool=callgrind
 --collect-atstart=no --toggle-collect=_PyEval_CallTracing`` and calls its measured window through
-``sys.call_tracing``, the one place CPython calls that C function, so start-up, imports and the
-warm-up are left out by callgrind itself. What one run moves by: the count of a window depends a
-little on how its I/O falls into event-loop passes and when the collector runs (docs/performance.md,
-"Instructions per turn").
+``sys.call_tracing``, so start-up and warm-up are left out by callgrind itself.
 
-``python -m bench.turn_count`` prints the figure beside ``bench/baselines.json``'s and exits 1 when
-it is beyond the tolerance there; ``--write-baseline`` stores the figure just taken (the tolerance
-is kept). ``tests/bench/test_turn_count.py`` is the CI guard that runs it. ``--redis-url URL``
-counts the same turns on a Redis store instead (a database the run flushes first), for builds to be
-compared on the Redis path too; the baseline is the memory store's, so that figure stands alone.
+It prints the figure beside ``bench/baselines.json``'s and exits 1 beyond the tolerance there
+(``tests/bench/test_turn_count.py`` is the CI guard); ``--write-baseline NOTE`` stores the figure
+(the tolerance is kept). ``--redis-url URL`` counts the same turns on Redis (flushed first; no baseline).
 """
 
 from __future__ import annotations
@@ -39,10 +29,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from bench.harness import gateway_yaml, write_yaml
+from bench.instructions import callgrind_totals
+from bench.loadgen import AUDIENCE, ISSUER, Minter, user_sub
 from bench.procs import REPO_ROOT, free_port, python_env
-from bench.tokens import Minter, user_sub
 from gateway.pa_keys import generate_private_jwk, public_jwks
 
 BASELINES = REPO_ROOT / "bench" / "baselines.json"
@@ -54,8 +44,6 @@ TURNS = 200
 WARMUP = 40
 USERS = 4
 TURNS_PER_CONVERSATION = 5
-ISSUER = "https://pa.bench.invalid"
-AUDIENCE = "pact-gateway-bench"
 TEXT = "Hi, where is my order?"
 BOT_BODY = json.dumps({"text": "Your order A-10001 ships today.", "end": False}).encode()
 CONTROL_TIMEOUT = 60.0
@@ -148,34 +136,11 @@ class _Client:
 
 
 def _gateway_config(workdir: Path, port: int, bot_port: int, jwks: dict[str, Any], cache_url: str) -> Path:
-    """The bench's gateway configuration (``bench.fronts``) on ``cache_url``'s store, no §5 delegation.
-
-    Identity turns only, in a configuration every build since ``dc5df84`` (before §5) reads, so
-    docs/performance.md's counts of older builds come from this same module.
-    """
-    raw = {
-        "listen": {"host": "127.0.0.1", "port": port},
-        "public_url": f"http://127.0.0.1:{port}",
-        "provider": {"organization": "Bench", "url": "https://bench.invalid", "audience": AUDIENCE},
-        "personal_agents": {"policy": "allowlist", "registered": [{"issuer": ISSUER, "jwks": jwks}]},
-        "cache": {"url": cache_url},
-        "rate_limits": {
-            "per_agent": {"rate": 1_000_000, "burst": 1_000_000},
-            "per_user": {"rate": 1_000_000, "burst": 1_000_000},
-        },
-        "brands": [
-            {
-                "id": "acme",
-                "name": "Acme Support",
-                "description": "Order status.",
-                "version": "1.0.0",
-                "upstream": {"url": f"http://127.0.0.1:{bot_port}/chat"},
-            }
-        ],
-    }
-    path = workdir / "gateway.yaml"
-    path.write_text(yaml.safe_dump(raw, sort_keys=False))
-    return path
+    """The bench's gateway (:func:`bench.harness.gateway_yaml`), Identity turns only, metrics on."""
+    raw = gateway_yaml(
+        port, jwks, {"url": f"http://127.0.0.1:{bot_port}/chat"}, {"url": cache_url}, metrics={}
+    )
+    return write_yaml(workdir / "gateway.yaml", raw)
 
 
 def _instrument() -> None:
@@ -269,20 +234,9 @@ def count(turns: int = TURNS, cache_url: str = "memory://") -> float:
         out = Path(out_dir) / "callgrind.out"
         done = subprocess.run(
             [
-                "valgrind",
-                "--tool=callgrind",
-                "--instr-atstart=no",
-                "--collect-atstart=no",
-                "--toggle-collect=_PyEval_CallTracing",
-                f"--callgrind-out-file={out}",
-                sys.executable,
-                "-m",
-                "bench.turn_count",
-                "--child",
-                "--turns",
-                str(turns),
-                "--cache-url",
-                cache_url,
+                *("valgrind", "--tool=callgrind", "--instr-atstart=no", "--collect-atstart=no"),
+                *("--toggle-collect=_PyEval_CallTracing", f"--callgrind-out-file={out}", sys.executable),
+                *("-m", "bench", "turn_count", "--child", "--turns", str(turns), "--cache-url", cache_url),
             ],
             cwd=REPO_ROOT,
             # A fixed hash seed: with a random one, how dicts and sets collide moves the count by 2 %.
@@ -294,10 +248,7 @@ def count(turns: int = TURNS, cache_url: str = "memory://") -> float:
         )
         if done.returncode != 0 or not out.exists():
             raise RuntimeError(f"the counted child failed ({done.returncode}):\n{done.stderr[-3000:]}")
-        for line in out.read_text().splitlines():
-            if line.startswith("totals:"):
-                return int(line.split()[1]) / turns
-    raise RuntimeError(f"{out} has no totals line")
+        return callgrind_totals(out) / turns
 
 
 def read_baseline(path: Path = BASELINES) -> dict[str, Any]:
@@ -325,7 +276,7 @@ def write_baseline(measured: float, note: str, path: Path = BASELINES) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.turn_count", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m bench turn_count", description=__doc__.split("\n\n")[0])
     parser.add_argument("--turns", type=int, default=TURNS, help="measured turns")
     parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--cache-url", default="memory://", help=argparse.SUPPRESS)
@@ -338,7 +289,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.redis_url is not None and args.write_baseline is not None:
         parser.error("the baseline is the memory store's: --write-baseline takes no --redis-url")
     if not available():
-        print("bench.turn_count needs valgrind (callgrind)", file=sys.stderr)
+        print("bench turn_count needs valgrind (callgrind)", file=sys.stderr)
         return 2
     if args.redis_url is not None:
         print(f"instructions per Identity turn on Redis: {count(args.turns, args.redis_url):,.0f}")
@@ -362,7 +313,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"(x{ratio:.4f}, tolerance {float(baseline['tolerance']):.0%}): {verdict}"
     )
     return 1 if grown(measured, baseline) else 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

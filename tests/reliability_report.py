@@ -34,7 +34,7 @@ from tests.support.figures import FIGURES_ENV, Figure, read_figures
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = REPO_ROOT / "docs" / "reliability.md"
 DEFAULT_SOAK_REDIS_URL = "redis://127.0.0.1:6379/14"
-"""The benchmark's own database (``bench.fronts.DEFAULT_REDIS_URL``), which the soak flushes."""
+"""The benchmark's own database (``bench.harness.DEFAULT_REDIS_URL``), which the soak flushes."""
 
 
 @dataclass(frozen=True)

@@ -81,10 +81,10 @@ README_TOUR: Final = ("README.md", "# 1. The Agent Card (public, no token):")
 # Benchmarks (minutes each, some need valgrind): every line checked against its own --help.
 BENCH: Final = frozenset(
     {
-        ("docs/capacity.md", ".venv/bin/python -m bench capacity slow_bot --where 600,2000 --redis-url redis://127.0.0.1:6379/2"),
-        ("docs/capacity.md", ".venv/bin/python -m bench capacity redis_bytes --cluster --conversations 100000"),  # noqa: E501 - a block's first line, as the docs have it
-        ("docs/performance.md", ".venv/bin/python -m bench --quick      # under two minutes: 2 short rounds per front, small samples"),  # noqa: E501 - a block's first line, as the docs have it
-        ("docs/performance.md", ".venv/bin/python -m bench.turn_count                                  # the count beside the baseline"),  # noqa: E501 - a block's first line, as the docs have it
+        ("docs/capacity.md", ".venv/bin/python -m bench slow_bot --where 600,2000 --redis-url redis://127.0.0.1:6379/2"),
+        ("docs/capacity.md", ".venv/bin/python -m bench redis_bytes --cluster --conversations 100000"),
+        ("docs/performance.md", ".venv/bin/python -m bench throughput --quick   # under two minutes: 2 short rounds per front, small samples"),  # noqa: E501 - a block's first line, as the docs have it
+        ("docs/performance.md", ".venv/bin/python -m bench turn_count                                  # the count beside the baseline"),  # noqa: E501 - a block's first line, as the docs have it
         ("docs/reliability.md", "PACT_TEST_REDIS_URL=redis://127.0.0.1:6379/15 .venv/bin/python -m tests.reliability_report [--soak SECONDS] [--soak-redis-url URL] [--out PATH]"),  # noqa: E501 - a block's first line, as the docs have it
     }
 )  # fmt: skip

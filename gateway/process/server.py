@@ -57,8 +57,8 @@ collections), 0.15-0.30 s at 50,000 (2-4), 1.3-1.6 s at 700; the gateway's CPU p
 and 0.47 ms; resident memory per turn in flight the same (39-40 KiB) at all three. A young
 collection then pauses longer (up to about 75 ms at 2,000 in flight, once every few seconds),
 which a turn of seconds does not feel; at fast-bot load the half-load p99 could not tell 2,000,
-10,000 and 50,000 apart (docs/performance.md). ``python -m bench capacity slow_bot --gc-threshold``
-runs gateways that differ in this number only, side by side (docs/capacity.md)."""
+10,000 and 50,000 apart (docs/performance.md). docs/capacity.md keeps the side-by-side figures (their
+slow-bot option, gateways that differed in this number only, was folded out of bench/ by issue 30)."""
 
 
 class GatewayServer:

@@ -1,8 +1,8 @@
-"""``python -m bench.adapters`` runs every adapter against its fake and writes a well-formed result.
+"""``python -m bench adapters`` runs every adapter against its fake and writes a well-formed result.
 
 The smoke run is the shortest that drives each adapter's gateway (its YAML as the bench writes it,
 the fake's key through the environment) with no failed turn; instructions are left out here (the
-full ``python -m bench --smoke`` counts them, tests/bench/test_bench_quick.py). Timings are never
+full ``python -m bench throughput --smoke`` counts them, tests/bench/test_throughput.py). Timings are never
 asserted: only that the run worked and that the result has the shape docs/performance.md describes.
 """
 
@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from bench.adapters import ADAPTERS, BASELINE, EXEMPT, LIMIT
+from bench.adapters import BASELINE, EXEMPT, LIMIT
+from gateway.config import ADAPTERS
 from tests.support.bench import BENCH_REDIS_URL, run_module
 
 
@@ -22,8 +23,9 @@ from tests.support.bench import BENCH_REDIS_URL, run_module
 def smoke(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str]:
     out: Path = tmp_path_factory.mktemp("adapters") / "result.json"
     stdout = run_module(
-        "bench.adapters",
-        *("--smoke", "--instruction-turns", "0", "--redis-url", BENCH_REDIS_URL, "--out", str(out)),
+        "bench",
+        *("adapters", "--smoke", "--instruction-turns", "0"),
+        *("--redis-url", BENCH_REDIS_URL, "--out", str(out)),
     )
     result: dict[str, Any] = json.loads(out.read_text())
     return result, stdout

@@ -1,6 +1,6 @@
 """The bench's §5.3 flow driver reads the gateway's own consent page as a browser would submit it.
 
-The whole flow over HTTP is run by the smoke run (``test_bench_quick``); these pin the two
+The whole flow over HTTP is run by the smoke run (``test_throughput``); these pin the two
 pure parts it rests on without starting anything.
 """
 
@@ -45,7 +45,9 @@ def test_s5_3_an_unticked_scope_is_not_posted() -> None:
     assert form.fields == [("session", "s"), ("scope", "orders:cancel")]
 
 
-def test_s5_4_a_user_without_a_delegation_token_of_its_own_is_refused(tmp_path: Path) -> None:
+def test_s5_4_a_user_without_a_delegation_token_of_its_own_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     # A grant belongs to one (personal agent, sub): the load generator never lends one user's token.
     tokens = tmp_path / "tokens.json"
     tokens.write_text(json.dumps(["t0", "t1"]))
@@ -54,7 +56,7 @@ def test_s5_4_a_user_without_a_delegation_token_of_its_own_is_refused(tmp_path: 
             [
                 *("--url", "http://127.0.0.1:9/a2a/acme/message:send"),
                 *("--key-file", str(tmp_path / "unused.json")),
-                *("--issuer", "https://pa.bench.invalid", "--audience", "bench"),
                 *("--delegation-file", str(tokens), "--subs", "3"),
             ]
         )
+    assert "--subs 3 is more than the 2 delegation tokens" in capsys.readouterr().err

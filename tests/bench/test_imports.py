@@ -1,9 +1,9 @@
 """bench/ has no import circle (issue 17): every module imports alone, and the import graph is acyclic.
 
-``bench.run``, ``bench.adapters`` and ``bench.instructions`` once imported each other (two of the
-imports hidden inside functions so that the modules could load at all). The graph below counts
-every import of a bench module, at module level or inside a function, so a circle hidden that
-way fails here too.
+The bench's modules once imported each other (two of the imports hidden inside functions so that the
+modules could load at all). The graph below counts every import of a bench module, at module level
+or inside a function, so a circle hidden that way fails here too. ``python -m bench FRONT`` names
+a module for each front that answers ``main(argv)``.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.__main__ import FRONTS
 from tests.support.bench import REPO_ROOT
 
 BENCH = REPO_ROOT / "bench"
@@ -47,11 +48,34 @@ def test_the_bench_import_graph_has_no_cycle() -> None:
         pytest.fail(f"bench/ imports in a circle: {' -> '.join(circle.args[1])}")
 
 
-def test_the_graph_sees_imports_inside_functions() -> None:
+def test_the_graph_sees_imports_inside_functions(tmp_path: Path) -> None:
     """The check above cannot pass by missing the kind of import that hid the old circle."""
-    graph = import_graph()
-    assert "bench.adapters" in graph["bench.run"]
-    assert "bench.instructions" in graph["bench.ablate"]  # imported inside ``_count``
+    assert "bench.adapters" in import_graph()["bench.throughput"]
+    hidden = tmp_path / "hidden.py"
+    hidden.write_text("def later() -> None:\n    from bench import instructions\n    import bench.figures\n")
+    assert bench_imports(hidden) == {"bench.instructions", "bench.figures"}
+
+
+def test_every_front_is_a_bench_module_with_a_main() -> None:
+    for name, (module, question) in FRONTS.items():
+        assert module in MODULES, name
+        assert question, name
+        assert "def main(" in (BENCH / f"{module.removeprefix('bench.')}.py").read_text(), name
+
+
+def test_no_front_or_an_unknown_one_lists_the_fronts() -> None:
+    for argv in ([], ["no_such_front"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "bench", *argv],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        assert done.returncode == 2
+        assert "usage: python -m bench FRONT [options]" in done.stderr
+        assert all(f"  {name} " in done.stderr for name in FRONTS)
 
 
 @pytest.mark.parametrize("module", MODULES)

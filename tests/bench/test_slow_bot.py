@@ -1,7 +1,7 @@
-"""``python -m bench capacity slow_bot`` at a tiny size: every front served its turns, every figure is there.
+"""``python -m bench slow_bot`` at a tiny size: every front served its turns, every figure is there.
 
 Timings are never asserted (the machine is shared): only that the run worked end to end through
-``python -m bench capacity``, that each ratio is taken against bot direct of its own repeat, and
+``python -m bench``, that each ratio is taken against bot direct of its own repeat, and
 that each figure stands beside the issue's target.
 """
 
@@ -12,14 +12,14 @@ from pathlib import Path
 
 import pytest
 
+from bench.figures import spread
 from bench.slow_bot import (
     BOT_DIRECT,
     FRONTS,
     MEMORY_TARGET_KIB,
-    PASSTHROUGHS,
+    PASSTHROUGH,
     RATIO_TARGET,
     TARGET_CONCURRENCY,
-    spread,
 )
 from tests.support.bench import BENCH_REDIS_URL, run_module
 
@@ -27,9 +27,7 @@ from tests.support.bench import BENCH_REDIS_URL, run_module
 def test_a_tiny_run_compares_every_front_with_bot_direct_repeat_by_repeat(tmp_path: Path) -> None:
     out = tmp_path / "slow_bot.json"
     args = ("--latency", "0.2", "--where", "8", "--duration", "1", "--warmup", "0.5", "--repeats", "2")
-    stdout = run_module(
-        "bench", "capacity", "slow_bot", *args, "--redis-url", BENCH_REDIS_URL, "--out", str(out)
-    )
+    stdout = run_module("bench", "slow_bot", *args, "--redis-url", BENCH_REDIS_URL, "--out", str(out))
     result = json.loads(out.read_text())
     [row] = result["rounds"]
     assert row["concurrency"] == 8
@@ -45,12 +43,9 @@ def test_a_tiny_run_compares_every_front_with_bot_direct_repeat_by_repeat(tmp_pa
         for name in FRONTS[1:]:
             assert repeat[name]["rss_kib_per_turn_in_flight"] is not None, name
             assert repeat[name]["front_cpu_ms_per_turn"] > 0, name
-        # Only the gateways are metered: the collector's CPU over the window, per generation.
-        for name in PASSTHROUGHS:
-            assert repeat[name]["gc"] is None, name
-        for name in FRONTS[1 + len(PASSTHROUGHS) :]:
-            assert repeat[name]["gc"]["cpu_s"] >= 0, name
-            assert len(repeat[name]["gc"]["collections"]) == 3, name
+        # The bot's own CPU is read beside every front's; Redis's only where the run started it.
+        assert repeat[PASSTHROUGH]["cpu_s"]["bot"] > 0
+        assert repeat[BOT_DIRECT]["front_cpu_ms_per_turn"] is None
     for name, front in row["fronts"].items():
         assert front["ratio"]["min"] <= front["ratio"]["median"] <= front["ratio"]["max"], name
     # Memory is judged at every concurrency, the ratio only at the issue's 2,000.
@@ -59,34 +54,12 @@ def test_a_tiny_run_compares_every_front_with_bot_direct_repeat_by_repeat(tmp_pa
     assert f"target >= {RATIO_TARGET}" not in stdout
     for t in result["targets"]:
         assert f"{t['name']}: " in stdout
-        assert f"(target {t['target']})" in stdout
+        assert f"(target {t['target']}: {t['verdict']})" in stdout
 
 
 def test_a_figure_is_the_median_and_spread_of_its_repeats_and_absent_where_it_does_not_apply() -> None:
     assert spread([3.0, 1.0, 2.0]) == {"median": 2.0, "min": 1.0, "max": 3.0}
     assert spread([None, None]) is None
-
-
-def test_a_gc_threshold_front_runs_the_gateway_with_that_threshold(tmp_path: Path) -> None:
-    """``--gc-threshold`` compares gateways that differ in the young threshold only: it must bite.
-
-    At 100 the turns' objects cross the young threshold many times a second; at the gateway's own
-    ``YOUNG_GC_THRESHOLD`` (tens of thousands) a one-second window of 40 turns/s sees almost none.
-    A count of collections, not a time.
-    """
-    out = tmp_path / "slow_bot.json"
-    args = ("--latency", "0.2", "--where", "8", "--duration", "1", "--warmup", "0.5", "--repeats", "1")
-    fronts = ("--stores", "memory", "--no-passthrough", "--gc-threshold", "100")
-    run_module(
-        "bench", "capacity", "slow_bot", *args, *fronts, "--redis-url", BENCH_REDIS_URL, "--out", str(out)
-    )
-    [repeat] = json.loads(out.read_text())["rounds"][0]["repeats"]
-    assert tuple(repeat) == (BOT_DIRECT, "gateway memory", "gateway memory gc=100")
-    stock = repeat["gateway memory"]["gc"]["collections"][0]
-    lowered = repeat["gateway memory gc=100"]["gc"]["collections"][0]
-    # About 14 against 0 on an idle machine; the turns/s, and so the count, hardly move when it is busy.
-    assert lowered >= 5, (stock, lowered)
-    assert lowered > 3 * stock, (stock, lowered)
 
 
 def test_a_cluster_front_runs_the_gateway_on_each_cluster_the_run_starts_and_reads_its_nodes_cpu(
@@ -100,7 +73,7 @@ def test_a_cluster_front_runs_the_gateway_on_each_cluster_the_run_starts_and_rea
     out = tmp_path / "slow_bot.json"
     args = ("--latency", "0", "--where", "4", "--duration", "1", "--warmup", "0.5", "--repeats", "1")
     fronts = ("--stores", "", "--no-passthrough", "--cluster", "1,3")
-    stdout = run_module("bench", "capacity", "slow_bot", *args, *fronts, "--out", str(out))
+    stdout = run_module("bench", "slow_bot", *args, *fronts, "--out", str(out))
     result = json.loads(out.read_text())
     clusters = result["settings"]["clusters"]
     assert [url.count(",") + 1 for url in clusters.values()] == [1, 3]

@@ -1,6 +1,6 @@
 """The CI guard of issue 17 row 6: instructions per Identity turn may not grow past bench/baselines.json.
 
-A count, not a timing: callgrind's instructions of 200 in-process turns (``bench.turn_count``) moved
+A count, not a timing: callgrind's instructions of 200 in-process turns (``python -m bench turn_count``) moved
 by 0.1 % between runs on the shared 2-core machine, where CPU time moves by a fifth. The count needs
 valgrind: without it the guard skips on a workstation and fails under ``CI=true`` (scripts/setup.sh
 installs it). After a change that costs instructions on purpose, re-take the baseline as
@@ -30,13 +30,13 @@ def valgrind() -> None:
 
 
 def test_instructions_per_identity_turn_have_not_grown(valgrind: None) -> None:
-    out = run_module("bench.turn_count", timeout=turn_count.TIMEOUT)
+    out = run_module("bench", "turn_count", timeout=turn_count.TIMEOUT)
     assert "GROWN" not in out, out
 
 
 def test_the_same_turns_are_counted_on_redis(valgrind: None) -> None:
     """The guard's turns on the Redis store: a figure of its own, beside no baseline."""
-    out = run_module("bench.turn_count", "--redis-url", BENCH_REDIS_URL, timeout=turn_count.TIMEOUT)
+    out = run_module("bench", "turn_count", "--redis-url", BENCH_REDIS_URL, timeout=turn_count.TIMEOUT)
     assert re.search(r"instructions per Identity turn on Redis: [0-9,]+$", out.strip()), out
 
 

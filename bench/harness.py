@@ -1,0 +1,494 @@
+"""The fronts of the throughput and adapter runs, and the harness that starts and drives them.
+
+:class:`Bench` starts the sample bot, the pass-through and gateway CLIs as children (each its own
+process, so its CPU can be read from ``/proc``) and drives them with the load generator;
+:func:`gateway_yaml` is the one gateway configuration every bench front writes. Nothing here judges
+a figure (:mod:`bench.figures`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from bench import loadgen
+from bench.delegation import delegation_config
+from bench.figures import valid
+from bench.loadgen import AUDIENCE, ISSUER
+from bench.procs import (
+    REPO_ROOT,
+    Child,
+    ChildFailed,
+    Children,
+    cpu_seconds,
+    free_port,
+    machine_busy,
+    machine_busy_seconds,
+    python_env,
+    read_machine_ticks,
+)
+from bench.redis_probe import RedisProbe
+from gateway.config import RATE_RULE_NAMES
+from gateway.pa_keys import generate_private_jwk, public_jwks
+from gateway.store.redis import CHARGE
+
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/14"
+MEMORY_MAX_ENTRIES = 2_000_000
+"""``cache.max_entries`` of the bench's memory-store gateways: no round opens as many conversations
+within a ``retry_window`` as would fill it, so no round measures the bound's 429s (issue 29 item 4)."""
+MEMORY_BOUND_NOTE = (
+    f"memory-store gateways run with cache.max_entries {MEMORY_MAX_ENTRIES:,} (set for this run)"
+)
+RESULTS_DIR = REPO_ROOT / "bench" / "results"
+
+DIRECT = "direct"
+PASSTHROUGH = "passthrough"
+GW_MEMORY = "gateway-memory"
+GW_REDIS = "gateway-redis"
+DELEGATED_MEMORY = "delegated-memory"
+DELEGATED_REDIS = "delegated-redis"
+DELEGATED_OF = {DELEGATED_MEMORY: GW_MEMORY, DELEGATED_REDIS: GW_REDIS}
+"""Each delegated front and the Identity front of the same gateway process it is compared with."""
+# §5.5 on top of §3: a delegated turn adds a cached token check, a grant check inside the store step
+# it makes anyway and a receipt signature; its throughput may be at most 15 % below the Identity turn's.
+DELEGATED_THROUGHPUT = 0.85
+PASSTHROUGH_AT_REDIS_RATE = "passthrough-at-redis-rate"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """How long and how hard each part runs; ``smoke`` only proves every path works."""
+
+    mode: str
+    duration: float
+    warmup: float
+    repeats: int
+    concurrency: int
+    turns: int
+    half_load_duration: float
+    half_load_repeats: int
+    half_load_concurrency: int
+    rtt_turns: int
+    memory_conversations: int
+    instruction_turns: int
+    """Turns in the warm-up and the shorter callgrind window (the longer has twice as many); 0 skips."""
+    delegated_users: int = 256
+    """Users of the delegated fronts, one §5.3 grant and token each (the Identity fronts have 256 too)."""
+
+
+MODES: dict[str, Settings] = {
+    "smoke": Settings("smoke", 0.8, 0.3, 1, 16, 5, 0.8, 1, 32, 40, 2_000, 20, 16),
+    "quick": Settings("quick", 1.6, 0.5, 2, 32, 5, 1.5, 1, 64, 200, 20_000, 0),
+    "full": Settings("full", 12.0, 2.0, 4, 32, 5, 15.0, 3, 64, 1_000, 100_000, 400),
+}
+
+
+@dataclass
+class Front:
+    """Something the load generator can drive; ``process`` is the front's own (``None`` for direct).
+
+    ``delegation`` is the token file of a delegated front (``bench.delegation``): every turn
+    then carries its user's delegation token. ``bot`` is the bot behind the front when it is not
+    the run's sample bot (an adapter's fake, ``bench.adapters``).
+    """
+
+    name: str
+    url: str
+    mode: str
+    process: Child | None
+    delegation: Path | None = None
+    bot: Child | None = None
+    port: int = 0
+
+    @classmethod
+    def a2a(cls, name: str, port: int, process: Child) -> Front:
+        """A front that speaks A2A on ``port``: turns go to the bench Brand's ``message:send``."""
+        return cls(name, f"http://127.0.0.1:{port}/a2a/acme/message:send", "a2a", process, port=port)
+
+    def listening(self) -> Front:
+        """This front once its process accepts connections."""
+        if self.process is not None:
+            self.process.wait_port(self.port)
+        return self
+
+
+FrontArgv = Callable[[int], list[str]]
+"""The Python arguments that start an A2A front (``-m …``) listening on the given port."""
+
+
+def gateway_yaml(
+    port: int,
+    jwks: Mapping[str, Any],
+    bot: Mapping[str, Any],
+    cache: Mapping[str, Any],
+    **more: Any,
+) -> dict[str, Any]:
+    """The gateway as an operator runs it, defaults everywhere but addresses, keys, store and limits.
+
+    The personal agent's keys are inline (verification is measured, never a JWKS fetch); every §6
+    rule is checked on each turn but never refuses (one bench agent stands for the whole load).
+    ``bot`` is the Brand's ``upstream`` block, ``cache`` the ``cache`` block (on ``memory://`` its
+    ``max_entries`` defaults to :data:`MEMORY_MAX_ENTRIES`, which the front prints once:
+    :data:`MEMORY_BOUND_NOTE`); ``more`` adds top-level blocks, ``brand`` keys of the Brand.
+    """
+    brand = {
+        "id": "acme",
+        "name": "Acme Support",
+        "description": "Order status.",
+        "version": "1.0.0",
+        "upstream": dict(bot),
+        **more.pop("brand", {}),
+    }
+    return {
+        "listen": {"host": "127.0.0.1", "port": port},
+        "public_url": f"http://127.0.0.1:{port}",
+        "provider": {"organization": "Bench", "url": "https://bench.invalid", "audience": AUDIENCE},
+        "personal_agents": {"policy": "allowlist", "registered": [{"issuer": ISSUER, "jwks": jwks}]},
+        "cache": {**({"max_entries": MEMORY_MAX_ENTRIES} if cache["url"] == "memory://" else {}), **cache},
+        "rate_limits": {name: {"rate": 1_000_000, "burst": 1_000_000} for name in RATE_RULE_NAMES},
+        "metrics": {"enabled": False},
+        **more,
+        "brands": [brand],
+    }
+
+
+def write_key(path: Path) -> dict[str, Any]:
+    """A fresh ES256 private JWK written to ``path`` (the run's own directory); its public JWKS."""
+    private = generate_private_jwk("ES256")
+    path.write_text(json.dumps(private))
+    return public_jwks(private)
+
+
+def write_yaml(path: Path, raw: Mapping[str, Any]) -> Path:
+    path.write_text(yaml.safe_dump(dict(raw), sort_keys=False))
+    return path
+
+
+class Bench:
+    def __init__(self, settings: Settings, children: Children, workdir: Path, redis: RedisProbe) -> None:
+        self.settings = settings
+        self.children = children
+        self.workdir = workdir
+        self.redis = redis
+        self.key_file = workdir / "pa-key.json"
+        self.jwks = write_key(self.key_file)
+        # The Brand's login (its assertions' key, inline in the gateway's config) and the Provider's
+        # §5.4/§5.6 signing key: generated per run, kept in the run's directory only.
+        self.login_key_file = workdir / "login-key.json"
+        self.login_jwks = write_key(self.login_key_file)
+        self.signing_key_file = workdir / "provider-key.json"
+        write_key(self.signing_key_file)
+        self.flows: dict[str, dict[str, Any]] = {}
+        self.bot: Child | None = None
+        self.bot_url = ""
+        self.fronts: dict[str, Front] = {}
+        self.redis_pid = _local_redis_pid(redis)  # its CPU per turn is part of the price
+
+    # ---- processes ---------------------------------------------------------------------------
+
+    def start_bot(self) -> tuple[Child, int]:
+        port = free_port()
+        bot = self.children.python("bot", "-m", "examples.sample_bot", "--port", str(port))
+        self.bot = bot
+        self.bot_url = f"http://127.0.0.1:{port}/chat"
+        return bot, port
+
+    def gateway_config(self, port: int, cache_url: str, upstream: dict[str, Any] | None = None) -> Path:
+        """:func:`gateway_yaml` with metrics on and a Brand that delegates (§5): its scopes, its login's
+        keys inline, the Provider's signing key; ``upstream`` defaults to the sample bot."""
+        raw = gateway_yaml(
+            port,
+            self.jwks,
+            upstream or {"url": self.bot_url},
+            {"url": cache_url},
+            metrics={"enabled": True, "host": "127.0.0.1", "port": free_port()},
+            oauth={"signing_keys": [{"file": str(self.signing_key_file)}]},
+            brand={"delegation": delegation_config(self.login_jwks)},
+        )
+        return write_yaml(self.workdir / f"gateway-{port}.yaml", raw)
+
+    def passthrough_argv(self, port: int) -> list[str]:
+        """The design's ceiling on the gateway's own stack: aiohttp's server, the gateway's bot client."""
+        return ["-m", "bench.passthrough", "--port", str(port), "--upstream", self.bot_url]
+
+    def gateway_argv(self, config: Path) -> list[str]:
+        return ["-m", "gateway", "serve", "--config", str(config)]
+
+    def start_gateway(self, name: str, cache_url: str, upstream: dict[str, Any] | None = None) -> Front:
+        """A gateway front, started (not yet listening: :meth:`Front.listening`)."""
+        port = free_port()
+        child = self.children.python(name, *self.gateway_argv(self.gateway_config(port, cache_url, upstream)))
+        return Front.a2a(name, port, child)
+
+    def start_all(self, redis_url: str) -> None:
+        progress(MEMORY_BOUND_NOTE)
+        bot, bot_port = self.start_bot()
+        port = free_port()
+        fronts = [
+            Front.a2a(PASSTHROUGH, port, self.children.python(PASSTHROUGH, *self.passthrough_argv(port)))
+        ]
+        fronts += [
+            self.start_gateway(name, url) for name, url in ((GW_MEMORY, "memory://"), (GW_REDIS, redis_url))
+        ]
+        bot.wait_port(bot_port)
+        self.fronts = {DIRECT: Front(DIRECT, self.bot_url, "bot", None)} | {
+            f.name: f.listening() for f in fronts
+        }
+        for delegated, identity in DELEGATED_OF.items():
+            self.delegate(delegated, identity, self.fronts[identity].port)
+
+    def delegate(self, name: str, identity: str, port: int) -> None:
+        """Front ``name``: the gateway of front ``identity``, driven by users that hold real grants.
+
+        Each user's grant and token come from the §5.3 flow over HTTP (``bench.delegation``), once,
+        before any timed round, as a personal agent gets them once and then uses them for an hour.
+        """
+        tokens = self.workdir / f"{name}-tokens.json"
+        self.flows[name] = python_json(
+            [
+                *("-m", "bench.delegation", "--url", f"http://127.0.0.1:{port}"),
+                *("--users", str(self.settings.delegated_users), "--key-file", str(self.key_file)),
+                *("--login-key-file", str(self.login_key_file), "--out", str(tokens)),
+            ],
+            timeout=600,
+        )
+        self.fronts[name] = replace(self.fronts[identity], name=name, delegation=tokens)
+
+    def _party_cpu(self, front: Front) -> dict[str, float]:
+        bot = front.bot or self.bot
+        readings = {"bot": cpu_seconds(bot.pid) if bot is not None else 0.0}
+        if front.process is not None:
+            readings["front"] = cpu_seconds(front.process.pid)
+        if self.redis_pid is not None and Path(f"/proc/{self.redis_pid}").exists():
+            readings["redis"] = cpu_seconds(self.redis_pid)
+        return readings
+
+    def _check_alive(self, front: Front) -> None:
+        for child in (front.bot or self.bot, front.process):
+            if child is not None and not child.alive():
+                raise ChildFailed(f"{child.name} exited with {child.popen.returncode}:\n{child.tail()}")
+
+    def drive(
+        self,
+        front: Front,
+        *,
+        duration: float,
+        concurrency: int,
+        rate: float = 0.0,
+        max_turns: int = 0,
+        while_running: Callable[[], None] | None = None,
+        users: int | None = None,
+    ) -> dict[str, Any]:
+        """One load-generator run against ``front``, with the CPU every party spent during it; ``users``
+        overrides the load generator's number of users (one PA JWT each)."""
+        self._check_alive(front)
+        argv = loadgen.argv(
+            front.url,
+            self.key_file,
+            mode=front.mode,
+            duration=duration,
+            warmup=self.settings.warmup,
+            concurrency=concurrency,
+            turns=self.settings.turns,
+            rate=rate,
+            max_turns=max_turns,
+            users=users,
+            delegation=front.delegation,
+        )
+        cpu_before = self._party_cpu(front)
+        ticks_before = read_machine_ticks()
+        wall_before = time.monotonic()
+        children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        out_path = self.workdir / "loadgen.out"
+        err_path = self.workdir / "loadgen.err"
+        with out_path.open("wb") as out, err_path.open("wb") as err:
+            running = subprocess.Popen(argv, cwd=REPO_ROOT, env=python_env(), stdout=out, stderr=err)
+            limit = time.monotonic() + self.settings.warmup + duration + 60
+            try:
+                while running.poll() is None:
+                    if time.monotonic() > limit:
+                        raise ChildFailed(f"the load generator did not finish against {front.name}")
+                    if while_running is not None:
+                        while_running()
+                    else:
+                        time.sleep(0.05)
+            finally:
+                if running.poll() is None:
+                    running.kill()
+                    running.wait(5)
+        ticks_after = read_machine_ticks()
+        wall = time.monotonic() - wall_before
+        children_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        # The load generator's whole life (start-up included), known once it has been reaped.
+        loadgen_process = (children_after.ru_utime - children_before.ru_utime) + (
+            children_after.ru_stime - children_before.ru_stime
+        )
+        cpu_after = self._party_cpu(front)
+        if running.returncode != 0:
+            raise ChildFailed(f"load generator failed against {front.name}:\n{err_path.read_text()[-2000:]}")
+        self._check_alive(front)
+        result: dict[str, Any] = json.loads(out_path.read_text())
+        turns = max(int(result["turns_total"]), 1)
+        cpu = {party: cpu_after[party] - cpu_before[party] for party in cpu_before}
+        cpu["loadgen"] = float(result["cpu_s"])
+        result["front"] = front.name
+        result["cpu_s"] = cpu
+        result["cpu_s_per_1000_turns"] = {party: seconds * 1000 / turns for party, seconds in cpu.items()}
+        result["machine_busy"] = machine_busy(ticks_before, ticks_after)
+        # CPU the machine spent on anything but this round's parties: other users of a shared machine.
+        ours = sum(v for k, v in cpu.items() if k != "loadgen") + max(loadgen_process, cpu["loadgen"])
+        others = max(machine_busy_seconds(ticks_before, ticks_after) - ours, 0.0)
+        result["other_cpu_share"] = others / (wall * (os.cpu_count() or 1)) if wall > 0 else 0.0
+        return result
+
+    def peak_rounds(self, order: Sequence[str]) -> list[dict[str, Any]]:
+        """Closed-loop rounds of every front in ``order``, ``repeats`` times.
+
+        Every other repeat runs the fronts in reverse: on a machine whose speed drifts during the
+        run, a fixed order would always measure one front later than another (a bias a same-repeat
+        ratio cannot see), while alternating it cancels a steady drift.
+        """
+        s = self.settings
+        plan = [
+            [(name, name, 0.0) for name in (order if r % 2 == 0 else order[::-1])] for r in range(s.repeats)
+        ]
+        return self._rounds(plan, s.duration, s.concurrency)
+
+    def half_load(self, plan: Sequence[tuple[str, str, float]]) -> list[dict[str, Any]]:
+        """Open-loop rounds; ``plan`` is (series name, front, rate), interleaved per repeat like the peaks."""
+        s = self.settings
+        return self._rounds([plan] * s.half_load_repeats, s.half_load_duration, s.half_load_concurrency)
+
+    def _rounds(
+        self, plan: Sequence[Sequence[tuple[str, str, float]]], duration: float, concurrency: int
+    ) -> list[dict[str, Any]]:
+        rounds: list[dict[str, Any]] = []
+        for repeat, series in enumerate(plan):
+            for name, front, rate in series:
+                result = self.drive(self.fronts[front], duration=duration, concurrency=concurrency, rate=rate)
+                rounds.append(result | {"front": name, "repeat": repeat})
+                latency = result["latency_ms"]
+                progress(
+                    f"  {repeat + 1}/{len(plan)} {name:<27} at {rate or 'peak'}: "
+                    + (
+                        f"{result['throughput_rps']:8.1f} turns/s  p50 {latency['p50']:6.2f} ms  "
+                        f"p99 {latency['p99']:6.2f} ms  errors 0  others' CPU {result['other_cpu_share']:.0%}"
+                        if valid(result)
+                        else f"VOID: {result['errors']} answers not 2xx, no figure from this round"
+                    )
+                )
+        return rounds
+
+    def redis_round_trips(self, name: str = GW_REDIS) -> dict[str, Any]:
+        """Round trips per turn on the hot path, counted exactly with MONITOR over a fixed number of turns."""
+        front = self.fronts[name]
+        monitor = self.redis.monitor(riding=frozenset({CHARGE.sha}))
+        try:
+            result = self.drive(
+                front,
+                duration=120.0,
+                concurrency=4,
+                max_turns=self.settings.rtt_turns,
+                while_running=lambda: monitor.poll(0.05),
+            )
+            monitor.poll(0.5)  # the last replies' commands
+        finally:
+            monitor.close()
+        turns = max(int(result["turns_total"]), 1)
+        client = dict(monitor.client_commands)
+        return {
+            "turns": result["turns_total"],
+            "errors": result["errors"],
+            "turns_per_conversation": self.settings.turns,
+            "round_trips_per_turn": monitor.round_trips / turns,
+            "client_commands": client,
+            "riding_commands_per_turn": monitor.riding / turns,
+            "script_internal_commands_per_turn": sum(monitor.script_commands.values()) / turns,
+            "script_internal_commands": dict(monitor.script_commands),
+        }
+
+    def gateway_front(self, cache_url: str, upstream: dict[str, Any] | None = None) -> FrontArgv:
+        """How :func:`bench.instructions.count` starts a gateway front on a port it picks."""
+        return lambda port: self.gateway_argv(self.gateway_config(port, cache_url, upstream))
+
+
+def _local_redis_pid(redis: RedisProbe) -> int | None:
+    """The Redis server's pid when it runs on this machine (a remote pid could name any local process)."""
+    try:
+        pid = redis.server_pid()
+        command = Path(f"/proc/{pid}/comm").read_text() if pid is not None else ""
+    except (OSError, ConnectionError):  # no Redis (a front on the memory store) or not a local one
+        return None
+    return pid if command.startswith("redis") else None
+
+
+def progress(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def python_json(argv: Sequence[str], timeout: float) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, *argv],
+        cwd=REPO_ROOT,
+        env=python_env(),
+        capture_output=True,
+        timeout=timeout,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise ChildFailed(f"{' '.join(argv)} failed:\n{done.stderr.decode(errors='replace')[-2000:]}")
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def mode_parser(prog: str, description: str) -> argparse.ArgumentParser:
+    """The options of a front run in :data:`MODES` (the throughput and adapter fronts)."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument("--quick", action="store_true", help="short rounds; no instruction count")
+    group.add_argument("--smoke", action="store_true", help="the shortest run that exercises every path")
+    parser.add_argument(
+        "--out", type=Path, help="result file (default bench/results/<name>-<timestamp>.json)"
+    )
+    parser.add_argument("--duration", type=float, help="measured seconds per round")
+    parser.add_argument("--repeats", type=int, help="interleaved repeats of every round")
+    parser.add_argument("--concurrency", type=int, help="closed-loop concurrency of the peak rounds")
+    parser.add_argument("--turns", type=int, help="turns per conversation")
+    parser.add_argument(
+        "--instruction-turns", type=int, help="turns in the shorter callgrind window (0 skips the count)"
+    )
+    parser.add_argument("--redis-url", default=DEFAULT_REDIS_URL, help="a database the run may flush")
+    return parser
+
+
+def settings_from(args: argparse.Namespace) -> Settings:
+    base = MODES["smoke" if args.smoke else "quick" if args.quick else "full"]
+    fields = {name: name for name in ("duration", "repeats", "concurrency", "turns", "instruction_turns")}
+    fields["conversations"] = "memory_conversations"
+    overrides = {
+        field: value for name, field in fields.items() if (value := getattr(args, name, None)) is not None
+    }
+    if "duration" in overrides:
+        overrides["half_load_duration"] = overrides["duration"]
+    return Settings(**{**asdict(base), **overrides})
+
+
+def write_result(result: Mapping[str, Any], out: Path | None, name: str, started_at: str) -> Path:
+    """The run's JSON: ``out``, or ``bench/results/<name>-<timestamp>.json``."""
+    stamp = started_at.replace(":", "").replace("+0000", "Z")
+    path = out or RESULTS_DIR / f"{name}-{stamp}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    # allow_nan=False: a NaN or infinity would make the file unreadable to strict parsers; fail instead.
+    path.write_text(json.dumps(result, indent=2, allow_nan=False) + "\n")
+    return path
