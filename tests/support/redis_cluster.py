@@ -22,7 +22,9 @@ from pathlib import Path
 
 import pytest
 import redis
+from redis.backoff import NoBackoff
 from redis.exceptions import RedisError, ResponseError
+from redis.retry import Retry
 
 from gateway.store.slots import key_slot
 from tests.support.redis_servers import START_LIMIT, STOP_LIMIT, free_port
@@ -32,6 +34,8 @@ NODE_TIMEOUT_MS = 1000
 replica is promoted); short, so the failover tests finish in seconds."""
 CLUSTER_LIMIT = 30.0
 """Seconds the cluster gets to form, or to settle after a test broke it (a failover included)."""
+BIND_ATTEMPTS = 5
+"""Starts a node gets on fresh ports when the ones it was given were taken before it bound them."""
 
 
 @dataclass
@@ -116,7 +120,8 @@ class RedisCluster:
         self.nodes = [ClusterNode(self.root / f"node{index}", free_port(), free_port()) for index in range(6)]
         for node in self.nodes:
             node.start()
-        self._wait(lambda: all(self._answers(node) for node in self.nodes), "six nodes answering PING")
+        for index in range(len(self.nodes)):
+            self._answering(index)
         subprocess.run(
             [
                 "redis-cli",
@@ -134,9 +139,36 @@ class RedisCluster:
         )
         self.wait_healthy()
 
+    def _answering(self, index: int) -> None:
+        """Wait for node ``index`` to answer PING. A free port can be taken by another process
+        between :func:`free_port` and the node binding it (the machine runs other suites): a node
+        that exited for that is started again on fresh ports, in a directory of its own."""
+        node = self.nodes[index]
+        for attempt in range(BIND_ATTEMPTS):
+            if attempt:
+                node = ClusterNode(self.root / f"node{index}-{attempt}", free_port(), free_port())
+                self.nodes[index] = node
+                node.start()
+            deadline = time.monotonic() + START_LIMIT
+            while node.process is not None and node.process.poll() is None:
+                with contextlib.suppress(RedisError, OSError):
+                    if self._answers(node):
+                        return
+                assert time.monotonic() < deadline, f"node {node.port} not answering: {node.directory}"
+                time.sleep(0.05)
+            log = (node.directory / "redis.log").read_text(errors="replace")
+            assert "Address already in use" in log, f"node {node.port} exited: {node.directory}"
+        raise AssertionError(f"node {index} found no free ports in {BIND_ATTEMPTS} attempts: {self.root}")
+
     def _answers(self, node: ClusterNode) -> bool:
-        with node.client() as client:
-            return bool(client.ping())
+        """``node``'s own process answers (``INFO``'s ``process_id`` is its PID): a short look, once,
+        as whatever took its port may accept a connection and never answer, or be another server."""
+        assert node.process is not None
+        once = Retry(NoBackoff(), retries=0)
+        with redis.Redis(
+            port=node.port, socket_timeout=0.5, socket_connect_timeout=0.5, retry=once
+        ) as client:  # fmt: skip
+            return int(client.info("server")["process_id"]) == node.process.pid
 
     def wait_healthy(self) -> None:
         """Until every running node says ``cluster_state:ok``, three primaries serve every slot, and
@@ -243,7 +275,7 @@ class RedisCluster:
         deadline = time.monotonic() + max(START_LIMIT, CLUSTER_LIMIT)
         while True:
             for node in self.nodes:
-                assert node.process is None or node.process.returncode != 1, (
+                assert node.process is None or node.process.poll() != 1, (
                     f"node {node.port} exited: {self.root}"
                 )
             with contextlib.suppress(RedisError, OSError):
