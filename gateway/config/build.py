@@ -1,15 +1,5 @@
-"""Typed gateway configuration, loaded and validated once at start-up.
-
-The YAML is checked in two passes: a JSON Schema for shape and types (so every error
-names the YAML path of the bad value), then the semantic rules a schema cannot say
-(HTTPS-only JWKS outside development, unique ids, environment variables present).
-Only then is it turned into frozen dataclasses, so the rest of the gateway never sees
-an unchecked value.
-
-Both passes collect every problem rather than stopping at the first: an operator fixes a file
-in one round instead of one error per run. A rule of the second pass is skipped for a part
-the first pass already found malformed (it would only repeat the problem, or misread it).
-"""
+"""The configuration module as it was, every part in one file, while its parts move to modules of
+their own (:mod:`gateway.config` re-exports the public names, wherever they live)."""
 
 from __future__ import annotations
 
@@ -33,50 +23,6 @@ import yaml
 
 from gateway.provider_keys import SigningKey, parse_signing_key
 from gateway.redis_url import CLUSTER_SCHEMES, parse_redis_url
-
-__all__ = [
-    "ADAPTERS",
-    "ADMIN_TOKEN_MIN",
-    "MAX_AGENT_NAME",
-    "AdapterName",
-    "AdminConfig",
-    "BrandConfig",
-    "CacheConfig",
-    "CheckedConfig",
-    "CircuitBreakerConfig",
-    "ConfigError",
-    "ConfigProblem",
-    "DelegationConfig",
-    "DirectLineSettings",
-    "GatewayConfig",
-    "HttpMappingSettings",
-    "HttpReplyPaths",
-    "JwksPolicy",
-    "LimitsConfig",
-    "ListenConfig",
-    "LoggingConfig",
-    "LoginConfig",
-    "MetricsConfig",
-    "OAuthConfig",
-    "OpenAISettings",
-    "PersonalAgentConfig",
-    "PersonalAgentsConfig",
-    "ProviderConfig",
-    "RasaSettings",
-    "RateLimitsConfig",
-    "RateRule",
-    "ReloadConfig",
-    "SkillConfig",
-    "TracingConfig",
-    "UpstreamConfig",
-    "check_config",
-    "check_config_file",
-    "config_document_from_stream",
-    "config_warnings",
-    "load_config",
-    "load_config_file",
-    "read_config_document",
-]
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _BRAND_ID = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"

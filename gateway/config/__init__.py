@@ -1,0 +1,126 @@
+"""Typed gateway configuration, loaded and validated once at start-up.
+
+The YAML is checked in two passes: a JSON Schema for shape and types (so every error
+names the YAML path of the bad value), then the semantic rules a schema cannot say
+(HTTPS-only JWKS outside development, unique ids, environment variables present).
+Only then is it turned into frozen dataclasses, so the rest of the gateway never sees
+an unchecked value.
+
+Both passes collect every problem rather than stopping at the first: an operator fixes a file
+in one round instead of one error per run. A rule of the second pass is skipped for a part
+the first pass already found malformed (it would only repeat the problem, or misread it).
+
+A package of one module per part, each small enough to read whole; this module only re-exports
+their public names, so ``from gateway.config import …`` is all a caller ever writes.
+"""
+
+from gateway.config.build import (
+    _PATTERN_RULES as _PATTERN_RULES,  # scripts/gen_config_reference.py words each pattern with it
+)
+from gateway.config.build import (
+    ADAPTERS,
+    ADMIN_TOKEN_MIN,
+    CHART_CONFIG_KEY,
+    HTTP_PLACEHOLDER,
+    HTTP_PLACEHOLDERS,
+    INTROSPECTION_FAILURES,
+    KEY_LAYOUTS,
+    MAX_AGENT_NAME,
+    MAX_CONCURRENCY,
+    RATE_RULE_NAMES,
+    SCHEMA,
+    AdapterName,
+    AdminConfig,
+    BrandConfig,
+    CacheConfig,
+    CheckedConfig,
+    CircuitBreakerConfig,
+    ConfigError,
+    ConfigProblem,
+    DelegationConfig,
+    DirectLineSettings,
+    ForwardedHeader,
+    GatewayConfig,
+    HttpMappingSettings,
+    HttpReplyPaths,
+    JwksPolicy,
+    KeyLayoutName,
+    LimitsConfig,
+    ListenConfig,
+    LoggingConfig,
+    LoginConfig,
+    MetricsConfig,
+    OAuthConfig,
+    OpenAISettings,
+    PersonalAgentConfig,
+    PersonalAgentsConfig,
+    ProviderConfig,
+    RasaSettings,
+    RateLimitsConfig,
+    RateRule,
+    ReloadConfig,
+    SkillConfig,
+    TracingConfig,
+    UpstreamConfig,
+    check_config,
+    check_config_file,
+    config_document_from_stream,
+    config_warnings,
+    load_config,
+    load_config_file,
+    read_config_document,
+)
+
+__all__ = [
+    "ADAPTERS",
+    "ADMIN_TOKEN_MIN",
+    "CHART_CONFIG_KEY",
+    "HTTP_PLACEHOLDER",
+    "HTTP_PLACEHOLDERS",
+    "INTROSPECTION_FAILURES",
+    "KEY_LAYOUTS",
+    "MAX_AGENT_NAME",
+    "MAX_CONCURRENCY",
+    "RATE_RULE_NAMES",
+    "SCHEMA",
+    "AdapterName",
+    "AdminConfig",
+    "BrandConfig",
+    "CacheConfig",
+    "CheckedConfig",
+    "CircuitBreakerConfig",
+    "ConfigError",
+    "ConfigProblem",
+    "DelegationConfig",
+    "DirectLineSettings",
+    "ForwardedHeader",
+    "GatewayConfig",
+    "HttpMappingSettings",
+    "HttpReplyPaths",
+    "JwksPolicy",
+    "KeyLayoutName",
+    "LimitsConfig",
+    "ListenConfig",
+    "LoggingConfig",
+    "LoginConfig",
+    "MetricsConfig",
+    "OAuthConfig",
+    "OpenAISettings",
+    "PersonalAgentConfig",
+    "PersonalAgentsConfig",
+    "ProviderConfig",
+    "RasaSettings",
+    "RateLimitsConfig",
+    "RateRule",
+    "ReloadConfig",
+    "SkillConfig",
+    "TracingConfig",
+    "UpstreamConfig",
+    "check_config",
+    "check_config_file",
+    "config_document_from_stream",
+    "config_warnings",
+    "load_config",
+    "load_config_file",
+    "read_config_document",
+]
