@@ -35,8 +35,6 @@ from gateway.config.build import (
     CacheConfig,
     CheckedConfig,
     CircuitBreakerConfig,
-    ConfigError,
-    ConfigProblem,
     DelegationConfig,
     DirectLineSettings,
     ForwardedHeader,
@@ -69,6 +67,10 @@ from gateway.config.build import (
     load_config,
     load_config_file,
     read_config_document,
+)
+from gateway.config.errors import (
+    ConfigError,
+    ConfigProblem,
 )
 
 __all__ = [

@@ -21,6 +21,7 @@ import jmespath
 import jsonschema
 import yaml
 
+from gateway.config.errors import ConfigError, ConfigProblem
 from gateway.provider_keys import SigningKey, parse_signing_key
 from gateway.redis_url import CLUSTER_SCHEMES, parse_redis_url
 
@@ -35,35 +36,6 @@ _SCHEME_NAME = r"^[A-Za-z][A-Za-z0-9_-]*$"
 _HEADER_NAME = r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$"  # RFC 9110 §5.6.2 token
 _P = ParamSpec("_P")
 _T = TypeVar("_T")
-
-
-@dataclass(frozen=True, slots=True)
-class ConfigProblem:
-    """One thing wrong with a file: the YAML path of the bad value (empty for the file as a whole) and why."""
-
-    path: str
-    reason: str
-
-    def __str__(self) -> str:
-        return f"{self.path}: {self.reason}" if self.path else self.reason
-
-
-class ConfigError(ValueError):
-    """A configuration file that cannot be served, with every problem found in it (``problems``).
-
-    ``path`` (the YAML path of the bad value) and ``reason`` are the first problem's.
-    """
-
-    def __init__(self, path: str, reason: str, *more: ConfigProblem) -> None:
-        self.problems = (ConfigProblem(path, reason), *more)
-        super().__init__("; ".join(map(str, self.problems)))
-        self.path = path
-        self.reason = reason
-
-    @classmethod
-    def of(cls, problems: Sequence[ConfigProblem]) -> ConfigError:
-        first, *more = problems
-        return cls(first.path, first.reason, *more)
 
 
 ForwardedHeader = Literal["X-Forwarded-For", "Forwarded"]
