@@ -18,17 +18,30 @@ from gateway.config.build import (
     _PATTERN_RULES as _PATTERN_RULES,  # scripts/gen_config_reference.py words each pattern with it
 )
 from gateway.config.build import (
-    ADAPTERS,
-    ADMIN_TOKEN_MIN,
     CHART_CONFIG_KEY,
     HTTP_PLACEHOLDER,
     HTTP_PLACEHOLDERS,
+    RATE_RULE_NAMES,
+    SCHEMA,
+    check_config,
+    check_config_file,
+    config_document_from_stream,
+    config_warnings,
+    load_config,
+    load_config_file,
+    read_config_document,
+)
+from gateway.config.errors import (
+    ConfigError,
+    ConfigProblem,
+)
+from gateway.config.model import (
+    ADAPTERS,
+    ADMIN_TOKEN_MIN,
     INTROSPECTION_FAILURES,
     KEY_LAYOUTS,
     MAX_AGENT_NAME,
     MAX_CONCURRENCY,
-    RATE_RULE_NAMES,
-    SCHEMA,
     AdapterName,
     AdminConfig,
     BrandConfig,
@@ -60,17 +73,6 @@ from gateway.config.build import (
     SkillConfig,
     TracingConfig,
     UpstreamConfig,
-    check_config,
-    check_config_file,
-    config_document_from_stream,
-    config_warnings,
-    load_config,
-    load_config_file,
-    read_config_document,
-)
-from gateway.config.errors import (
-    ConfigError,
-    ConfigProblem,
 )
 
 __all__ = [
