@@ -15,14 +15,9 @@ their public names, so ``from gateway.config import …`` is all a caller ever w
 """
 
 from gateway.config.build import (
-    _PATTERN_RULES as _PATTERN_RULES,  # scripts/gen_config_reference.py words each pattern with it
-)
-from gateway.config.build import (
     CHART_CONFIG_KEY,
     HTTP_PLACEHOLDER,
     HTTP_PLACEHOLDERS,
-    RATE_RULE_NAMES,
-    SCHEMA,
     check_config,
     check_config_file,
     config_document_from_stream,
@@ -73,6 +68,13 @@ from gateway.config.model import (
     SkillConfig,
     TracingConfig,
     UpstreamConfig,
+)
+from gateway.config.schema import (
+    _PATTERN_RULES as _PATTERN_RULES,  # scripts/gen_config_reference.py words each pattern with it
+)
+from gateway.config.schema import (
+    RATE_RULE_NAMES,
+    SCHEMA,
 )
 
 __all__ = [
