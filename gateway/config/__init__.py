@@ -15,15 +15,17 @@ their public names, so ``from gateway.config import …`` is all a caller ever w
 """
 
 from gateway.config.build import (
-    CHART_CONFIG_KEY,
     HTTP_PLACEHOLDER,
     HTTP_PLACEHOLDERS,
     check_config,
     check_config_file,
-    config_document_from_stream,
     config_warnings,
     load_config,
     load_config_file,
+)
+from gateway.config.document import (
+    CHART_CONFIG_KEY,
+    config_document_from_stream,
     read_config_document,
 )
 from gateway.config.errors import (
