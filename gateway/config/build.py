@@ -8,7 +8,7 @@ import ipaddress
 import os
 import re
 import socket
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from ipaddress import IPv4Network, IPv6Network, ip_network
 from pathlib import Path
@@ -18,10 +18,10 @@ from urllib.parse import urlsplit
 import jmespath
 
 from gateway.config.document import read_config_document
+from gateway.config.environment import _bearer_secret, _env_reference, _Environment, _expand_env, _secret
 from gateway.config.errors import ConfigError, ConfigProblem
 from gateway.config.model import (
     ADAPTERS,
-    ADMIN_TOKEN_MIN,
     INTROSPECTION_FAILURES,
     MAX_CONCURRENCY,
     AdapterName,
@@ -58,51 +58,6 @@ from gateway.config.problems import _Problems
 from gateway.config.schema import RATE_RULE_NAMES
 from gateway.provider_keys import SigningKey, parse_signing_key
 from gateway.redis_url import CLUSTER_SCHEMES, parse_redis_url
-
-_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
-
-
-class _Environment(Mapping[str, str]):
-    """Where ``${NAME}`` references are read from.
-
-    ``serve`` needs every name set (``require``). ``check-config`` does not: a file is often checked
-    where none of its secrets are. There a name that is not set is noted in ``unset`` and its
-    reference kept as written, and what only its value could be checked against is left unchecked.
-    """
-
-    def __init__(self, environ: Mapping[str, str], *, require: bool) -> None:
-        self._environ = environ
-        self.require = require
-        self.unset: set[str] = set()
-
-    def __getitem__(self, name: str) -> str:
-        return self._environ[name]
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._environ
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._environ)
-
-    def __len__(self) -> int:
-        return len(self._environ)
-
-    def deferred(self, value: str) -> bool:
-        """``value`` names a variable that is not set, and this check does not need it."""
-        return not self.require and any(name not in self._environ for name in _ENV_REF.findall(value))
-
-
-def _expand_env(value: str, path: str, environ: Mapping[str, str]) -> str:
-    def repl(match: re.Match[str]) -> str:
-        name = match.group(1)
-        if name in environ:
-            return environ[name]
-        if isinstance(environ, _Environment) and not environ.require:
-            environ.unset.add(name)
-            return match.group(0)
-        raise ConfigError(path, f"environment variable {name} is not set")
-
-    return _ENV_REF.sub(repl, value)
 
 
 def _is_local_host(host: str) -> bool:
@@ -374,11 +329,6 @@ def _http_mapping(
     )
 
 
-def _secret(value: str, path: str, environ: Mapping[str, str]) -> str:
-    """A bot's credential: only ever ``${NAME}``, so the key itself never sits in the file."""
-    return _expand_env(_env_reference(value, path), path, environ)
-
-
 _OPENAI_READ = frozenset(("system_prompt", "system_prompt_file", "api_key"))
 """``upstream.openai`` settings read rather than passed through as they are."""
 
@@ -577,24 +527,6 @@ def _limits(raw: Mapping[str, Any]) -> LimitsConfig:
     if limits.bot_answer_head_bytes < limits.bot_answer_line_bytes:
         raise ConfigError("limits.bot_answer_head_bytes", "must be at least bot_answer_line_bytes")
     return limits
-
-
-def _env_reference(value: str, path: str) -> str:
-    """``value``, which must be exactly one ``${NAME}``: a bearer secret is never written in the file."""
-    if not _ENV_REF.fullmatch(value):
-        raise ConfigError(path, "must be an environment variable reference ${NAME}, never the secret itself")
-    return value
-
-
-def _bearer_secret(reference: str, path: str, environ: Mapping[str, str]) -> str:
-    """The value of the ``${NAME}`` ``reference`` to a secret a client presents as ``Authorization:
-    Bearer`` (the admin token, a Brand's introspection secret): too long to guess, once it is known
-    (``check-config`` without the variable set leaves it unchecked)."""
-    value = _expand_env(reference, path, environ)
-    deferred = isinstance(environ, _Environment) and environ.deferred(reference)
-    if not deferred and len(value) < ADMIN_TOKEN_MIN:
-        raise ConfigError(path, f"must be at least {ADMIN_TOKEN_MIN} characters (e.g. openssl rand -hex 32)")
-    return value
 
 
 def _admin(
