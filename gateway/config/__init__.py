@@ -15,8 +15,6 @@ their public names, so ``from gateway.config import …`` is all a caller ever w
 """
 
 from gateway.config.build import (
-    HTTP_PLACEHOLDER,
-    HTTP_PLACEHOLDERS,
     check_config,
     check_config_file,
     config_warnings,
@@ -77,6 +75,10 @@ from gateway.config.schema import (
 from gateway.config.schema import (
     RATE_RULE_NAMES,
     SCHEMA,
+)
+from gateway.config.upstream import (
+    HTTP_PLACEHOLDER,
+    HTTP_PLACEHOLDERS,
 )
 
 __all__ = [
