@@ -17,7 +17,6 @@ their public names, so ``from gateway.config import …`` is all a caller ever w
 from gateway.config.build import (
     check_config,
     check_config_file,
-    config_warnings,
     load_config,
     load_config_file,
 )
@@ -29,6 +28,9 @@ from gateway.config.document import (
 from gateway.config.errors import (
     ConfigError,
     ConfigProblem,
+)
+from gateway.config.listeners import (
+    config_warnings,
 )
 from gateway.config.model import (
     ADAPTERS,
