@@ -11,7 +11,18 @@ in one round instead of one error per run. A rule of the second pass is skipped 
 the first pass already found malformed (it would only repeat the problem, or misread it).
 
 A package of one module per part, each small enough to read whole; this module only re-exports
-their public names, so ``from gateway.config import …`` is all a caller ever writes.
+their public names, so ``from gateway.config import …`` is all a caller ever writes:
+
+- :mod:`~gateway.config.model`: the frozen dataclasses and the names and bounds they share;
+- :mod:`~gateway.config.errors`: :class:`ConfigProblem` and :class:`ConfigError`;
+- :mod:`~gateway.config.schema`: the JSON Schema of the first pass, each pattern in words;
+- :mod:`~gateway.config.problems`: YAML paths, "did you mean", the collector of every problem;
+- :mod:`~gateway.config.environment`: ``${NAME}`` references and the secrets that are only one;
+- :mod:`~gateway.config.upstream`: a Brand's bot and its adapter's settings;
+- :mod:`~gateway.config.listeners`: the listeners, the admin API's port and host, its warning;
+- :mod:`~gateway.config.build`: the second pass's rules and builders, :func:`load_config` and
+  :func:`check_config`;
+- :mod:`~gateway.config.document`: reading a file or a stream (``helm template``'s output).
 """
 
 from gateway.config.build import (
