@@ -60,6 +60,15 @@ def test_every_lua_file_is_loaded_by_a_store() -> None:
             assert lua.source(name) in sources, f"{name} is loaded by no store"
 
 
+def test_every_store_script_is_a_lua_file_and_no_module_holds_lua() -> None:
+    """Each script a store runs is a file's (its libraries first), and no module of the gateway calls
+    into Redis from Lua in a string."""
+    files = {lua.source(name) for name in lua_files() if not name.startswith("lib/")}
+    assert [script for script in store_scripts() if script not in files] == []
+    holding = [path for path in PACKAGE.rglob("*.py") if "redis.call(" in path.read_text(encoding="utf-8")]
+    assert holding == []
+
+
 def test_each_header_names_the_file_and_a_script_what_it_takes_and_returns() -> None:
     for name in lua_files():
         text = (LUA / name).read_text(encoding="utf-8")
