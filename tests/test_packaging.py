@@ -18,6 +18,7 @@ import subprocess
 import sys
 import tomllib
 import venv
+import zipfile
 from pathlib import Path
 
 import pytest
@@ -222,6 +223,16 @@ def test_wheel_ships_the_demo_configuration(wheel: Path) -> None:
         [sys.executable, "-m", "zipfile", "-l", str(wheel)], capture_output=True, text=True, check=True
     ).stdout
     assert "gateway/data/demo.yaml" in listing
+
+
+def test_wheel_ships_the_lua_scripts(wheel: Path) -> None:
+    """The Redis stores read their scripts at import (``gateway/store/lua``): a wheel without them
+    could not even import the Redis backend."""
+    with zipfile.ZipFile(wheel) as built:
+        shipped = {name for name in built.namelist() if name.endswith(".lua")}
+    scripts = {path.relative_to(ROOT).as_posix() for path in (ROOT / "gateway").rglob("*.lua")}
+    assert scripts
+    assert shipped == scripts
 
 
 def test_a_plain_install_runs_the_demo_check_from_any_directory(wheel: Path, tmp_path: Path) -> None:

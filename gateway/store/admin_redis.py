@@ -1,9 +1,10 @@
 """Listing, closing and erasing an owner's conversations on Redis, over the store's own connection.
 
-Each is a Lua script, so it is one atomic step against every replica's turns: the listing (one
-script for the owner, which counts turns inside Redis, so no reply crosses the wire), a close,
-and an erasure (one script per conversation, all sent at once with the deletions of the adapters'
-state and the person's §6 counters: one round trip whatever their number). Every script's keys
+Each is a Lua script (``gateway/store/lua/admin_*.lua``), so it is one atomic step against every
+replica's turns: the listing (one script for the owner, which counts turns inside Redis, so no
+reply crosses the wire), a close, and an erasure (one script per conversation, all sent at once
+with the deletions of the adapters' state and the person's §6 counters: one round trip whatever
+their number). Every script's keys
 are its owner's (under their hash tag in the tagged layout): one slot per script. Key layouts
 are :mod:`gateway.store.redis`'s; the scripts reach the first-message records of a conversation's
 messages by their key prefix, as :mod:`gateway.store.oauth_redis` does for keys it learns only as
@@ -18,155 +19,19 @@ from collections.abc import Sequence
 from typing import Any
 
 from gateway.config import CacheConfig
-from gateway.store import keys
+from gateway.store import keys, lua
 from gateway.store.admin import ConversationAdmin, ConversationInfo, Erased
 from gateway.store.base import Owner
 from gateway.store.redis import INDEX_SLACK_MS, RedisStore
 from gateway.store.redis_pipe import Script
-from gateway.store.slots import NO_KEY_LUA
 
 __all__ = ["RedisConversationAdmin"]
 
-# Every layout is read (see gateway/store/redis.py): the two current ones (tagged and the previous
-# release's), whose turn fields are 8-byte message digests, and the older one, whose turn fields are
-# 'm:' and the message id, for the conversations it wrote that no turn has moved since. Counts a
-# conversation's turns into `replies` and `running` (live in-flight markers) as it walks its fields;
-# calls each_turn(what the message's first-message key ends with, whether in the older layout) on
-# every turn.
-_TURNS_LUA = """
-local function count_turns(key, now, each_turn)
-  local replies, running = 0, 0
-  local fields = redis.call('HGETALL', key)
-  for i = 1, #fields, 2 do
-    local name = fields[i]
-    local old = string.sub(name, 1, 2) == 'm:'
-    if old or #name == 8 then
-      local value = fields[i + 1]
-      if string.sub(value, 1, 1) ~= 'P' then
-        replies = replies + 1
-      elseif tonumber(string.match(value, '^P(%d+)')) > now then
-        running = running + 1
-      end
-      if each_turn then each_turn(old and string.sub(name, 3) or name, old) end
-    end
-  end
-  return replies, running
-end
-"""
-
-# KEYS[1] owner index in the written layout, KEYS[2] in the other current one, KEYS[3] in the older
-# one ("" where not read). ARGV: owner (raw), owner (hex), the three layouts' conversation key
-# prefixes in the same order ("" where not read), now ms, idle ms, pruning horizon ms. Per
-# conversation of the owner, in index order: {context id, opened ms or '', closed 0/1, replies,
-# running}, each once whichever layouts list it. Members past the horizon, gone, not the owner's (a
-# tombstone) or already listed from an earlier index (a conversation moved since) leave the index.
-_LIST = Script(
-    NO_KEY_LUA
-    + _TURNS_LUA
-    + """
-local now = tonumber(ARGV[6])
-local found, seen = {}, {}
-local function find(context)
-  for i = 3, 4 do
-    if ARGV[i] ~= '' then
-      local key = ARGV[i] .. context
-      local v = redis.call('HMGET', key, 'o', 'c', 't', 'l')
-      if v[1] == ARGV[1] then return key, v, tonumber(v[3]), tonumber(v[3]) + tonumber(v[4]) end
-    end
-  end
-  if ARGV[5] ~= '' then
-    local key = ARGV[5] .. context
-    local v = redis.call('HMGET', key, 'o', 'c', 't', 'l')
-    if v[1] == ARGV[2] then return key, v, tonumber(v[3]), tonumber(v[4]) end
-  end
-end
-local function add(context)
-  if seen[context] then return false end
-  local key, v, opened, last = find(context)
-  if not key then return false end
-  seen[context] = true
-  local replies, running = count_turns(key, now)
-  local closed = (v[2] == '1' or now - last > tonumber(ARGV[7])) and 1 or 0
-  found[#found + 1] = {context, opened or '', closed, replies, running}
-  return true
-end
-for i = 1, 3 do
-  if KEYS[i] ~= '' then
-    local horizon = tonumber(ARGV[8])
-    if i < 3 then horizon = math.floor(horizon / 1000) end
-    redis.call('ZREMRANGEBYSCORE', KEYS[i], '-inf', horizon)
-    for _, context in ipairs(redis.call('ZRANGE', KEYS[i], 0, -1)) do
-      if not add(context) then redis.call('ZREM', KEYS[i], context) end
-    end
-  end
-end
-return found
-"""
-)
-
-# KEYS: the conversation and its owner's index in the written layout, in the other current one and
-# in the older one ("" where not read). ARGV: owner (raw), owner (hex), context id, now ms, closed_ttl
-# s. As _COMPLETE closes one: flag, TTL, and its deadline in the index (which outlives it already),
-# in whichever layout holds it.
-_CLOSE = Script(
-    NO_KEY_LUA
-    + """
-local function close(key, index, owner, deadline)
-  if key == '' then return false end
-  local v = redis.call('HMGET', key, 'o', 'c')
-  if v[1] ~= owner then return false end
-  if v[2] ~= '1' then
-    redis.call('HSET', key, 'c', '1')
-    redis.call('EXPIRE', key, ARGV[5])
-    redis.call('ZADD', index, deadline, ARGV[3])
-  end
-  return true
-end
-local now = tonumber(ARGV[4])
-local deadline = math.floor(now / 1000) + tonumber(ARGV[5])
-if close(KEYS[1], KEYS[2], ARGV[1], deadline) or close(KEYS[3], KEYS[4], ARGV[1], deadline) then return 1 end
-if close(KEYS[5], KEYS[6], ARGV[2], now + tonumber(ARGV[5]) * 1000) then return 1 end
-return 0
-"""
-)
-
-# KEYS as _CLOSE's. ARGV: owner (raw), owner (hex), context id, the owner's first-message key prefix
-# in the written layout, in the other current one and in the older one ("" where not read),
-# tombstone ttl s, now ms. {replies, running, first-message records} once erased, leaving the
-# tombstone (under the written layout's key, which a turn reads first); {} when it is not the
-# owner's (or is gone): then it only leaves the indexes. A turn's first-message record may be in
-# either current layout (a conversation moves, its records stay), so both are deleted.
-_ERASE = Script(
-    NO_KEY_LUA
-    + _TURNS_LUA
-    + """
-for i = 2, 6, 2 do
-  if KEYS[i] ~= '' then redis.call('ZREM', KEYS[i], ARGV[3]) end
-end
-local key
-if redis.call('HGET', KEYS[1], 'o') == ARGV[1] then
-  key = KEYS[1]
-elseif KEYS[3] ~= '' and redis.call('HGET', KEYS[3], 'o') == ARGV[1] then
-  key = KEYS[3]
-elseif KEYS[5] ~= '' and redis.call('HGET', KEYS[5], 'o') == ARGV[2] then
-  key = KEYS[5]
-else
-  return {}
-end
-local firsts = 0
-local replies, running = count_turns(key, tonumber(ARGV[8]), function(message, old)
-  for i = 4, 6 do
-    if ARGV[i] ~= '' and old == (i == 6) then firsts = firsts + redis.call('DEL', ARGV[i] .. message) end
-  end
-end)
-for i = 1, 5, 2 do
-  if KEYS[i] ~= '' then redis.call('DEL', KEYS[i]) end
-end
-redis.call('HSET', KEYS[1], 'e', '1')
-redis.call('EXPIRE', KEYS[1], ARGV[7])
-return {replies, running, firsts}
-"""
-)
+# Each script is a file of gateway/store/lua (its header: what it takes, returns and why it is one
+# script), read once, here.
+_LIST = Script(lua.source("admin_list.lua"))
+_CLOSE = Script(lua.source("admin_close.lua"))
+_ERASE = Script(lua.source("admin_erase.lua"))
 
 
 class RedisConversationAdmin(ConversationAdmin):

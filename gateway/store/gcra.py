@@ -9,9 +9,9 @@ Several limits on one request are charged all or nothing: every counter or none,
 refused by its per-user limit does not also eat into its personal agent's budget.
 
 The arithmetic exists twice, once per language, and nowhere else: :func:`gcra` (Python, for the
-memory backend) and :data:`GCRA_LUA` (the Lua every Redis script that charges limits is built
-from, by string composition, so the separate limit check and the begin-turn scripts run
-literally the same code). Both work in whole microseconds: integers below 2**53 are exact in
+memory backend) and :data:`GCRA_LUA` (``lua/lib/gcra.lua``, which every Redis script that charges
+limits runs first, so the separate limit check and the begin-turn scripts run literally the same
+code). Both work in whole microseconds: integers below 2**53 are exact in
 Lua's doubles too, so a request at the edge of its burst is never refused by a rounding error.
 
 On Redis, "now" is the clock of the node holding the counter, read by the script when it runs
@@ -28,6 +28,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Final
+
+from gateway.store import lua
 
 __all__ = [
     "CLOCK_LUA",
@@ -89,66 +92,13 @@ def now_us(clock: Callable[[], float]) -> int:
     return int(clock() * US)
 
 
-CLOCK_LUA = """
--- now_us(given): the time a charge is made at (µs): ``given`` if it is a number (a test's clock),
--- else this node's clock as the script runs (see gateway/store/gcra.py).
-local function now_us(given)
-  local at = tonumber(given)
-  if at then return at end
-  local time = redis.call('TIME')
-  return tonumber(time[1]) * 1000000 + tonumber(time[2])
-end
-"""
-"""Lua defining ``now_us(given)``; :data:`GCRA_LUA` starts with it, and so does a script that
-gives charges back."""
+CLOCK_LUA: Final = lua.library("lib/clock.lua")
+"""Lua defining ``now_us(given)`` (``lib/clock.lua``); :data:`GCRA_LUA` starts with it, and so does a
+script that gives charges back."""
 
-GCRA_LUA = (
-    CLOCK_LUA
-    + """
--- step(key, interval, tolerance, now): one GCRA step on a counter, writing nothing: its new
--- theoretical arrival time and the wait (µs, 0 when allowed).
-local function step(key, interval, tolerance, now)
-  local tat = tonumber(redis.call('GET', key) or '0')
-  if tat < now then tat = now end
-  tat = tat + interval
-  local wait = tat - tolerance - now
-  if wait < 0 then wait = 0 end
-  return tat, wait
-end
-
--- keep(key, tat, now): a charged counter written back (PX: gone once idle again).
-local function keep(key, tat, now)
-  redis.call('SET', key, string.format('%d', tat), 'PX', math.ceil((tat - now) / 1000))
-end
-
--- gcra(): GCRA over the leading KEYS[1..n], all or nothing. ARGV[1] n, ARGV[2] now (µs, or "" for
--- the node's clock), then per key its interval and tolerance (µs). Charges every key or none.
--- Returns refused (boolean), the waits (µs, 0 where allowed) and n.
-local function gcra()
-  local n = tonumber(ARGV[1])
-  local now = now_us(ARGV[2])
-  local tats, waits, refused = {}, {}, false
-  for i = 1, n do
-    tats[i], waits[i] = step(KEYS[i], tonumber(ARGV[1 + 2 * i]), tonumber(ARGV[2 + 2 * i]), now)
-    if waits[i] > 0 then refused = true end
-  end
-  if not refused then
-    for i = 1, n do keep(KEYS[i], tats[i], now) end
-  end
-  return refused, waits, n
-end
-
--- The KEYS and ARGV after the limits' own: what the rest of a script works on.
-local function after_limits(n)
-  local keys, argv = {}, {}
-  for i = n + 1, #KEYS do keys[#keys + 1] = KEYS[i] end
-  for i = 3 + 2 * n, #ARGV do argv[#argv + 1] = ARGV[i] end
-  return keys, argv
-end
-"""
-)
-"""Lua defining ``step()``, ``keep()``, ``gcra()`` and ``after_limits(n)``; a script that charges
-limits starts with it."""
+GCRA_LUA: Final = lua.library("lib/clock.lua", "lib/gcra.lua")
+"""Lua defining ``step()``, ``keep()``, ``gcra()`` and ``after_limits(n)`` (``lib/gcra.lua``, after
+:data:`CLOCK_LUA`); a script that charges limits starts with it."""
 
 
 def time_argument(now: int | None) -> int | str:

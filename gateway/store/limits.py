@@ -21,8 +21,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+from gateway.store import lua
 from gateway.store.base import ConversationStore
-from gateway.store.gcra import GCRA_LUA, US, Hit, Rule, gcra, now_us, script_arguments, time_argument
+from gateway.store.gcra import US, Hit, Rule, gcra, now_us, script_arguments, time_argument
 from gateway.store.memory import MemoryKeyspace, MemoryStore
 from gateway.store.redis import CHARGE, PEEK, REFUND, RedisStore, by_slot, charge_by_slot, refund_by_slot
 from gateway.store.redis_pipe import RedisPipe, Script
@@ -86,53 +87,8 @@ def decide(waits: Sequence[int], own: int, shared: int, grace: int) -> tuple[int
     return REFUSED, [False] * n
 
 
-# KEYS: the own, shared and grace counters, in that order, all of one hash slot. ARGV[1..3] how many of
-# each, ARGV[4] now (µs, or "" for the node's clock), then per key its interval and tolerance (µs).
-# Charges what decide() (gateway/store/limits.py) says, atomically. Returns the mode, then per key its
-# wait (µs), whether it was charged (1/0) and whether it was left without a token (1/0).
-RESERVE = Script(
-    GCRA_LUA
-    + """
-local own, shared, grace = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
-local n = own + shared + grace
-local now = now_us(ARGV[4])
-local tats, waits = {}, {}
-for i = 1, n do
-  tats[i], waits[i] = step(KEYS[i], tonumber(ARGV[3 + 2 * i]), tonumber(ARGV[4 + 2 * i]), now)
-end
-local function clear(first, last)
-  for i = first, last do if waits[i] > 0 then return false end end
-  return true
-end
-local mode, charged = 0, {}
-for i = 1, n do charged[i] = 0 end
-if clear(1, own) then
-  if clear(own + 1, own + shared) then
-    mode = 1
-    for i = 1, n do
-      if i <= own + shared or waits[i] == 0 then charged[i] = 1 end
-    end
-  elseif grace > 0 and clear(own + shared + 1, n) then
-    mode = 2
-    for i = 1, n do
-      if i <= own or i > own + shared then charged[i] = 1 end
-    end
-  end
-end
-local answer = {mode}
-for i = 1, n do
-  local emptied = 0
-  if charged[i] == 1 then
-    keep(KEYS[i], tats[i], now)
-    if tats[i] + tonumber(ARGV[3 + 2 * i]) - tonumber(ARGV[4 + 2 * i]) > now then emptied = 1 end
-  end
-  answer[#answer + 1] = waits[i]
-  answer[#answer + 1] = charged[i]
-  answer[#answer + 1] = emptied
-end
-return answer
-"""
-)
+RESERVE = Script(lua.source("limit_reserve.lua"))
+"""What :func:`decide` says, charged atomically on Redis (``gateway/store/lua/limit_reserve.lua``)."""
 
 
 def _reservation(

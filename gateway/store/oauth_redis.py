@@ -2,12 +2,12 @@
 
 Each decision that must hold across replicas is one Lua script (redeeming a device code,
 rotating a refresh token, taking a consent session, using a marker, settling an
-authorization); plain reads are plain commands. Every key gets a TTL, and every record also
-carries its own deadline, which is what decides: ``now`` comes from the caller (or this
-store's clock, the conversation store's), so replicas and tests decide by the clock they
-pass, and a TTL only reclaims memory. Times are seconds as Python's ``repr`` of the float:
-Lua reads them as the same doubles, and scripts only compare them, never format one, so
-they come back exactly as written.
+authorization), a file of ``gateway/store/lua`` (``oauth_*.lua``); plain reads are plain
+commands. Every key gets a TTL, and every record also carries its own deadline, which is what
+decides: ``now`` comes from the caller (or this store's clock, the conversation store's), so
+replicas and tests decide by the clock they pass, and a TTL only reclaims memory. Times are
+seconds as Python's ``repr`` of the float: Lua reads them as the same doubles, and scripts only
+compare them, never format one, so they come back exactly as written.
 
 The layout, by :func:`gateway.store.keys.oauth_key` kind unless said otherwise:
 
@@ -75,7 +75,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
-from gateway.store import keys
+from gateway.store import keys, lua
 from gateway.store.oauth import (
     EXPIRED_KEPT,
     AuthorizationStatus,
@@ -94,268 +94,23 @@ from gateway.store.redis_pipe import Arg, RedisPipe, Script
 
 __all__ = ["RedisOAuthStore"]
 
-# Adds member M, expiring at E (seconds), to the authorization index I at NOW; TTL ms lives E.
-_INDEX_AUTHORIZATION = """
-local function index_authorization(i, m, e, now, ttl)
-  redis.call('ZREMRANGEBYSCORE', i, '-inf', now)
-  redis.call('ZADD', i, e, m)
-  if redis.call('PTTL', i) < tonumber(ttl) then redis.call('PEXPIRE', i, ttl) end
-end
-"""
-
-# KEYS[1] user-code index, KEYS[2] device, KEYS[3] the owner's authorization index. ARGV: now, index
-# value, index ttl ms, device ttl ms, device hash, expires, then the device's fields and values. The
-# previous layout's creation, in one step (its three keys are of three slots).
-_CREATE = Script(
-    _INDEX_AUTHORIZATION
-    + """
-local held = redis.call('GET', KEYS[1])
-if held and tonumber(string.match(held, '^[^|]*|([^|]*)')) > tonumber(ARGV[1]) then return 0 end
-redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-redis.call('HSET', KEYS[2], unpack(ARGV, 7))
-redis.call('PEXPIRE', KEYS[2], ARGV[4])
-index_authorization(KEYS[3], ARGV[5], ARGV[6], ARGV[1], ARGV[3])
-return 1
-"""
-)
-
-# KEYS[1] user-code index. ARGV: now, index value, ttl ms. The tagged layout's first step of a creation:
-# the code, unless a live authorization holds it (whichever layout's value, ``device|expires[|tag]``).
-_RESERVE_CODE = Script("""
-local held = redis.call('GET', KEYS[1])
-if held and tonumber(string.match(held, '^[^|]*|([^|]*)')) > tonumber(ARGV[1]) then return 0 end
-redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-return 1
-""")
-
-# KEYS[1] device, KEYS[2] the owner's authorization index (one slot: the owner's). ARGV: now, index ttl
-# ms, device ttl ms, device hash, expires, then the device's fields and values. The second step.
-_PUT_DEVICE = Script(
-    _INDEX_AUTHORIZATION
-    + """
-redis.call('HSET', KEYS[1], unpack(ARGV, 6))
-redis.call('PEXPIRE', KEYS[1], ARGV[3])
-index_authorization(KEYS[2], ARGV[4], ARGV[5], ARGV[1], ARGV[2])
-return 1
-"""
-)
-
-# KEYS[1] an authorization index. ARGV: now, index value, its expiry, ttl ms. The tagged layout's
-# first step of an approval, in the approving user's slot.
-_INDEX = Script(
-    _INDEX_AUTHORIZATION
-    + """
-index_authorization(KEYS[1], ARGV[2], ARGV[3], ARGV[1], ARGV[4])
-return 1
-"""
-)
-
-# KEYS[1] device and, for an approval in the previous layout, KEYS[2] the user's authorization index.
-# ARGV: now, the device hash to index ('' for none), then the fields and values a live PENDING
-# authorization takes. -1: no such device (in this layout).
-_SETTLE = Script(
-    _INDEX_AUTHORIZATION
-    + """
-local v = redis.call('HMGET', KEYS[1], 't', 'e')
-if not v[1] then return -1 end
-local now = tonumber(ARGV[1])
-if v[1] ~= 'pending' or tonumber(v[2]) <= now then return 0 end
-redis.call('HSET', KEYS[1], unpack(ARGV, 3))
-if ARGV[2] ~= '' then
-  index_authorization(KEYS[2], ARGV[2], v[2], ARGV[1], math.ceil((tonumber(v[2]) - now) * 1000))
-end
-return 1
-"""
-)
-
-# KEYS[1] an authorization index. ARGV: now, device key prefix (the index's slot). Denies its live PENDING
-# or APPROVED authorizations, forgetting who approved what; the index goes with them.
-_DENY_INDEXED = Script("""
-local denied = 0
-for _, hash in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. ARGV[1], '+inf')) do
-  local key = ARGV[2] .. hash
-  local v = redis.call('HMGET', key, 't', 'e')
-  if (v[1] == 'pending' or v[1] == 'approved') and tonumber(v[2]) > tonumber(ARGV[1]) then
-    redis.call('HSET', key, 't', 'denied')
-    redis.call('HDEL', key, 'u', 'a', 'x', 'd')
-    denied = denied + 1
-  end
-end
-redis.call('DEL', KEYS[1])
-return denied
-""")
-
-# KEYS: devices of one owner slot. ARGV: now, a user's digest. Denies those of them live and APPROVED by
-# that user (an index entry is written before its approval, so it may name one the user never approved).
-_DENY_APPROVED = Script("""
-local denied = 0
-for _, key in ipairs(KEYS) do
-  local v = redis.call('HMGET', key, 't', 'e', 'd')
-  if v[1] == 'approved' and v[3] == ARGV[2] and tonumber(v[2]) > tonumber(ARGV[1]) then
-    redis.call('HSET', key, 't', 'denied')
-    redis.call('HDEL', key, 'u', 'a', 'x', 'd')
-    denied = denied + 1
-  end
-end
-return denied
-""")
-
-# KEYS[1] device, KEYS[2] grant, KEYS[3] the owner's grant set. ARGV: 1 owner, 2 now, 3 refresh hash,
-# 4 grant expires, 5 grant ttl ms, 6 grant id, 7 family hash, 8 the Brand's key prefix, 9 user-set key
-# prefix ('': the caller adds the grant to the user's set), 10 the slot key prefix, 11 the other
-# layout's slot key prefix ('': none). {'missing'}: no such device in this layout.
-_POLL = Script("""
--- keys.grant_key: 'a2agrant_' (9 characters), the owner's tag (8 hex), 22 random; or the previous id.
-local function grant_key(id)
-  local tag = string.sub(id, 10, 17)
-  if #id == 39 and string.find(tag, '^[0-9a-f]+$') then
-    return ARGV[8] .. '{' .. tag .. '}o.g:' .. string.sub(id, 18)
-  end
-  return ARGV[8] .. 'grant:' .. id
-end
-local d = redis.call('HMGET', KEYS[1], 'o', 'e', 't', 'p', 'i')
-if not d[1] then return {'missing'} end
-if d[1] ~= ARGV[1] then return {'invalid_grant'} end
-local now = tonumber(ARGV[2])
-if tonumber(d[2]) <= now then return {'expired_token'} end
-if d[3] == 'denied' then return {'access_denied'} end
-if d[3] == 'redeemed' then return {'invalid_grant'} end
-local interval = tonumber(d[5])
-if d[4] and now - tonumber(d[4]) < interval then
-  redis.call('HSET', KEYS[1], 'p', ARGV[2], 'i', interval + 5)
-  return {'slow_down'}
-end
-if d[3] ~= 'approved' then
-  redis.call('HSET', KEYS[1], 'p', ARGV[2])
-  return {'authorization_pending'}
-end
-redis.call('HSET', KEYS[1], 'p', ARGV[2], 't', 'redeemed')
-local a = redis.call('HMGET', KEYS[1], 'c', 'u', 'a', 'd', 'x')
-local sets = {KEYS[3]}
-if ARGV[9] ~= '' then table.insert(sets, ARGV[9] .. a[4]) end
-local slot = ARGV[10] .. a[4] .. ARGV[1]
--- Both layouts' slots: whichever names a grant of this (user, owner), it is superseded.
-local slots = {slot}
-if ARGV[11] ~= '' then table.insert(slots, ARGV[11] .. a[4] .. ARGV[1]) end
-local held, ended = {}, '0'
-for _, named in ipairs(slots) do
-  local superseded = redis.call('GET', named)
-  if superseded then
-    local old = redis.call('HMGET', grant_key(superseded), 's', 'e')
-    if old[2] and tonumber(old[2]) > now then
-      for scope in string.gmatch(old[1], '%S+') do held[scope] = true end
-      ended = '1'
-    end
-    redis.call('DEL', grant_key(superseded))
-    for _, set in ipairs(sets) do redis.call('SREM', set, superseded) end
-  end
-end
--- Only what the superseded grant still holds now is carried: one revoked since the approval
--- (or replaced by another) hands nothing on.
-local dropped, carried, scopes = {}, {}, {}
-for scope in string.gmatch(a[5] or '', '%S+') do
-  if held[scope] then table.insert(carried, scope) else dropped[scope] = true end
-end
-for scope in string.gmatch(a[3], '%S+') do
-  if not dropped[scope] then table.insert(scopes, scope) end
-end
-scopes, carried = table.concat(scopes, ' '), table.concat(carried, ' ')
-redis.call('HSET', KEYS[2], 'o', ARGV[1], 'c', a[1], 'u', a[2], 's', scopes, 'i', ARGV[2], 'e', ARGV[4],
-  'f', ARGV[7], 'r', ARGV[3])
-if carried ~= '' then redis.call('HSET', KEYS[2], 'k', carried) end
-redis.call('PEXPIRE', KEYS[2], ARGV[5])
-redis.call('SET', slot, ARGV[6], 'PX', ARGV[5])
-for _, set in ipairs(sets) do
-  redis.call('SADD', set, ARGV[6])
-  if redis.call('PTTL', set) < tonumber(ARGV[5]) then redis.call('PEXPIRE', set, ARGV[5]) end
-end
-return {'issued', a[1], a[2], scopes, carried, ended, a[4]}
-""")
-
-# KEYS[1] a set. ARGV: member, ttl ms: the set lives at least that long.
-_ADD_MEMBER = Script("""
-redis.call('SADD', KEYS[1], ARGV[1])
-if redis.call('PTTL', KEYS[1]) < tonumber(ARGV[2]) then redis.call('PEXPIRE', KEYS[1], ARGV[2]) end
-return 1
-""")
-
-# KEYS[1] a hash. ARGV: ttl ms, then its fields and values.
-_PUT_HASH = Script("""
-redis.call('DEL', KEYS[1])
-redis.call('HSET', KEYS[1], unpack(ARGV, 2))
-redis.call('PEXPIRE', KEYS[1], ARGV[1])
-return 1
-""")
-
-# KEYS[1] consent session. ARGV: now. Taken (deleted) whether live or not: a dead one is of no use.
-_TAKE = Script("""
-local v = redis.call('HMGET', KEYS[1], 'd', 'u', 'e')
-if not v[1] then return false end
-redis.call('DEL', KEYS[1])
-if tonumber(v[3]) <= tonumber(ARGV[1]) then return false end
-return v
-""")
-
-# KEYS[1] landing record. ARGV: now. Taken (deleted) whether live or not, like a consent session.
-_TAKE_LANDING = Script("""
-local v = redis.call('HMGET', KEYS[1], 'o', 's', 'c', 'x', 'e')
-if not v[1] then return false end
-redis.call('DEL', KEYS[1])
-if tonumber(v[5]) <= tonumber(ARGV[1]) then return false end
-return v
-""")
-
-# KEYS[1] marker. ARGV: now, its deadline, ttl ms.
-_ONCE = Script("""
-local until_ = redis.call('GET', KEYS[1])
-if until_ and tonumber(until_) > tonumber(ARGV[1]) then return 0 end
-redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
-return 1
-""")
-
-# KEYS[1] the grant the presented token names and KEYS[2] its grace key or, for a previous release's
-# token (ARGV[3] ''), its ``refresh`` key alone (no placeholder: a cluster checks every key named).
-# ARGV: now, previous grant key prefix, presented family hash, presented hash, new family hash, new
-# hash, previous grace key prefix, sealed answer ('' for no grace), its deadline, its ttl ms, the
-# grant id ('' for a previous release's token). RFC 9700
-# §4.14.2: the current token rotates; the previous one within its rotation's grace gets that
-# rotation's answer; any other of the family revokes the grant.
-_ROTATE = Script("""
-local key, grace, id = KEYS[1], KEYS[2], ARGV[11]
-if ARGV[3] == '' then
-  -- The previous release's tokens name its grants, whose ids and keys are the previous layout's.
-  id = redis.call('GET', KEYS[1])
-  if not id then return {'invalid'} end
-  key, grace = ARGV[2] .. id, ARGV[7] .. id
-end
-local g = redis.call('HMGET', key, 'r', 'e', 'f', 'o', 'c', 'u', 's', 'i', 'k', 'p')
-if not g[2] or tonumber(g[2]) <= tonumber(ARGV[1]) then return {'invalid'} end
-if ARGV[3] ~= '' and g[3] ~= ARGV[3] then return {'invalid'} end
-if g[1] ~= ARGV[4] then
-  if g[10] == ARGV[4] then
-    local kept = redis.call('HMGET', grace, 'p', 'e', 'b')
-    if kept[1] == ARGV[4] and tonumber(kept[2]) > tonumber(ARGV[1]) then return {'retried', kept[3]} end
-  end
-  redis.call('DEL', key, grace)
-  return {'reused'}
-end
-redis.call('HSET', key, 'f', ARGV[5], 'r', ARGV[6], 'p', ARGV[4])
-redis.call('DEL', grace)
-if ARGV[8] ~= '' then
-  redis.call('HSET', grace, 'p', ARGV[4], 'e', ARGV[9], 'b', ARGV[8])
-  redis.call('PEXPIRE', grace, ARGV[10])
-end
-return {'rotated', id, g[4], g[5], g[6], g[7], g[8], g[2], g[9] or ''}
-""")
-
-# KEYS[1] grant. ARGV: now. 1 when a live grant ended.
-_REVOKE = Script("""
-local e = redis.call('HGET', KEYS[1], 'e')
-if not e then return 0 end
-redis.call('DEL', KEYS[1])
-if tonumber(e) > tonumber(ARGV[1]) then return 1 end
-return 0
-""")
+# Each script is a file of gateway/store/lua (its header: what it takes, returns and why it is one
+# script), read once, here.
+_CREATE = Script(lua.source("oauth_create_authorization.lua"))
+_RESERVE_CODE = Script(lua.source("oauth_reserve_user_code.lua"))
+_PUT_DEVICE = Script(lua.source("oauth_put_device.lua"))
+_INDEX = Script(lua.source("oauth_index_approval.lua"))
+_SETTLE = Script(lua.source("oauth_settle_authorization.lua"))
+_DENY_INDEXED = Script(lua.source("oauth_deny_by_index.lua"))
+_DENY_APPROVED = Script(lua.source("oauth_deny_approved_by_user.lua"))
+_POLL = Script(lua.source("oauth_redeem_device_code.lua"))
+_ADD_MEMBER = Script(lua.source("oauth_add_to_set.lua"))
+_PUT_HASH = Script(lua.source("oauth_put_record.lua"))
+_TAKE = Script(lua.source("oauth_take_consent_session.lua"))
+_TAKE_LANDING = Script(lua.source("oauth_take_landing.lua"))
+_ONCE = Script(lua.source("oauth_use_once.lua"))
+_ROTATE = Script(lua.source("oauth_rotate_refresh.lua"))
+_REVOKE = Script(lua.source("oauth_revoke_grant.lua"))
 
 
 def _ttl_ms(deadline: float, now: float) -> int:

@@ -8,10 +8,10 @@ opening order) and ``l`` the last turn's time as ms after ``t`` (a small integer
 ran in it (§5.5), and one field per turn named by :func:`keys.message_digest` (8 bytes) holding
 ``P{deadline ms}|{claim token}`` while in flight or the stored reply once answered
 (:mod:`gateway.store.replies`, in pieces no longer than a listpack value, see
-:data:`REPLY_LUA`). Scripts make the in-flight marker atomic across
+``lua/lib/reply.lua``). Scripts (``gateway/store/lua``) make the in-flight marker atomic across
 replicas and keep the hot path to two round trips per turn: one script begins it, charging the
 request's §6 rate limits first (the same GCRA code as the separate limit check,
-:data:`gateway.store.gcra.GCRA_LUA`) and, for a delegated turn, checking its grant (the hash
+``lua/lib/gcra.lua``) and, for a delegated turn, checking its grant (the hash
 :mod:`gateway.store.oauth_redis` keeps) in the same script; one completes it. The connection is
 :class:`RedisPipe`'s (see ``redis_pipe.py`` for why not a pooled client).
 
@@ -37,9 +37,9 @@ string at :func:`keys.first_key`: its text's digest (:data:`FIRST_DIGEST` raw by
 ``contextId``, 44 bytes for a UUID, which Redis keeps in the same allocation as the key's object.
 
 Every layout is read, whichever is written: the other current one (tagged or untagged: the same
-hash under another key, moved with a ``RENAME`` and its index entry, :data:`_MOVE_LUA`) and the
+hash under another key, moved with a ``RENAME`` and its index entry, ``lua/lib/move.lua``) and the
 older ``b17dd54`` one (``conv:``, ``owner:`` and ``first:`` keys, hex digests, ms,
-``m:{messageId}`` fields, converted by :data:`_UPGRADE_LUA` with the first-message records of its
+``m:{messageId}`` fields, converted by ``lua/lib/upgrade.lua`` with the first-message records of its
 turns). A conversation found elsewhere is moved into the written layout by its owner's next turn,
 inside the begin-turn script; a first message recorded in any layout is found by a retry; a reply
 and a release go to whichever layout holds the conversation by then (a replica with the other
@@ -51,7 +51,7 @@ as ``""``, which every script skips, so that all of a script's keys share a slot
 A claim whose outcome is unknown (the connection timed out or broke after the script was
 sent, or the caller was cancelled) is released at once, not left to ``pending_ttl``: otherwise
 the agent's retry would be refused as "still being processed" for a minute. Each begin-turn
-attempt carries a random token in its marker; the release (:data:`_ABORT` with that token)
+attempt carries a random token in its marker; the release (``lua/turn_release.lua`` with that token)
 removes only a marker carrying it, and first marks the token released for ``pending_ttl``
 (:func:`keys.released_claim_key`), so the script, should it reach Redis only after the release
 (over the old connection), claims nothing.
@@ -75,7 +75,7 @@ from dataclasses import dataclass
 from typing import Any, Final, Literal, NamedTuple, Protocol
 
 from gateway.config import CacheConfig
-from gateway.store import keys, replies
+from gateway.store import keys, lua, replies
 from gateway.store.base import (
     ConversationStore,
     GrantCheck,
@@ -85,312 +85,27 @@ from gateway.store.base import (
     TurnStatus,
     text_digest,
 )
-from gateway.store.gcra import CLOCK_LUA, GCRA_LUA, US, Hit, script_arguments, time_argument
+from gateway.store.gcra import US, Hit, script_arguments, time_argument
 from gateway.store.redis_cluster import ClusterObserver, ClusterPipe, open_pipe
 from gateway.store.redis_pipe import NOT_RUN_CODES, RedisPipe, ReplyRefused, Script
-from gateway.store.slots import NO_KEY_LUA, hashed_part
+from gateway.store.slots import hashed_part
 
 log = logging.getLogger("pact_gateway.store")
 
-# What a begin-turn script does first: nothing at all if its attempt was released (its last KEY is
-# the token's released_claim_key, its last ARGV the token); then charge the limits (the leading
-# KEYS; see GCRA_LUA) or answer {'limited', wait, ...} having claimed nothing; then K and A are its
-# own KEYS and ARGV.
-_CHARGE_FIRST = (
-    NO_KEY_LUA
-    + GCRA_LUA
-    + """
-if redis.call('EXISTS', KEYS[#KEYS]) == 1 then return {'released'} end
-local refused, waits, n = gcra()
-if refused then return {'limited', unpack(waits)} end
-local K, A = after_limits(n)
-local function marker(deadline) return 'P' .. deadline .. '|' .. A[#A] end
-"""
-)
-
-# §5.5, right after the limits: the grant at key G must be live (its ``e``, seconds, after NOW,
-# ms) and belong to OWNER (hex, as gateway/store/oauth_redis.py keeps it); a delegated turn passes
-# G, any other '' (nothing to check).
-_GRANT_CHECK = """
-local function grant_revoked(g, owner, now_ms)
-  if g == '' then return false end
-  local v = redis.call('HMGET', g, 'o', 'e')
-  return v[1] ~= owner or tonumber(v[2]) * 1000 <= tonumber(now_ms)
-end
-"""
-
-# A stored reply (gateway/store/replies.py) longer than a listpack value (hash-max-listpack-value,
-# 64 by default) would turn the whole hash into a hash table, about three times its size: up to
-# PIECES pieces it is kept as a first piece '#' .. count .. 62 bytes under the turn's field and the
-# rest 64 bytes at a time under the field and the piece's number. Longer ones are kept whole.
-REPLY_LUA = """
-local PIECES = 8
-local function put_reply(key, field, value)
-  if #value <= 64 or #value > 62 + 64 * (PIECES - 1) then
-    redis.call('HSET', key, field, value)
-    return
-  end
-  local n = math.ceil((#value - 62) / 64) + 1
-  local args = {field, '#' .. string.char(n) .. string.sub(value, 1, 62)}
-  for i = 1, n - 1 do
-    args[#args + 1] = field .. string.char(i)
-    args[#args + 1] = string.sub(value, 63 + 64 * (i - 1), 62 + 64 * i)
-  end
-  redis.call('HSET', key, unpack(args))
-end
-local function get_reply(key, field, first)
-  if string.sub(first, 1, 1) ~= '#' then return first end
-  local parts = {string.sub(first, 3)}
-  for i = 1, string.byte(first, 2) - 1 do
-    parts[i + 1] = redis.call('HGET', key, field .. string.char(i))
-  end
-  return table.concat(parts)
-end
-"""
-
-# The previous release's layout, read and moved into this one (see the module docstring).
-_UPGRADE_LUA = """
-local function raw(hex)
-  return (string.gsub(hex, '%x%x', function(c) return string.char(tonumber(c, 16)) end))
-end
--- A first-message record as the previous release kept it ("context|digest hex"), in this layout
--- (FIRST_DIGEST bytes of the digest).
-local function old_first(value)
-  if not value then return nil end
-  local context, digest = string.match(value, '^(.*)|(%x+)$')
-  return raw(string.sub(digest, 1, 16)) .. context
-end
--- Moves the previous release's conversation OLD (if it is OWNER's, hex) to NEW, and into INDEX; and
--- the first-message records of its turns, from the prefix OLD_FIRST to NEW_FIRST (so an erasure,
--- which finds them by the conversation's turns, still finds them).
-local function upgrade(old, new, index, context, owner, now_ms, old_first_prefix, new_first_prefix)
-  local ttl = redis.call('PTTL', old)
-  if ttl < 0 or redis.call('HGET', old, 'o') ~= owner then return end
-  local f = redis.call('HGETALL', old)
-  local v, out = {}, {}
-  for i = 1, #f, 2 do
-    local name, value = f[i], f[i + 1]
-    if string.sub(name, 1, 2) == 'm:' then
-      local message = raw(string.sub(redis.sha1hex(string.sub(name, 3)), 1, 16))
-      out[#out + 1] = message
-      out[#out + 1] = value
-      local record = old_first_prefix .. string.sub(name, 3)
-      local first = redis.call('GET', record)
-      if first and string.sub(first, 1, #context + 1) == context .. '|' then
-        redis.call('SET', new_first_prefix .. message, old_first(first), 'PX', redis.call('PTTL', record))
-        redis.call('DEL', record)
-      end
-    else
-      v[name] = value
-    end
-  end
-  local last = tonumber(v.l)
-  local opened = tonumber(v.t or v.l)
-  out[#out + 1] = 'o'
-  out[#out + 1] = raw(v.o)
-  out[#out + 1] = 't'
-  out[#out + 1] = opened
-  out[#out + 1] = 'l'
-  out[#out + 1] = last - opened
-  for _, flag in ipairs({'c', 'a'}) do
-    if v[flag] == '1' then
-      out[#out + 1] = flag
-      out[#out + 1] = '1'
-    end
-  end
-  if v.u then
-    out[#out + 1] = 'u'
-    out[#out + 1] = raw(v.u)
-  end
-  redis.call('HSET', new, unpack(out))
-  redis.call('PEXPIRE', new, ttl)
-  redis.call('DEL', old)
-  local ttl_s = math.ceil(ttl / 1000)
-  redis.call('ZADD', index, math.floor(tonumber(now_ms) / 1000) + ttl_s, context)
-  if redis.call('TTL', index) < ttl_s then redis.call('EXPIRE', index, ttl_s) end
-end
-"""
-
-# Moves the conversation FROM (in the other of the two current layouts, same fields) to TO if it is
-# OWNER's (raw), with its member of FROM_INDEX into TO_INDEX (score kept): a rename, since both
-# layouts lay the hash out alike. Its first-message records stay where they are: a retry and an
-# erasure read both layouts' (a record lives only the retry window).
-_MOVE_LUA = """
-local function move(from, from_index, to, to_index, context, owner, now_ms)
-  local ttl = redis.call('PTTL', from)
-  if ttl < 0 or redis.call('HGET', from, 'o') ~= owner then return end
-  redis.call('RENAME', from, to)
-  local ttl_s = math.ceil(ttl / 1000)
-  local score = redis.call('ZSCORE', from_index, context)
-  redis.call('ZREM', from_index, context)
-  redis.call('ZADD', to_index, score or (math.floor(tonumber(now_ms) / 1000) + ttl_s), context)
-  if redis.call('TTL', to_index) < ttl_s then redis.call('EXPIRE', to_index, ttl_s) end
-end
-"""
-
-# K[1] conversation, K[2] first-message key ("" to skip the retry check), K[3] grant ("" if none),
-# K[4] owner index, K[5] the older release's first-message key ("" where not read), K[6] the other
-# current layout's first-message key ("" where not read), K[7] released claim (last, as
-# _CHARGE_FIRST reads it). A: owner (raw), owner (hex), field, now_ms, pending_deadline_ms,
-# record_ttl_s, retry_window_s, first_value, user (raw, "" if none), the first-message value this
-# open takes over ("" if none), context id, index pruning horizon s, token. No other conversation of
-# the index outlives this one, so the index is kept exactly as long; members whose deadline is past
-# the horizon go.
-_OPEN = Script(
-    _CHARGE_FIRST
-    + _GRANT_CHECK
-    + _UPGRADE_LUA
-    + """
-if grant_revoked(K[3], A[2], A[4]) then return {'revoked'} end
-if K[2] ~= '' then
-  local earlier = redis.call('GET', K[2])
-  if not earlier and K[6] ~= '' then earlier = redis.call('GET', K[6]) end
-  if not earlier and K[5] ~= '' then earlier = old_first(redis.call('GET', K[5])) end
-  if earlier and earlier ~= A[10] then return {'first', earlier} end
-  redis.call('SET', K[2], A[8], 'EX', A[7])
-end
-redis.call('HSET', K[1], 'o', A[1], 't', A[4], 'l', 0, A[3], marker(A[5]))
-if A[9] ~= '' then redis.call('HSET', K[1], 'u', A[9]) end
-redis.call('EXPIRE', K[1], A[6])
-redis.call('ZREMRANGEBYSCORE', K[4], '-inf', A[12])
-redis.call('ZADD', K[4], math.floor(tonumber(A[4]) / 1000) + tonumber(A[6]), A[11])
-redis.call('EXPIRE', K[4], A[6])
-return {'new'}
-"""
-)
-
-# K[1] conversation, K[2] grant ("" if none), K[3] the older release's conversation key ("" where not
-# read), K[4] owner index, K[5] and K[6] the conversation and owner index in the other current layout
-# ("" where not read), K[7] released claim (last, as _CHARGE_FIRST reads it). A: owner (raw), owner
-# (hex), field, now_ms, pending_deadline_ms, idle_ttl_ms, user (raw, "" if none), context id, the
-# owner's first-message key prefix in the older release's layout and in the written one, token.
-_CONTINUE = Script(
-    _CHARGE_FIRST
-    + _GRANT_CHECK
-    + REPLY_LUA
-    + _UPGRADE_LUA
-    + _MOVE_LUA
-    + """
-if grant_revoked(K[2], A[2], A[4]) then return {'revoked'} end
-if redis.call('EXISTS', K[1]) == 0 then
-  if K[5] ~= '' and redis.call('EXISTS', K[5]) == 1 then
-    move(K[5], K[6], K[1], K[4], A[8], A[1], A[4])
-  elseif K[3] ~= '' then
-    upgrade(K[3], K[1], K[4], A[8], A[2], A[4], A[9], A[10])
-  end
-end
-local v = redis.call('HMGET', K[1], 'o', 'c', 't', 'l', A[3], 'a', 'u')
-if not v[1] or v[1] ~= A[1] then return {'unknown'} end
--- Before the replay: a stored reply is the context's user's, served to no one else.
-if A[7] ~= '' and v[7] and v[7] ~= A[7] then return {'mismatch'} end
-local turn = v[5]
-if turn and string.sub(turn, 1, 1) ~= 'P' then return {'replay', get_reply(K[1], A[3], turn)} end
--- §4.3 before §4.2: a messageId still running is a repeat with no reply yet, even once closed.
-if turn and tonumber(string.match(turn, '^P(%d+)')) > tonumber(A[4]) then return {'in_flight'} end
-local last = tonumber(v[3]) + tonumber(v[4])
-if v[2] == '1' or tonumber(A[4]) - last > tonumber(A[6]) then return {'closed'} end
-redis.call('HSET', K[1], A[3], marker(A[5]))
-if A[7] ~= '' and not v[7] then redis.call('HSET', K[1], 'u', A[7]) end
-return {'new', v[6]}
-"""
-)
-
-# KEYS[1] conversation, KEYS[2] owner index, KEYS[3] and KEYS[4] the same in the other current layout
-# ("" where not read): a replica writing that layout may have moved the conversation there while
-# this turn ran, and its reply belongs with it. ARGV: owner (raw), field, stored reply, now_ms, close
-# flag, ttl_s, context id. Nothing is stored over an erased conversation's tombstone. The index is
-# kept as long as this conversation now is, unless that is shorter (a close): then it still holds a
-# longer one.
-_COMPLETE = Script(
-    NO_KEY_LUA
-    + REPLY_LUA
-    + """
-local key, index = KEYS[1], KEYS[2]
-if KEYS[3] ~= '' and redis.call('EXISTS', key) == 0 and redis.call('EXISTS', KEYS[3]) == 1 then
-  key, index = KEYS[3], KEYS[4]
-end
-if redis.call('HEXISTS', key, 'e') == 1 then return 0 end
-local now_ms = tonumber(ARGV[4])
-local opened = tonumber(redis.call('HGET', key, 't')) or now_ms
-put_reply(key, ARGV[2], ARGV[3])
-redis.call('HSET', key, 'o', ARGV[1], 't', opened, 'l', now_ms - opened, 'a', '1')
-if ARGV[5] == '1' then redis.call('HSET', key, 'c', '1') end
-redis.call('EXPIRE', key, ARGV[6])
-redis.call('ZADD', index, math.floor(now_ms / 1000) + tonumber(ARGV[6]), ARGV[7])
-if ARGV[5] ~= '1' or redis.call('TTL', index) < 0 then redis.call('EXPIRE', index, ARGV[6]) end
-return 1
-"""
-)
-
-# KEYS[1] conversation, KEYS[2] first-message key, KEYS[3] released claim, KEYS[4] the conversation
-# in the other current layout ("" where not read; see _COMPLETE). ARGV: owner (raw), field, new
-# flag, context id, token ("" for the marker, whoever set it), pending_ttl_s, and the latest marker
-# deadline (ms) released ("" for any): a release by messageId alone, sent late, must not remove the
-# marker of a claim made after its own lapsed (RedisStore.abort_turn). Only an in-flight marker is
-# released: a stored reply (a completion that did reach Redis) stays. A first-message record is its
-# text digest (FIRST_DIGEST bytes) and context id.
-_ABORT = Script(
-    NO_KEY_LUA
-    + """
-if ARGV[5] ~= '' then redis.call('SET', KEYS[3], '1', 'EX', ARGV[6]) end
-local key = KEYS[1]
-if KEYS[4] ~= '' and redis.call('EXISTS', key) == 0 then key = KEYS[4] end
-local v = redis.call('HMGET', key, 'o', ARGV[2])
-if v[1] ~= ARGV[1] or not v[2] or string.sub(v[2], 1, 1) ~= 'P' then return 0 end
-if ARGV[5] ~= '' and string.match(v[2], '|(.*)$') ~= ARGV[5] then return 0 end
-if ARGV[7] ~= '' and tonumber(string.match(v[2], '^P(%d+)')) > tonumber(ARGV[7]) then return 0 end
-if ARGV[3] == '1' then
-  redis.call('DEL', key)
-  local earlier = redis.call('GET', KEYS[2])
-  if earlier and string.sub(earlier, 9) == ARGV[4] then redis.call('DEL', KEYS[2]) end
-else
-  redis.call('HDEL', key, ARGV[2])
-end
-return 1
-"""
-)
-
-# A §6 charge on its own (the leading KEYS and ARGV of GCRA_LUA, nothing after): one integer per key,
-# 0 allowed, else the microseconds to wait. The rate limiter's separate charge, and a turn's counters
-# that live in another slot than its conversation (the per-agent one, tagged layout).
-CHARGE = Script(
-    GCRA_LUA
-    + """
-local _, waits = gcra()
-return waits
-"""
-)
-
-# KEYS: counters a request charged before another counter refused it. ARGV[1] now (µs, or "" for the
-# node's clock), then per key its interval (µs). Takes one charge back from each: GCRA charges add up
-# while a counter is busy, so taking one interval off leaves it as if this request had not come (an
-# idle counter goes).
-REFUND = Script(
-    CLOCK_LUA
-    + """
-local now = now_us(ARGV[1])
-for i = 1, #KEYS do
-  local tat = tonumber(redis.call('GET', KEYS[i]) or '0') - tonumber(ARGV[1 + i])
-  if tat > now then
-    redis.call('SET', KEYS[i], string.format('%d', tat), 'PX', math.ceil((tat - now) / 1000))
-  else
-    redis.call('DEL', KEYS[i])
-  end
-end
-return 0
-"""
-)
-
-# KEYS: counters to look at. ARGV[1] now (µs, or "" for the node's clock). Returns that now, then each
-# counter's stored time ("" where idle): what gcra() would decide on, decided by the caller, no write.
-PEEK = Script(
-    CLOCK_LUA
-    + """
-local values = {now_us(ARGV[1])}
-for i = 1, #KEYS do values[i + 1] = redis.call('GET', KEYS[i]) or '' end
-return values
-"""
-)
+# Each script is a file of gateway/store/lua (its header: what it takes, returns and why it is one
+# script), read once, here; the names are those the rest of the store, and its tests, call them by.
+REPLY_LUA: Final = lua.library("lib/reply.lua")
+"""Lua defining ``put_reply`` and ``get_reply``: a stored reply in pieces no longer than a listpack value."""
+_OPEN = Script(lua.source("turn_open.lua"))
+_CONTINUE = Script(lua.source("turn_continue.lua"))
+_COMPLETE = Script(lua.source("turn_complete.lua"))
+_ABORT = Script(lua.source("turn_release.lua"))
+CHARGE = Script(lua.source("limit_charge.lua"))
+"""A §6 charge on its own: the rate limiter's, and a turn's counters in another slot than its conversation."""
+REFUND = Script(lua.source("limit_refund.lua"))
+"""One charge given back to each counter: what a request another counter refused had charged."""
+PEEK = Script(lua.source("limit_peek.lua"))
+"""The counters and the node's clock read, no write: what a charge would decide on."""
 
 _READY_KEY: Final = f"{keys.PREFIX}:readyz"
 """Deleted (it never exists) by the readiness check: a write that only a primary accepts, and that
@@ -399,7 +114,7 @@ INDEX_SLACK_MS: Final = 60_000
 """How long past its deadline a conversation stays in its owner's index: the deadline is taken on the
 gateway's clock, the expiry on Redis's, and a conversation must never leave the index before it expires."""
 FIRST_DIGEST: Final = 8
-"""Bytes of a first message's text digest in its record (:data:`_UPGRADE_LUA` takes as many hex digits
+"""Bytes of a first message's text digest in its record (``lua/lib/upgrade.lua`` takes as many hex digits
 of the previous release's): it only tells one text sent under the same owner and ``messageId`` within
 the retry window from another, and 64 bits do that; with them a record fits Redis's one-allocation
 string (44 bytes)."""

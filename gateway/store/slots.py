@@ -13,6 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
+from gateway.store import lua
+
 SLOTS: Final = 16384
 
 
@@ -58,12 +60,11 @@ def tag(name: str) -> str:
     return "{" + name + "}"
 
 
-NO_KEY_LUA: Final = """
-for i = 1, #KEYS do if string.byte(KEYS[i], 1) == 123 then KEYS[i] = '' end end
-"""
+NO_KEY_LUA: Final = lua.library("lib/no_key.lua")
 """The first lines of a script that takes ``""`` for a key it is not given (a layout not read, no
-grant): a declared key that begins with ``{`` reads as ``""``, since :func:`placeholders` names the
-absent key so on a cluster. No key of the gateway's begins with ``{`` (they all begin ``pact:``)."""
+grant), ``lua/lib/no_key.lua``: a declared key that begins with ``{`` reads as ``""``, since
+:func:`placeholders` names the absent key so on a cluster. No key of the gateway's begins with ``{``
+(they all begin ``pact:``)."""
 
 
 def placeholders(keys: Sequence[str | bytes]) -> list[str | bytes]:

@@ -29,11 +29,12 @@ three primaries; a fault is aimed at the primary serving some of them (never the
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import time
 from collections import Counter
-from collections.abc import Callable
-from typing import Any
+from collections.abc import AsyncIterator, Callable
+from typing import Any, NamedTuple
 
 import orjson
 import pytest
@@ -131,6 +132,37 @@ async def two_gateways(
     return [await metered(cluster.url, edit=cluster_turns(cluster.url, pending_ttl)) for _ in range(2)]
 
 
+class Aimed(NamedTuple):
+    """Where a fault is aimed: the primary serving most of the stream's users, its replica, those
+    users, and the stream of turns running through both gateways."""
+
+    victim: ClusterNode
+    replica: ClusterNode
+    hit: list[str]
+    stream: TurnStream
+
+
+@contextlib.asynccontextmanager
+async def turns_aimed_at_the_busiest_primary(
+    cluster: RedisCluster, gateways: list[tuple[Harness, Any]]
+) -> AsyncIterator[Aimed]:
+    """The primary serving most of the stream's users (as the first gateway places them) picked, then
+    a stream of turns started through ``gateways`` and given its first ``3 * WORKERS`` answers; the
+    stream is cancelled on the way out, whatever happened inside."""
+    placed = placement(cluster, gateways[0][0])
+    victim = cluster.by_port(max(placed, key=lambda port: len(placed[port])))
+    replica = cluster.replica_of(victim)
+    stream = TurnStream(
+        [harness for harness, _ in gateways], workers=WORKERS, retry_limit=RECOVERY_BOUND + 10
+    )
+    stream.start()
+    try:
+        await stream.until_answered(3 * WORKERS, limit=SETUP_LIMIT)
+        yield Aimed(victim, replica, placed[victim.port], stream)
+    finally:
+        await stream.cancel()
+
+
 def answered_by(stream: TurnStream, subs: list[str], since: float) -> list[Sent]:
     return [sent for sent in stream.answered if sent.sub in subs and sent.answered_at >= since]
 
@@ -186,17 +218,8 @@ async def test_a_primary_lost_or_failed_over_under_a_stream_of_turns_loses_no_re
 ) -> None:
     gateways = await two_gateways(metered, redis_cluster)
     gw = gateways[0][0]
-    placed = placement(redis_cluster, gw)
-    victim = redis_cluster.by_port(max(placed, key=lambda port: len(placed[port])))
-    replica = redis_cluster.replica_of(victim)
-    hit = placed[victim.port]
-    stream = TurnStream(
-        [harness for harness, _ in gateways], workers=WORKERS, retry_limit=RECOVERY_BOUND + 10
-    )
-    stream.start()
     loop = asyncio.get_running_loop()
-    try:
-        await stream.until_answered(3 * WORKERS, limit=SETUP_LIMIT)
+    async with turns_aimed_at_the_busiest_primary(redis_cluster, gateways) as (victim, replica, hit, stream):
         fault = loop.time()
         if how == "kill -9":
             victim.signal(signal.SIGKILL)
@@ -212,8 +235,6 @@ async def test_a_primary_lost_or_failed_over_under_a_stream_of_turns_loses_no_re
         recovered = [sent for sent in answered_by(stream, hit, fault) if sent.failures]
         await stream.until_answered(2 * WORKERS, since=loop.time(), limit=RECOVERY_BOUND)
         await stream.stop()
-    finally:
-        await stream.cancel()
 
     failed_for = max((sent.answered_at - fault for sent in recovered), default=0.0)
     record_figure(
@@ -247,17 +268,8 @@ async def test_a_primary_killed_while_its_users_turns_are_in_a_slow_bot_call_hol
     gw = gateways[0][0]
     assert gw.config.cache.pending_ttl == DEFAULT_PENDING_TTL == 60
     gw.bot.latency = SLOW_BOT
-    placed = placement(redis_cluster, gw)
-    victim = redis_cluster.by_port(max(placed, key=lambda port: len(placed[port])))
-    replica = redis_cluster.replica_of(victim)
-    hit = placed[victim.port]
-    stream = TurnStream(
-        [harness for harness, _ in gateways], workers=WORKERS, retry_limit=RECOVERY_BOUND + 10
-    )
-    stream.start()
     loop = asyncio.get_running_loop()
-    try:
-        await stream.until_answered(3 * WORKERS, limit=SETUP_LIMIT)
+    async with turns_aimed_at_the_busiest_primary(redis_cluster, gateways) as (victim, replica, hit, stream):
         # Every user of the primary about to die inside a bot call when it dies: the bot holds the
         # calls arriving from now on until the kill, then answers each SLOW_BOT s later.
         gw.bot.gate = asyncio.Event()
@@ -277,8 +289,6 @@ async def test_a_primary_killed_while_its_users_turns_are_in_a_slow_bot_call_hol
         await until_answered_by(stream, hit, 2 * len(hit), healthy, RECOVERY_BOUND)
         await stream.until_answered(2 * WORKERS, since=loop.time(), limit=RECOVERY_BOUND)
         await stream.stop()
-    finally:
-        await stream.cancel()
 
     # Each user of the killed primary: its first answer after the kill, and how long after the cluster
     # was healthy that came (0 if before).
