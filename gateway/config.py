@@ -19,6 +19,7 @@ import ipaddress
 import os
 import re
 import socket
+import string
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from importlib.resources.abc import Traversable
@@ -83,6 +84,7 @@ _BRAND_ID = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 _HTTP_URL = r"^https?://"
 _CACHE_URL = r"^(memory|redis|rediss|redis\+sentinel|redis\+cluster|rediss\+cluster)://"
 _DOMAIN = r"^[A-Za-z0-9.-]+$"
+_ABSOLUTE_URI = r"^[A-Za-z][A-Za-z0-9+.-]*:\S+$"
 _FAILOVER_SCHEMES = frozenset({"redis+sentinel", *CLUSTER_SCHEMES})
 """URL schemes whose primary a failover replaces by a replica: ``wait_replicas`` defaults to 1."""
 _SCHEME_NAME = r"^[A-Za-z][A-Za-z0-9_-]*$"
@@ -490,6 +492,28 @@ fails only when misconfigured, and anyone else gets ten guesses and then one per
 
 
 @dataclass(frozen=True, slots=True)
+class AuthorizationDetailType:
+    """One RFC 9396 §2 authorization details type a delegating Brand accepts.
+
+    A detail of this type is a condition of one of :attr:`scopes` (the person approves it with
+    that scope, never on its own); :attr:`fields` is the JSON Schema (draft 2020-12, an object
+    schema) of its members other than ``type`` and ``actions``, and no member it does not name
+    is ever accepted.
+    """
+
+    type: str
+    """The type's absolute URI (RFC 9396 §2 ``type``), as the metadata's
+    ``authorization_details_types_supported`` lists it."""
+    scopes: tuple[str, ...]
+    """The card's scopes it belongs to, in card order."""
+    actions: tuple[str, ...]
+    """The RFC 9396 §2.2 ``actions`` a detail may ask; one without ``actions`` allows all of these."""
+    fields: Mapping[str, Any]
+    consent: str
+    """The consent page's sentence for one detail, its ``{field}`` placeholders filled in (escaped)."""
+
+
+@dataclass(frozen=True, slots=True)
 class DelegationConfig:
     """§5 for one Brand: its scopes (id → description, in card order), its login, and lifetimes."""
 
@@ -513,6 +537,14 @@ class DelegationConfig:
     introspection_failures: RateRule = INTROSPECTION_FAILURES
     """Wrong introspection credentials per client address: ``burst`` at once, then one per
     ``1/rate`` s; past that the address is answered ``429`` before its credential is compared."""
+    authorization_details: Mapping[str, AuthorizationDetailType] = field(default_factory=dict)
+    """RFC 9396 types by ``type``, in configuration order; none: ``authorization_details`` is refused."""
+    max_authorization_details: int = 8
+    """Details one request may ask and one grant may hold."""
+    max_authorization_details_bytes: int = 4096
+    """UTF-8 bytes of one ``authorization_details`` parameter."""
+    max_authorization_details_depth: int = 8
+    """JSON nesting of one detail (an object of strings is 1)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -608,6 +640,21 @@ _JWKS_OBJECT = {
 }
 # RFC 6749 §3.3 scope-token: printable ASCII but space, '"' and '\\'.
 _SCOPE_ID = r"^[\x21\x23-\x5B\x5D-\x7E]{1,128}$"
+_AUTHORIZATION_DETAIL_TYPE = _obj(
+    {
+        "type": {**_STR, "maxLength": 256, "pattern": _ABSOLUTE_URI},
+        "scopes": {"type": "array", "minItems": 1, "uniqueItems": True, "items": _STR},
+        "actions": {
+            "type": "array",
+            "minItems": 1,
+            "uniqueItems": True,
+            "items": {**_STR, "maxLength": 128},
+        },
+        "fields": {"type": "object"},
+        "consent": {**_STR, "maxLength": 500},
+    },
+    ["type", "scopes", "actions", "fields", "consent"],
+)
 _DELEGATION = _obj(
     {
         "scopes": {
@@ -632,6 +679,10 @@ _DELEGATION = _obj(
         "landing_url": {**_STR, "pattern": _HTTP_URL},
         "skip_consent": {"type": "boolean"},
         "introspection": _obj({"secret": _STR, "failures": _RATE_RULE}, ["secret"]),
+        "authorization_details": {"type": "array", "items": _AUTHORIZATION_DETAIL_TYPE},
+        "max_authorization_details": {"type": "integer", "minimum": 1, "maximum": 64},
+        "max_authorization_details_bytes": {"type": "integer", "minimum": 256, "maximum": 65536},
+        "max_authorization_details_depth": {"type": "integer", "minimum": 1, "maximum": 32},
     },
     ["scopes", "login"],
 )
@@ -865,6 +916,8 @@ _PATTERN_RULES: Mapping[str, str] = {
     _CACHE_URL: "must start with memory://, redis://, rediss://, redis+sentinel://, redis+cluster:// or "
     "rediss+cluster://",
     _DOMAIN: "must be a bare host name: letters, digits, '.' and '-' (no scheme, port or path)",
+    _ABSOLUTE_URI: "must be an absolute URI without spaces, such as https://brand.example/rar/order "
+    "(RFC 9396 §2 type)",
 }
 """Each ``pattern`` of :data:`SCHEMA` in words: an operator reads the rule, not a regular expression."""
 
@@ -1128,7 +1181,99 @@ def _delegation(
         if secret is None
         else _bearer_secret(_env_reference(secret, secret_path), secret_path, environ),
         introspection_failures=_rate_rule(introspection.get("failures", {}), INTROSPECTION_FAILURES),
+        authorization_details=_detail_types(
+            raw.get("authorization_details", []), raw["scopes"], f"{path}.authorization_details"
+        ),
+        max_authorization_details=int(raw.get("max_authorization_details", 8)),
+        max_authorization_details_bytes=int(raw.get("max_authorization_details_bytes", 4096)),
+        max_authorization_details_depth=int(raw.get("max_authorization_details_depth", 8)),
     )
+
+
+_RESERVED_DETAIL_FIELDS = ("type", "actions")
+_OPEN_FIELD_KEYWORDS = ("additionalProperties", "patternProperties", "unevaluatedProperties")
+
+
+def _detail_fields(fields: Mapping[str, Any], path: str) -> Mapping[str, Any]:
+    """A type's ``fields``: a valid draft 2020-12 object schema that names every member it accepts.
+
+    Unknown members are always refused (the gateway checks them against ``properties`` before the
+    schema runs), so the keywords that would open the object are refused here rather than ignored;
+    ``type`` and ``actions`` are RFC 9396's own members, and a ``$ref`` may only point inside.
+    """
+    try:
+        jsonschema.Draft202012Validator.check_schema(fields)
+    except jsonschema.SchemaError as error:
+        raise ConfigError(path, f"not a valid JSON Schema (draft 2020-12): {error.message}") from None
+    if fields.get("type") != "object" or not isinstance(fields.get("properties"), dict):
+        raise ConfigError(path, "must be an object schema: type: object, with properties")
+    for keyword in _OPEN_FIELD_KEYWORDS:
+        if keyword in fields:
+            raise ConfigError(f"{path}.{keyword}", "unknown fields are always refused: leave it out")
+    for name in _RESERVED_DETAIL_FIELDS:
+        if name in fields["properties"]:
+            raise ConfigError(f"{path}.properties.{name}", f"{name} is RFC 9396's own member, not a field")
+    for ref in _refs(fields):
+        if not ref.startswith("#"):
+            raise ConfigError(path, f"$ref {ref!r} points outside the schema: only local references")
+    return fields
+
+
+def _refs(schema: Any) -> Iterator[str]:
+    """Every ``$ref`` (and ``$dynamicRef``) in a schema, however deep: the validator never fetches one."""
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key in ("$ref", "$dynamicRef") and isinstance(value, str):
+                    yield value
+                else:
+                    stack.append(value)
+        elif isinstance(node, list):
+            stack.extend(node)
+
+
+def _consent_template(template: str, known: Sequence[str], path: str) -> str:
+    """A consent sentence whose ``{placeholders}`` each name a field (or ``actions``), nothing more."""
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as error:
+        raise ConfigError(path, f"not a sentence with {{field}} placeholders: {error}") from None
+    for _, name, spec, conversion in parsed:
+        if name is None:
+            continue
+        if spec or conversion:
+            raise ConfigError(path, f"{{{name}}}: a placeholder is a bare field name")
+        if name not in known:
+            hint = _meant(name, known)
+            meant = f" (did you mean {{{hint}}}?)" if hint else ""
+            raise ConfigError(path, f"{{{name}}} is not a field of this type{meant}")
+    return template
+
+
+def _detail_types(
+    raw: Sequence[Mapping[str, Any]], scopes: Mapping[str, str], path: str
+) -> dict[str, AuthorizationDetailType]:
+    """RFC 9396 types, by ``type`` in configuration order: each type once, its scopes on the card."""
+    types: dict[str, AuthorizationDetailType] = {}
+    for index, item in enumerate(raw):
+        here = f"{path}[{index}]"
+        if item["type"] in types:
+            raise ConfigError(f"{here}.type", f"{item['type']!r} is configured twice")
+        for position, scope in enumerate(item["scopes"]):
+            if scope not in scopes:
+                raise ConfigError(f"{here}.scopes[{position}]", f"{scope!r} is not one of the Brand's scopes")
+        fields = _detail_fields(item["fields"], f"{here}.fields")
+        known = [*fields["properties"], "actions"]
+        types[item["type"]] = AuthorizationDetailType(
+            type=item["type"],
+            scopes=tuple(scope for scope in scopes if scope in item["scopes"]),
+            actions=tuple(item["actions"]),
+            fields=fields,
+            consent=_consent_template(item["consent"], known, f"{here}.consent"),
+        )
+    return types
 
 
 def _installed(*modules: str) -> bool:
