@@ -11,7 +11,7 @@ Erasing a conversation removes, in one atomic step of the backend: its record (e
 stored reply, the Brand user it ran as), the first-message records of its messages (§4.3), the
 state bot adapters keep for it (:mod:`gateway.store.adapter_state`), and its place in the index.
 It leaves a tombstone for ``cache.pending_ttl`` (longer than any turn, see
-``gateway.config._check_pending_ttl``): a turn that was running stores no reply over it, and
+``gateway.config.build._check_pending_ttl``): a turn that was running stores no reply over it, and
 the ``contextId`` answers as an unknown one would, then as now.
 
 Not reached: a conversation the index does not name. That is one stored by a gateway from before
