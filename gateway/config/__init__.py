@@ -20,6 +20,7 @@ their public names, so ``from gateway.config import …`` is all a caller ever w
 - :mod:`~gateway.config.environment`: ``${NAME}`` references and the secrets that are only one;
 - :mod:`~gateway.config.upstream`: a Brand's bot and its adapter's settings;
 - :mod:`~gateway.config.listeners`: the listeners, the admin API's port and host, its warning;
+- :mod:`~gateway.config.details`: a delegating Brand's RFC 9396 authorization details types;
 - :mod:`~gateway.config.build`: the second pass's rules and builders, :func:`load_config` and
   :func:`check_config`;
 - :mod:`~gateway.config.document`: reading a file or a stream (``helm template``'s output).
@@ -52,6 +53,7 @@ from gateway.config.model import (
     MAX_CONCURRENCY,
     AdapterName,
     AdminConfig,
+    AuthorizationDetailType,
     BrandConfig,
     CacheConfig,
     CheckedConfig,
@@ -108,6 +110,7 @@ __all__ = [
     "SCHEMA",
     "AdapterName",
     "AdminConfig",
+    "AuthorizationDetailType",
     "BrandConfig",
     "CacheConfig",
     "CheckedConfig",

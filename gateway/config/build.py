@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from gateway.config.details import _detail_types
 from gateway.config.document import read_config_document
 from gateway.config.environment import _bearer_secret, _env_reference, _Environment, _expand_env
 from gateway.config.errors import ConfigError
@@ -157,6 +158,12 @@ def _delegation(
         if secret is None
         else _bearer_secret(_env_reference(secret, secret_path), secret_path, environ),
         introspection_failures=_rate_rule(introspection.get("failures", {}), INTROSPECTION_FAILURES),
+        authorization_details=_detail_types(
+            raw.get("authorization_details", []), raw["scopes"], f"{path}.authorization_details"
+        ),
+        max_authorization_details=int(raw.get("max_authorization_details", 8)),
+        max_authorization_details_bytes=int(raw.get("max_authorization_details_bytes", 4096)),
+        max_authorization_details_depth=int(raw.get("max_authorization_details_depth", 8)),
     )
 
 

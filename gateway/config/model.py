@@ -391,6 +391,28 @@ fails only when misconfigured, and anyone else gets ten guesses and then one per
 
 
 @dataclass(frozen=True, slots=True)
+class AuthorizationDetailType:
+    """One RFC 9396 §2 authorization details type a delegating Brand accepts.
+
+    A detail of this type is a condition of one of :attr:`scopes` (the person approves it with
+    that scope, never on its own); :attr:`fields` is the JSON Schema (draft 2020-12, an object
+    schema) of its members other than ``type`` and ``actions``, and no member it does not name
+    is ever accepted.
+    """
+
+    type: str
+    """The type's absolute URI (RFC 9396 §2 ``type``), as the metadata's
+    ``authorization_details_types_supported`` lists it."""
+    scopes: tuple[str, ...]
+    """The card's scopes it belongs to, in card order."""
+    actions: tuple[str, ...]
+    """The RFC 9396 §2.2 ``actions`` a detail may ask; one without ``actions`` allows all of these."""
+    fields: Mapping[str, Any]
+    consent: str
+    """The consent page's sentence for one detail, its ``{field}`` placeholders filled in (escaped)."""
+
+
+@dataclass(frozen=True, slots=True)
 class DelegationConfig:
     """§5 for one Brand: its scopes (id → description, in card order), its login, and lifetimes."""
 
@@ -414,6 +436,14 @@ class DelegationConfig:
     introspection_failures: RateRule = INTROSPECTION_FAILURES
     """Wrong introspection credentials per client address: ``burst`` at once, then one per
     ``1/rate`` s; past that the address is answered ``429`` before its credential is compared."""
+    authorization_details: Mapping[str, AuthorizationDetailType] = field(default_factory=dict)
+    """RFC 9396 types by ``type``, in configuration order; none: ``authorization_details`` is refused."""
+    max_authorization_details: int = 8
+    """Details one request may ask and one grant may hold."""
+    max_authorization_details_bytes: int = 4096
+    """UTF-8 bytes of one ``authorization_details`` parameter."""
+    max_authorization_details_depth: int = 8
+    """JSON nesting of one detail (an object of strings is 1)."""
 
 
 @dataclass(frozen=True, slots=True)

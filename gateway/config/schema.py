@@ -18,6 +18,7 @@ _BRAND_ID = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 _HTTP_URL = r"^https?://"
 _CACHE_URL = r"^(memory|redis|rediss|redis\+sentinel|redis\+cluster|rediss\+cluster)://"
 _DOMAIN = r"^[A-Za-z0-9.-]+$"
+_ABSOLUTE_URI = r"^[A-Za-z][A-Za-z0-9+.-]*:\S+$"
 _SCHEME_NAME = r"^[A-Za-z][A-Za-z0-9_-]*$"
 _HEADER_NAME = r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$"  # RFC 9110 §5.6.2 token
 
@@ -56,6 +57,21 @@ _JWKS_OBJECT = {
 }
 # RFC 6749 §3.3 scope-token: printable ASCII but space, '"' and '\\'.
 _SCOPE_ID = r"^[\x21\x23-\x5B\x5D-\x7E]{1,128}$"
+_AUTHORIZATION_DETAIL_TYPE = _obj(
+    {
+        "type": {**_STR, "maxLength": 256, "pattern": _ABSOLUTE_URI},
+        "scopes": {"type": "array", "minItems": 1, "uniqueItems": True, "items": _STR},
+        "actions": {
+            "type": "array",
+            "minItems": 1,
+            "uniqueItems": True,
+            "items": {**_STR, "maxLength": 128},
+        },
+        "fields": {"type": "object"},
+        "consent": {**_STR, "maxLength": 500},
+    },
+    ["type", "scopes", "actions", "fields", "consent"],
+)
 _DELEGATION = _obj(
     {
         "scopes": {
@@ -80,6 +96,10 @@ _DELEGATION = _obj(
         "landing_url": {**_STR, "pattern": _HTTP_URL},
         "skip_consent": {"type": "boolean"},
         "introspection": _obj({"secret": _STR, "failures": _RATE_RULE}, ["secret"]),
+        "authorization_details": {"type": "array", "items": _AUTHORIZATION_DETAIL_TYPE},
+        "max_authorization_details": {"type": "integer", "minimum": 1, "maximum": 64},
+        "max_authorization_details_bytes": {"type": "integer", "minimum": 256, "maximum": 65536},
+        "max_authorization_details_depth": {"type": "integer", "minimum": 1, "maximum": 32},
     },
     ["scopes", "login"],
 )
@@ -306,5 +326,7 @@ _PATTERN_RULES: Mapping[str, str] = {
     _CACHE_URL: "must start with memory://, redis://, rediss://, redis+sentinel://, redis+cluster:// or "
     "rediss+cluster://",
     _DOMAIN: "must be a bare host name: letters, digits, '.' and '-' (no scheme, port or path)",
+    _ABSOLUTE_URI: "must be an absolute URI without spaces, such as https://brand.example/rar/order "
+    "(RFC 9396 §2 type)",
 }
 """Each ``pattern`` of :data:`SCHEMA` in words: an operator reads the rule, not a regular expression."""

@@ -52,6 +52,8 @@ class DelegationClaims:
     jti: str
     issued_at: float
     """``iat``: RFC 7662 introspection reports it."""
+    authorization_details: tuple[str, ...] = ()
+    """RFC 9396 §9.1: the approved details the token carries, each as its canonical JSON."""
 
 
 def mint_access_token(

@@ -46,6 +46,8 @@ class ErrorCode(Enum):
     ACCESS_DENIED = "access_denied"
     EXPIRED_TOKEN = "expired_token"  # noqa: S105 - an RFC 8628 error code
     SERVER_ERROR = "server_error"
+    INVALID_AUTHORIZATION_DETAILS = "invalid_authorization_details"
+    """RFC 9396 §5."""
 
     @property
     def status(self) -> int:

@@ -79,6 +79,7 @@ DelegationEvent = Literal[
     "receipt_signed",
     "invalid_delegation_token",
     "wrong_user_code",
+    "authorization_details_refused",
 ]
 """The ``event`` label of ``pact_delegation_events``: a fixed set."""
 

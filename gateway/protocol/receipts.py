@@ -45,6 +45,9 @@ class Action(NamedTuple):
 
     tool: str
     canonical_args: bytes | None = None
+    authorization_detail: str | None = None
+    """RFC 9396: the canonical JSON of the granted detail that allowed this action, when it was
+    bound to a resource; the receipt names it."""
 
 
 def args_hash(canonical_args: bytes) -> str:

@@ -94,6 +94,13 @@ class DeviceAuthorization:
     carried: tuple[str, ...] = ()
     """Those of :attr:`approved` that come from the User's live grant this one will supersede, not
     from this request (§5.3 step-up): kept with the grant so the User can be shown them."""
+    details: tuple[str, ...] = ()
+    """RFC 9396 ``authorization_details`` requested, each as its canonical JSON
+    (:mod:`gateway.protocol.authorization_details`), in request order."""
+    approved_details: tuple[str, ...] = ()
+    """The details the grant will carry, once approved: those of the approved scopes."""
+    carried_details: tuple[str, ...] = ()
+    """Those of :attr:`approved_details` that come from the grant this one will supersede."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +130,10 @@ class LandingRecord:
     dropped: tuple[str, ...]
     """Approved: scopes of the earlier grant the User unticked, which the new grant does not carry."""
     expires_at: float
+    details: tuple[str, ...] = ()
+    """RFC 9396 details, as :attr:`scopes` (canonical JSON each)."""
+    carried_details: tuple[str, ...] = ()
+    dropped_details: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,6 +151,11 @@ class Grant:
     expires_at: float
     carried: tuple[str, ...] = ()
     """Which of :attr:`scopes` were carried over from the grant this one superseded (§5.3 step-up)."""
+    details: tuple[str, ...] = ()
+    """The RFC 9396 ``authorization_details`` the User approved (canonical JSON each), conditions of
+    :attr:`scopes`; none for a grant written before they existed."""
+    carried_details: tuple[str, ...] = ()
+    """Which of :attr:`details` were carried over from the grant this one superseded."""
 
 
 class RefreshToken(NamedTuple):

@@ -16,6 +16,8 @@ class UserDelegation(NamedTuple):
     user: str
     scopes: tuple[str, ...]
     grant_id: str
+    authorization_details: tuple[str, ...] = ()
+    """RFC 9396: the token's approved details (canonical JSON each), the resources the bot may act on."""
 
 
 class Turn(NamedTuple):
