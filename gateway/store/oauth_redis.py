@@ -14,17 +14,23 @@ The layout, by :func:`gateway.store.keys.oauth_key` kind unless said otherwise:
 * ``device`` (hash): ``o`` owner digest, ``c`` client, ``s`` scopes (space-separated, as
   OAuth scope ids never hold a space), ``e`` expires, ``i`` interval, ``t`` status, ``k``
   user code, ``p`` previous poll; once approved ``u`` user, ``a`` approved scopes, ``x`` those
-  of them carried from the grant to be superseded (if any) and ``d`` the user's digest. Kept
+  of them carried from the grant to be superseded (if any) and ``d`` the user's digest; the RFC
+  9396 details (canonical JSON each, joined by newlines, which canonical JSON never holds), if
+  any: ``ad`` requested, ``aa`` approved and ``ak`` those of them carried. Kept
   :data:`~gateway.store.oauth.EXPIRED_KEPT` seconds past ``e`` so a late poll still hears
   ``expired_token``;
 * ``user_code`` (string): ``{device hash}|{expires}``, created with the authorization only if
   no live one holds the code;
 * ``consent`` (hash): ``d`` device hash, ``u`` user, ``e`` expires; ``once`` (string): expires;
+* ``landing`` (hash): ``o`` outcome, ``s``, ``c`` and ``x`` its scopes, carried and dropped ones,
+  ``ad``, ``ak`` and ``ax`` the same of its details, ``e`` expires;
 * a grant, at :func:`gateway.store.keys.grant_key` (hash): ``o`` owner digest (which every
   delegated begin-turn script reads), ``c`` client, ``u`` user, ``s`` scopes, ``k`` the carried
-  ones (if any), ``i`` issued, ``e`` expires, and its refresh family: ``f`` the family's hash,
-  ``r`` the current token's hash, ``p`` the previous one's (after a first rotation). Revoking,
-  superseding or a reused refresh token deletes it, family and all;
+  ones (if any), ``ad`` its RFC 9396 details and ``ak`` the carried ones (if any; a grant
+  written before they existed has neither: none), ``i`` issued, ``e`` expires, and its refresh
+  family: ``f`` the family's hash, ``r`` the current token's hash, ``p`` the previous one's
+  (after a first rotation). Revoking, superseding or a reused refresh token deletes it, family
+  and all;
 * ``grace`` (hash), by grant id: ``p`` the previous token's hash, ``e`` deadline, ``b`` the last
   rotation's sealed answer; written by a rotation with a grace, living just that long;
 * its slot, at :func:`gateway.store.keys.grant_slot_key` (string): the id of the live grant of
@@ -75,6 +81,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
+from gateway.protocol.authorization_details import join_details, split_details
 from gateway.store import keys
 from gateway.store.oauth import (
     EXPIRED_KEPT,
@@ -177,7 +184,7 @@ for _, hash in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. ARGV[1], '+inf
   local v = redis.call('HMGET', key, 't', 'e')
   if (v[1] == 'pending' or v[1] == 'approved') and tonumber(v[2]) > tonumber(ARGV[1]) then
     redis.call('HSET', key, 't', 'denied')
-    redis.call('HDEL', key, 'u', 'a', 'x', 'd')
+    redis.call('HDEL', key, 'u', 'a', 'x', 'd', 'aa', 'ak')
     denied = denied + 1
   end
 end
@@ -193,7 +200,7 @@ for _, key in ipairs(KEYS) do
   local v = redis.call('HMGET', key, 't', 'e', 'd')
   if v[1] == 'approved' and v[3] == ARGV[2] and tonumber(v[2]) > tonumber(ARGV[1]) then
     redis.call('HSET', key, 't', 'denied')
-    redis.call('HDEL', key, 'u', 'a', 'x', 'd')
+    redis.call('HDEL', key, 'u', 'a', 'x', 'd', 'aa', 'ak')
     denied = denied + 1
   end
 end
@@ -203,7 +210,8 @@ return denied
 # KEYS[1] device, KEYS[2] grant, KEYS[3] the owner's grant set. ARGV: 1 owner, 2 now, 3 refresh hash,
 # 4 grant expires, 5 grant ttl ms, 6 grant id, 7 family hash, 8 the Brand's key prefix, 9 user-set key
 # prefix ('': the caller adds the grant to the user's set), 10 the slot key prefix, 11 the other
-# layout's slot key prefix ('': none). {'missing'}: no such device in this layout.
+# layout's slot key prefix ('': none). {'missing'}: no such device in this layout. Details (canonical
+# JSON) are joined by newlines, which canonical JSON never holds.
 _POLL = Script("""
 -- keys.grant_key: 'a2agrant_' (9 characters), the owner's tag (8 hex), 22 random; or the previous id.
 local function grant_key(id)
@@ -230,20 +238,21 @@ if d[3] ~= 'approved' then
   return {'authorization_pending'}
 end
 redis.call('HSET', KEYS[1], 'p', ARGV[2], 't', 'redeemed')
-local a = redis.call('HMGET', KEYS[1], 'c', 'u', 'a', 'd', 'x')
+local a = redis.call('HMGET', KEYS[1], 'c', 'u', 'a', 'd', 'x', 'aa', 'ak')
 local sets = {KEYS[3]}
 if ARGV[9] ~= '' then table.insert(sets, ARGV[9] .. a[4]) end
 local slot = ARGV[10] .. a[4] .. ARGV[1]
 -- Both layouts' slots: whichever names a grant of this (user, owner), it is superseded.
 local slots = {slot}
 if ARGV[11] ~= '' then table.insert(slots, ARGV[11] .. a[4] .. ARGV[1]) end
-local held, ended = {}, '0'
+local held, held_details, ended = {}, {}, '0'
 for _, named in ipairs(slots) do
   local superseded = redis.call('GET', named)
   if superseded then
-    local old = redis.call('HMGET', grant_key(superseded), 's', 'e')
+    local old = redis.call('HMGET', grant_key(superseded), 's', 'e', 'ad')
     if old[2] and tonumber(old[2]) > now then
       for scope in string.gmatch(old[1], '%S+') do held[scope] = true end
+      for detail in string.gmatch(old[3] or '', '[^\\n]+') do held_details[detail] = true end
       ended = '1'
     end
     redis.call('DEL', grant_key(superseded))
@@ -260,16 +269,27 @@ for scope in string.gmatch(a[3], '%S+') do
   if not dropped[scope] then table.insert(scopes, scope) end
 end
 scopes, carried = table.concat(scopes, ' '), table.concat(carried, ' ')
+-- RFC 9396 details by the same rule.
+local dropped_details, carried_details, details = {}, {}, {}
+for detail in string.gmatch(a[7] or '', '[^\\n]+') do
+  if held_details[detail] then table.insert(carried_details, detail) else dropped_details[detail] = true end
+end
+for detail in string.gmatch(a[6] or '', '[^\\n]+') do
+  if not dropped_details[detail] then table.insert(details, detail) end
+end
+details, carried_details = table.concat(details, '\\n'), table.concat(carried_details, '\\n')
 redis.call('HSET', KEYS[2], 'o', ARGV[1], 'c', a[1], 'u', a[2], 's', scopes, 'i', ARGV[2], 'e', ARGV[4],
   'f', ARGV[7], 'r', ARGV[3])
 if carried ~= '' then redis.call('HSET', KEYS[2], 'k', carried) end
+if details ~= '' then redis.call('HSET', KEYS[2], 'ad', details) end
+if carried_details ~= '' then redis.call('HSET', KEYS[2], 'ak', carried_details) end
 redis.call('PEXPIRE', KEYS[2], ARGV[5])
 redis.call('SET', slot, ARGV[6], 'PX', ARGV[5])
 for _, set in ipairs(sets) do
   redis.call('SADD', set, ARGV[6])
   if redis.call('PTTL', set) < tonumber(ARGV[5]) then redis.call('PEXPIRE', set, ARGV[5]) end
 end
-return {'issued', a[1], a[2], scopes, carried, ended, a[4]}
+return {'issued', a[1], a[2], scopes, carried, ended, a[4], details, carried_details}
 """)
 
 # KEYS[1] a set. ARGV: member, ttl ms: the set lives at least that long.
@@ -298,10 +318,11 @@ return v
 
 # KEYS[1] landing record. ARGV: now. Taken (deleted) whether live or not, like a consent session.
 _TAKE_LANDING = Script("""
-local v = redis.call('HMGET', KEYS[1], 'o', 's', 'c', 'x', 'e')
+local v = redis.call('HMGET', KEYS[1], 'o', 's', 'c', 'x', 'e', 'ad', 'ak', 'ax')
 if not v[1] then return false end
 redis.call('DEL', KEYS[1])
 if tonumber(v[5]) <= tonumber(ARGV[1]) then return false end
+for i = 6, 8 do v[i] = v[i] or '' end
 return v
 """)
 
@@ -328,7 +349,7 @@ if ARGV[3] == '' then
   if not id then return {'invalid'} end
   key, grace = ARGV[2] .. id, ARGV[7] .. id
 end
-local g = redis.call('HMGET', key, 'r', 'e', 'f', 'o', 'c', 'u', 's', 'i', 'k', 'p')
+local g = redis.call('HMGET', key, 'r', 'e', 'f', 'o', 'c', 'u', 's', 'i', 'k', 'p', 'ad', 'ak')
 if not g[2] or tonumber(g[2]) <= tonumber(ARGV[1]) then return {'invalid'} end
 if ARGV[3] ~= '' and g[3] ~= ARGV[3] then return {'invalid'} end
 if g[1] ~= ARGV[4] then
@@ -345,7 +366,7 @@ if ARGV[8] ~= '' then
   redis.call('HSET', grace, 'p', ARGV[4], 'e', ARGV[9], 'b', ARGV[8])
   redis.call('PEXPIRE', grace, ARGV[10])
 end
-return {'rotated', id, g[4], g[5], g[6], g[7], g[8], g[2], g[9] or ''}
+return {'rotated', id, g[4], g[5], g[6], g[7], g[8], g[2], g[9] or '', g[11] or '', g[12] or ''}
 """)
 
 # KEYS[1] grant. ARGV: now. 1 when a live grant ended.
@@ -372,6 +393,11 @@ def _scopes(value: bytes) -> tuple[str, ...]:
     return tuple(value.decode().split())
 
 
+def _details(value: bytes) -> tuple[str, ...]:
+    """RFC 9396 details as one field keeps them; ``b""`` (or a record written before them): none."""
+    return split_details(value.decode())
+
+
 def _fields(flat: Sequence[bytes]) -> dict[bytes, bytes]:
     """``HGETALL``'s flat ``[field, value, …]`` as a dict."""
     return dict(zip(flat[::2], flat[1::2], strict=True))
@@ -388,6 +414,8 @@ def _grant(brand_id: str, grant_id: str, fields: dict[bytes, bytes]) -> Grant:
         issued_at=float(fields[b"i"]),
         expires_at=float(fields[b"e"]),
         carried=_scopes(fields.get(b"k", b"")),
+        details=_details(fields.get(b"ad", b"")),
+        carried_details=_details(fields.get(b"ak", b"")),
     )
 
 
@@ -481,6 +509,13 @@ class RedisOAuthStore(OAuthStore):
             fields += ["a", " ".join(authorization.approved)]
         if authorization.carried:
             fields += ["x", " ".join(authorization.carried)]
+        for name, details in (
+            ("ad", authorization.details),
+            ("aa", authorization.approved_details),
+            ("ak", authorization.carried_details),
+        ):
+            if details:
+                fields += [name, join_details(details)]
         code_key = keys.oauth_key(brand_id, "user_code", authorization.user_code)
         device_hash, owner = authorization.device_hash, authorization.owner_digest
         if not self._tagged:
@@ -557,6 +592,9 @@ class RedisOAuthStore(OAuthStore):
             user=None if user is None else user.decode(),
             approved=_scopes(fields.get(b"a", b"")),
             carried=_scopes(fields.get(b"x", b"")),
+            details=_details(fields.get(b"ad", b"")),
+            approved_details=_details(fields.get(b"aa", b"")),
+            carried_details=_details(fields.get(b"ak", b"")),
         )
 
     async def _settle(
@@ -645,6 +683,8 @@ class RedisOAuthStore(OAuthStore):
         now: float,
         *,
         carried: tuple[str, ...] = (),
+        details: tuple[str, ...] = (),
+        carried_details: tuple[str, ...] = (),
     ) -> bool:
         digest = keys.user_digest(brand_id, user)
         changes: list[Arg] = [
@@ -655,6 +695,10 @@ class RedisOAuthStore(OAuthStore):
         ]  # fmt: skip
         if carried:
             changes += ["x", " ".join(carried)]
+        if details:
+            changes += ["aa", join_details(details)]
+        if carried_details:
+            changes += ["ak", join_details(carried_details)]
         return await self._settle(authorization, now, changes, user=digest)
 
     async def deny(self, brand_id: str, authorization: DeviceAuthorization, now: float) -> bool:
@@ -714,7 +758,7 @@ class RedisOAuthStore(OAuthStore):
         outcome = PollOutcome(result[0].decode())
         if outcome is not PollOutcome.ISSUED:
             return PollResult(outcome)
-        _, client_id, user, scopes, carried, ended, digest = result
+        _, client_id, user, scopes, carried, ended, digest, details, carried_details = result
         if tagged:
             user_set = self._user_grants_key(brand_id, digest.decode(), tagged=True)
             await self._redis.run(_ADD_MEMBER, [user_set], [grant_id, _ttl_ms(expires, now)])
@@ -728,6 +772,8 @@ class RedisOAuthStore(OAuthStore):
             issued_at=now,
             expires_at=expires,
             carried=_scopes(carried),
+            details=_details(details),
+            carried_details=_details(carried_details),
         )
         capped = 0
         if max_user_grants is not None:
@@ -783,6 +829,9 @@ class RedisOAuthStore(OAuthStore):
                 "s", " ".join(record.scopes),
                 "c", " ".join(record.carried),
                 "x", " ".join(record.dropped),
+                "ad", join_details(record.details),
+                "ak", join_details(record.carried_details),
+                "ax", join_details(record.dropped_details),
                 "e", _time(record.expires_at),
             ],
         )  # fmt: skip
@@ -793,13 +842,16 @@ class RedisOAuthStore(OAuthStore):
         )
         if taken is None:
             return None
-        outcome, scopes, carried, dropped, expires = taken
+        outcome, scopes, carried, dropped, expires, details, carried_details, dropped_details = taken
         return LandingRecord(
             outcome=outcome.decode(),
             scopes=_scopes(scopes),
             carried=_scopes(carried),
             dropped=_scopes(dropped),
             expires_at=float(expires),
+            details=_details(details),
+            carried_details=_details(carried_details),
+            dropped_details=_details(dropped_details),
         )
 
     async def use_once(self, brand_id: str, marker: str, ttl: float) -> bool:
@@ -893,7 +945,8 @@ class RedisOAuthStore(OAuthStore):
             return RefreshResult(outcome, answer=bytes(result[1]))
         if outcome is not RefreshOutcome.ROTATED:
             return RefreshResult(outcome)
-        fields = dict(zip((b"o", b"c", b"u", b"s", b"i", b"e", b"k"), result[2:], strict=True))
+        names = (b"o", b"c", b"u", b"s", b"i", b"e", b"k", b"ad", b"ak")
+        fields = dict(zip(names, result[2:], strict=True))
         return RefreshResult(outcome, _grant(brand_id, result[1].decode(), fields))
 
     @staticmethod
