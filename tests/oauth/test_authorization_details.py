@@ -19,8 +19,10 @@ from aiohttp import ClientResponse
 from gateway.app import reload_runtime
 from gateway.handlers.state import METRICS
 from gateway.oauth.access_token import verify_access_token
+from gateway.protocol.claims import MAX_TOKEN_LENGTH
 from tests.support.delegation import (
     BrandLogin,
+    delegated,
     device_authorize,
     enable_delegation,
     oauth_server,
@@ -220,6 +222,20 @@ async def test_rfc9396_the_parameter_fits_the_forms_size_cap_and_a_bigger_body_s
     too_big = rgw.config.limits.max_body_bytes
     response = await authorize_with_details(rgw, ("orders:cancel",), None, form={"padding": "x" * too_big})
     assert await refusal(response, "invalid_request") == "Request body too large"
+
+
+async def test_rfc9396_a_token_carrying_the_most_details_a_brand_admits_still_works(rgw: Harness) -> None:
+    """The details travel in every delegation token, which a turn takes in one header of at most
+    ``MAX_TOKEN_LENGTH`` characters: the largest parameter admitted must still make a usable token."""
+    wide = "é" * 190
+    most = [order(f"A-{n:05}", reason=wide) for n in range(8)]
+    assert len(details_param(most).encode()) > 3584
+    answer = await obtain_tokens_with_details(rgw, ("orders:cancel",), most)
+    assert answer["authorization_details"] == most
+    assert len(answer["access_token"]) <= MAX_TOKEN_LENGTH
+    assert claims_of(rgw, answer["access_token"]) == canonical(*most)
+    response = await rgw.send("cancel my orders", headers=delegated(answer["access_token"]))
+    assert response.status == 200, await response.text()
 
 
 # --- tokens: exactly the approved details (RFC 9396 §7, §9.1) -----------------------------------------
