@@ -18,7 +18,7 @@ from aiohttp import ClientResponse
 
 from gateway.app import reload_runtime
 from gateway.handlers.state import METRICS
-from gateway.oauth.access_token import verify_access_token
+from gateway.oauth.access_token import InvalidToken, verify_access_token
 from gateway.protocol.claims import MAX_TOKEN_LENGTH
 from tests.support.delegation import (
     BrandLogin,
@@ -430,3 +430,29 @@ async def test_rfc9396_a_type_removed_from_the_configuration_is_no_longer_handed
     assert claims_of(rgw, again["access_token"]) == canonical(address())
     refused = await refresh_with(rgw, again["refresh_token"], details_param([order()]))
     assert "does not support" in await refusal(refused)
+
+
+# --- the delegation token's claim, as verified -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "claim",
+    [
+        pytest.param("[]", id="a-string"),
+        pytest.param([], id="empty"),
+        pytest.param([order(), "A-10001"], id="an-item-not-an-object"),
+        pytest.param([order(n=2**60)], id="a-number-json-cannot-carry"),
+    ],
+)
+async def test_rfc9396_s9_1_a_token_whose_claim_is_not_an_array_of_objects_is_refused(
+    rgw: Harness, claim: Any
+) -> None:
+    """Only the gateway mints its tokens, and never so; one signed with another claim is refused all
+    the same (``bad_authorization_details``) and introspects as inactive."""
+    answer = await obtain_tokens_with_details(rgw, ("orders:cancel",), [order()])
+    payload = orjson.loads(payload_bytes(answer["access_token"]))
+    forged = oauth_server(rgw).keys.sign(orjson.dumps({**payload, "authorization_details": claim}), "at+jwt")
+    with pytest.raises(InvalidToken) as refused:
+        claims_of(rgw, forged)
+    assert refused.value.reason == "bad_authorization_details"
+    assert await introspect(rgw, forged) == {"active": False}
