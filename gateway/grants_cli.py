@@ -6,6 +6,9 @@ reach them. Revoking here ends the grant on every replica at that grant's next u
 Revoking all of a user's grants (no ``--grant``) also denies the device authorizations they
 approved that no poll has redeemed yet: each is a grant in waiting, which the personal agent's
 next poll would otherwise mint after the revocation; that poll hears ``access_denied``.
+
+``list`` shows each grant's RFC 9396 details as the JSON array the User approved: a detail names
+a resource of the Brand (an order, a reservation), never a Brand user id.
 """
 
 from __future__ import annotations
@@ -14,7 +17,10 @@ import sys
 import time
 from datetime import UTC, datetime
 
+import orjson
+
 from gateway.config import GatewayConfig
+from gateway.protocol.authorization_details import details_json
 from gateway.store import open_store
 from gateway.store.base import StoreError
 from gateway.store.factory import open_oauth_store
@@ -53,9 +59,11 @@ async def run_grants(config: GatewayConfig, verb: str, brand_id: str, user: str,
                 return _refuse(f"no live grant {grant_id!r} for that user")
         if verb == "list":
             for grant in grants:
+                details = f"  details={orjson.dumps(details_json(grant.details)).decode()}"
                 print(
                     f"{grant.grant_id}  pa={grant.client_id}  scopes={' '.join(grant.scopes)}  "
                     f"issued={_when(grant.issued_at)}  expires={_when(grant.expires_at)}"
+                    + (details if grant.details else "")
                 )
             print(f"{len(grants)} live grant(s)")
             return 0

@@ -30,8 +30,9 @@ def _config_file(tmp_path: Path, cache_url: str) -> tuple[Path, GatewayConfig]:
     return path, load_config(raw, {})
 
 
-async def _grant(config: GatewayConfig, user: str, grant_id: str) -> None:
-    """A grant made the way the token endpoint makes one: an approved device code, redeemed."""
+async def _grant(config: GatewayConfig, user: str, grant_id: str, details: tuple[str, ...] = ()) -> None:
+    """A grant made the way the token endpoint makes one: an approved device code, redeemed; with the
+    RFC 9396 ``details`` approved, if any."""
     store = open_store(config.cache)
     try:
         oauth = open_oauth_store(store)
@@ -49,7 +50,7 @@ async def _grant(config: GatewayConfig, user: str, grant_id: str) -> None:
             5,
         )
         await oauth.create_authorization(created)
-        assert await oauth.approve("acme", created, user, ("orders:read",), now)
+        assert await oauth.approve("acme", created, user, ("orders:read",), now, details=details)
         result = await oauth.poll(
             "acme",
             device,
@@ -86,6 +87,21 @@ async def test_s5_operator_lists_and_revokes_a_users_grants(
     other = ["--config", str(path), "--brand", "acme", "--user", "someone-else"]
     assert await _run(["grants", "list", *other]) == 0
     assert "1 live grant(s)" in capsys.readouterr().out
+
+
+async def test_rfc9396_grants_list_shows_each_grants_authorization_details(
+    tmp_path: Path, redis_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, config = _config_file(tmp_path, redis_url)
+    detail = '{"identifier":"A-10001","type":"https://acme.example/rar/order"}'
+    await _grant(config, "jane-4471", "a2agrant_one_HJKL", details=(detail,))
+    await _grant(config, "jane-4471", "a2agrant_two_MNPQ")
+    assert (
+        await _run(["grants", "list", "--config", str(path), "--brand", "acme", "--user", "jane-4471"]) == 0
+    )
+    lines = {line.split()[0]: line for line in capsys.readouterr().out.splitlines()}
+    assert lines["a2agrant_one_HJKL"].endswith(f"  details=[{detail}]")
+    assert "details=" not in lines["a2agrant_two_MNPQ"]
 
 
 async def test_rfc8628_revoking_a_users_grants_denies_what_they_approved_and_no_poll_redeemed(

@@ -441,7 +441,8 @@ class DelegationConfig:
     max_authorization_details: int = 8
     """Details one request may ask and one grant may hold."""
     max_authorization_details_bytes: int = 4096
-    """UTF-8 bytes of one ``authorization_details`` parameter."""
+    """UTF-8 bytes of one ``authorization_details`` parameter (at most 4096, so that a delegation
+    token carrying them still fits a request header)."""
     max_authorization_details_depth: int = 8
     """JSON nesting of one detail (an object of strings is 1)."""
 

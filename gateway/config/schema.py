@@ -98,7 +98,9 @@ _DELEGATION = _obj(
         "introspection": _obj({"secret": _STR, "failures": _RATE_RULE}, ["secret"]),
         "authorization_details": {"type": "array", "items": _AUTHORIZATION_DETAIL_TYPE},
         "max_authorization_details": {"type": "integer", "minimum": 1, "maximum": 64},
-        "max_authorization_details_bytes": {"type": "integer", "minimum": 256, "maximum": 65536},
+        # At most 4096: the details ride in every delegation token, which a turn takes in one header
+        # of at most MAX_TOKEN_LENGTH (8192) characters; 4096 bytes make a token of about 6,000.
+        "max_authorization_details_bytes": {"type": "integer", "minimum": 256, "maximum": 4096},
         "max_authorization_details_depth": {"type": "integer", "minimum": 1, "maximum": 32},
     },
     ["scopes", "login"],

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import secrets
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -19,6 +19,11 @@ import jwt
 import orjson
 
 from gateway.auth.signature import SIGNATURE_ONLY
+from gateway.protocol.authorization_details import (
+    InvalidAuthorizationDetails,
+    canonical_detail,
+    details_json,
+)
 from gateway.protocol.claims import MAX_CLOCK_SKEW, MAX_TOKEN_LENGTH, AuthFailure, split_unverified
 from gateway.provider_keys import ProviderKeys
 from gateway.store.oauth import Grant
@@ -65,14 +70,17 @@ def mint_access_token(
     scopes: tuple[str, ...],
     now: float,
     ttl: int,
+    authorization_details: Sequence[str] = (),
 ) -> tuple[str, int]:
     """A §5.4 token for ``grant`` limited to ``scopes`` (the grant's or fewer) and its lifetime.
 
-    The token never outlives the grant. Returns the token and its ``expires_in``.
+    ``authorization_details`` (canonical JSON each, those of the grant's the token carries) become
+    the RFC 9396 §9.1 claim, embedded as they are, and only when there are any. The token never
+    outlives the grant. Returns the token and its ``expires_in``.
     """
     issued = int(now)
     expires = min(issued + ttl, int(grant.expires_at))
-    claims = {
+    claims: dict[str, Any] = {
         "iss": issuer,
         "aud": audience,
         "sub": grant.user,
@@ -83,6 +91,8 @@ def mint_access_token(
         "exp": expires,
         "jti": secrets.token_urlsafe(16),
     }
+    if authorization_details:
+        claims["authorization_details"] = details_json(authorization_details)
     return keys.sign(orjson.dumps(claims), ACCESS_TOKEN_TYP), expires - issued
 
 
@@ -100,6 +110,20 @@ def _number(payload: Mapping[str, Any], name: str) -> float:
     return float(value)
 
 
+def _details(payload: Mapping[str, Any]) -> tuple[str, ...]:
+    """The RFC 9396 §9.1 claim as canonical details; absent, none. Only a non-empty array of
+    objects is one (the minting never writes another): anything else is ``bad_authorization_details``."""
+    value = payload.get("authorization_details")
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not value or not all(isinstance(item, dict) for item in value):
+        raise InvalidToken("bad_authorization_details")
+    try:
+        return tuple(canonical_detail(item) for item in value)
+    except InvalidAuthorizationDetails:
+        raise InvalidToken("bad_authorization_details") from None
+
+
 def verify_access_token(
     keys: ProviderKeys, token: str, *, issuer: str, audience: str, now: float
 ) -> DelegationClaims:
@@ -109,7 +133,8 @@ def verify_access_token(
     :data:`MAX_TOKEN_LENGTH`; a ``typ`` other than ``at+jwt``; a ``kid`` we do not publish; an
     ``alg`` other than that key's; a bad signature; ``iss`` or ``aud`` not exactly ours (``aud``
     one string); a missing ``sub``, ``client_id``, ``grant_id`` or ``jti``; ``exp`` reached;
-    ``iat`` further in the future than the 30 s of clock skew §3.2 allows between machines.
+    ``iat`` further in the future than the 30 s of clock skew §3.2 allows between machines; an
+    ``authorization_details`` claim that is not a non-empty array of objects.
     """
     if len(token) > MAX_TOKEN_LENGTH:
         raise InvalidToken("malformed")
@@ -150,4 +175,5 @@ def verify_access_token(
         expires_at=expires,
         jti=_string(payload, "jti"),
         issued_at=issued,
+        authorization_details=_details(payload),
     )

@@ -94,8 +94,10 @@ async def start_device_authorization(
     owner_digest: str,
     scopes: tuple[str, ...],
     now: float,
+    details: tuple[str, ...] = (),
 ) -> StartedAuthorization:
-    """A new pending authorization of ``scopes`` (already checked against the card) for one PA and ``sub``.
+    """A new pending authorization of ``scopes`` (already checked against the card) for one PA and ``sub``,
+    with the RFC 9396 ``details`` asked (canonical JSON each, already checked against the Brand's types).
 
     The ``device_code`` has 256 random bits and is stored only as its hash. A ``user_code`` that
     happens to be in use for this Brand is drawn again; :class:`StoreError` propagates.
@@ -112,6 +114,7 @@ async def start_device_authorization(
             scopes=scopes,
             expires_at=now + EXPIRES_IN,
             interval=INTERVAL,
+            details=details,
         )
         if await store.create_authorization(authorization):
             plain, complete = verification_uris(delegation, urls, user_code)

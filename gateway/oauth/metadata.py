@@ -41,7 +41,8 @@ def build_metadata(delegation: DelegationConfig, urls: OAuthUrls) -> dict[str, A
 
     No authorization endpoint (the device flow needs none), so ``response_types_supported``,
     required by §2, is empty; the introspection endpoint is named only when the Brand set a
-    secret for it, since without one it does not exist.
+    secret for it, since without one it does not exist. RFC 9396 §10: the detail types the Brand
+    accepts, in configuration order, only when it accepts any.
     """
     document: dict[str, Any] = {
         "issuer": urls.issuer,
@@ -61,6 +62,8 @@ def build_metadata(delegation: DelegationConfig, urls: OAuthUrls) -> dict[str, A
             "revocation_endpoint_auth_methods_supported": [PA_JWT_AUTH_METHOD],
         }
     )
+    if delegation.authorization_details:
+        document["authorization_details_types_supported"] = list(delegation.authorization_details)
     return document
 
 

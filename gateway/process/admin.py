@@ -12,6 +12,8 @@ request, so a reload turns the API on or off and rotates the token.
 
 * ``GET /admin/conversations?brand=B&pa=ISS&sub=SUB``: the person's conversations, never a text;
 * ``POST /admin/conversations/{contextId}:close?brand=B&pa=ISS&sub=SUB``: close one of them (§4.2);
+* ``GET /admin/grants?brand=B&pa=ISS&sub=SUB``: the person's live §5 grants, each with its scopes
+  and RFC 9396 details (never the Brand user id);
 * ``POST /admin/erase`` with ``{"brand": B, "pa": ISS, "sub": SUB}``: erase what is stored for them.
 
 An error is ``{"error": code, "detail": what to do}``: ``400 invalid_request`` (a parameter missing
@@ -29,6 +31,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any, Final
 
+import orjson
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter
 
@@ -37,9 +40,11 @@ from gateway.config import AdminConfig, GatewayConfig
 from gateway.handlers.state import METRICS, RUNTIME
 from gateway.ops.logs import sub_digest
 from gateway.process.erasure import ADAPTER_STATE_NAMES, PersonRecords
+from gateway.protocol.authorization_details import details_json
 from gateway.store.admin import ConversationInfo
 from gateway.store.base import Owner, StoreError
 from gateway.store.factory import open_conversation_admin
+from gateway.store.oauth import Grant
 
 __all__ = ["ADMIN_METRICS", "GATEWAY", "AdminError", "AdminListener", "AdminMetrics", "create_admin_app"]
 
@@ -49,7 +54,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 GATEWAY = web.AppKey("gateway", web.Application)
 """The gateway app whose store, configuration and metrics the admin API works with."""
-ACTIONS: Final = frozenset(("list", "close", "erase"))
+ACTIONS: Final = frozenset(("list", "close", "erase", "grants"))
 """The routes' names: the ``action`` label."""
 _OUTCOMES: Final = {400: "invalid_request", 401: "unauthorized", 404: "not_found"}
 _ISO_SECONDS: Final = "%Y-%m-%dT%H:%M:%SZ"
@@ -67,7 +72,7 @@ class AdminMetrics:
         )
         self.actions = Counter(
             "pact_admin_actions",
-            "Admin API requests by action (list, close, erase) and outcome.",
+            "Admin API requests by action (list, close, erase, grants) and outcome.",
             ["action", "outcome"],
             registry=registry,
         )
@@ -191,6 +196,30 @@ async def list_conversations(request: web.Request) -> web.Response:
     return web.json_response({**_who(person), "conversations": [_described(info, now) for info in found]})
 
 
+def _when(seconds: float) -> str:
+    return datetime.fromtimestamp(seconds, UTC).strftime(_ISO_SECONDS)
+
+
+def _grant(grant: Grant) -> dict[str, Any]:
+    """A grant as the operator sees it: what it allows and until when. A detail names a resource of
+    the Brand (an order), not a person, so it is shown as the User approved it."""
+    return {
+        "grant_id": grant.grant_id,
+        "scopes": list(grant.scopes),
+        "carried": list(grant.carried),
+        "authorization_details": details_json(grant.details),
+        "issued_at": _when(grant.issued_at),
+        "expires_at": _when(grant.expires_at),
+    }
+
+
+async def list_grants(request: web.Request) -> web.Response:
+    person = _person(request, request.query, "query parameter")
+    found = await _records(request).grants(person)
+    body = {**_who(person), "grants": [_grant(grant) for grant in found]}
+    return web.Response(body=orjson.dumps(body), content_type="application/json")
+
+
 async def close_conversation(request: web.Request) -> web.Response:
     person = _person(request, request.query, "query parameter")
     context_id = request.match_info["context_id"]
@@ -227,6 +256,7 @@ def create_admin_app(gateway: web.Application) -> web.Application:
     app.router.add_get("/conversations", list_conversations, name="list")
     app.router.add_post("/conversations/{context_id:[^/:]+}:close", close_conversation, name="close")
     app.router.add_post("/erase", erase, name="erase")
+    app.router.add_get("/grants", list_grants, name="grants")
     return app
 
 

@@ -44,7 +44,7 @@ from gateway.ops.limits import person_counters
 from gateway.ops.logs import sub_digest
 from gateway.store.admin import ConversationAdmin, ConversationInfo, Erased
 from gateway.store.base import Owner
-from gateway.store.oauth import OAuthStore
+from gateway.store.oauth import Grant, OAuthStore
 from gateway.upstream import directline, openai
 
 __all__ = ["ADAPTER_STATE_NAMES", "AUDIT_LOGGER", "Erasure", "PersonRecords"]
@@ -106,6 +106,13 @@ class PersonRecords:
     async def conversations(self, person: Owner) -> list[ConversationInfo]:
         found = await self._admin.conversations(person)
         self._audit("listed a person's conversations", person, "list", conversations=len(found))
+        return found
+
+    async def grants(self, person: Owner) -> list[Grant]:
+        """The person's live §5 grants at their Brand (those issued to this personal agent and ``sub``),
+        oldest first."""
+        found = await self._oauth.grants_of_owner(person.brand_id, person.digest, self._clock())
+        self._audit("listed a person's grants", person, "grants", grants=len(found))
         return found
 
     async def close(self, person: Owner, context_id: str) -> bool:

@@ -263,11 +263,14 @@ class OAuthStore(ABC):
         now: float,
         *,
         carried: tuple[str, ...] = (),
+        details: tuple[str, ...] = (),
+        carried_details: tuple[str, ...] = (),
     ) -> bool:
         """PENDING and live → APPROVED for ``user`` with ``scopes`` (``carried`` of them from the grant
-        the new one will supersede); ``False`` (nothing changed) otherwise. ``authorization`` is as
-        :meth:`authorization_by_user_code` read it: its device hash, owner and expiry find and index
-        it; its status is decided again by the store."""
+        the new one will supersede) and the RFC 9396 ``details`` (canonical JSON each,
+        ``carried_details`` of them from that grant); ``False`` (nothing changed) otherwise.
+        ``authorization`` is as :meth:`authorization_by_user_code` read it: its device hash, owner
+        and expiry find and index it; its status is decided again by the store."""
 
     @abstractmethod
     async def deny(self, brand_id: str, authorization: DeviceAuthorization, now: float) -> bool:
@@ -314,6 +317,8 @@ class OAuthStore(ABC):
         revoked (superseded), so a (Brand user, personal agent, ``sub``) has one live grant at most.
         Of the approval's carried scopes, only those that grant still holds are granted (and
         recorded as carried): a grant revoked between approval and redemption hands nothing on.
+        The approval's RFC 9396 details are granted by the same rule: its carried details only
+        if that grant still holds them (byte-equal canonical JSON).
         Past ``max_user_grants`` live grants of the user at the Brand (``None``: no cap), the
         oldest are revoked too (superseded, counted in ``capped``), so one Brand account cannot
         pile up grants by delegating to fresh ``sub`` after fresh ``sub`` (issue 28, L4).

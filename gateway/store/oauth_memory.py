@@ -144,7 +144,13 @@ class MemoryOAuthStore(OAuthStore):
                 continue
             # Who approved it and what, forgotten with the approval: an erased person's record keeps none.
             withdrawn = dataclasses.replace(
-                authorization, status=AuthorizationStatus.DENIED, user=None, approved=(), carried=()
+                authorization,
+                status=AuthorizationStatus.DENIED,
+                user=None,
+                approved=(),
+                carried=(),
+                approved_details=(),
+                carried_details=(),
             )
             self._keyspace.entries[keys.oauth_key(brand_id, "device", device_hash)] = (
                 kept,
@@ -182,6 +188,8 @@ class MemoryOAuthStore(OAuthStore):
         now: float,
         *,
         carried: tuple[str, ...] = (),
+        details: tuple[str, ...] = (),
+        carried_details: tuple[str, ...] = (),
     ) -> bool:
         device_hash = authorization.device_hash
         approved = self._settle(
@@ -192,6 +200,8 @@ class MemoryOAuthStore(OAuthStore):
             user=user,
             approved=scopes,
             carried=carried,
+            approved_details=details,
+            carried_details=carried_details,
         )
         device = self._device(brand_id, device_hash, now) if approved else None
         if device is not None:
@@ -244,6 +254,9 @@ class MemoryOAuthStore(OAuthStore):
         # (or replaced by another) hands nothing on.
         held = () if old is None else old[1].scopes
         dropped = {scope for scope in authorization.carried if scope not in held}
+        # RFC 9396 details are carried by the same rule as scopes.
+        held_details = () if old is None else old[1].details
+        dropped_details = {text for text in authorization.carried_details if text not in held_details}
         grant = Grant(
             grant_id=refresh.grant_id,
             brand_id=brand_id,
@@ -254,6 +267,10 @@ class MemoryOAuthStore(OAuthStore):
             issued_at=now,
             expires_at=now + grant_ttl,
             carried=tuple(scope for scope in authorization.carried if scope not in dropped),
+            details=tuple(text for text in authorization.approved_details if text not in dropped_details),
+            carried_details=tuple(
+                text for text in authorization.carried_details if text not in dropped_details
+            ),
         )
         ended = superseded is not None and self._end(brand_id, superseded, now)
         self._store_grant(grant, RefreshFamily(refresh.family_hash, refresh.token_hash), slot_key, superseded)

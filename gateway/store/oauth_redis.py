@@ -14,17 +14,23 @@ The layout, by :func:`gateway.store.keys.oauth_key` kind unless said otherwise:
 * ``device`` (hash): ``o`` owner digest, ``c`` client, ``s`` scopes (space-separated, as
   OAuth scope ids never hold a space), ``e`` expires, ``i`` interval, ``t`` status, ``k``
   user code, ``p`` previous poll; once approved ``u`` user, ``a`` approved scopes, ``x`` those
-  of them carried from the grant to be superseded (if any) and ``d`` the user's digest. Kept
+  of them carried from the grant to be superseded (if any) and ``d`` the user's digest; the RFC
+  9396 details (canonical JSON each, joined by newlines, which canonical JSON never holds), if
+  any: ``ad`` requested, ``aa`` approved and ``ak`` those of them carried. Kept
   :data:`~gateway.store.oauth.EXPIRED_KEPT` seconds past ``e`` so a late poll still hears
   ``expired_token``;
 * ``user_code`` (string): ``{device hash}|{expires}``, created with the authorization only if
   no live one holds the code;
 * ``consent`` (hash): ``d`` device hash, ``u`` user, ``e`` expires; ``once`` (string): expires;
+* ``landing`` (hash): ``o`` outcome, ``s``, ``c`` and ``x`` its scopes, carried and dropped ones,
+  ``ad``, ``ak`` and ``ax`` the same of its details, ``e`` expires;
 * a grant, at :func:`gateway.store.keys.grant_key` (hash): ``o`` owner digest (which every
   delegated begin-turn script reads), ``c`` client, ``u`` user, ``s`` scopes, ``k`` the carried
-  ones (if any), ``i`` issued, ``e`` expires, and its refresh family: ``f`` the family's hash,
-  ``r`` the current token's hash, ``p`` the previous one's (after a first rotation). Revoking,
-  superseding or a reused refresh token deletes it, family and all;
+  ones (if any), ``ad`` its RFC 9396 details and ``ak`` the carried ones (if any; a grant
+  written before they existed has neither: none), ``i`` issued, ``e`` expires, and its refresh
+  family: ``f`` the family's hash, ``r`` the current token's hash, ``p`` the previous one's
+  (after a first rotation). Revoking, superseding or a reused refresh token deletes it, family
+  and all;
 * ``grace`` (hash), by grant id: ``p`` the previous token's hash, ``e`` deadline, ``b`` the last
   rotation's sealed answer; written by a rotation with a grace, living just that long;
 * its slot, at :func:`gateway.store.keys.grant_slot_key` (string): the id of the live grant of
@@ -127,6 +133,11 @@ def _scopes(value: bytes) -> tuple[str, ...]:
     return tuple(value.decode().split())
 
 
+def _details(value: bytes) -> tuple[str, ...]:
+    """RFC 9396 details as one field keeps them; ``b""`` (or a record written before them): none."""
+    return split_details(value.decode())
+
+
 def _fields(flat: Sequence[bytes]) -> dict[bytes, bytes]:
     """``HGETALL``'s flat ``[field, value, …]`` as a dict."""
     return dict(zip(flat[::2], flat[1::2], strict=True))
@@ -143,6 +154,8 @@ def _grant(brand_id: str, grant_id: str, fields: dict[bytes, bytes]) -> Grant:
         issued_at=float(fields[b"i"]),
         expires_at=float(fields[b"e"]),
         carried=_scopes(fields.get(b"k", b"")),
+        details=_details(fields.get(b"ad", b"")),
+        carried_details=_details(fields.get(b"ak", b"")),
     )
 
 
@@ -236,6 +249,13 @@ class RedisOAuthStore(OAuthStore):
             fields += ["a", " ".join(authorization.approved)]
         if authorization.carried:
             fields += ["x", " ".join(authorization.carried)]
+        for name, details in (
+            ("ad", authorization.details),
+            ("aa", authorization.approved_details),
+            ("ak", authorization.carried_details),
+        ):
+            if details:
+                fields += [name, join_details(details)]
         code_key = keys.oauth_key(brand_id, "user_code", authorization.user_code)
         device_hash, owner = authorization.device_hash, authorization.owner_digest
         if not self._tagged:
@@ -312,6 +332,9 @@ class RedisOAuthStore(OAuthStore):
             user=None if user is None else user.decode(),
             approved=_scopes(fields.get(b"a", b"")),
             carried=_scopes(fields.get(b"x", b"")),
+            details=_details(fields.get(b"ad", b"")),
+            approved_details=_details(fields.get(b"aa", b"")),
+            carried_details=_details(fields.get(b"ak", b"")),
         )
 
     async def _settle(
@@ -400,6 +423,8 @@ class RedisOAuthStore(OAuthStore):
         now: float,
         *,
         carried: tuple[str, ...] = (),
+        details: tuple[str, ...] = (),
+        carried_details: tuple[str, ...] = (),
     ) -> bool:
         digest = keys.user_digest(brand_id, user)
         changes: list[Arg] = [
@@ -410,6 +435,10 @@ class RedisOAuthStore(OAuthStore):
         ]  # fmt: skip
         if carried:
             changes += ["x", " ".join(carried)]
+        if details:
+            changes += ["aa", join_details(details)]
+        if carried_details:
+            changes += ["ak", join_details(carried_details)]
         return await self._settle(authorization, now, changes, user=digest)
 
     async def deny(self, brand_id: str, authorization: DeviceAuthorization, now: float) -> bool:
@@ -469,7 +498,7 @@ class RedisOAuthStore(OAuthStore):
         outcome = PollOutcome(result[0].decode())
         if outcome is not PollOutcome.ISSUED:
             return PollResult(outcome)
-        _, client_id, user, scopes, carried, ended, digest = result
+        _, client_id, user, scopes, carried, ended, digest, details, carried_details = result
         if tagged:
             user_set = self._user_grants_key(brand_id, digest.decode(), tagged=True)
             await self._redis.run(_ADD_MEMBER, [user_set], [grant_id, _ttl_ms(expires, now)])
@@ -483,6 +512,8 @@ class RedisOAuthStore(OAuthStore):
             issued_at=now,
             expires_at=expires,
             carried=_scopes(carried),
+            details=_details(details),
+            carried_details=_details(carried_details),
         )
         capped = 0
         if max_user_grants is not None:
@@ -538,6 +569,9 @@ class RedisOAuthStore(OAuthStore):
                 "s", " ".join(record.scopes),
                 "c", " ".join(record.carried),
                 "x", " ".join(record.dropped),
+                "ad", join_details(record.details),
+                "ak", join_details(record.carried_details),
+                "ax", join_details(record.dropped_details),
                 "e", _time(record.expires_at),
             ],
         )  # fmt: skip
@@ -548,13 +582,16 @@ class RedisOAuthStore(OAuthStore):
         )
         if taken is None:
             return None
-        outcome, scopes, carried, dropped, expires = taken
+        outcome, scopes, carried, dropped, expires, details, carried_details, dropped_details = taken
         return LandingRecord(
             outcome=outcome.decode(),
             scopes=_scopes(scopes),
             carried=_scopes(carried),
             dropped=_scopes(dropped),
             expires_at=float(expires),
+            details=_details(details),
+            carried_details=_details(carried_details),
+            dropped_details=_details(dropped_details),
         )
 
     async def use_once(self, brand_id: str, marker: str, ttl: float) -> bool:
@@ -648,7 +685,8 @@ class RedisOAuthStore(OAuthStore):
             return RefreshResult(outcome, answer=bytes(result[1]))
         if outcome is not RefreshOutcome.ROTATED:
             return RefreshResult(outcome)
-        fields = dict(zip((b"o", b"c", b"u", b"s", b"i", b"e", b"k"), result[2:], strict=True))
+        names = (b"o", b"c", b"u", b"s", b"i", b"e", b"k", b"ad", b"ak")
+        fields = dict(zip(names, result[2:], strict=True))
         return RefreshResult(outcome, _grant(brand_id, result[1].decode(), fields))
 
     @staticmethod

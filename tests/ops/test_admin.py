@@ -39,6 +39,7 @@ from gateway.upstream import openai
 from tests.ops.conftest import CapturedLogs, OpsFor, Processes, free_port, sample, until
 from tests.support.bot import ControlledBot
 from tests.support.delegation import (
+    BRAND_USER,
     BrandLogin,
     approve_via_store,
     delegated,
@@ -52,6 +53,7 @@ from tests.support.delegation import (
 from tests.support.fake_openai import API_KEY, MODEL, FakeOpenAI
 from tests.support.gateway import AUDIENCE, Harness, MakeGateway, base_config
 from tests.support.pa import FakeJwksServer, PAKey
+from tests.support.rar import enable_details, obtain_tokens_with_details, order
 from tests.support.secrets_scan import remember
 
 TOKEN = "admin-token-" + "7f3a9c" * 8
@@ -295,6 +297,51 @@ async def test_erase_revokes_the_persons_grants(
         "pact_delegation_events_total", {"brand": "acme", "event": "grant_revoked"}
     )
     assert events == 1
+
+
+async def test_grants_lists_the_persons_grants_with_their_authorization_details(
+    make_admin: MakeAdmin,
+    cache_url: str,
+    brand_login: BrandLogin,
+    provider_key_pem: str,
+    json_logs: CapturedLogs,
+) -> None:
+    """RFC 9396: the operator sees what each grant allows, its details as the User approved them."""
+    h, api, _ = await make_admin(cache_url, edit=with_admin(enable_details(brand_login, provider_key_pem)))
+    tokens = await obtain_tokens_with_details(h, ("orders:read", "orders:cancel"), [order()], sub=SUB)
+    await grant_via_store(h, ("orders:read",), sub="bob-0000")
+
+    response = await api.get("/admin/grants", params=person(h), headers=BEARER)
+
+    answer = await json_of(response)
+    assert (answer["brand"], answer["pa"], answer["sub_hash"]) == (
+        "acme",
+        h.issuer,
+        sub_digest(h.issuer, SUB),
+    )
+    (grant,) = answer["grants"]
+    assert grant["grant_id"].startswith("a2agrant_")
+    assert (grant["scopes"], grant["carried"]) == (["orders:read", "orders:cancel"], [])
+    assert grant["authorization_details"] == tokens["authorization_details"] == [order()]
+    assert grant["issued_at"].endswith("Z")
+    assert grant["expires_at"] > grant["issued_at"]
+    text = (await response.read()).decode()
+    assert BRAND_USER not in text
+    assert SUB not in text
+    plain = await json_of(await api.get("/admin/grants", params=person(h, "bob-0000"), headers=BEARER))
+    assert plain["grants"][0]["authorization_details"] == []
+    assert await json_of(await api.get("/admin/grants", params=person(h, "nobody"), headers=BEARER)) == {
+        **_who_of(h, "nobody"),
+        "grants": [],
+    }
+    metrics = await scrape_gateway(h)
+    assert sample(metrics, "pact_admin_actions_total", action="grants", outcome="ok") == 3
+    audits = [r for r in json_logs.records() if r["logger"] == AUDIT_LOGGER and r["action"] == "grants"]
+    assert [audit["grants"] for audit in audits] == [1, 1, 0]
+
+
+def _who_of(h: Harness, sub: str) -> dict[str, str]:
+    return {"brand": "acme", "pa": h.issuer, "sub_hash": sub_digest(h.issuer, sub)}
 
 
 async def test_rfc8628_erase_denies_the_persons_authorizations_approved_or_pending(

@@ -959,6 +959,7 @@ async def test_redis_records_of_the_previous_release_keep_working_until_they_exp
     old = await oauth.get_grant(BRAND, "g-old", now)
     assert old is not None
     assert (old.scopes, old.carried) == (("orders:read",), ())
+    assert (old.details, old.carried_details) == ((), ())  # RFC 9396 details came later: none
     assert await oauth.grants_of_user(BRAND, "user-42", now) == [old]
     check = GrantCheck(grant_key, store_keys.user_digest(BRAND, "user-42"))
     claim = await redis_store.begin_turn(ALICE, None, "m-1", "hello", "ctx-old", grant=check)

@@ -10,8 +10,9 @@ from aiohttp import web
 from gateway.handlers.oauth.client_auth import Client, pa_client
 from gateway.handlers.state import METRICS
 from gateway.http.notes import refused
+from gateway.oauth.authorization_details import PARAMETER, requested_details
 from gateway.oauth.device import start_device_authorization
-from gateway.oauth.errors import ErrorCode, json_answer
+from gateway.oauth.errors import ErrorCode, OAuthError, json_answer
 from gateway.oauth.forms import parse_scope
 from gateway.ops.limits import DEVICE_AUTHORIZATION, RateLimited, named_limit
 from gateway.store.base import StoreFull
@@ -28,12 +29,20 @@ async def device_authorization(request: web.Request, client: Client) -> web.Resp
 
     The scopes must all be on the card (§5.2) and are kept in its order; the authorization is
     bound to the personal agent *and* its ``sub``, so only the same (PA, User) can redeem it.
+    ``authorization_details`` (RFC 9396 §2), optional, must fit the Brand's configured types and
+    the scopes of this same request, else ``400 invalid_authorization_details`` (RFC 9396 §5),
+    counted as ``pact_delegation_events{event="authorization_details_refused"}``.
     Past ``rate_limits.device_authorization`` the answer is ``429`` with ``Retry-After`` and the
     RFC 8628 §3.5 ``slow_down`` code in the RFC 6749 §5.2 JSON body: the personal agent should
     ask again later, not at once.
     """
     brand = client.brand
     scopes = parse_scope(client.form.get("scope"), brand.delegation.scopes)
+    try:
+        details = requested_details(client.form.get(PARAMETER), brand.delegation, scopes)
+    except OAuthError:
+        request.app[METRICS].delegation_event(brand.brand.id, "authorization_details_refused")
+        raise
     settings = brand.brand.rate_limits
     identity = client.identity
     try:
@@ -60,6 +69,7 @@ async def device_authorization(request: web.Request, client: Client) -> web.Resp
             owner_digest=client.owner_digest,
             scopes=scopes,
             now=client.server.clock(),
+            details=details,
         )
     except StoreFull:
         # The memory store at its bound with nothing that may go: ask again later (RFC 8628 §3.5's

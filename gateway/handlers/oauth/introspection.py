@@ -38,10 +38,12 @@ from gateway.http import responses
 from gateway.http.client_address import limit_address
 from gateway.http.notes import refused
 from gateway.oauth.access_token import InvalidToken, verify_access_token
+from gateway.oauth.authorization_details import PARAMETER, granted_details
 from gateway.oauth.errors import invalid_client, json_answer
 from gateway.oauth.forms import required
 from gateway.oauth.server import AuthorizationServer, DelegatingBrand
 from gateway.ops.limits import FailureBudgets, Limit, RateLimited, subject_digest
+from gateway.protocol.authorization_details import details_json
 from gateway.store.limits import Rule
 
 __all__ = ["INTROSPECTION_FAILURES", "authorized", "failure_limit", "introspect"]
@@ -77,7 +79,7 @@ async def _describe(server: AuthorizationServer, brand: DelegatingBrand, token: 
     grant = await server.store.get_grant(brand.brand.id, claims.grant_id, now)
     if grant is None or grant.client_id != claims.client_id or grant.user != claims.user:
         return None
-    return {
+    description: dict[str, Any] = {
         "active": True,
         "scope": " ".join(claims.scopes),
         "client_id": claims.client_id,
@@ -89,6 +91,12 @@ async def _describe(server: AuthorizationServer, brand: DelegatingBrand, token: 
         "token_type": "Bearer",
         "grant_id": claims.grant_id,
     }
+    # RFC 9396 §9.2: the details the token carries, those of a type since removed from the
+    # configuration left out (they allow nothing any more).
+    details = granted_details(claims.authorization_details, brand.delegation, claims.scopes)
+    if details:
+        description[PARAMETER] = details_json(details)
+    return description
 
 
 @oauth_endpoint

@@ -36,10 +36,12 @@ from aiohttp import web
 from gateway.handlers.oauth.client_auth import Client, pa_client
 from gateway.handlers.state import METRICS
 from gateway.oauth.access_token import mint_access_token
+from gateway.oauth.authorization_details import PARAMETER, granted_details, narrowed_details
 from gateway.oauth.device import code_hash
 from gateway.oauth.errors import ErrorCode, OAuthError, json_answer
 from gateway.oauth.forms import parse_scope, required
 from gateway.oauth.metadata import DEVICE_CODE_GRANT, REFRESH_TOKEN_GRANT
+from gateway.protocol.authorization_details import details_json
 from gateway.sealing import open_sealed, seal, sealing_key
 from gateway.store.keys import GRANT_ID_PREFIX
 from gateway.store.oauth import Grant, PollOutcome, RefreshOutcome, RefreshToken
@@ -121,8 +123,18 @@ def open_answer(refresh_token: str, grant_id: str, sealed: bytes) -> bytes | Non
     return open_sealed(sealing_key(refresh_token, _GRACE_INFO), grant_id.encode(), sealed)
 
 
-def _answer(client: Client, grant: Grant, scopes: tuple[str, ...], refresh_token: str) -> bytes:
-    """The §5.3 success answer: a fresh access token for ``scopes`` and the grant's new refresh token."""
+def _answer(
+    client: Client,
+    grant: Grant,
+    scopes: tuple[str, ...],
+    refresh_token: str,
+    details: tuple[str, ...],
+) -> bytes:
+    """The §5.3 success answer: a fresh access token for ``scopes`` and the grant's new refresh token.
+
+    RFC 9396 §7: ``details`` (canonical JSON, those of the grant the token carries) go in the
+    answer and in the token's claim as they are, the bytes the User approved; none, no member.
+    """
     brand = client.brand
     access_token, expires_in = mint_access_token(
         client.server.keys,
@@ -132,16 +144,18 @@ def _answer(client: Client, grant: Grant, scopes: tuple[str, ...], refresh_token
         scopes=scopes,
         now=client.server.clock(),
         ttl=brand.delegation.token_ttl,
+        authorization_details=details,
     )
-    return orjson.dumps(
-        {
-            "token_type": "Bearer",
-            "access_token": access_token,
-            "refresh_token": refresh_token,
-            "expires_in": expires_in,
-            "scope": " ".join(scopes),
-        }
-    )
+    answer: dict[str, object] = {
+        "token_type": "Bearer",
+        "access_token": access_token,
+        "refresh_token": refresh_token,
+        "expires_in": expires_in,
+        "scope": " ".join(scopes),
+    }
+    if details:
+        answer[PARAMETER] = details_json(details)
+    return orjson.dumps(answer)
 
 
 async def _redeem_device_code(request: web.Request, client: Client) -> web.Response:
@@ -171,7 +185,9 @@ async def _redeem_device_code(request: web.Request, client: Client) -> web.Respo
     for _ in range(result.capped):
         # delegation.max_grants_per_user: the user's oldest grant made way for this one.
         metrics.delegation_event(brand_id, "grant_superseded")
-    return json_answer(_answer(client, result.grant, result.grant.scopes, refresh_token))
+    grant = result.grant
+    details = granted_details(grant.details, brand.delegation, grant.scopes)
+    return json_answer(_answer(client, grant, grant.scopes, refresh_token, details))
 
 
 async def _refresh(request: web.Request, client: Client) -> web.Response:
@@ -179,8 +195,10 @@ async def _refresh(request: web.Request, client: Client) -> web.Response:
 
     Ownership and the narrowing are checked before the store rotates anything, so a foreign or
     malformed request spends nothing; a narrower ``scope`` limits only this access token (the
-    grant keeps what the User approved, RFC 6749 §6). The new token is of the presented one's
-    family; a previous release's token, which has none, starts its grant's family.
+    grant keeps what the User approved, RFC 6749 §6), and drops the RFC 9396 details of the
+    scopes it leaves out; ``authorization_details`` narrows the details too, never widens them
+    (:func:`~gateway.oauth.authorization_details.narrowed_details`). The new token is of the
+    presented one's family; a previous release's token, which has none, starts its grant's family.
 
     The answer is made before the rotation, so that the store keeps it, sealed, in the same
     step for ``refresh_grace`` seconds; the previous token presented within them gets it again
@@ -197,8 +215,13 @@ async def _refresh(request: web.Request, client: Client) -> web.Response:
         raise OAuthError(ErrorCode.INVALID_GRANT)
     scope = client.form.get("scope")
     scopes = grant.scopes if scope is None else parse_scope(scope, grant.scopes)
+    try:
+        details = narrowed_details(client.form.get(PARAMETER), brand.delegation, grant.details, scopes)
+    except OAuthError:
+        request.app[METRICS].delegation_event(brand_id, "authorization_details_refused")
+        raise
     refresh_token, refresh = new_refresh_token(grant.grant_id, family or new_family())
-    answer = _answer(client, grant, scopes, refresh_token)
+    answer = _answer(client, grant, scopes, refresh_token, details)
     grace = brand.delegation.refresh_grace
     sealed = seal_answer(presented_token, grant.grant_id, answer) if grace else b""
     result = await store.rotate_refresh(brand_id, presented, refresh, now, grace=grace, answer=sealed)

@@ -13,7 +13,7 @@ for _, key in ipairs(KEYS) do
   local v = redis.call('HMGET', key, 't', 'e', 'd')
   if v[1] == 'approved' and v[3] == ARGV[2] and tonumber(v[2]) > tonumber(ARGV[1]) then
     redis.call('HSET', key, 't', 'denied')
-    redis.call('HDEL', key, 'u', 'a', 'x', 'd')
+    redis.call('HDEL', key, 'u', 'a', 'x', 'd', 'aa', 'ak')
     denied = denied + 1
   end
 end

@@ -15,7 +15,7 @@ for _, hash in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '(' .. ARGV[1], '+inf
   local v = redis.call('HMGET', key, 't', 'e')
   if (v[1] == 'pending' or v[1] == 'approved') and tonumber(v[2]) > tonumber(ARGV[1]) then
     redis.call('HSET', key, 't', 'denied')
-    redis.call('HDEL', key, 'u', 'a', 'x', 'd')
+    redis.call('HDEL', key, 'u', 'a', 'x', 'd', 'aa', 'ak')
     denied = denied + 1
   end
 end

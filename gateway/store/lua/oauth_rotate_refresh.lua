@@ -9,7 +9,8 @@
 -- presented hash, ARGV[5] new family hash, ARGV[6] new hash, ARGV[7] previous grace key prefix,
 -- ARGV[8] sealed answer ('' for no grace), ARGV[9] its deadline, ARGV[10] its ttl ms, ARGV[11] the
 -- grant id ('' for a previous release's token).
--- Returns: {'rotated', grant id, owner, client, user, scopes, issued, expires, carried};
+-- Returns: {'rotated', grant id, owner, client, user, scopes, issued, expires, carried, RFC 9396
+-- details, carried details} ('' for a grant written before details existed);
 -- {'retried', the sealed answer}; {'reused'} (the grant revoked); {'invalid'}.
 -- Why one script: the token is checked and replaced in one step, so two refreshes with one token
 -- cannot both rotate it, and a reuse revokes the grant before any other use of the family.
@@ -21,7 +22,7 @@ if ARGV[3] == '' then
   if not id then return {'invalid'} end
   key, grace = ARGV[2] .. id, ARGV[7] .. id
 end
-local g = redis.call('HMGET', key, 'r', 'e', 'f', 'o', 'c', 'u', 's', 'i', 'k', 'p')
+local g = redis.call('HMGET', key, 'r', 'e', 'f', 'o', 'c', 'u', 's', 'i', 'k', 'p', 'ad', 'ak')
 if not g[2] or tonumber(g[2]) <= tonumber(ARGV[1]) then return {'invalid'} end
 if ARGV[3] ~= '' and g[3] ~= ARGV[3] then return {'invalid'} end
 if g[1] ~= ARGV[4] then
@@ -38,4 +39,4 @@ if ARGV[8] ~= '' then
   redis.call('HSET', grace, 'p', ARGV[4], 'e', ARGV[9], 'b', ARGV[8])
   redis.call('PEXPIRE', grace, ARGV[10])
 end
-return {'rotated', id, g[4], g[5], g[6], g[7], g[8], g[2], g[9] or ''}
+return {'rotated', id, g[4], g[5], g[6], g[7], g[8], g[2], g[9] or '', g[11] or '', g[12] or ''}
