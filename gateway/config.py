@@ -396,6 +396,7 @@ class HttpReplyPaths:
     requires_scopes: str | None = None
     actions: str | None = None
     scopes_used: str | None = None
+    requires_authorization_details: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -723,6 +724,7 @@ _HTTP_MAPPING = _obj(
                 "requires_scopes": _JMESPATH,
                 "actions": _JMESPATH,
                 "scopes_used": _JMESPATH,
+                "requires_authorization_details": _JMESPATH,
             }
         ),
         "probe_url": {**_STR, "pattern": _HTTP_URL},
@@ -1396,6 +1398,7 @@ HTTP_PLACEHOLDERS: frozenset[str] = frozenset(
         "delegation_user",
         "delegation_scopes",
         "delegation_grant_id",
+        "delegation_authorization_details",
     )
 )
 """The names ``upstream.http.body`` may put between ``{{`` and ``}}`` (gateway/upstream/http_mapping.py)."""
