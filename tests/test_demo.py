@@ -100,7 +100,7 @@ def test_s5_3_check_reads_the_consent_form_as_a_browser_submits_it() -> None:
         carried=[],
         pa_origin="http://127.0.0.1:18080",
         brand_name="Acme",
-        scopes=[("orders:read", "Look up your orders & their status")],
+        scopes=[pages.Choice("orders:read", "Look up your orders & their status")],
         session="WDJB-MJHT.secret",
         action="/a2a/acme/oauth/consent/decision",
     )

@@ -7,6 +7,11 @@ it keeps Enter in a checkbox from submitting the form. Everything works without 
 then that Enter presses Deny, the form's first button, never Allow.
 They are sized for a phone first: a viewport meta, one narrow column, wrapping long words,
 and tap targets at least 48 px high.
+
+An RFC 9396 detail is shown as a condition of its scope (its type's consent sentence, the
+detail's fields put in by :func:`~gateway.protocol.authorization_details.consent_sentence` and
+escaped here like every other value): inside that scope's checkbox label, so it is part of what
+the box says and goes with it, and nested under the scope in the lists of the end pages.
 """
 
 from __future__ import annotations
@@ -15,10 +20,12 @@ import base64
 import hashlib
 from collections.abc import Sequence
 from html import escape
-from typing import Final
+from typing import Final, NamedTuple
 
 __all__ = [
     "SCRIPT_SOURCE",
+    "Choice",
+    "Listed",
     "consent_page",
     "error_page",
     "landing_page",
@@ -44,6 +51,8 @@ label.scope{display:flex;gap:12px;align-items:flex-start;min-height:48px;padding
 background:#fff;border:1px solid #767680;border-radius:10px;cursor:pointer}
 label.scope:focus-within{outline:3px solid #1d4ed8;outline-offset:2px}
 label.scope input{flex:none;width:24px;height:24px;margin:0}
+.condition{display:block;margin-top:6px;padding-left:10px;border-left:3px solid #767680}
+.held{color:#555}
 .actions{display:flex;gap:12px;margin-bottom:20px}
 button{flex:1;min-height:48px;padding:12px 16px;font:inherit;font-weight:600;border-radius:10px;
 border:1px solid #1d4ed8;background:#1d4ed8;color:#fff;cursor:pointer}
@@ -82,16 +91,49 @@ def _document(title: str, body: str) -> str:
     )
 
 
-def _boxes(name: str, scopes: Sequence[tuple[str, str]]) -> str:
+class Choice(NamedTuple):
+    """One checkbox of the consent form: a scope, the card's description, and its conditions."""
+
+    scope: str
+    description: str
+    conditions: Sequence[str] = ()
+    """The consent sentences of the RFC 9396 details that come with the scope (plain text)."""
+    held: Sequence[str] = ()
+    """Those the User's earlier grant already allows, kept with the scope if it stays ticked."""
+
+
+class Listed(NamedTuple):
+    """One item of an end page's list: a scope's description and, nested under it, its conditions."""
+
+    description: str
+    conditions: Sequence[str] = ()
+
+
+def _condition(sentence: str, *, held: bool = False) -> str:
+    mark = ' <span class="held">(you already allow this)</span>' if held else ""
+    return f'\n<span class="condition">{escape(sentence)}{mark}</span>'
+
+
+def _boxes(name: str, choices: Sequence[Choice]) -> str:
+    """A checkbox per scope; its conditions are inside its label: part of the box's accessible name,
+    and nothing a person could tick on its own."""
     return "".join(
-        f'<label class="scope"><input type="checkbox" name="{name}" value="{escape(scope_id)}" checked>'
-        f"<span>{escape(description)}</span></label>\n"
-        for scope_id, description in scopes
+        f'<label class="scope"><input type="checkbox" name="{name}" value="{escape(choice.scope)}" checked>'
+        f"<span>{escape(choice.description)}"
+        f"{''.join(_condition(text) for text in choice.conditions)}"
+        f"{''.join(_condition(text, held=True) for text in choice.held)}</span></label>\n"
+        for choice in choices
     )
 
 
-def _list(descriptions: Sequence[str]) -> str:
-    return "<ul>\n" + "".join(f"<li>{escape(text)}</li>\n" for text in descriptions) + "</ul>\n"
+def _list(items: Sequence[Listed]) -> str:
+    """A list of scopes, each scope's conditions a list nested under it."""
+    rows = "".join(
+        f"<li>{escape(item.description)}"
+        f"{_list([Listed(text) for text in item.conditions]) if item.conditions else ''}</li>\n"
+        for item in items
+    )
+    return f"<ul>\n{rows}</ul>\n"
 
 
 def consent_page(
@@ -101,17 +143,23 @@ def consent_page(
     brand_name: str,
     signed_in_as: str,
     user_code: str,
-    scopes: Sequence[tuple[str, str]],
-    carried: Sequence[tuple[str, str]],
+    scopes: Sequence[Choice],
+    carried: Sequence[Choice],
     session: str,
     action: str,
+    no_room: Sequence[Listed] = (),
+    max_conditions: int = 0,
 ) -> str:
     """The §5.3 consent form: who asks (the registered agent's name, its issuer origin, and the
     RFC 8628 §3.3.1 ``user_code`` to compare with the assistant's), as which Brand account, and
-    each requested scope as a checkbox, ticked by default, with the Brand's description verbatim.
+    each requested scope as a checkbox, ticked by default, with the Brand's description verbatim
+    and, inside its label, the conditions (RFC 9396 details) that come with it.
 
     ``carried`` are the scopes of the User's live grant for this agent that the new grant would
-    keep (it supersedes that grant): shown ticked under ``keep``, so the User may drop them.
+    keep (it supersedes that grant): shown ticked under ``keep``, so the User may drop them, each
+    with the conditions that grant holds. ``no_room`` are the conditions that would be left out
+    were everything left ticked, a grant holding at most ``max_conditions``: said before the
+    person decides.
 
     Enter in a checkbox does nothing (the page's one script). Deny still comes first in the form:
     without JavaScript, a browser's implicit submission (Enter in a checkbox) presses the form's
@@ -130,6 +178,18 @@ def consent_page(
         if carried
         else ""
     )
+    conditional = any(choice.conditions or choice.held for choice in (*scopes, *carried))
+    conditions = (
+        " Where a box lists conditions, it allows only what they say, and unticking it drops them too."
+        if conditional
+        else ""
+    )
+    full = (
+        f"<p>One approval holds at most {max_conditions} conditions, so if everything stays ticked, "
+        f"these are left out of it:</p>\n{_list(no_room)}"
+        if no_room
+        else ""
+    )
     body = (
         f"<h1>Allow access to your {brand} account?</h1>\n"
         f'<p>Signed in to {brand} as <span class="who">{escape(signed_in_as)}</span>.</p>\n'
@@ -137,11 +197,11 @@ def consent_page(
         f'<p>Your assistant should show the code <span class="code">{escape(user_code)}</span>. '
         "If it does not, press Deny.</p>\n"
         f'<form method="post" action="{escape(action)}" aria-describedby="consent-help">\n'
-        '<p id="consent-help" class="small">Untick anything you do not want to share. '
-        "Your assistant never sees your password.</p>\n"
+        '<p id="consent-help" class="small">Untick anything you do not want to share.'
+        f"{conditions} Your assistant never sees your password.</p>\n"
         f'<input type="hidden" name="session" value="{escape(session)}">\n'
         f"<fieldset>\n<legend>It asks to:</legend>\n{_boxes('scope', scopes)}</fieldset>\n"
-        f"{kept}"
+        f"{kept}{full}"
         '<div class="actions">\n'
         '<button type="submit" name="decision" value="deny" class="secondary">Deny</button>\n'
         '<button type="submit" name="decision" value="allow" class="primary">Allow</button>\n'
@@ -196,11 +256,11 @@ def wrong_method_page(brand_name: str) -> str:
     return _document(f"Open this from your assistant - {brand_name}", body)
 
 
-def settled_page(*, brand_name: str, outcome: str, scopes: Sequence[str]) -> str:
+def settled_page(*, brand_name: str, outcome: str, scopes: Sequence[Listed]) -> str:
     """A valid sign-in for a request that was already decided (the link re-opened): what is true now.
 
-    ``outcome`` is ``approved`` (``scopes``: what that approval allows, shown only to the Brand
-    user who approved it) or ``denied``.
+    ``outcome`` is ``approved`` (``scopes``: what that approval allows, with its conditions, shown
+    only to the Brand user who approved it) or ``denied``.
     """
     brand = escape(brand_name)
     if outcome == "approved":
@@ -223,15 +283,21 @@ def landing_page(
     *,
     brand_name: str,
     outcome: str | None,
-    scopes: Sequence[str],
-    carried: Sequence[str] = (),
-    dropped: Sequence[str] = (),
+    scopes: Sequence[Listed],
+    carried: Sequence[Listed] = (),
+    dropped: Sequence[Listed] = (),
+    no_room: Sequence[Listed] = (),
+    max_conditions: int = 0,
 ) -> str:
     """Where the User ends up when the Brand sets no landing page of its own: what is now true.
 
     Every argument comes from the server-side record of the decision (``outcome`` ``None`` when
-    the link's record is unknown, spent or expired) and scope descriptions the caller looked up
-    on the Brand's card: nothing from the query string is ever shown.
+    the link's record is unknown, spent or expired) and scope descriptions and consent sentences
+    the caller looked up in the Brand's configuration: nothing from the query string is ever
+    shown. ``carried`` lists what was kept from the earlier grant (a scope, or conditions of a
+    scope asked again), ``dropped`` what the new grant no longer allows, and ``no_room`` the
+    earlier conditions of scopes still allowed that found no room in a grant of at most
+    ``max_conditions``.
     """
     brand = escape(brand_name)
     if outcome == "approved":
@@ -242,9 +308,15 @@ def landing_page(
             if dropped
             else ""
         )
+        full = (
+            f"<p>One approval holds at most {max_conditions} conditions, so these were left out of it:</p>\n"
+            f"{_list(no_room)}"
+            if no_room
+            else ""
+        )
         body = (
             f"<h1>You're connected</h1>\n<p>Your assistant can now act for you with {brand}. "
-            f"It may:</p>\n{_list(scopes)}{kept}{gone}<p>You can close this page.</p>\n"
+            f"It may:</p>\n{_list(scopes)}{kept}{gone}{full}<p>You can close this page.</p>\n"
         )
         return _document(f"You're connected - {brand_name}", body)
     if outcome in {"denied", "nothing_ticked"}:

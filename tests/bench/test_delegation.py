@@ -13,7 +13,7 @@ import pytest
 
 from bench import loadgen
 from bench.delegation import SCOPES, ConsentForm
-from gateway.oauth.pages import consent_page
+from gateway.oauth.pages import Choice, consent_page
 
 
 def test_s5_3_consent_form_posts_the_session_and_every_ticked_scope() -> None:
@@ -24,7 +24,7 @@ def test_s5_3_consent_form_posts_the_session_and_every_ticked_scope() -> None:
         carried=[],
         pa_origin="https://pa.bench.invalid",
         brand_name="Acme & Sons",
-        scopes=list(SCOPES.items()),
+        scopes=[Choice(scope, text) for scope, text in SCOPES.items()],
         session="WDJB-MJHT.s3cr&t",
         action="https://gw.test/a2a/acme/oauth/consent/decision",
     )

@@ -9,24 +9,27 @@ the way a browser would see its form, with :mod:`html.parser` (no regular expres
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+import orjson
 from aiohttp import ClientResponse
 
 from gateway.app import OAUTH_STORE
 from gateway.protocol.urls import OAuthUrls
 from gateway.store.oauth import AuthorizationStatus, DeviceAuthorization, OAuthStore
 from tests.support import delegation
-from tests.support.delegation import SCOPES, BrandLogin, device_authorize
+from tests.support.delegation import SCOPES, BrandLogin, device_authorize, post_form
 from tests.support.gateway import Harness
 from tests.support.secrets_scan import remember
 
 __all__ = [
     "CONSENT_USER",
+    "DETAIL_TYPES",
+    "ORDER_TYPE",
     "ConsentForm",
     "authorization",
     "device_authorization",
@@ -34,6 +37,7 @@ __all__ = [
     "local",
     "oauth_store",
     "oauth_urls",
+    "order",
     "parse_consent_form",
     "poll_token",
     "post_assertion",
@@ -45,6 +49,28 @@ __all__ = [
 
 CONSENT_USER = "jane-4471"
 """The Brand user id the test Brand login signs in."""
+ORDER_TYPE = "https://acme.example/rar/order"
+DETAIL_TYPES = [
+    {
+        "type": ORDER_TYPE,
+        "scopes": ["orders:cancel"],
+        "actions": ["cancel"],
+        "fields": {
+            "type": "object",
+            "properties": {"identifier": {"type": "string", "maxLength": 64}},
+            "required": ["identifier"],
+        },
+        "consent": "Only order {identifier}",
+    }
+]
+"""The RFC 9396 type the test Brand accepts when a test turns it on (``authorization_details=``
+of :func:`~tests.support.delegation.enable_delegation`): one order to cancel, any identifier (so
+one can hold HTML)."""
+
+
+def order(identifier: str, **more: Any) -> dict[str, Any]:
+    """An RFC 9396 detail of :data:`ORDER_TYPE`."""
+    return {"type": ORDER_TYPE, "identifier": identifier, **more}
 
 
 def oauth_urls(gw: Harness, brand: str = "acme") -> OAuthUrls:
@@ -70,9 +96,23 @@ async def device_authorization(
     sub: str = "alice",
     issuer: str | None = None,
     brand: str = "acme",
+    details: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
-    """:func:`tests.support.delegation.device_authorize`, asking for every scope of the card by default."""
-    return await device_authorize(gw, scopes, sub=sub, issuer=issuer, brand=brand)
+    """:func:`tests.support.delegation.device_authorize`, asking for every scope of the card by default,
+    and for RFC 9396 ``details`` (the ``authorization_details`` parameter, a JSON array) if any."""
+    if not details:
+        return await device_authorize(gw, scopes, sub=sub, issuer=issuer, brand=brand)
+    form = {
+        "client_id": issuer or gw.issuer,
+        "scope": " ".join(scopes),
+        "authorization_details": orjson.dumps(list(details)).decode(),
+    }
+    response = await post_form(gw, "device_authorization", form, sub=sub, issuer=issuer, brand=brand)
+    assert response.status == 200, await response.text()
+    answer: dict[str, Any] = await response.json()
+    remember("a device code", answer.get("device_code"))
+    remember("a user code", answer.get("user_code"))
+    return answer
 
 
 async def post_assertion(gw: Harness, assertion: str, *, brand: str = "acme") -> ClientResponse:
@@ -161,6 +201,9 @@ class ConsentForm:
     decisions: list[str] = field(default_factory=list)
     keep: dict[str, bool] = field(default_factory=dict)
     """Each ``keep`` checkbox (a scope of the earlier grant the new one would carry), and whether ticked."""
+    conditions: dict[str, list[str]] = field(default_factory=dict)
+    """The conditions (RFC 9396 details) inside each ``scope`` or ``keep`` checkbox's label, by the
+    box's value, as the browser shows them; a box without any has no entry."""
 
 
 class _FormParser(HTMLParser):
@@ -168,6 +211,8 @@ class _FormParser(HTMLParser):
         super().__init__(convert_charrefs=True)
         self.form = ConsentForm()
         self._label_of: str | None = None
+        self._box_of: str | None = None
+        self._condition_depth = 0
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         attr = {name: value or "" for name, value in attrs}
@@ -179,18 +224,28 @@ class _FormParser(HTMLParser):
             value = attr.get("value", "")
             self.form.scopes[value] = "checked" in {name for name, _ in attrs}
             self.form.labels[value] = ""
-            self._label_of = value
+            self._label_of = self._box_of = value
         elif tag == "input" and attr.get("name") == "keep" and attr.get("type") == "checkbox":
             self.form.keep[attr.get("value", "")] = "checked" in {name for name, _ in attrs}
+            self._box_of = attr.get("value", "")
+        elif tag == "span" and self._condition_depth:
+            self._condition_depth += 1
+        elif tag == "span" and self._box_of is not None and "condition" in attr.get("class", "").split():
+            self._condition_depth = 1
+            self.form.conditions.setdefault(self._box_of, []).append("")
         elif tag == "button" and attr.get("name") == "decision":
             self.form.decisions.append(attr.get("value", ""))
 
     def handle_endtag(self, tag: str) -> None:
         if tag == "label":
-            self._label_of = None
+            self._label_of = self._box_of = None
+        elif tag == "span" and self._condition_depth:
+            self._condition_depth -= 1
 
     def handle_data(self, data: str) -> None:
-        if self._label_of is not None:
+        if self._condition_depth and self._box_of is not None:
+            self.form.conditions[self._box_of][-1] += data
+        elif self._label_of is not None:
             self.form.labels[self._label_of] += data
 
 
@@ -199,4 +254,6 @@ def parse_consent_form(html: str) -> ConsentForm:
     parser.feed(html)
     parser.close()
     remember("a consent session", parser.form.session)
-    return parser.form
+    form = parser.form
+    form.labels = {value: text.strip() for value, text in form.labels.items()}
+    return form

@@ -18,6 +18,10 @@ reserved before a code is looked up and given back when it was right: over any o
 is one "Too many attempts" page (429); the Brand's pauses only who missed recently.
 The landing URL is always built from configuration, never taken from the request, so no
 parameter can turn the redirect into an open one.
+
+RFC 9396 details ride with their scopes (:mod:`gateway.oauth.consent_details`): the page shows
+each under the scope it is a condition of, and a decision grants those of the scopes left
+ticked, taken from the stored authorization and the earlier grant, never from the form.
 """
 
 from __future__ import annotations
@@ -38,6 +42,14 @@ from gateway.http import responses
 from gateway.http.client_address import limit_address
 from gateway.http.notes import refused
 from gateway.oauth import pages
+from gateway.oauth.consent_details import (
+    GrantedDetails,
+    granted_details,
+    held_details,
+    requested_details,
+    skip_covers_details,
+    under_scopes,
+)
 from gateway.oauth.device import code_hash, normalize_user_code
 from gateway.oauth.forms import FORM_TYPE
 from gateway.oauth.login import InvalidAssertion, LoginAssertion, verify_assertion
@@ -53,6 +65,7 @@ from gateway.ops.limits import (
     wrong_user_code_limits,
 )
 from gateway.ops.metrics import Metrics
+from gateway.protocol.authorization_details import consent_sentence, scope_of
 from gateway.protocol.claims import MAX_CLOCK_SKEW
 from gateway.protocol.urls import OAuthUrls, with_query
 from gateway.store.base import StoreError
@@ -197,12 +210,13 @@ def skip_consent_scopes(
 
     Only when the Brand allows it, and only the live grant of the same personal agent and the
     same PA ``sub`` counts (:meth:`OAuthStore.live_grant_of`): another ``sub`` of that agent may
-    be another person.
+    be another person. The grant covers the request when it holds every requested scope and
+    every requested RFC 9396 detail, byte for byte (:func:`skip_covers_details`).
     """
     if not delegation.skip_consent or grant is None or not _same_owner(grant, authorization):
         return None
     requested = set(authorization.scopes)
-    if not requested <= set(grant.scopes):
+    if not requested <= set(grant.scopes) or not skip_covers_details(authorization, grant):
         return None
     return scopes_in_card_order(delegation, requested | set(grant.scopes))
 
@@ -264,9 +278,28 @@ async def _answer(
         return _page(ctx, pages.unavailable_page(ctx.brand.name), 500)
 
 
-def _scope_texts(ctx: _Delegating, scopes: Iterable[str]) -> list[str]:
-    """The card's descriptions of ``scopes``, in card order; ids no longer on the card are left out."""
-    return [ctx.delegation.scopes[scope] for scope in scopes_in_card_order(ctx.delegation, scopes)]
+def _earlier(grant: Grant | None, authorization: DeviceAuthorization) -> Grant | None:
+    """The live grant the new one would supersede: the slot's, if it is this agent's and ``sub``'s."""
+    return grant if grant is not None and _same_owner(grant, authorization) else None
+
+
+def _sentences(ctx: _Delegating, details: Iterable[str]) -> tuple[str, ...]:
+    """The consent sentence of each detail (plain text: the page escapes it)."""
+    return tuple(consent_sentence(text, ctx.delegation.authorization_details) for text in details)
+
+
+def _listed(
+    ctx: _Delegating, scopes: Iterable[str], details: Sequence[str] = (), *, among: Sequence[str] = ()
+) -> list[pages.Listed]:
+    """The card's descriptions of ``scopes``, in card order (ids no longer on the card left out), each
+    with the sentences of the ``details`` that are its conditions among ``among`` (``scopes`` when
+    empty); a scope of ``among`` not in ``scopes`` that has some is listed too."""
+    wanted = tuple(scopes)
+    grouped = under_scopes(details, ctx.delegation.authorization_details, tuple(among) or wanted)
+    return [
+        pages.Listed(ctx.delegation.scopes[scope], _sentences(ctx, grouped.get(scope, ())))
+        for scope in scopes_in_card_order(ctx.delegation, {*wanted, *grouped})
+    ]
 
 
 async def _redirect(ctx: _Delegating, record: LandingRecord) -> web.Response:
@@ -381,12 +414,31 @@ async def _approve(
     scopes: tuple[str, ...],
     carried: tuple[str, ...],
     now: float,
+    details: GrantedDetails,
     dropped: tuple[str, ...] = (),
 ) -> web.Response:
-    store = ctx.server.store
-    if not await store.approve(ctx.brand.id, authorization, user, scopes, now, carried=carried):
+    approved = await ctx.server.store.approve(
+        ctx.brand.id,
+        authorization,
+        user,
+        scopes,
+        now,
+        carried=carried,
+        details=details.details,
+        carried_details=details.carried,
+    )
+    if not approved:
         raise _Refused("not_pending")
-    record = LandingRecord("approved", scopes, carried, dropped, now + LANDING_TTL)
+    record = LandingRecord(
+        "approved",
+        scopes,
+        carried,
+        dropped,
+        now + LANDING_TTL,
+        details=details.details,
+        carried_details=details.carried,
+        dropped_details=details.dropped,
+    )
     return await _redirect(ctx, record)
 
 
@@ -398,7 +450,7 @@ def _settled(ctx: _Delegating, assertion: LoginAssertion, authorization: DeviceA
     if authorization.status is AuthorizationStatus.DENIED:
         return _page(ctx, pages.settled_page(brand_name=ctx.brand.name, outcome="denied", scopes=()))
     mine = authorization.user == assertion.user
-    scopes = _scope_texts(ctx, authorization.approved) if mine else []
+    scopes = _listed(ctx, authorization.approved, authorization.approved_details) if mine else []
     return _page(ctx, pages.settled_page(brand_name=ctx.brand.name, outcome="approved", scopes=scopes))
 
 
@@ -412,10 +464,14 @@ async def _hand_off(request: web.Request, ctx: _Delegating) -> web.Response:
         return _settled(ctx, assertion, authorization)
     # The slot's grant only: the hand-off costs the same whatever else this user has approved.
     grant = await store.live_grant_of(ctx.brand.id, assertion.user, authorization.owner_digest, now)
+    earlier = _earlier(grant, authorization)
     skipped = skip_consent_scopes(ctx.delegation, authorization, grant)
     if skipped:
         carried = carried_scopes(ctx.delegation, authorization, grant, authorization.scopes)
-        response = await _approve(ctx, authorization, assertion.user, skipped, carried, now)
+        details = granted_details(
+            ctx.delegation, authorization, earlier, ticked=authorization.scopes, scopes=skipped
+        )
+        response = await _approve(ctx, authorization, assertion.user, skipped, carried, now, details)
         request.app[METRICS].delegation_event(ctx.brand.id, "authorization_approved")
         return response
     session = _new_session(authorization.user_code)
@@ -427,18 +483,64 @@ async def _hand_off(request: web.Request, ctx: _Delegating) -> web.Response:
     )
     agent = ctx.agents.find(authorization.client_id)
     carried = carried_scopes(ctx.delegation, authorization, grant, authorization.scopes)
+    choices = _choices(ctx, authorization, earlier, carried)
     html = pages.consent_page(
         agent_name=None if agent is None else agent.name,
         pa_origin=origin_of(authorization.client_id),
         brand_name=ctx.brand.name,
         signed_in_as=assertion.display or assertion.user,
         user_code=authorization.user_code,
-        scopes=[(scope, ctx.delegation.scopes.get(scope, scope)) for scope in authorization.scopes],
-        carried=[(scope, ctx.delegation.scopes[scope]) for scope in carried],
         session=session,
         action=ctx.urls.consent_decision,
+        scopes=choices.scopes,
+        carried=choices.carried,
+        no_room=choices.no_room,
+        max_conditions=ctx.delegation.max_authorization_details,
     )
     return _page(ctx, html)
+
+
+class _Choices(NamedTuple):
+    """What the consent form shows: :func:`pages.consent_page`'s ``scopes``, ``carried``, ``no_room``."""
+
+    scopes: list[pages.Choice]
+    carried: list[pages.Choice]
+    no_room: list[pages.Listed]
+
+
+def _choices(
+    ctx: _Delegating, authorization: DeviceAuthorization, earlier: Grant | None, carried: tuple[str, ...]
+) -> _Choices:
+    """The consent form's boxes: each requested scope with the details asked under it and those the
+    earlier grant already holds under it, each ``keep`` scope with the earlier grant's under it; and
+    what would find no room in the new grant were everything left ticked."""
+    types = ctx.delegation.authorization_details
+    asked = under_scopes(requested_details(ctx.delegation, authorization), types, authorization.scopes)
+    held_scopes = () if earlier is None else earlier.scopes
+    held = under_scopes(held_details(ctx.delegation, authorization, earlier), types, held_scopes)
+    everything = granted_details(
+        ctx.delegation,
+        authorization,
+        earlier,
+        ticked=authorization.scopes,
+        scopes={*authorization.scopes, *carried},
+    )
+    return _Choices(
+        scopes=[
+            pages.Choice(
+                scope,
+                ctx.delegation.scopes.get(scope, scope),
+                _sentences(ctx, asked.get(scope, ())),
+                _sentences(ctx, held.get(scope, ())),
+            )
+            for scope in authorization.scopes
+        ],
+        carried=[
+            pages.Choice(scope, ctx.delegation.scopes[scope], _sentences(ctx, held.get(scope, ())))
+            for scope in carried
+        ],
+        no_room=_listed(ctx, (), everything.dropped, among=(*authorization.scopes, *held_scopes)),
+    )
 
 
 async def consent(request: web.Request) -> web.Response:
@@ -484,14 +586,17 @@ async def _settle(request: web.Request, ctx: _Delegating) -> web.Response:
     if authorization.status is not AuthorizationStatus.PENDING:
         raise _Refused("not_pending")
     grant = await store.live_grant_of(ctx.brand.id, taken.user, authorization.owner_digest, now)
+    earlier = _earlier(grant, authorization)
     if choice == "deny" or not ticked:  # the notes: no scope ticked counts as denied
         if not await store.deny(ctx.brand.id, authorization, now):
             raise _Refused("not_pending")
         request.app[METRICS].delegation_event(ctx.brand.id, "authorization_denied")
         # The earlier grant is untouched by a denial: the page says what it still allows.
-        standing = () if grant is None or not _same_owner(grant, authorization) else grant.scopes
+        standing = () if earlier is None else earlier.scopes
+        still = () if earlier is None else earlier.details
         outcome = "denied" if choice == "deny" else "nothing_ticked"
-        return await _redirect(ctx, LandingRecord(outcome, standing, (), (), now + LANDING_TTL))
+        record = LandingRecord(outcome, standing, (), (), now + LANDING_TTL, details=still)
+        return await _redirect(ctx, record)
     if not set(ticked) <= set(authorization.scopes):
         raise _Refused("unrequested_scope")
     # §5.3 step-up: the new grant supersedes the live one and keeps only what the User left ticked
@@ -502,7 +607,10 @@ async def _settle(request: web.Request, ctx: _Delegating) -> web.Response:
     scopes = scopes_in_card_order(ctx.delegation, {*ticked, *carried})
     if not scopes:  # everything ticked left the card with a reload since the page was shown
         raise _Refused("unrequested_scope")
-    response = await _approve(ctx, authorization, taken.user, scopes, carried, now, dropped)
+    # RFC 9396 details from the stored authorization and the earlier grant only: the form names
+    # scopes, and a field naming a detail is never read (THREAT_MODEL D21).
+    details = granted_details(ctx.delegation, authorization, earlier, ticked=ticked, scopes=scopes)
+    response = await _approve(ctx, authorization, taken.user, scopes, carried, now, details, dropped)
     request.app[METRICS].delegation_event(ctx.brand.id, "authorization_approved")
     return response
 
@@ -520,12 +628,21 @@ async def _show_landing(request: web.Request, ctx: _Delegating) -> web.Response:
     record = None
     if record_id:
         record = await ctx.server.store.take_landing(ctx.brand.id, code_hash(record_id), ctx.server.clock())
+    if record is None:
+        return _page(ctx, pages.landing_page(brand_name=ctx.brand.name, outcome=None, scopes=[]))
+    types = ctx.delegation.authorization_details
+    # A dropped detail whose scope is among the dropped ones went with its scope; any other found
+    # no room in the grant.
+    gone = tuple(text for text in record.dropped_details if scope_of(text, types, record.dropped))
+    no_room = tuple(text for text in record.dropped_details if text not in gone)
     html = pages.landing_page(
         brand_name=ctx.brand.name,
-        outcome=None if record is None else record.outcome,
-        scopes=[] if record is None else _scope_texts(ctx, record.scopes),
-        carried=[] if record is None else _scope_texts(ctx, record.carried),
-        dropped=[] if record is None else _scope_texts(ctx, record.dropped),
+        outcome=record.outcome,
+        scopes=_listed(ctx, record.scopes, record.details),
+        carried=_listed(ctx, record.carried, record.carried_details, among=record.scopes),
+        dropped=_listed(ctx, record.dropped, gone),
+        no_room=_listed(ctx, (), no_room, among=record.scopes),
+        max_conditions=ctx.delegation.max_authorization_details,
     )
     return _page(ctx, html)
 
