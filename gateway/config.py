@@ -543,7 +543,8 @@ class DelegationConfig:
     max_authorization_details: int = 8
     """Details one request may ask and one grant may hold."""
     max_authorization_details_bytes: int = 4096
-    """UTF-8 bytes of one ``authorization_details`` parameter."""
+    """UTF-8 bytes of one ``authorization_details`` parameter (at most 4096, so that a delegation
+    token carrying them still fits a request header)."""
     max_authorization_details_depth: int = 8
     """JSON nesting of one detail (an object of strings is 1)."""
 
@@ -682,7 +683,9 @@ _DELEGATION = _obj(
         "introspection": _obj({"secret": _STR, "failures": _RATE_RULE}, ["secret"]),
         "authorization_details": {"type": "array", "items": _AUTHORIZATION_DETAIL_TYPE},
         "max_authorization_details": {"type": "integer", "minimum": 1, "maximum": 64},
-        "max_authorization_details_bytes": {"type": "integer", "minimum": 256, "maximum": 65536},
+        # At most 4096: the details ride in every delegation token, which a turn takes in one header
+        # of at most MAX_TOKEN_LENGTH (8192) characters; 4096 bytes make a token of about 6,000.
+        "max_authorization_details_bytes": {"type": "integer", "minimum": 256, "maximum": 4096},
         "max_authorization_details_depth": {"type": "integer", "minimum": 1, "maximum": 32},
     },
     ["scopes", "login"],

@@ -101,3 +101,12 @@ def test_a_type_twice_and_limits_out_of_range_are_refused() -> None:
     with pytest.raises(ConfigError) as big:
         load_config(with_types(order_type(), max_authorization_details=65), ENV)
     assert big.value.path == "brands[0].delegation.max_authorization_details"
+
+
+def test_rfc9396_the_details_byte_cap_keeps_a_delegation_token_within_a_header() -> None:
+    """Details ride in every delegation token (``MAX_TOKEN_LENGTH``, 8192 characters, one header):
+    more than 4096 bytes of them would mint tokens no turn could take."""
+    assert load_config(with_types(order_type(), max_authorization_details_bytes=4096), ENV)
+    with pytest.raises(ConfigError) as big:
+        load_config(with_types(order_type(), max_authorization_details_bytes=4097), ENV)
+    assert big.value.path == "brands[0].delegation.max_authorization_details_bytes"

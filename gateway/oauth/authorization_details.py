@@ -12,6 +12,7 @@ handed out at the next token minted.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Final
 
 from gateway.config import DelegationConfig
 from gateway.oauth.errors import ErrorCode, OAuthError
@@ -23,7 +24,7 @@ from gateway.protocol.authorization_details import (
 
 __all__ = ["PARAMETER", "granted_details", "narrowed_details", "requested_details"]
 
-PARAMETER = "authorization_details"
+PARAMETER: Final = "authorization_details"
 """RFC 9396 §2: the request parameter, the token response member and the JWT claim (§9.1)."""
 
 

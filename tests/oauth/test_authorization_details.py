@@ -18,9 +18,11 @@ from aiohttp import ClientResponse
 
 from gateway.app import reload_runtime
 from gateway.handlers.state import METRICS
-from gateway.oauth.access_token import verify_access_token
+from gateway.oauth.access_token import InvalidToken, verify_access_token
+from gateway.protocol.claims import MAX_TOKEN_LENGTH
 from tests.support.delegation import (
     BrandLogin,
+    delegated,
     device_authorize,
     enable_delegation,
     oauth_server,
@@ -222,6 +224,20 @@ async def test_rfc9396_the_parameter_fits_the_forms_size_cap_and_a_bigger_body_s
     assert await refusal(response, "invalid_request") == "Request body too large"
 
 
+async def test_rfc9396_a_token_carrying_the_most_details_a_brand_admits_still_works(rgw: Harness) -> None:
+    """The details travel in every delegation token, which a turn takes in one header of at most
+    ``MAX_TOKEN_LENGTH`` characters: the largest parameter admitted must still make a usable token."""
+    wide = "é" * 190
+    most = [order(f"A-{n:05}", reason=wide) for n in range(8)]
+    assert len(details_param(most).encode()) > 3584
+    answer = await obtain_tokens_with_details(rgw, ("orders:cancel",), most)
+    assert answer["authorization_details"] == most
+    assert len(answer["access_token"]) <= MAX_TOKEN_LENGTH
+    assert claims_of(rgw, answer["access_token"]) == canonical(*most)
+    response = await rgw.send("cancel my orders", headers=delegated(answer["access_token"]))
+    assert response.status == 200, await response.text()
+
+
 # --- tokens: exactly the approved details (RFC 9396 §7, §9.1) -----------------------------------------
 
 
@@ -414,3 +430,29 @@ async def test_rfc9396_a_type_removed_from_the_configuration_is_no_longer_handed
     assert claims_of(rgw, again["access_token"]) == canonical(address())
     refused = await refresh_with(rgw, again["refresh_token"], details_param([order()]))
     assert "does not support" in await refusal(refused)
+
+
+# --- the delegation token's claim, as verified -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "claim",
+    [
+        pytest.param("[]", id="a-string"),
+        pytest.param([], id="empty"),
+        pytest.param([order(), "A-10001"], id="an-item-not-an-object"),
+        pytest.param([order(n=2**60)], id="a-number-json-cannot-carry"),
+    ],
+)
+async def test_rfc9396_s9_1_a_token_whose_claim_is_not_an_array_of_objects_is_refused(
+    rgw: Harness, claim: Any
+) -> None:
+    """Only the gateway mints its tokens, and never so; one signed with another claim is refused all
+    the same (``bad_authorization_details``) and introspects as inactive."""
+    answer = await obtain_tokens_with_details(rgw, ("orders:cancel",), [order()])
+    payload = orjson.loads(payload_bytes(answer["access_token"]))
+    forged = oauth_server(rgw).keys.sign(orjson.dumps({**payload, "authorization_details": claim}), "at+jwt")
+    with pytest.raises(InvalidToken) as refused:
+        claims_of(rgw, forged)
+    assert refused.value.reason == "bad_authorization_details"
+    assert await introspect(rgw, forged) == {"active": False}
