@@ -60,6 +60,7 @@ button.secondary{background:#fff;color:#1d4ed8}
 :focus-visible{outline:3px solid #1d4ed8;outline-offset:2px}
 button:focus-visible{outline-color:#1a1a1a}
 ul{padding-left:1.25rem;margin:0 0 16px}
+li ul{margin:0}
 .small{font-size:.9rem;color:#555}
 @media (forced-colors:active){button{font-weight:400}button.primary{border-width:3px;font-weight:700}}
 """

@@ -6,7 +6,7 @@ loopback signs them in and auto-posts its assertion to the consent URL, the User
 scope and allows, the browser follows the 303 to the landing page (which the page's CSP
 ``form-action`` must allow), and the personal agent's next token poll gets exactly the scopes
 left ticked. Every page the User sees is checked with axe-core (WCAG 2.1 AA) at a phone's size and
-a desktop's.
+a desktop's, with RFC 9396 details shown as conditions of their scope too.
 
 The browser is Debian's ``chromium`` (scripts/setup.sh installs it), never Playwright's own
 download. Without it the tests skip on a workstation and fail under ``CI=true``.
@@ -28,8 +28,10 @@ from playwright.async_api import Browser, BrowserContext, Page, ViewportSize, as
 
 from tests.support.axe import assert_accessible
 from tests.support.consent import (
+    DETAIL_TYPES,
     device_authorization,
     oauth_urls,
+    order,
     parse_consent_form,
     poll_token,
     post_decision,
@@ -429,3 +431,168 @@ async def test_s5_3_without_javascript_enter_in_a_scope_checkbox_denies_never_al
     assert landing_query(page.url) == {"status": ["denied"]}
     await context.close()
     assert await poll_token(gw, started["device_code"]) == (400, {"error": "access_denied"})
+
+
+DETAILS = (order("A-10001"), order("A-10002"))
+CONDITIONS = ["Only order A-10001", "Only order A-10002"]
+
+
+async def detail_request(
+    make_gateway: MakeGateway, stand_in: StandInLogin, provider_key_pem: str
+) -> tuple[Harness, dict[str, Any]]:
+    """A gateway whose Brand accepts the order detail type, and a request to read orders and to cancel
+    two of them (RFC 9396 details)."""
+    gw = await delegating_gateway(
+        make_gateway, stand_in, provider_key_pem, authorization_details=DETAIL_TYPES
+    )
+    started = await device_authorization(gw, ("orders:read", "orders:cancel"), details=DETAILS)
+    return gw, started
+
+
+@SIZES
+async def test_rfc9396_consent_in_a_browser_shows_each_detail_under_its_scope_and_grants_it(
+    make_gateway: MakeGateway,
+    stand_in: StandInLogin,
+    provider_key_pem: str,
+    browser: Browser,
+    tmp_path: Path,
+    size: ViewportSize,
+) -> None:
+    """Each detail is a condition inside its scope's box: visible, part of that box's accessible name,
+    and no box of its own; the page stays WCAG 2.1 AA, and Allow grants the details."""
+    gw, started = await detail_request(make_gateway, stand_in, provider_key_pem)
+    context, page = await new_page(browser, size)
+    await open_consent(page, started["verification_uri_complete"])
+    assert await page.locator('input[type="checkbox"]').count() == 2
+    for condition in CONDITIONS:
+        assert await page.get_by_text(condition, exact=True).is_visible()
+        box = page.get_by_role("checkbox", name=condition)
+        assert await box.get_attribute("value") == "orders:cancel"
+    await assert_fits(page, size, tmp_path / "consent-details.png")
+
+    await page.locator('button[name="decision"][value="allow"]').click()
+    await page.wait_for_url(lambda url: url.startswith(oauth_urls(gw).landing), timeout=BROWSER_WAIT_MS)
+    assert landing_query(page.url) == {"status": ["approved"], "scope": ["orders:read orders:cancel"]}
+    assert await page.get_by_role("listitem").all_inner_texts() == [
+        SCOPES["orders:read"],
+        "\n".join([SCOPES["orders:cancel"], *CONDITIONS]),
+        *CONDITIONS,
+    ]
+    await assert_fits(page, size, tmp_path / "landing-details.png")
+    await context.close()
+    status, answer = await poll_token(gw, started["device_code"])
+    assert (status, answer["authorization_details"]) == (200, list(DETAILS))
+
+
+@SIZES
+async def test_rfc9396_unticking_the_scope_in_a_browser_grants_none_of_its_details(
+    make_gateway: MakeGateway,
+    stand_in: StandInLogin,
+    provider_key_pem: str,
+    browser: Browser,
+    tmp_path: Path,
+    size: ViewportSize,
+) -> None:
+    gw, started = await detail_request(make_gateway, stand_in, provider_key_pem)
+    context, page = await new_page(browser, size)
+    await open_consent(page, started["verification_uri_complete"])
+    await page.get_by_label(SCOPES["orders:cancel"]).uncheck()
+    await page.locator('button[name="decision"][value="allow"]').click()
+    await page.wait_for_url(lambda url: url.startswith(oauth_urls(gw).landing), timeout=BROWSER_WAIT_MS)
+    assert landing_query(page.url) == {"status": ["approved"], "scope": ["orders:read"]}
+    assert await page.get_by_role("listitem").all_inner_texts() == [SCOPES["orders:read"]]
+    assert await page.get_by_text("A-10001").count() == 0
+    await assert_fits(page, size, tmp_path / "landing-unticked.png")
+    await context.close()
+    status, answer = await poll_token(gw, started["device_code"])
+    assert status == 200
+    assert answer["scope"] == "orders:read"
+    assert "authorization_details" not in answer
+
+
+FOCUSED = (
+    "() => { const e = document.activeElement;"
+    " return e instanceof HTMLInputElement || e instanceof HTMLButtonElement"
+    " ? `${e.name}=${e.value}` : e.tagName; }"
+)
+"""What has the keyboard focus, as ``name=value`` (a box or a button)."""
+
+
+@SIZES
+async def test_rfc9396_consent_with_details_by_keyboard_only(
+    make_gateway: MakeGateway,
+    stand_in: StandInLogin,
+    provider_key_pem: str,
+    browser: Browser,
+    tmp_path: Path,
+    size: ViewportSize,
+) -> None:
+    """Tab reaches each scope's box, then Deny, then Allow, and nothing else: a condition is no stop
+    of its own. Space unticks and ticks the box that holds the conditions; Enter on Allow grants
+    them. The focused box is outlined with its conditions (the label's ``:focus-within``)."""
+    gw, started = await detail_request(make_gateway, stand_in, provider_key_pem)
+    context, page = await new_page(browser, size)
+    await open_consent(page, started["verification_uri_complete"])
+    stops = []
+    for _ in range(4):
+        await page.keyboard.press("Tab")
+        stops.append(await page.evaluate(FOCUSED))
+    assert stops == ["scope=orders:read", "scope=orders:cancel", "decision=deny", "decision=allow"]
+    await page.keyboard.press("Shift+Tab")
+    await page.keyboard.press("Shift+Tab")
+    assert await page.evaluate(FOCUSED) == "scope=orders:cancel"
+    outline = await page.evaluate(
+        "() => getComputedStyle(document.activeElement.closest('label')).outlineStyle"
+    )
+    assert outline == "solid"
+    await page.screenshot(path=str(tmp_path / "keyboard-focus.png"))
+    cancel = page.locator('input[name="scope"][value="orders:cancel"]')
+    await page.keyboard.press("Space")
+    assert not await cancel.is_checked()
+    await page.keyboard.press("Space")
+    assert await cancel.is_checked()
+    await assert_fits(page, size, tmp_path / "keyboard.png")
+    await page.keyboard.press("Tab")
+    await page.keyboard.press("Tab")
+    assert await page.evaluate(FOCUSED) == "decision=allow"
+    await page.keyboard.press("Enter")
+    await page.wait_for_url(lambda url: url.startswith(oauth_urls(gw).landing), timeout=BROWSER_WAIT_MS)
+    assert landing_query(page.url) == {"status": ["approved"], "scope": ["orders:read orders:cancel"]}
+    await assert_fits(page, size, tmp_path / "keyboard-landing.png")
+    await context.close()
+    status, answer = await poll_token(gw, started["device_code"])
+    assert (status, answer["authorization_details"]) == (200, list(DETAILS))
+
+
+async def test_rfc9396_a_step_up_with_details_past_the_cap_stays_accessible(
+    make_gateway: MakeGateway, stand_in: StandInLogin, provider_key_pem: str, browser: Browser, tmp_path: Path
+) -> None:
+    """The rest of what details add to the pages, under axe: a condition the earlier grant already
+    allows, marked so; what would be left out past ``max_authorization_details``, said before the
+    decision; and the landing page's kept and left-out conditions."""
+    gw = await delegating_gateway(
+        make_gateway,
+        stand_in,
+        provider_key_pem,
+        authorization_details=DETAIL_TYPES,
+        max_authorization_details=2,
+    )
+    started = await device_authorization(gw, ("orders:read", "orders:cancel"), details=DETAILS)
+    form = parse_consent_form(
+        await (await sign_in(gw, stand_in.login, started["user_code"], user=USER)).text()
+    )
+    assert (await post_decision(gw, form.session, "allow", ["orders:read", "orders:cancel"])).status == 303
+    assert (await poll_token(gw, started["device_code"]))[0] == 200
+    step_up = await device_authorization(gw, ("orders:cancel", "profile:read"), details=(order("A-10003"),))
+    context, page = await new_page(browser, PHONE)
+    await open_consent(page, step_up["verification_uri_complete"])
+    assert await page.get_by_text("Only order A-10001 (you already allow this)", exact=True).is_visible()
+    assert await page.get_by_text("these are left out of it:").is_visible()
+    await assert_fits(page, PHONE, tmp_path / "step-up-details.png")
+    await page.locator('button[name="decision"][value="allow"]').click()
+    await page.wait_for_url(lambda url: url.startswith(oauth_urls(gw).landing), timeout=BROWSER_WAIT_MS)
+    assert await page.get_by_text("these were left out of it:").is_visible()
+    await assert_fits(page, PHONE, tmp_path / "step-up-landing.png")
+    await context.close()
+    status, answer = await poll_token(gw, step_up["device_code"])
+    assert (status, answer["authorization_details"]) == (200, [order("A-10003"), order("A-10001")])

@@ -608,7 +608,7 @@ async def _settle(request: web.Request, ctx: _Delegating) -> web.Response:
     if not scopes:  # everything ticked left the card with a reload since the page was shown
         raise _Refused("unrequested_scope")
     # RFC 9396 details from the stored authorization and the earlier grant only: the form names
-    # scopes, and a field naming a detail is never read (THREAT_MODEL D21).
+    # scopes, and a field naming a detail is never read (THREAT_MODEL D23).
     details = granted_details(ctx.delegation, authorization, earlier, ticked=ticked, scopes=scopes)
     response = await _approve(ctx, authorization, taken.user, scopes, carried, now, details, dropped)
     request.app[METRICS].delegation_event(ctx.brand.id, "authorization_approved")
