@@ -40,7 +40,7 @@ from typing import Any, Final
 import orjson
 from aiohttp import web
 
-from examples.sample_bot import create_bot_app
+from examples.sample_bot import ORDER_DETAIL, create_bot_app
 from examples.sample_login import create_login_app
 from gateway.app import create_app
 from gateway.config import (
@@ -239,21 +239,35 @@ def _delegated_session(config: GatewayConfig, brand: BrandConfig, token_cmd: str
         'echo "$DA" | json_field verification_uri_complete',
         "",
         "# 8. Poll the token endpoint every 5 s (a fresh JWT each time) until you approve, for up to",
-        f"#    {minutes} minutes; DTOKEN is the delegation token (§5.4):",
-        'DEVICE_CODE=$(echo "$DA" | json_field device_code)',
-        f"for poll in $(seq {POLLS}); do",
-        f"  DTOKEN=$(curl -s -X POST {urls.token} {pa_auth} -d grant_type={DEVICE_CODE_GRANT} \\",
-        f'    -d "device_code=$DEVICE_CODE" {client} | json_field access_token) && break',
-        f"  sleep 5; TOKEN=$({token_cmd})",
-        "done",
-        f'[ -n "$DTOKEN" ] || echo "No delegation token after {minutes} minutes: start again at step 6." >&2',
+        f"#    {minutes} minutes; DTOKEN is the delegation token (§5.4). poll_token takes the device code",
+        "#    and the step to go back to if nobody approves:",
+        "poll_token() {",
+        f"  for poll in $(seq {POLLS}); do",
+        f"    DTOKEN=$(curl -s -X POST {urls.token} {pa_auth} -d grant_type={DEVICE_CODE_GRANT} \\",
+        f'      -d "device_code=$1" {client} | json_field access_token) && return',
+        f"    sleep 5; TOKEN=$({token_cmd})",
+        "  done",
+        f'  echo "No delegation token after {minutes} minutes: start again at step $2." >&2',
+        "}",
+        'poll_token "$(echo "$DA" | json_field device_code)" 6',
         "",
         "# 9. A delegated turn, both tokens sent: the reply's metadata carries a signed pact.receipt (§5.6):",
         f"{_send(urls.interface, 'd-1', DELEGATED_TEXT, False, delegated=True)} | {pretty}",
         "",
-        "# 10. Cancelling needs orders:cancel, which this token lacks: a TASK_STATE_AUTH_REQUIRED task with",
-        "#     the missing scope and a new link (§5.5 step-up):",
-        f"{_send(urls.interface, 'd-2', STEP_UP_TEXT, False, delegated=True)} | {pretty}",
+        "# 10. Cancelling needs orders:cancel, which this token lacks, for this one order: a",
+        "#     TASK_STATE_AUTH_REQUIRED task with the missing scope, the order asked for as an RFC 9396",
+        "#     authorization detail (pact.authorizationDetails) and a new link (§5.5 step-up):",
+        f"SU=$({_send(urls.interface, 'd-2', STEP_UP_TEXT, False, delegated=True)} | tee /dev/stderr)"
+        "; echo >&2",
+        "",
+        "# 11. Open the task's link and allow: the consent page shows the order as the condition of",
+        "#     orders:cancel and keeps orders:read. Then send d-2 again on the task's contextId with the",
+        "#     new token: the bot cancels that order, and the receipt's action names the approved detail",
+        "#     (authorizationDetail):",
+        'echo "$SU" | json_field task metadata pact.verificationUriComplete',
+        'poll_token "$(echo "$SU" | json_field task metadata pact.deviceCode)" 10',
+        'CTX=$(echo "$SU" | json_field task contextId)',
+        f"{_send(urls.interface, 'd-2', STEP_UP_TEXT, True, delegated=True)} | {pretty}",
     ]
 
 
@@ -315,7 +329,8 @@ async def start_demo(
     """The sample bot on ``bot_port`` and the gateway on ``config.listen.port``, both on loopback.
 
     The gateway also serves the demo personal agent's JWKS (for ``private``) and, when a Brand
-    delegates, the stand-in login; the bot offers its account actions to those Brands only.
+    delegates, the stand-in login; the bot offers its account actions to those Brands only, and
+    binds each cancellation to one order for those whose configuration has its detail type.
     The caller cleans the runners up, in reverse order; the gateway's is the last. ``metrics``
     is the gateway's registry, for the caller to serve. When a port cannot be had
     (:class:`PortUnavailable`), whatever had started is cleaned up here, the gateway's client
@@ -327,11 +342,16 @@ async def start_demo(
         return web.Response(body=jwks_body, content_type="application/json")
 
     delegating = [brand.id for brand in config.brands.values() if brand.delegation is not None]
+    order_bound = [
+        brand.id
+        for brand in config.brands.values()
+        if brand.delegation is not None and ORDER_DETAIL in brand.delegation.authorization_details
+    ]
     app = create_app(config, metrics=metrics)
     app.router.add_get("/demo-pa/jwks.json", serve_jwks)
     if delegating:
         app.add_subapp(LOGIN_PREFIX, login_app(config))
-    bot = create_bot_app(delegating=delegating)
+    bot = create_bot_app(delegating=delegating, order_bound=order_bound)
     runners: list[web.AppRunner] = []
     try:
         for role, served, listen_port in (

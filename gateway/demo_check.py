@@ -14,8 +14,9 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from html import escape
 from html.parser import HTMLParser
 from typing import Any, Final
 from urllib.parse import parse_qs, urljoin, urlsplit
@@ -23,14 +24,17 @@ from urllib.parse import parse_qs, urljoin, urlsplit
 import aiohttp
 import jwt
 
+from examples.sample_bot import ORDER_DETAIL
 from examples.sample_login.login import DEFAULT_USER
 from gateway.config import GatewayConfig
 from gateway.oauth.metadata import DEVICE_CODE_GRANT
 from gateway.pa_keys import mint_token
+from gateway.protocol.authorization_details import canonical_detail, consent_sentence
 from gateway.protocol.urls import interface_url
 
 __all__ = [
     "DELEGATED_TEXT",
+    "STEP_UP_ORDER",
     "STEP_UP_TEXT",
     "DemoCheckFailed",
     "Form",
@@ -42,8 +46,10 @@ __all__ = [
 
 DELEGATED_TEXT: Final = "list my orders"
 """A turn the sample bot serves with ``orders:read`` (and reports in the receipt)."""
-STEP_UP_TEXT: Final = "cancel order A-10002"
-"""A turn the sample bot serves only with ``orders:cancel``: a §5.5 step-up under ``orders:read``."""
+STEP_UP_ORDER: Final = "A-10002"
+STEP_UP_TEXT: Final = f"cancel order {STEP_UP_ORDER}"
+"""A turn the sample bot serves only with ``orders:cancel`` (and, where the Brand binds a cancellation
+to one order, an RFC 9396 detail naming it): a §5.5 step-up under ``orders:read``."""
 READ_SCOPE: Final = "orders:read"
 CANCEL_SCOPE: Final = "orders:cancel"
 _POLLS: Final = 3
@@ -199,11 +205,21 @@ async def _browser_post(
         return page, str(response.url)
 
 
-async def log_in_and_allow(browser: aiohttp.ClientSession, started: Mapping[str, Any]) -> None:
+async def log_in_and_allow(
+    browser: aiohttp.ClientSession,
+    started: Mapping[str, Any],
+    *,
+    scopes: Sequence[str] = (READ_SCOPE,),
+    kept: Sequence[str] = (),
+    shows: Sequence[str] = (),
+) -> None:
     """The User's part of §5.3: the Brand's login, its hand-off, then Allow on the consent page.
 
-    ``started`` is the device-authorization answer. Public: the test that runs the README's
-    session plays the person's browser with it, as the check does.
+    ``started`` is the device-authorization answer (``verification_uri_complete`` and
+    ``user_code``), ``scopes`` what the consent page must tick as requested and ``kept`` what it
+    must tick as kept from the live grant (a step-up's); ``shows`` are sentences the page must show
+    (an authorization detail's condition). Public: the test that runs the README's session plays
+    the person's browser with it, as the check does.
     """
     login_url = started["verification_uri_complete"]
     async with browser.get(login_url) as response:
@@ -220,8 +236,12 @@ async def log_in_and_allow(browser: aiohttp.ClientSession, started: Mapping[str,
         browser, handoff.action, handoff.submission(), "the hand-off to the consent page"
     )
     consent = read_form(consent_page, consent_url)
+    for sentence in shows:
+        _expect(escape(sentence) in consent_page, f"the consent page does not show {sentence!r}")
     ticked = [value for key, value in consent.fields if key == "scope"]
-    _expect(ticked == [READ_SCOPE], f"the consent page ticks {ticked}, not the requested scope")
+    _expect(ticked == list(scopes), f"the consent page ticks {ticked}, not the requested {list(scopes)}")
+    keeps = [value for key, value in consent.fields if key == "keep"]
+    _expect(keeps == list(kept), f"the consent page keeps {keeps}, not {list(kept)}")
     _expect(("decision", "allow") in consent.buttons, "the consent page has no Allow button")
     async with browser.post(
         consent.action, data=consent.submission(button=("decision", "allow")), allow_redirects=False
@@ -286,9 +306,19 @@ def _verify_receipt(receipt: Mapping[str, Any], jwks: Mapping[str, Any]) -> dict
 
 
 async def _delegation(
-    http: aiohttp.ClientSession, interface: str, login_url: str, client_id: str, mint: Mint
+    http: aiohttp.ClientSession,
+    interface: str,
+    login_url: str,
+    client_id: str,
+    mint: Mint,
+    *,
+    condition: str | None,
 ) -> None:
-    """§5 end to end: authorize, log in and allow as the User, redeem, then act and step up."""
+    """§5 end to end: authorize, log in and allow as the User, redeem, act, step up, allow the step-up
+    and act with it. ``condition``, when the Brand binds a cancellation to one order (RFC 9396), is
+    the consent page's sentence for it: the step-up asks for the order, the page shows it, the
+    token carries it and the receipt names it."""
+    bound = condition is not None
     endpoints = await _discover(http, interface)
     started = await _authorize(http, endpoints.device_authorization, client_id, mint)
     # The browser is another party: its own cookies, and the PA's JWT is never in it (§5.3).
@@ -314,10 +344,43 @@ async def _delegation(
     task = answered.get("task", {})
     state = task.get("status", {}).get("state")
     _expect(state == "TASK_STATE_AUTH_REQUIRED", f"the step-up turn answered {answered}")
-    missing = task.get("metadata", {}).get("pact.missingScopes")
+    metadata = task.get("metadata", {})
+    missing = metadata.get("pact.missingScopes")
     _expect(missing == [CANCEL_SCOPE], f"the step-up task lacks {missing}")
-    link = str(task.get("metadata", {}).get("pact.verificationUriComplete", ""))
+    link = str(metadata.get("pact.verificationUriComplete", ""))
     _expect(link.startswith(login_url), f"the step-up task links to {link!r}, not the Brand's login")
+    if bound:
+        asked = metadata.get("pact.authorizationDetails")
+        _expect(asked == [_order_detail()], f"the step-up task asks the details {asked}")
+    # The User approves the step-up: the new grant keeps orders:read and adds the cancellation.
+    async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as browser:
+        started = {"verification_uri_complete": link, "user_code": metadata.get("pact.userCode")}
+        shows = [] if condition is None else [condition]
+        await log_in_and_allow(browser, started, scopes=[CANCEL_SCOPE], kept=[READ_SCOPE], shows=shows)
+    polled = {"device_code": metadata.get("pact.deviceCode"), "interval": metadata.get("pact.interval", 5)}
+    stepped = await _poll(http, endpoints.token, client_id, polled, mint)
+    if bound:
+        carried = stepped.get("authorization_details")
+        _expect(carried == [_order_detail()], f"the stepped-up token carries the details {carried}")
+    headers = {
+        **headers,
+        "Authorization": f"Bearer {mint()}",
+        "X-A2A-User-Delegation": f"Bearer {stepped['access_token']}",
+    }
+    reply = await _delegated_turn(http, interface, STEP_UP_TEXT, "d-2", headers, task.get("contextId"))
+    receipt = reply.get("message", {}).get("metadata", {}).get("pact.receipt")
+    _expect(receipt is not None, f"the stepped-up turn carries no pact.receipt: {reply}")
+    claims = _verify_receipt(receipt, await _get_json(http, endpoints.jwks_uri, "the jwks_uri"))
+    cancelled = [action for action in claims.get("actions", []) if action.get("tool") == "cancel_order"]
+    _expect(len(cancelled) == 1, f"the receipt's actions are {claims.get('actions')}")
+    if bound:
+        named = cancelled[0].get("authorizationDetail")
+        _expect(named == _order_detail(), f"the cancellation's receipt names the detail {named}")
+
+
+def _order_detail() -> dict[str, Any]:
+    """The RFC 9396 detail the sample bot asks for, and the person approves, to cancel the order."""
+    return {"type": ORDER_DETAIL, "identifier": STEP_UP_ORDER, "actions": ["cancel"]}
 
 
 async def run_check(config: GatewayConfig, private: Mapping[str, Any], sub: str) -> None:
@@ -334,9 +397,16 @@ async def run_check(config: GatewayConfig, private: Mapping[str, Any], sub: str)
         if brand.delegation is None:
             print("demo check passed: card, two turns and a retry", file=sys.stderr)
             return
-        await _delegation(http, interface, brand.delegation.login.url, agent.issuer, mint)
+        types = brand.delegation.authorization_details
+        bound = ORDER_DETAIL in types
+        condition = consent_sentence(canonical_detail(_order_detail()), types) if bound else None
+        await _delegation(
+            http, interface, brand.delegation.login.url, agent.issuer, mint, condition=condition
+        )
     print(
         "demo check passed: card, two turns and a retry; §5 device authorization, login, consent, "
-        "token, a delegated turn with a verified receipt, and a step-up",
+        "token, a delegated turn with a verified receipt, a step-up"
+        + (" for one order (RFC 9396)" if bound else "")
+        + ", and the stepped-up turn's receipt",
         file=sys.stderr,
     )

@@ -19,10 +19,10 @@ import uuid
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final, NamedTuple
+from typing import Final, NamedTuple, NoReturn
 
 from gateway.config import DelegationConfig
-from gateway.oauth.access_token import InvalidToken
+from gateway.oauth.access_token import DelegationClaims, InvalidToken
 from gateway.oauth.delegation import Delegation
 from gateway.oauth.device import start_device_authorization
 from gateway.oauth.server import AuthorizationServer
@@ -30,6 +30,8 @@ from gateway.ops.limits import Charge, RateLimited, RateLimits
 from gateway.ops.metrics import Metrics
 from gateway.ops.tracing import Spans, TraceContext, traced
 from gateway.protocol import errors, receipts
+from gateway.protocol.authorization_details import InvalidAuthorizationDetails, details_of_scopes
+from gateway.protocol.detail_coverage import coverage, step_up_request
 from gateway.protocol.errors import A2AError, Reason
 from gateway.protocol.messages import SendMessage, render_reply
 from gateway.protocol.stepup import new_task_id, render_step_up
@@ -68,11 +70,30 @@ CONTEXT_OF_ANOTHER_USER: Final = "contextId belongs to another user"
 Only the context's own (personal agent, ``sub``) ever gets this far (§4.2), so it leaks nothing."""
 
 
+STEP_UP_FOR_DETAILS: Final = (
+    "This needs your approval first: open the link to see exactly what it would allow."
+)
+"""§5.5 with RFC 9396: the step-up task's text when the turn needs details the token lacks. The
+gateway's own words, never the bot's: a bot whose action was not covered may have written that it
+was done, and the person must not read that it was."""
+
+
 STORE_FULL_RETRY_AFTER: Final = 60
 """``Retry-After`` for a conversation the full memory store refused: one pass of its sweep, which
 deletes what has expired by then (gateway/store/memory.py)."""
 STORE_FULL_LOG_EVERY: Final = 10.0
 """Seconds between two log lines about refusals for a full store: one line names them all."""
+
+
+class _Authority(NamedTuple):
+    """What a reply needs beyond what the token grants (§5.5), and what covers its bound actions."""
+
+    missing: tuple[str, ...] = ()
+    """Scopes the reply requires that the token does not grant."""
+    needed: tuple[str, ...] = ()
+    """RFC 9396 details no granted detail covers: those of bound actions and those required."""
+    covering: tuple[str | None, ...] = ()
+    """Per action, the granted detail that covers it (:class:`~gateway.protocol.detail_coverage.Coverage`)."""
 
 
 class TurnAnswer(NamedTuple):
@@ -266,6 +287,7 @@ class TurnService:
         trace: TraceContext | None,
     ) -> bytes:
         granted = None if delegation is None else delegation.claims
+        bot_details = () if granted is None else self._bot_details(owner.brand_id, granted)
         turn = Turn(
             brand_id=owner.brand_id,
             conversation_id=claim.context_id,
@@ -277,7 +299,7 @@ class TurnService:
             request_id=request_id,
             delegation=None
             if granted is None
-            else UserDelegation(granted.user, granted.scopes, granted.grant_id),
+            else UserDelegation(granted.user, granted.scopes, granted.grant_id, bot_details),
             trace=trace,
         )
         started = time.perf_counter()
@@ -309,15 +331,20 @@ class TurnService:
             await self._release(owner, claim, message, request_id)
             raise A2AError(Reason.INTERNAL, errors.INTERNAL_ERROR) from None
         self._observe_bot(owner.brand_id, "ok", started)
-        if reply.requires_scopes or reply.actions or reply.scopes_used:
-            missing = await self._check_authority(owner, message, claim, request_id, reply, delegation)
-            if missing:
-                return await self._step_up(owner, message, claim, request_id, reply, missing)
+        authority = _Authority()
+        if reply.requires_scopes or reply.actions or reply.scopes_used or reply.requires_details:
+            authority = await self._check_authority(
+                owner, message, claim, request_id, reply, delegation, bot_details
+            )
+            if authority.missing or authority.needed:
+                return await self._step_up(owner, message, claim, request_id, reply, authority)
         if delegation is None:
             body = render_reply(new_reply_id(), claim.context_id, reply.text)
         else:
             try:
-                body = await self._delegated_reply(owner, message, claim, reply, delegation)
+                body = await self._delegated_reply(
+                    owner, message, claim, reply, delegation, authority.covering
+                )
             except asyncio.CancelledError:
                 # Cancelled while its receipt waited for the batch: the turn is not stored, so
                 # its in-flight marker goes, and the retry runs it (§4.3).
@@ -342,6 +369,15 @@ class TurnService:
             raise
         return body
 
+    def _bot_details(self, brand_id: str, granted: DelegationClaims) -> tuple[str, ...]:
+        """The token's RFC 9396 details the bot is told of: those of a type the Brand still accepts,
+        under a scope the token carries. A type removed by a reload covers nothing any more
+        (:func:`~gateway.protocol.authorization_details.covers`), so the bot is not told it may act."""
+        if not granted.authorization_details:
+            return ()
+        types = self._delegating[brand_id].delegation.authorization_details
+        return details_of_scopes(granted.authorization_details, types, granted.scopes)
+
     async def _check_authority(
         self,
         owner: Owner,
@@ -350,12 +386,17 @@ class TurnService:
         request_id: str,
         reply: BotReply,
         delegation: Delegation | None,
-    ) -> tuple[str, ...]:
-        """The scopes the turn needs but was not granted (§5.5), after refusing a bot that overreached.
+        details: tuple[str, ...],
+    ) -> _Authority:
+        """What the turn needs but was not granted (§5.5), after refusing a bot that overreached.
 
         A reply that claims a scope the token does not carry (or any action or scope at all
-        without a token) is the bot acting beyond what the User granted: it is logged, never
-        reaches the personal agent, and nothing is stored (``INTERNAL``, released like a failed call).
+        without a token), or an action bound to a resource by a detail its Brand does not accept,
+        is the bot acting beyond what the User could grant: it is logged, never reaches the
+        personal agent, and nothing is stored (``INTERNAL``, released like a failed call). An
+        action whose detail the token's ``details`` (those the bot was told of) do not cover
+        (RFC 9396) is not refused but asked for: a step-up, and the action is never signed into a
+        receipt.
         """
         granted = () if delegation is None else delegation.claims.scopes
         if delegation is None and (reply.actions or reply.scopes_used):
@@ -364,12 +405,37 @@ class TurnService:
             ungranted = [scope for scope in reply.scopes_used if scope not in granted]
             overreach = f"scopes_used not granted: {' '.join(ungranted)}" if ungranted else ""
         if overreach:
-            log.error(
-                "bot reply refused: %s", overreach, extra={"request_id": request_id, "brand": owner.brand_id}
+            await self._refuse_reply(owner, message, claim, request_id, overreach)
+        missing = tuple(scope for scope in reply.requires_scopes if scope not in granted)
+        if not reply.action_details and not reply.requires_details:
+            return _Authority(missing)
+        brand = self._delegating.get(owner.brand_id)
+        types = {} if brand is None else brand.delegation.authorization_details
+        try:
+            covered = coverage(details, reply.action_details, reply.requires_details, types)
+        except InvalidAuthorizationDetails as exc:
+            # The reason is one of the fixed sentences: it never quotes what the bot sent.
+            await self._refuse_reply(
+                owner, message, claim, request_id, f"an action's authorization_detail: {exc}"
             )
-            await self._release(owner, claim, message, request_id)
-            raise A2AError(Reason.INTERNAL, errors.INTERNAL_ERROR)
-        return tuple(scope for scope in reply.requires_scopes if scope not in granted)
+        pairs = zip(reply.action_details, covered.covering, strict=True)
+        uncovered = sum(1 for used, match in pairs if used and not match)
+        if uncovered:
+            log.warning(
+                "bot reported %d action(s) its delegation's authorization details do not cover: "
+                "not signed, the person is asked (step-up)",
+                uncovered,
+                extra={"request_id": request_id, "brand": owner.brand_id},
+            )
+        return _Authority(missing, covered.needed, covered.covering)
+
+    async def _refuse_reply(
+        self, owner: Owner, message: SendMessage, claim: TurnClaim, request_id: str, why: str
+    ) -> NoReturn:
+        """A bot reply that overreached: logged with ``why``, released, ``INTERNAL``."""
+        log.error("bot reply refused: %s", why, extra={"request_id": request_id, "brand": owner.brand_id})
+        await self._release(owner, claim, message, request_id)
+        raise A2AError(Reason.INTERNAL, errors.INTERNAL_ERROR)
 
     async def _step_up(
         self,
@@ -378,18 +444,20 @@ class TurnService:
         claim: TurnClaim,
         request_id: str,
         reply: BotReply,
-        missing: tuple[str, ...],
+        authority: _Authority,
     ) -> bytes:
         """§5.5: not a failure but a ``TASK_STATE_AUTH_REQUIRED`` task naming a fresh device authorization.
 
-        The authorization is for the missing scopes, bound to this personal agent and ``sub``
-        (§5.3). The task is not the turn's reply: the turn is released and the conversation
-        kept, even one this turn opened, so the personal agent re-sends the same (or a new)
-        ``messageId`` on the same ``contextId`` once it holds the new token.
+        The authorization is for the missing scopes and the RFC 9396 details no granted one
+        covers (each with the scope it is a condition of), bound to this personal agent and
+        ``sub`` (§5.3). The task is not the turn's reply: the turn is released and the
+        conversation kept, even one this turn opened, so the personal agent re-sends the same (or
+        a new) ``messageId`` on the same ``contextId`` once it holds the new token. When details
+        are asked, the task's text is :data:`STEP_UP_FOR_DETAILS`, not the bot's.
         """
         brand = self._delegating.get(owner.brand_id)
         card = {} if brand is None else brand.delegation.scopes
-        unknown = [scope for scope in missing if scope not in card]
+        unknown = [scope for scope in authority.missing if scope not in card]
         if brand is None or unknown:
             why = "the Brand does not offer delegation" if brand is None else f"not on the card: {unknown}"
             log.error(
@@ -399,7 +467,16 @@ class TurnService:
             )
             await self._release(owner, claim, message, request_id)
             raise A2AError(Reason.INTERNAL, errors.INTERNAL_ERROR)
-        scopes = tuple(scope for scope in brand.delegation.scopes if scope in missing)  # card order
+        try:
+            scopes, details = step_up_request(authority.missing, authority.needed, brand.delegation)
+        except InvalidAuthorizationDetails as exc:
+            log.error(
+                "bot asked for authorization details that cannot be granted (%s)",
+                exc,
+                extra={"request_id": request_id, "brand": owner.brand_id},
+            )
+            await self._release(owner, claim, message, request_id)
+            raise A2AError(Reason.INTERNAL, errors.INTERNAL_ERROR) from None
         try:
             started = await start_device_authorization(
                 brand.server.store,
@@ -409,6 +486,7 @@ class TurnService:
                 client_id=owner.issuer,
                 owner_digest=owner.digest,
                 scopes=scopes,
+                details=details,
                 now=brand.server.clock(),
             )
         except StoreFull:
@@ -428,33 +506,47 @@ class TurnService:
             task_id=new_task_id(),
             reply_id=new_reply_id(),
             context_id=claim.context_id,
-            text=reply.text,
+            text=STEP_UP_FOR_DETAILS if details else reply.text,
             missing_scopes=scopes,
             verification_uri_complete=started.verification_uri_complete,
             device_code=started.device_code,
             user_code=started.user_code,
             interval=started.interval,
             expires_in=started.expires_in,
+            authorization_details=details,
         )
 
     async def _delegated_reply(
-        self, owner: Owner, message: SendMessage, claim: TurnClaim, reply: BotReply, delegation: Delegation
+        self,
+        owner: Owner,
+        message: SendMessage,
+        claim: TurnClaim,
+        reply: BotReply,
+        delegation: Delegation,
+        covering: tuple[str | None, ...] = (),
     ) -> bytes:
         """The reply with its signed §5.6 receipt; stored whole, so a retry returns the same receipt.
 
-        The signature comes from the keys' :class:`~gateway.provider_keys.SigningBatch`, signed
-        back to back with the other receipts asked for in the same event-loop pass.
+        An action bound to a resource names the granted detail that ``covering`` says allowed it
+        (RFC 9396). The signature comes from the keys' :class:`~gateway.provider_keys.SigningBatch`,
+        signed back to back with the other receipts asked for in the same event-loop pass.
         """
         # Verified against this runtime's server, so the Brand delegates in this runtime.
         brand = self._delegating[owner.brand_id]
         granted = delegation.claims
+        actions = reply.actions
+        if covering:
+            actions = tuple(
+                action if detail is None else action._replace(authorization_detail=detail)
+                for action, detail in zip(actions, covering, strict=True)
+            )
         claims = receipts.receipt_claims(
             grant_id=granted.grant_id,
             user=granted.user,
             pa=owner.issuer,
             brand=brand.urls.interface,
             scopes_used=reply.scopes_used,
-            actions=reply.actions,
+            actions=actions,
             ts=receipts.timestamp(brand.server.clock()),
             context_id=claim.context_id,
             message_id=message.message_id,

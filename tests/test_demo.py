@@ -74,6 +74,11 @@ def test_s5_demo_session_walks_the_delegated_flow() -> None:
         '-H "X-A2A-User-Delegation: Bearer $DTOKEN"',
         "list my orders",
         "TASK_STATE_AUTH_REQUIRED",
+        "pact.authorizationDetails",
+        "(authorizationDetail)",
+        "task metadata pact.verificationUriComplete",
+        "task metadata pact.deviceCode",
+        '"messageId":"d-2","role":"ROLE_USER","contextId"',
     ]
     positions = [text.index(step) for step in steps]
     assert positions == sorted(positions)
@@ -88,7 +93,7 @@ def test_demo_session_spells_the_cli_as_the_readme_and_ends_teed_lines() -> None
     assert f"TOKEN=$({Path(sys.executable).parent / 'pact-gateway'} token --key" in text
     assert "-m gateway" not in text
     teed = [line for line in text.splitlines() if "tee /dev/stderr" in line]
-    assert len(teed) == 2
+    assert len(teed) == 3
     assert all(line.endswith("; echo >&2") for line in teed)
 
 

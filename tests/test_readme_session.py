@@ -47,29 +47,40 @@ def test_issue19_readme_walk_through_is_the_demo_session() -> None:
 
 
 async def play_the_person(lines: asyncio.StreamReader, seen: list[str]) -> None:
-    """Read the session's output until step 8 has polled once in vain, then log in and Allow with
-    step 6's device-authorization answer: the loop has to wait, mint a fresh JWT and poll again."""
-    started: dict[str, Any] | None = None
-    pending = False
-    while not pending:
+    """Read the session's output and, each time a poll loop has polled once in vain, log in and Allow
+    what it polls for: step 6's device authorization (step 8's loop), then step 10's step-up (step
+    11's), whose consent page asks for orders:cancel and keeps orders:read. Each loop has to wait,
+    mint a fresh JWT and poll again."""
+    authorizations: list[tuple[dict[str, Any], dict[str, list[str]]]] = []
+    approved = 0
+    while approved < 2:
         line = (await lines.readline()).decode()
-        assert line, f"the session ended before polling for its token: {''.join(seen)}"
+        assert line, f"the session ended before polling for its tokens: {''.join(seen)}"
         seen.append(line)
-        pending = started is not None and line.startswith("no access_token in the answer: ")
         with contextlib.suppress(ValueError):
             answer = json.loads(line)
             if isinstance(answer, dict) and "verification_uri_complete" in answer:
-                started = answer
-    assert started is not None
-    assert '"authorization_pending"' in seen[-1], seen[-1]
-    async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as browser:
-        await log_in_and_allow(browser, started)
+                authorizations.append((answer, {}))
+            elif isinstance(answer, dict) and "task" in answer:
+                metadata = answer["task"]["metadata"]
+                started = {
+                    "verification_uri_complete": metadata["pact.verificationUriComplete"],
+                    "user_code": metadata["pact.userCode"],
+                }
+                authorizations.append((started, {"scopes": ["orders:cancel"], "kept": ["orders:read"]}))
+        if line.startswith("no access_token in the answer: ") and len(authorizations) > approved:
+            assert '"authorization_pending"' in line, line
+            started, consent = authorizations[approved]
+            async with aiohttp.ClientSession(cookie_jar=aiohttp.CookieJar(unsafe=True)) as browser:
+                await log_in_and_allow(browser, started, **consent)
+            approved += 1
 
 
 async def test_issue19_readme_walk_through_runs_against_the_demo(demo: Demo, tmp_path: Path) -> None:
-    """Steps 1-10 as pasted, in ``bash -eu -o pipefail``: each step succeeds, step 8's loop gets the
-    token once the person approves, step 9 carries a receipt, step 10 asks for a step-up, and
-    nothing anywhere is a traceback."""
+    """Steps 1-11 as pasted, in ``bash -eu -o pipefail``: each step succeeds, step 8's loop gets the
+    token once the person approves, step 9 carries a receipt, step 10 asks for a step-up bound to
+    one order (RFC 9396), step 11's loop gets the stepped-up token once the person approves it and
+    the cancellation's receipt names the approved detail, and nothing anywhere is a traceback."""
     await demo.start()
     script = tmp_path / "session.sh"
     script.write_text(demo.runnable(readme_block()), encoding="utf-8")
@@ -91,5 +102,8 @@ async def test_issue19_readme_walk_through_runs_against_the_demo(demo: Demo, tmp
     assert "Traceback" not in demo.log.read_text(encoding="utf-8")
     assert "No delegation token" not in output
     receipt = output.index('"pact.receipt"')
-    assert output.index("TASK_STATE_AUTH_REQUIRED", receipt) > receipt
+    step_up = output.index("TASK_STATE_AUTH_REQUIRED", receipt)
     assert '"orders:cancel"' in output[receipt:]
+    assert '"pact.authorizationDetails":[{"actions":["cancel"],"identifier":"A-10002"' in output[step_up:]
+    cancelled = output.index("Order A-10002 is cancelled.", step_up)
+    assert '"authorizationDetail": {' in output[cancelled:]

@@ -10,17 +10,28 @@ Acme account, §5), two account actions open up: listing the User's orders (scop
 ``orders:read``) and cancelling one (``orders:cancel``). Without the scope the bot answers
 ``requires_scopes`` and the gateway asks the User for it; with it, the bot acts and reports
 ``actions`` and ``scopes_used`` for the signed receipt.
+
+For a Brand whose cancellations are bound to one order (RFC 9396 authorization details, the
+``--order-details`` Brands), the scope is not enough: the bot cancels an order only when one of
+the delegation's ``authorization_details`` names that order (type :data:`ORDER_DETAIL`) and
+allows ``cancel``; otherwise it asks with ``requires_authorization_details`` for exactly that
+order. Its cancellation names the detail it used, and the gateway signs it only if the person
+approved one that covers it.
 """
 
 from __future__ import annotations
 
 import argparse
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+
+ORDER_DETAIL = "https://acme.example/rar/order"
+"""The RFC 9396 ``type`` of a detail naming one order (gateway/data/demo.yaml configures it)."""
+CANCEL = "cancel"
 
 ORDERS: dict[str, tuple[str, str]] = {
     "A-10001": ("shipped", "It left our warehouse on Monday and arrives Thursday."),
@@ -56,6 +67,7 @@ class Account:
 MEMORY = web.AppKey("memory", dict[str, Conversation])
 ACCOUNTS = web.AppKey("accounts", dict[str, Account])
 DELEGATING = web.AppKey("delegating", frozenset[str])
+ORDER_BOUND = web.AppKey("order_bound", frozenset[str])
 TOKEN = web.AppKey("token", str)
 
 
@@ -81,26 +93,58 @@ def _permission(scope: str, doing: str) -> dict[str, Any]:
     return {"text": f"I need permission to {doing} on your Acme account.", "requires_scopes": [scope]}
 
 
-def account_answer(text: str, account: Account | None, granted: frozenset[str]) -> dict[str, Any] | None:
+def order_detail(number: str) -> dict[str, Any]:
+    """The RFC 9396 detail that lets the bot cancel order ``number``, and nothing else."""
+    return {"type": ORDER_DETAIL, "identifier": number, "actions": [CANCEL]}
+
+
+def detail_allows(details: Collection[Mapping[str, Any]], number: str) -> bool:
+    """Whether one of the delegation's details names order ``number`` and allows cancelling it
+    (a detail without ``actions`` allows what its type does, cancelling included)."""
+    return any(
+        detail.get("type") == ORDER_DETAIL
+        and detail.get("identifier") == number
+        and CANCEL in detail.get("actions", [CANCEL])
+        for detail in details
+    )
+
+
+def account_answer(
+    text: str,
+    account: Account | None,
+    granted: frozenset[str],
+    details: Collection[Mapping[str, Any]] | None = None,
+) -> dict[str, Any] | None:
     """The answer to an account action (the §5 part of the brain), or ``None`` for anything else.
 
     ``account`` is the delegated Brand user's (``None`` without delegation), ``granted`` the
-    scopes the gateway forwarded. Pure but for the cancellation it records on ``account``.
+    scopes the gateway forwarded. ``details`` are its RFC 9396 authorization details when the
+    Brand binds a cancellation to one order (``None`` when it does not): then an order none of
+    them names is asked for, not cancelled. Pure but for the cancellation it records on ``account``.
     """
     cancel = _CANCEL.search(text)
     if cancel:
+        number = cancel.group(1).upper()
+        if details is not None and (account is None or not detail_allows(details, number)):
+            # Asked for before anything is looked up: the person approves this one order.
+            return {
+                "text": f"I need your permission to cancel order {number}.",
+                "requires_authorization_details": [order_detail(number)],
+            }
         if account is None or "orders:cancel" not in granted:
             return _permission("orders:cancel", "cancel orders")
-        number = cancel.group(1).upper()
         if number not in ORDERS:
             return {"text": f"I can't find order {number} on your account."}
         status = account.status(number)
         if status != "processing":
             return {"text": f"Order {number} is {status}, so it can't be cancelled."}
         account.cancelled.add(number)
+        action: dict[str, Any] = {"tool": "cancel_order", "args": {"order": number}}
+        if details is not None:
+            action["authorization_detail"] = order_detail(number)
         return {
             "text": f"Order {number} is cancelled. The refund posts in 3-5 days.",
-            "actions": [{"tool": "cancel_order", "args": {"order": number}}],
+            "actions": [action],
             "scopes_used": ["orders:cancel"],
         }
     if _MY_ORDERS.search(text):
@@ -120,18 +164,23 @@ def respond(
     accounts: dict[str, Account],
     body: dict[str, Any],
     delegating: Collection[str],
+    order_bound: Collection[str] = (),
 ) -> dict[str, Any]:
     """The whole answer to one forwarded turn: an account action if it is one, else the order desk.
 
     Account actions exist only for the Brands in ``delegating`` (those whose card offers §5):
-    elsewhere there is no way to grant a scope, so asking for one would fail the turn.
+    elsewhere there is no way to grant a scope, so asking for one would fail the turn. For the
+    Brands in ``order_bound`` a cancellation needs an authorization detail naming the order.
     """
     text = str(body["text"])
     if body["brand"] in delegating:
         delegation = body.get("delegation")
         account = None if delegation is None else accounts.setdefault(str(delegation["user"]), Account())
         granted = frozenset(() if delegation is None else delegation["scopes"])
-        acted = account_answer(text, account, granted)
+        details: list[Mapping[str, Any]] | None = None
+        if body["brand"] in order_bound:
+            details = [] if delegation is None else list(delegation.get("authorization_details") or [])
+        acted = account_answer(text, account, granted, details)
         if acted is not None:
             return {"end": False, **acted}
     reply, end = answer(conversation, text, bool(body.get("new_conversation", False)))
@@ -152,7 +201,8 @@ async def chat(request: web.Request) -> web.Response:
         memory = request.app[MEMORY]
         conversation = memory.setdefault(conversation_id, Conversation())
         delegating: frozenset[str] = request.app[DELEGATING]
-        reply = respond(conversation, request.app[ACCOUNTS], body, delegating)
+        order_bound: frozenset[str] = request.app[ORDER_BOUND]
+        reply = respond(conversation, request.app[ACCOUNTS], body, delegating, order_bound)
     except (ValueError, KeyError, TypeError):
         return web.json_response({"error": "bad request"}, status=400)
     if reply["end"]:
@@ -160,16 +210,20 @@ async def chat(request: web.Request) -> web.Response:
     return web.json_response({**reply, "message_id": message_id})
 
 
-def create_bot_app(token: str = "", delegating: Collection[str] = ()) -> web.Application:
+def create_bot_app(
+    token: str = "", delegating: Collection[str] = (), order_bound: Collection[str] = ()
+) -> web.Application:
     """The bot as an aiohttp app; ``token``, when set, is required as ``Authorization: Bearer``.
 
     ``delegating`` names the Brands whose cards offer delegation (§5): only their Users get
-    the account actions.
+    the account actions. ``order_bound`` names those of them whose cancellations are bound to
+    one order by an RFC 9396 authorization detail (their configuration has :data:`ORDER_DETAIL`).
     """
     app = web.Application()
     app[MEMORY] = {}
     app[ACCOUNTS] = {}
     app[DELEGATING] = frozenset(delegating)
+    app[ORDER_BOUND] = frozenset(order_bound)
     app[TOKEN] = token
     app.router.add_post("/chat", chat)
     return app
@@ -187,6 +241,13 @@ def main(argv: list[str] | None = None) -> None:
         metavar="BRAND",
         help="a Brand whose card offers delegation: its Users get the account actions (repeatable)",
     )
+    parser.add_argument(
+        "--order-details",
+        action="append",
+        default=[],
+        metavar="BRAND",
+        help=f"a delegating Brand that binds each cancellation to one order ({ORDER_DETAIL}, repeatable)",
+    )
     args = parser.parse_args(argv)
-    app = create_bot_app(args.token, args.delegating_brand)
+    app = create_bot_app(args.token, args.delegating_brand, args.order_details)
     web.run_app(app, host=args.host, port=args.port, access_log=None)

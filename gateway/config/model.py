@@ -295,6 +295,7 @@ class HttpReplyPaths:
     requires_scopes: str | None = None
     actions: str | None = None
     scopes_used: str | None = None
+    requires_authorization_details: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -142,6 +142,7 @@ _HTTP_MAPPING = _obj(
                 "requires_scopes": _JMESPATH,
                 "actions": _JMESPATH,
                 "scopes_used": _JMESPATH,
+                "requires_authorization_details": _JMESPATH,
             }
         ),
         "probe_url": {**_STR, "pattern": _HTTP_URL},

@@ -129,6 +129,7 @@ HTTP_PLACEHOLDERS: frozenset[str] = frozenset(
         "delegation_user",
         "delegation_scopes",
         "delegation_grant_id",
+        "delegation_authorization_details",
     )
 )
 """The names ``upstream.http.body`` may put between ``{{`` and ``}}`` (gateway/upstream/http_mapping.py)."""

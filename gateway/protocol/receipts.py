@@ -80,7 +80,8 @@ def receipt_claims(
 
     ``brand`` is the Brand's interface URL (a delegation token's ``aud``), ``pa`` the personal
     agent's issuer, ``message_id`` the request's, so a receipt names the one turn it answers.
-    An action carries ``argsHash`` only when the bot gave arguments.
+    An action carries ``argsHash`` only when the bot gave arguments, and ``authorizationDetail``
+    (RFC 9396: the granted detail that allowed it, its approved bytes) only when it was bound to one.
     """
     return {
         "grantId": grant_id,
@@ -88,16 +89,21 @@ def receipt_claims(
         "pa": pa,
         "brand": brand,
         "scopesUsed": list(scopes_used),
-        "actions": [
-            {"tool": action.tool}
-            if action.canonical_args is None
-            else {"tool": action.tool, "argsHash": args_hash(action.canonical_args)}
-            for action in actions
-        ],
+        "actions": [_action(action) for action in actions],
         "ts": ts,
         "contextId": context_id,
         "messageId": message_id,
     }
+
+
+def _action(action: Action) -> dict[str, Any]:
+    """One ``actions`` entry of a receipt."""
+    entry: dict[str, Any] = {"tool": action.tool}
+    if action.canonical_args is not None:
+        entry["argsHash"] = args_hash(action.canonical_args)
+    if action.authorization_detail is not None:
+        entry["authorizationDetail"] = orjson.Fragment(action.authorization_detail)
+    return entry
 
 
 def receipt_payload(claims: dict[str, Any]) -> bytes:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
+from gateway.protocol.authorization_details import details_json
 from gateway.wire import json_bytes
 
 __all__ = ["new_task_id", "render_step_up"]
@@ -33,14 +34,27 @@ def render_step_up(
     user_code: str,
     interval: int,
     expires_in: int,
+    authorization_details: Sequence[str] = (),
 ) -> bytes:
     """The ``{"task": …}`` answer, serialized once.
 
     ``metadata`` carries the spec's ``pact.missingScopes`` (card order) and
     ``pact.verificationUriComplete``, plus the rest of the RFC 8628 answer (``deviceCode``,
     ``userCode``, ``interval``, ``expiresIn``), so the personal agent polls the token endpoint
-    for this authorization without asking for another one.
+    for this authorization without asking for another one. ``authorization_details`` (canonical
+    JSON each) are the RFC 9396 details the authorization asks, as ``pact.authorizationDetails``
+    (objects, the bytes asked); the member is left out when it asks none.
     """
+    metadata: dict[str, object] = {
+        "pact.missingScopes": list(missing_scopes),
+        "pact.verificationUriComplete": verification_uri_complete,
+        "pact.deviceCode": device_code,
+        "pact.userCode": user_code,
+        "pact.interval": interval,
+        "pact.expiresIn": expires_in,
+    }
+    if authorization_details:
+        metadata["pact.authorizationDetails"] = details_json(authorization_details)
     return json_bytes(
         {
             "task": {
@@ -50,14 +64,7 @@ def render_step_up(
                     "state": "TASK_STATE_AUTH_REQUIRED",
                     "message": {"messageId": reply_id, "role": "ROLE_AGENT", "parts": [{"text": text}]},
                 },
-                "metadata": {
-                    "pact.missingScopes": list(missing_scopes),
-                    "pact.verificationUriComplete": verification_uri_complete,
-                    "pact.deviceCode": device_code,
-                    "pact.userCode": user_code,
-                    "pact.interval": interval,
-                    "pact.expiresIn": expires_in,
-                },
+                "metadata": metadata,
             }
         }
     )

@@ -47,6 +47,9 @@ class BotReply(NamedTuple):
 
     ``requires_scopes`` are the scopes the turn needs (missing ones make it a §5.5 step-up);
     ``actions`` and ``scopes_used`` are what it did on the User's account (the §5.6 receipt).
+    RFC 9396: ``requires_details`` are the authorization details the turn needs, and
+    ``action_details`` the detail each action says it used; the turn service checks both
+    against the token's details, never the adapter.
     """
 
     text: str
@@ -54,6 +57,12 @@ class BotReply(NamedTuple):
     requires_scopes: tuple[str, ...] = ()
     actions: tuple[Action, ...] = ()
     scopes_used: tuple[str, ...] = ()
+    requires_details: tuple[str, ...] = ()
+    """``requires_authorization_details``: canonical JSON each, in the bot's order, each once."""
+    action_details: tuple[str | None, ...] = ()
+    """One per action of :attr:`actions` (or none at all when no action names one): the canonical
+    JSON of the detail the action used, ``None`` for an action bound to no resource. Kept apart from
+    :attr:`Action.authorization_detail`, which only ever holds the granted detail that covered it."""
 
 
 class UpstreamError(Exception):

@@ -2,7 +2,8 @@
 
 Request body: ``brand``, ``conversation_id``, ``message_id``, ``text``, ``user``
 (``{"pa": issuer, "sub": sub}``), ``new_conversation`` and ``delegation`` (§5.5:
-``{"user", "scopes", "grant_id"}`` under a delegation token, else ``null``); headers are the
+``{"user", "scopes", "grant_id", "authorization_details"}`` under a delegation token, the last
+the token's RFC 9396 details as JSON objects, ``[]`` for none; else ``null``); headers are the
 Brand's static ones plus ``X-Request-Id`` and the W3C ``traceparent`` (and ``tracestate``) of
 the gateway's span. Answer: ``{"text": "...", "end": false}``;
 ``end: true`` closes the conversation after this reply. The answer should echo the call's
@@ -10,8 +11,10 @@ the gateway's span. Answer: ``{"text": "...", "end": false}``;
 connection's stream out of step with its calls would otherwise hand one User's answer to
 another; an answer that names none is taken as it always was. A bot acting for a Brand user may add
 ``requires_scopes`` (the scopes this turn needs: a §5.5 step-up when some are not granted),
-``actions`` (``[{"tool": str, "args"?: any JSON}]``) and ``scopes_used`` (both for the §5.6
-receipt). Anything else is an :class:`UpstreamError`.
+``requires_authorization_details`` (RFC 9396 details this turn needs, likewise),
+``actions`` (``[{"tool": str, "args"?: any JSON, "authorization_detail"?: {...}}]``, the last the
+detail an action bound to one resource used) and ``scopes_used`` (both for the §5.6 receipt).
+Anything else is an :class:`UpstreamError`.
 
 Probe (``check-config --probe``): ``OPTIONS`` to the bot's URL with the Brand's headers and no
 body. Turns are POSTs, and OPTIONS is safe by definition (RFC 9110 §9.3.7), so it starts
@@ -27,6 +30,7 @@ import orjson
 
 from gateway.config import UpstreamConfig
 from gateway.ops.tracing import trace_headers
+from gateway.protocol.authorization_details import details_json
 from gateway.upstream.base import BotReply, Turn, UpstreamError
 from gateway.upstream.client import BotClient, Target
 from gateway.upstream.wire import MAX_REPLY_BYTES as MAX_REPLY_BYTES
@@ -34,9 +38,8 @@ from gateway.upstream.wire import (
     WRONG_MESSAGE,
     exchange,
     loads_reply,
-    parse_actions,
-    parse_scopes,
     probe_endpoint,
+    reply_with_claims,
 )
 from gateway.wire import json_bytes
 
@@ -60,7 +63,13 @@ class HttpJsonAdapter:
                 "new_conversation": turn.new_conversation,
                 "delegation": None
                 if delegation is None
-                else {"user": delegation.user, "scopes": delegation.scopes, "grant_id": delegation.grant_id},
+                else {
+                    "user": delegation.user,
+                    "scopes": delegation.scopes,
+                    "grant_id": delegation.grant_id,
+                    # The canonical texts as they are: the bot reads the details that were approved.
+                    "authorization_details": details_json(delegation.authorization_details),
+                },
             }
         )
         headers = {**self._headers, "X-Request-Id": turn.request_id, **trace_headers(turn.trace)}
@@ -104,13 +113,10 @@ def parse_bot_reply(raw: bytes, message_id: str | None = None) -> BotReply:
     if not isinstance(end, bool):
         raise UpstreamError("bad_body", "end is not a boolean")
     requires, actions, used = doc.get("requires_scopes"), doc.get("actions"), doc.get("scopes_used")
-    if requires is None and actions is None and used is None:
-        # The common reply: three dictionary misses, no more.
+    required_details = doc.get("requires_authorization_details")
+    if requires is None and actions is None and used is None and required_details is None:
+        # The common reply: four dictionary misses, no more.
         return BotReply(text, end)
-    return BotReply(
-        text,
-        end,
-        parse_scopes(requires, "requires_scopes"),
-        parse_actions(actions),
-        parse_scopes(used, "scopes_used"),
+    return reply_with_claims(
+        text, end, requires=requires, actions=actions, used=used, required_details=required_details
     )

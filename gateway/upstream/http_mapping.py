@@ -4,19 +4,22 @@ Request: ``upstream.http.method`` (POST, PUT or PATCH) to ``upstream.url`` with 
 headers, ``Content-Type: application/json`` and ``X-Request-Id``; the body is
 ``upstream.http.body``, a JSON template. A string in it that is exactly one ``{{name}}`` becomes
 that value with its own JSON type (``{{new_conversation}}`` a boolean, ``{{delegation_scopes}}``
-a list or ``null``); placeholders inside a longer string are replaced by their text (a list as
-its items joined by spaces, ``null`` as nothing, booleans as ``true``/``false``). The template is
+a list or ``null``); placeholders inside a longer string are replaced by their text (a list of
+scopes as its items joined by spaces, the details as their JSON array, ``null`` as nothing,
+booleans as ``true``/``false``). The template is
 filled as data and serialized once, so a User's text can never break out of its string. Names:
 ``brand``, ``conversation_id``, ``message_id``, ``text``, ``pa_issuer``, ``sub``, ``user_hash``
 (a stable hash of the Brand, PA and ``sub``), ``new_conversation``, ``request_id``, and under a
-§5 delegation token ``delegation_user``, ``delegation_scopes`` and ``delegation_grant_id``
+§5 delegation token ``delegation_user``, ``delegation_scopes``, ``delegation_grant_id`` and
+``delegation_authorization_details`` (the token's RFC 9396 details, a list of objects)
 (``null`` otherwise).
 
 Answer: a ``2xx`` JSON document read with JMESPath expressions from ``upstream.http.reply``:
 ``text`` (a non-empty string) or ``texts`` (a list of strings, joined with a blank line, blank
 ones left out); optional ``end`` (a boolean; ``null`` is false) closes the conversation (§4.2);
-optional ``requires_scopes``, ``actions`` and ``scopes_used`` are the §5 members with the same
-rules as the ``pact`` contract. A missing or mistyped value is an :class:`UpstreamError`.
+optional ``requires_scopes``, ``requires_authorization_details``, ``actions`` and ``scopes_used``
+are the §5 members with the same rules as the ``pact`` contract. A missing or mistyped value is an
+:class:`UpstreamError`.
 
 Probe: ``GET upstream.http.probe_url`` when one is configured (a health endpoint; a ``2xx`` is
 healthy), else ``OPTIONS`` to the bot's URL as for ``pact``: neither sends a turn.
@@ -25,7 +28,7 @@ healthy), else ``OPTIONS`` to the bot's URL as for ``pact``: neither sends a tur
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Final
 
 import jmespath
 import orjson
@@ -34,14 +37,14 @@ from jmespath.visitor import TreeInterpreter
 
 from gateway.config import HTTP_PLACEHOLDER, HttpMappingSettings, HttpReplyPaths, UpstreamConfig
 from gateway.ops.tracing import trace_headers
+from gateway.protocol.authorization_details import decode_detail
 from gateway.upstream.base import BotReply, Turn, UpstreamError
 from gateway.upstream.client import BotClient, Target
 from gateway.upstream.wire import (
     exchange,
     loads_reply,
-    parse_actions,
-    parse_scopes,
     probe_endpoint,
+    reply_with_claims,
     user_handle,
 )
 from gateway.wire import json_bytes
@@ -119,6 +122,9 @@ def turn_values(turn: Turn) -> dict[str, Any]:
         "delegation_user": None if delegation is None else delegation.user,
         "delegation_scopes": None if delegation is None else list(delegation.scopes),
         "delegation_grant_id": None if delegation is None else delegation.grant_id,
+        "delegation_authorization_details": None
+        if delegation is None
+        else [decode_detail(detail) for detail in delegation.authorization_details],
     }
 
 
@@ -134,7 +140,9 @@ def compile_template(template: Any) -> Filler:
             return lambda values: values[name]
         if HTTP_PLACEHOLDER.search(template) is None:
             return lambda values: template
-        return lambda values: HTTP_PLACEHOLDER.sub(lambda match: _as_text(values[match.group(1)]), template)
+        return lambda values: HTTP_PLACEHOLDER.sub(
+            lambda match: _as_text(match.group(1), values[match.group(1)]), template
+        )
     if isinstance(template, list):
         items = [compile_template(item) for item in template]
         return lambda values: [item(values) for item in items]
@@ -144,9 +152,15 @@ def compile_template(template: Any) -> Filler:
     return lambda values: template
 
 
-def _as_text(value: Any) -> str:
+_JSON_TEXT: Final = frozenset(("delegation_authorization_details",))
+"""Placeholders whose text is their JSON: objects have no plainer spelling."""
+
+
+def _as_text(name: str, value: Any) -> str:
     if value is None:
         return ""
+    if name in _JSON_TEXT:
+        return orjson.dumps(value).decode()
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, list):
@@ -171,6 +185,7 @@ class ReplyMapping:
         self._requires = _compiled(paths.requires_scopes)
         self._actions = _compiled(paths.actions)
         self._used = _compiled(paths.scopes_used)
+        self._required_details = _compiled(paths.requires_authorization_details)
 
     def read(self, doc: Any) -> BotReply:
         text = self._joined(doc) if self._texts is not None else self._search(self._text, doc)
@@ -181,14 +196,20 @@ class ReplyMapping:
             end = False
         if not isinstance(end, bool):
             raise UpstreamError("bad_body", "the reply's end path is not a boolean")
-        if self._requires is None and self._actions is None and self._used is None:
+        if (
+            self._requires is None
+            and self._actions is None
+            and self._used is None
+            and self._required_details is None
+        ):
             return BotReply(text, end)
-        return BotReply(
+        return reply_with_claims(
             text,
             end,
-            parse_scopes(self._search(self._requires, doc), "requires_scopes"),
-            parse_actions(self._search(self._actions, doc)),
-            parse_scopes(self._search(self._used, doc), "scopes_used"),
+            requires=self._search(self._requires, doc),
+            actions=self._search(self._actions, doc),
+            used=self._search(self._used, doc),
+            required_details=self._search(self._required_details, doc),
         )
 
     def _search(self, expression: ParsedResult | None, doc: Any) -> Any:

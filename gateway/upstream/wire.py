@@ -1,6 +1,7 @@
 """What the HTTP adapters share: one bounded exchange with a bot, its failures as bounded labels,
 the pseudonymous user id a bot sees, the probe's verdict on a status, and a JSON reply's §5 claims
-(``requires_scopes``, ``actions``, ``scopes_used``), read alike by the native contract and the mapped one.
+(``requires_scopes``, ``actions``, ``scopes_used``, and RFC 9396's ``requires_authorization_details``
+and an action's ``authorization_detail``), read alike by the native contract and the mapped one.
 
 Every call goes through the process's :class:`~gateway.upstream.client.BotClient`.
 """
@@ -15,7 +16,7 @@ from typing import Any, Final
 import orjson
 import rfc8785
 
-from gateway.upstream.base import Action, Turn, UpstreamError
+from gateway.upstream.base import Action, BotReply, Turn, UpstreamError
 from gateway.upstream.client import BotClient, Target, WireReply
 
 __all__ = [
@@ -29,9 +30,11 @@ __all__ = [
     "loads_reply",
     "nested_deeper_than",
     "parse_actions",
+    "parse_required_details",
     "parse_scopes",
     "probe_endpoint",
     "probe_verdict",
+    "reply_with_claims",
     "user_handle",
 ]
 
@@ -152,7 +155,9 @@ MAX_TOOL_LENGTH: Final = 128
 
 # RFC 6749 §3.3 scope-token, as the configuration's scope ids (a scope no card can list is a bad reply).
 _SCOPE_ID = re.compile(r"[\x21\x23-\x5B\x5D-\x7E]{1,128}")
-_ACTION_KEYS: Final = frozenset(("tool", "args"))
+_ACTION_KEYS: Final = frozenset(("tool", "args", "authorization_detail"))
+MAX_DETAIL_TYPE_LENGTH: Final = 256
+"""A detail's ``type`` is a URI the configuration holds to 256 characters: a longer one names no type."""
 
 
 def _list(value: Any, name: str) -> list[Any]:
@@ -174,23 +179,87 @@ def parse_scopes(value: Any, name: str) -> tuple[str, ...]:
     return tuple(dict.fromkeys(scopes))
 
 
-def parse_actions(value: Any) -> tuple[Action, ...]:
-    """A bot's ``actions`` (``None``: none), each argument canonicalized for the §5.6 receipt."""
+def _canonical(value: Any, what: str) -> bytes:
+    """RFC 8785 canonical JSON of a value orjson parsed, which may hold what RFC 8785 refuses
+    (integers beyond ±2^53, which JSON numbers cannot carry exactly): then a bad reply."""
+    try:
+        return rfc8785.dumps(value)
+    except rfc8785.CanonicalizationError:
+        raise UpstreamError("bad_body", f"{what} cannot be canonicalized (RFC 8785)") from None
+
+
+def _detail(value: Any, what: str, *, bound: bool) -> str:
+    """A detail a bot names (RFC 9396 §2), checked for shape only, as its canonical JSON.
+
+    The adapter knows no Brand's detail types: whether the type is configured and the fields
+    its schema allows is the turn service's check. Here: an object with a ``type`` string and,
+    for an action bound to a resource (``bound``), the ``identifier`` of that resource and the
+    non-empty list of distinct ``actions`` done to it (RFC 9396 §2.2).
+    """
+    if not isinstance(value, dict):
+        raise UpstreamError("bad_body", f"{what} is not an object")
+    kind = value.get("type")
+    if not isinstance(kind, str) or not kind or len(kind) > MAX_DETAIL_TYPE_LENGTH:
+        raise UpstreamError("bad_body", f"{what} has no type")
+    if bound:
+        identifier, actions = value.get("identifier"), value.get("actions")
+        if not isinstance(identifier, str) or not identifier:
+            raise UpstreamError("bad_body", f"{what} names no identifier")
+        if (
+            not isinstance(actions, list)
+            or not actions
+            or len(actions) > MAX_LIST_ITEMS
+            or not all(isinstance(action, str) and action for action in actions)
+            or len(set(actions)) != len(actions)
+        ):
+            raise UpstreamError("bad_body", f"{what} has no list of distinct actions")
+    return _canonical(value, what).decode()
+
+
+def parse_required_details(value: Any) -> tuple[str, ...]:
+    """A bot's ``requires_authorization_details`` (``None``: none): canonical details, in its order, each
+    once."""
+    details = _list(value, "requires_authorization_details")
+    return tuple(
+        dict.fromkeys(_detail(item, "a required authorization detail", bound=False) for item in details)
+    )
+
+
+def parse_actions(value: Any) -> tuple[tuple[Action, ...], tuple[str | None, ...]]:
+    """A bot's ``actions`` (``None``: none), each argument canonicalized for the §5.6 receipt; and the
+    detail each action says it used (``authorization_detail``), or ``()`` when none names one."""
     actions: list[Action] = []
+    used: list[str | None] = []
     for item in _list(value, "actions"):
         if not isinstance(item, dict) or not item.keys() <= _ACTION_KEYS:
-            raise UpstreamError("bad_body", 'actions items must be objects with "tool" and optional "args"')
+            raise UpstreamError(
+                "bad_body",
+                'actions items must be objects with "tool", optional "args" and "authorization_detail"',
+            )
         tool = item.get("tool")
         if not isinstance(tool, str) or not tool.strip() or len(tool) > MAX_TOOL_LENGTH:
             raise UpstreamError("bad_body", "an action's tool is not a non-empty string")
         args = item.get("args")
-        if args is None:
-            actions.append(Action(tool))
-            continue
-        try:
-            # §5.6 argsHash is over RFC 8785 canonical JSON; orjson parsed what rfc8785 refuses
-            # (integers beyond ±2^53, which JSON numbers cannot carry exactly).
-            actions.append(Action(tool, rfc8785.dumps(args)))
-        except rfc8785.CanonicalizationError:
-            raise UpstreamError("bad_body", "an action's args cannot be canonicalized (RFC 8785)") from None
-    return tuple(actions)
+        # §5.6 argsHash is over RFC 8785 canonical JSON.
+        actions.append(Action(tool) if args is None else Action(tool, _canonical(args, "an action's args")))
+        detail = item.get("authorization_detail")
+        used.append(
+            None if detail is None else _detail(detail, "an action's authorization_detail", bound=True)
+        )
+    return tuple(actions), (tuple(used) if any(detail is not None for detail in used) else ())
+
+
+def reply_with_claims(
+    text: str, end: bool, *, requires: Any, actions: Any, used: Any, required_details: Any
+) -> BotReply:
+    """The reply of ``text`` and ``end`` with its §5 and RFC 9396 members (each ``None`` when absent)."""
+    parsed, action_details = parse_actions(actions)
+    return BotReply(
+        text,
+        end,
+        parse_scopes(requires, "requires_scopes"),
+        parsed,
+        parse_scopes(used, "scopes_used"),
+        parse_required_details(required_details),
+        action_details,
+    )

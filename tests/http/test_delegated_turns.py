@@ -104,6 +104,7 @@ async def test_s5_5_delegated_turn_tells_the_bot_who_and_what(dgw: Harness) -> N
         "user": BRAND_USER,
         "scopes": ["orders:read"],
         "grant_id": grant.grant_id,
+        "authorization_details": [],
     }
 
 

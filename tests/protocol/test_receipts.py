@@ -86,6 +86,38 @@ def test_s5_6_claims_in_spec_order_with_args_hash_only_for_given_args() -> None:
     assert receipt_metadata("j.w.s", claims) == {"pact.receipt": {"jws": "j.w.s", "claims": claims}}
 
 
+def test_rfc9396_an_action_bound_to_a_detail_names_it_with_the_approved_bytes() -> None:
+    """The granted detail's canonical JSON goes into the receipt as it is, after ``argsHash``."""
+    granted = '{"actions":["cancel"],"identifier":"A-10002","type":"https://acme.example/rar/order"}'
+    claims = receipt_claims(
+        grant_id="g-1",
+        user="jane-4471",
+        pa="https://pa.example",
+        brand="https://provider.example/a2a/acme",
+        scopes_used=("orders:cancel",),
+        actions=(Action("lookup_orders"), Action("cancel_order", b'{"order":"A-10002"}', granted)),
+        ts="2026-09-30T12:00:00Z",
+        context_id="c-1",
+        message_id="m-1",
+    )
+    payload = receipt_payload(claims)
+    assert (
+        b'"argsHash":"'
+        + b64url_sha256(b'{"order":"A-10002"}').encode()
+        + b'","authorizationDetail":'
+        + (granted.encode() + b"}]")
+        in payload
+    )
+    assert orjson.loads(payload)["actions"] == [
+        {"tool": "lookup_orders"},
+        {
+            "tool": "cancel_order",
+            "argsHash": b64url_sha256(b'{"order":"A-10002"}'),
+            "authorizationDetail": orjson.loads(granted),
+        },
+    ]
+
+
 async def _published_key(h: Harness, kid: str) -> Any:
     """The receipt key as a personal agent finds it: the card → RFC 8414 metadata → ``jwks_uri``."""
     card = await (await h.client.get("/a2a/acme/.well-known/agent-card.json")).json()

@@ -48,6 +48,8 @@ class ControlledBot:
     memory: dict[str, Conversation] = field(default_factory=dict)
     accounts: dict[str, Account] = field(default_factory=dict)
     delegating: frozenset[str] = frozenset({"acme"})
+    order_bound: frozenset[str] = frozenset()
+    """The Brands whose cancellations the sample brain binds to one order (RFC 9396 details)."""
     fixed_reply: Any = None
     server: TestServer | None = None
 
@@ -82,7 +84,7 @@ class ControlledBot:
         if self.mode == "half_way":
             return await _half_way(request, orjson.dumps({"text": "Order A-10001 shipped.", "end": False}))
         conversation = self.memory.setdefault(body["conversation_id"], Conversation())
-        reply = respond(conversation, self.accounts, body, self.delegating)
+        reply = respond(conversation, self.accounts, body, self.delegating, self.order_bound)
         if self.mode == "overreach":
             reply.update(
                 actions=[{"tool": "cancel_order", "args": {"order": "A-10002"}}],

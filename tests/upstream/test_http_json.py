@@ -78,6 +78,81 @@ def test_bad_s5_members_are_a_bad_body(extra: dict[str, Any]) -> None:
     assert failure.value.reason == "bad_body"
 
 
+ORDER = "https://acme.example/rar/order"
+
+
+def test_rfc9396_an_action_names_the_detail_it_used_apart_from_the_receipts_action() -> None:
+    """The bot's detail is kept as canonical JSON beside the actions; the action's own
+    ``authorization_detail`` (what a receipt names) stays unset until the turn finds a granted one."""
+    reply = parse(
+        {
+            "text": "Cancelled.",
+            "actions": [
+                {"tool": "lookup_orders"},
+                {
+                    "tool": "cancel_order",
+                    "args": {"order": "A-10002"},
+                    "authorization_detail": {"type": ORDER, "identifier": "A-10002", "actions": ["cancel"]},
+                },
+            ],
+        }
+    )
+    assert reply.actions == (Action("lookup_orders"), Action("cancel_order", b'{"order":"A-10002"}'))
+    assert reply.action_details == (
+        None,
+        '{"actions":["cancel"],"identifier":"A-10002","type":"https://acme.example/rar/order"}',
+    )
+    unbound = parse({"text": "x", "actions": [{"tool": "t", "authorization_detail": None}]})
+    assert unbound.action_details == ()
+
+
+def test_rfc9396_required_details_are_parsed_in_order_each_once() -> None:
+    one = {"type": ORDER, "identifier": "A-10002", "actions": ["cancel"]}
+    reply = parse(
+        {
+            "text": "May I?",
+            "requires_authorization_details": [one, {"type": ORDER}, dict(reversed(one.items()))],
+        }
+    )
+    assert reply.requires_details == (
+        '{"actions":["cancel"],"identifier":"A-10002","type":"https://acme.example/rar/order"}',
+        '{"type":"https://acme.example/rar/order"}',
+    )
+    assert parse({"text": "x", "requires_authorization_details": None}) == BotReply("x")
+
+
+BOUND = {"type": ORDER, "identifier": "A-10002", "actions": ["cancel"]}
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"requires_authorization_details": {"type": ORDER}},
+        {"requires_authorization_details": ["not an object"]},
+        {"requires_authorization_details": [{"identifier": "A-10002"}]},
+        {"requires_authorization_details": [{"type": ""}]},
+        {"requires_authorization_details": [{"type": "x" * 257}]},
+        {"requires_authorization_details": [{"type": ORDER, "n": 2**53}]},
+        {"requires_authorization_details": [{"type": ORDER}] * (MAX_LIST_ITEMS + 1)},
+        {"actions": [{"tool": "t", "authorization_detail": "A-10002"}]},
+        {"actions": [{"tool": "t", "authorization_detail": {**BOUND, "type": 7}}]},
+        {"actions": [{"tool": "t", "authorization_detail": {"type": ORDER, "actions": ["cancel"]}}]},
+        {"actions": [{"tool": "t", "authorization_detail": {**BOUND, "identifier": ""}}]},
+        {"actions": [{"tool": "t", "authorization_detail": {**BOUND, "identifier": 10002}}]},
+        {"actions": [{"tool": "t", "authorization_detail": {"type": ORDER, "identifier": "A-10002"}}]},
+        {"actions": [{"tool": "t", "authorization_detail": {**BOUND, "actions": []}}]},
+        {"actions": [{"tool": "t", "authorization_detail": {**BOUND, "actions": ["cancel", "cancel"]}}]},
+        {"actions": [{"tool": "t", "authorization_detail": {**BOUND, "actions": [""]}}]},
+        {"actions": [{"tool": "t", "authorization_detail": {**BOUND, "actions": "cancel"}}]},
+        {"actions": [{"tool": "t", "authorization_detail": {**BOUND, "limit": 2**53}}]},
+    ],
+)
+def test_rfc9396_a_badly_shaped_detail_is_a_bad_body(extra: dict[str, Any]) -> None:
+    with pytest.raises(UpstreamError) as failure:
+        parse({"text": "x", **extra})
+    assert failure.value.reason == "bad_body"
+
+
 # Reading the answer over real HTTP (review row 2): one read(n) returned only what had arrived so far.
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

@@ -220,6 +220,33 @@ def test_every_placeholder_has_a_value() -> None:
     assert fill(values) == {"s": ["a", "b"], "line": "a b!", "n": False}
 
 
+def test_rfc9396_the_details_placeholder_is_a_list_of_objects_or_their_json_in_text() -> None:
+    detail = '{"actions":["cancel"],"identifier":"A-10002","type":"https://acme.example/rar/order"}'
+    delegation = UserDelegation("u", ("orders:cancel",), "g", (detail,))
+    turn = Turn("acme", "c", "m", "t", "https://pa", "alice", False, "r", delegation)
+    fill = compile_template(
+        {"d": "{{delegation_authorization_details}}", "line": "{{ delegation_authorization_details }}!"}
+    )
+    assert fill(turn_values(turn)) == {"d": [orjson.loads(detail)], "line": f"[{detail}]!"}
+    assert fill(turn_values(turn._replace(delegation=delegation._replace(authorization_details=())))) == {
+        "d": [],
+        "line": "[]!",
+    }
+    assert fill(turn_values(turn._replace(delegation=None))) == {"d": None, "line": "!"}
+
+
+def test_rfc9396_reply_paths_read_the_required_details_and_the_actions_details() -> None:
+    paths = ReplyMapping(HttpReplyPaths(text="t", actions="x", requires_authorization_details="need"))
+    detail = {"type": "https://acme.example/rar/order", "identifier": "A-10002", "actions": ["cancel"]}
+    reply = paths.read(
+        {"t": "May I?", "need": [detail], "x": [{"tool": "c", "authorization_detail": detail}]}
+    )
+    canonical = '{"actions":["cancel"],"identifier":"A-10002","type":"https://acme.example/rar/order"}'
+    assert (reply.requires_details, reply.action_details) == ((canonical,), (canonical,))
+    with pytest.raises(UpstreamError, match="bad_body"):
+        paths.read({"t": "May I?", "need": [{"identifier": "A-10002"}]})
+
+
 def test_reply_paths_read_the_s5_members() -> None:
     paths = ReplyMapping(HttpReplyPaths(text="a.t", end="a.e", actions="a.x", scopes_used="a.u"))
     doc = {"a": {"t": "Done", "e": None, "x": [{"tool": "t", "args": {"b": 1, "a": 2}}], "u": ["s", "s"]}}
