@@ -4,9 +4,9 @@ A script is what one ``EVALSHA`` runs: one atomic step against every replica's s
 no ``require``, so the libraries (``lib/*.lua``: GCRA, the placeholder prelude, a reply's pieces, a
 layout's upgrade) are put in front of a script by text. A script's header says which, in order,
 on its ``-- After: lib/no_key.lua lib/clock.lua …`` lines: the file is then all a reader needs to see
-what Redis runs. :func:`source` puts them together; each store builds its
-:class:`~gateway.store.redis_pipe.Script`\\ s from it once, at import, as module constants (the SHA-1
-is the whole text's, header comments included).
+what Redis runs. :func:`source` puts them together; each store builds a
+:class:`~gateway.store.redis_pipe.Script` of each of its scripts from it once, at import, as a module
+constant (the SHA-1 is the whole text's, header comments included).
 
 The files are package data (``pyproject.toml``), read through :mod:`importlib.resources`, so an
 installed wheel finds them where a checkout does.
