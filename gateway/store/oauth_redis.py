@@ -81,6 +81,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
 
+from gateway.protocol.authorization_details import join_details, split_details
 from gateway.store import keys, lua
 from gateway.store.oauth import (
     EXPIRED_KEPT,
