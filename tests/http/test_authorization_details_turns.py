@@ -43,22 +43,13 @@ A2A_JSON = "application/a2a+json"
 INTERNAL = (500, "INTERNAL")
 
 
-@pytest.fixture(params=["memory", "redis", "cluster"])
-def store_url(request: pytest.FixtureRequest) -> str:
-    """Each backend in turn: memory, the Redis database, a Redis Cluster of three primaries."""
-    if request.param == "memory":
-        return "memory://"
-    url: str = request.getfixturevalue(f"{request.param}_url")
-    return url
-
-
 @pytest.fixture
 async def rgw(
-    make_gateway: MakeGateway, store_url: str, brand_login: BrandLogin, provider_key_pem: str
+    make_gateway: MakeGateway, delegation_store_url: str, brand_login: BrandLogin, provider_key_pem: str
 ) -> Harness:
     """A gateway whose ``acme`` accepts the order and address detail types (tests/support/rar.py), in
     front of the sample bot binding each cancellation to one order."""
-    gateway = await make_gateway(store_url, edit=enable_details(brand_login, provider_key_pem))
+    gateway = await make_gateway(delegation_store_url, edit=enable_details(brand_login, provider_key_pem))
     gateway.bot.order_bound = frozenset({"acme"})
     return gateway
 
@@ -126,7 +117,7 @@ async def test_rfc9396_the_bot_is_told_the_tokens_details_as_approved(rgw: Harne
 
 async def test_rfc9396_the_mapped_http_bot_is_told_them_and_reports_bound_actions(
     make_gateway: MakeGateway,
-    store_url: str,
+    delegation_store_url: str,
     fake_http_bot: FakeHttpBot,
     brand_login: BrandLogin,
     provider_key_pem: str,
@@ -153,7 +144,7 @@ async def test_rfc9396_the_mapped_http_bot_is_told_them_and_reports_bound_action
             },
         }
 
-    gw = await make_gateway(store_url, edit=edit)
+    gw = await make_gateway(delegation_store_url, edit=edit)
     token = await token_for(gw, ("orders:cancel",), order("A-10002"))
     fake_http_bot.answer = {
         "say": "Cancelled A-10002.",
@@ -375,14 +366,14 @@ async def test_rfc9396_without_a_token_required_details_are_a_step_up_with_their
 )
 async def test_rfc9396_required_details_the_person_could_not_approve_are_internal(
     make_gateway: MakeGateway,
-    store_url: str,
+    delegation_store_url: str,
     brand_login: BrandLogin,
     provider_key_pem: str,
     required: list[dict[str, Any]],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     gw = await make_gateway(
-        store_url, edit=enable_details(brand_login, provider_key_pem, max_authorization_details=2)
+        delegation_store_url, edit=enable_details(brand_login, provider_key_pem, max_authorization_details=2)
     )
     gw.bot.mode = "fixed"
     gw.bot.fixed_reply = {"text": "May I?", "requires_authorization_details": required}

@@ -52,15 +52,6 @@ ALL_SCOPES = ("orders:read", "orders:cancel", "profile:read")
 INVALID = "invalid_authorization_details"
 
 
-@pytest.fixture(params=["memory", "redis", "cluster"])
-def rar_url(request: pytest.FixtureRequest) -> str:
-    """Each test once per backend: memory, the Redis database, a Redis Cluster of three primaries."""
-    if request.param == "memory":
-        return "memory://"
-    url: str = request.getfixturevalue(f"{request.param}_url")
-    return url
-
-
 @pytest.fixture
 def clock() -> ManualClock:
     return ManualClock()
@@ -69,7 +60,7 @@ def clock() -> ManualClock:
 @pytest.fixture
 async def rgw(
     make_gateway: MakeGateway,
-    rar_url: str,
+    delegation_store_url: str,
     brand_login: BrandLogin,
     provider_key_pem: str,
     clock: ManualClock,
@@ -78,7 +69,7 @@ async def rgw(
     edit = enable_details(
         brand_login, provider_key_pem, introspection={"secret": "${ACME_INTROSPECTION_SECRET}"}
     )
-    return await make_gateway(rar_url, edit=edit, clock=clock, environ=ENVIRON)
+    return await make_gateway(delegation_store_url, edit=edit, clock=clock, environ=ENVIRON)
 
 
 async def refusal(response: ClientResponse, error: str = INVALID) -> str:
@@ -196,9 +187,9 @@ async def test_rfc9396_s5_device_authorization_refuses_invalid_authorization_det
 
 
 async def test_rfc9396_a_brand_with_no_detail_types_refuses_the_parameter(
-    make_gateway: MakeGateway, rar_url: str, brand_login: BrandLogin, provider_key_pem: str
+    make_gateway: MakeGateway, delegation_store_url: str, brand_login: BrandLogin, provider_key_pem: str
 ) -> None:
-    h = await make_gateway(rar_url, edit=enable_delegation(brand_login, provider_key_pem))
+    h = await make_gateway(delegation_store_url, edit=enable_delegation(brand_login, provider_key_pem))
     response = await authorize_with_details(h, ("orders:cancel",), details_param([order()]))
     assert await refusal(response) == "no authorization details types are supported"
     assert refused_count(h) == 1

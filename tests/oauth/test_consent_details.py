@@ -66,13 +66,12 @@ async def rgw(
     return await detail_gateway(make_gateway, cache_url, brand_login, provider_key_pem)
 
 
-@pytest.fixture(params=["memory", "redis", "cluster"])
+@pytest.fixture
 async def every_store(
-    request: pytest.FixtureRequest, make_gateway: MakeGateway, brand_login: BrandLogin, provider_key_pem: str
+    make_gateway: MakeGateway, delegation_store_url: str, brand_login: BrandLogin, provider_key_pem: str
 ) -> Harness:
     """Memory, Redis and a Redis Cluster: where a landing record and a step-up's details are kept."""
-    url = "memory://" if request.param == "memory" else request.getfixturevalue(f"{request.param}_url")
-    return await detail_gateway(make_gateway, url, brand_login, provider_key_pem)
+    return await detail_gateway(make_gateway, delegation_store_url, brand_login, provider_key_pem)
 
 
 async def consent_form(

@@ -320,6 +320,16 @@ def cluster_url(redis_cluster_set: RedisCluster) -> Iterator[str]:
     redis_cluster_set.flush()
 
 
+@pytest.fixture(params=["memory", "redis", "cluster"])
+def delegation_store_url(request: pytest.FixtureRequest) -> str:
+    """Each backend a §5 state test runs on in turn: memory, the suite's Redis database, and a Redis
+    Cluster of three primaries (where a grant's and a person's keys are in different slots)."""
+    if request.param == "memory":
+        return "memory://"
+    url: str = request.getfixturevalue(f"{request.param}_url")
+    return url
+
+
 @pytest.fixture
 def redis_cluster(tmp_path: Path) -> Iterator[RedisCluster]:
     """A cluster of the test's own, for one that kills, stops, fails over or migrates."""
