@@ -27,7 +27,6 @@ from bench import instructions
 from bench.figures import at_most, front_cpu, paired, ratio_of, summarize_fronts, target, target_line
 from bench.harness import MEMORY_BOUND_NOTE, Bench, Front, mode_parser, progress, settings_from, write_result
 from bench.procs import Child, ChildFailed, Children
-from bench.redis_probe import RedisProbe
 from gateway.config import ADAPTERS, AdapterName
 
 BASELINE: AdapterName = "pact"
@@ -243,7 +242,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="pact-bench-adapters-"))
     try:
         with Children(workdir) as children:
-            bench = Bench(settings, children, workdir, RedisProbe(args.redis_url))
+            bench = Bench(settings, children, workdir, args.redis_url)
             progress(f"bot adapters, each against its fake (logs in {workdir}); {MEMORY_BOUND_NOTE}")
             adapters = measure(bench)
     except ChildFailed as failure:

@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import redis
 import yaml
 
 from bench import loadgen
@@ -38,7 +39,7 @@ from bench.procs import (
     python_env,
     read_machine_ticks,
 )
-from bench.redis_probe import RedisProbe
+from bench.redis_probe import MonitorCount
 from gateway.config import RATE_RULE_NAMES
 from gateway.pa_keys import generate_private_jwk, public_jwks
 from gateway.store.redis import CHARGE
@@ -176,11 +177,11 @@ def write_yaml(path: Path, raw: Mapping[str, Any]) -> Path:
 
 
 class Bench:
-    def __init__(self, settings: Settings, children: Children, workdir: Path, redis: RedisProbe) -> None:
+    def __init__(self, settings: Settings, children: Children, workdir: Path, redis_url: str) -> None:
         self.settings = settings
         self.children = children
         self.workdir = workdir
-        self.redis = redis
+        self.redis_url = redis_url
         self.key_file = workdir / "pa-key.json"
         self.jwks = write_key(self.key_file)
         # The Brand's login (its assertions' key, inline in the gateway's config) and the Provider's
@@ -193,7 +194,7 @@ class Bench:
         self.bot: Child | None = None
         self.bot_url = ""
         self.fronts: dict[str, Front] = {}
-        self.redis_pid = _local_redis_pid(redis)  # its CPU per turn is part of the price
+        self.redis_pid = _local_redis_pid(redis_url)  # its CPU per turn is part of the price
 
     # ---- processes ---------------------------------------------------------------------------
 
@@ -393,7 +394,7 @@ class Bench:
     def redis_round_trips(self, name: str = GW_REDIS) -> dict[str, Any]:
         """Round trips per turn on the hot path, counted exactly with MONITOR over a fixed number of turns."""
         front = self.fronts[name]
-        monitor = self.redis.monitor(riding=frozenset({CHARGE.sha}))
+        monitor = MonitorCount(self.redis_url, riding=frozenset({CHARGE.sha}))
         try:
             result = self.drive(
                 front,
@@ -423,12 +424,12 @@ class Bench:
         return lambda port: self.gateway_argv(self.gateway_config(port, cache_url, upstream))
 
 
-def _local_redis_pid(redis: RedisProbe) -> int | None:
+def _local_redis_pid(url: str) -> int | None:
     """The Redis server's pid when it runs on this machine (a remote pid could name any local process)."""
     try:
-        pid = redis.server_pid()
-        command = Path(f"/proc/{pid}/comm").read_text() if pid is not None else ""
-    except (OSError, ConnectionError):  # no Redis (a front on the memory store) or not a local one
+        pid = int(redis.Redis.from_url(url).info("server")["process_id"])
+        command = Path(f"/proc/{pid}/comm").read_text()
+    except (OSError, redis.RedisError):  # no Redis (a front on the memory store) or not a local one
         return None
     return pid if command.startswith("redis") else None
 

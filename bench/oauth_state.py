@@ -18,8 +18,9 @@ import time
 from collections.abc import Sequence
 from typing import Final
 
+import redis
+
 from bench.harness import DEFAULT_REDIS_URL
-from bench.redis_probe import RedisProbe
 from gateway.config import CacheConfig
 from gateway.store import ConversationStore, Owner
 from gateway.store.factory import open_oauth_store
@@ -57,13 +58,13 @@ async def _grant(oauth: OAuthStore, user: str, owner: Owner, grant_id: str, now:
         raise RuntimeError(f"grant {grant_id}: {result.outcome}")
 
 
-def _records(store: ConversationStore, probe: RedisProbe | None) -> tuple[int, int | None]:
+def _records(store: ConversationStore, probe: redis.Redis | None) -> tuple[int, int | None]:
     """The grant records of :data:`BRAND`, and their bytes on Redis (``None`` in memory)."""
     if isinstance(store, MemoryStore):
         keys = [key for key in store.keyspace.entries if isinstance(key, str)]
     else:
         assert probe is not None
-        keys = [key.decode() for key in probe.scan(f"pact:{BRAND}:*")]
+        keys = [key.decode() for key in probe.scan_iter(match=f"pact:{BRAND}:*", count=1000)]
     names = [
         key
         for key in keys
@@ -71,18 +72,18 @@ def _records(store: ConversationStore, probe: RedisProbe | None) -> tuple[int, i
     ]
     if probe is None:
         return len(names), None
-    return len(names), sum(int(probe.command("MEMORY", "USAGE", name) or 0) for name in names)
+    return len(names), sum(int(probe.memory_usage(name) or 0) for name in names)
 
 
-def _clean(probe: RedisProbe | None) -> None:
-    found = probe.scan(f"pact:{BRAND}*") if probe is not None else []
+def _clean(probe: redis.Redis | None) -> None:
+    found = list(probe.scan_iter(match=f"pact:{BRAND}*", count=1000)) if probe is not None else []
     for start in range(0, len(found), 500):
         assert probe is not None
-        probe.command("DEL", *found[start : start + 500])
+        probe.delete(*found[start : start + 500])
 
 
 async def _front(
-    name: str, store: ConversationStore, probe: RedisProbe | None, args: argparse.Namespace
+    name: str, store: ConversationStore, probe: redis.Redis | None, args: argparse.Namespace
 ) -> None:
     """``--grants`` grants of a user each, their records counted, each refreshed ``--refreshes`` times,
     the records counted again."""
@@ -131,7 +132,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         await _front("memory", MemoryStore(CacheConfig(url="memory://")), None, args)
         if not args.no_redis:
             await _front(
-                "redis", RedisStore(CacheConfig(url=args.redis_url)), RedisProbe(args.redis_url), args
+                "redis",
+                RedisStore(CacheConfig(url=args.redis_url)),
+                redis.Redis.from_url(args.redis_url),
+                args,
             )
 
     asyncio.run(run())

@@ -26,8 +26,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import redis
+
 from bench.procs import Children, free_port, start_cluster
-from bench.redis_probe import RedisProbe
 from gateway.config import KEY_LAYOUTS, CacheConfig, KeyLayoutName, RateLimitsConfig, RateRule
 from gateway.ops.limits import RateLimits
 from gateway.protocol.messages import render_reply
@@ -96,12 +97,17 @@ SHORT_LIVED = ("pact:acme:f:*", "pact:acme:rl:*", "pact:acme:{*}f:*", "pact:acme
 """First-message records (the retry window, 300 s by default) and §6 counters (seconds), both layouts."""
 
 
-def key_memory(probe: RedisProbe) -> Counter[str]:
-    """``MEMORY USAGE`` of every key of the probe's database, summed by kind of key."""
+def scan(client: redis.Redis, pattern: str = "*") -> list[bytes]:
+    """Every key of the client's database matching ``pattern``, by ``SCAN`` (``KEYS`` blocks a server)."""
+    return list(client.scan_iter(match=pattern, count=1000))
+
+
+def key_memory(client: redis.Redis) -> Counter[str]:
+    """``MEMORY USAGE`` of every key of the client's database, summed by kind of key."""
     total: Counter[str] = Counter()
-    for key in probe.scan():
-        # Empty: the key expired since the scan (a rate-limit counter lives seconds).
-        if usage := probe.command("MEMORY", "USAGE", key, "SAMPLES", "0"):
+    for key in scan(client):
+        # None: the key expired since the scan (a rate-limit counter lives seconds).
+        if usage := client.memory_usage(key, samples=0):
             total[_kind(key)] += int(usage)
     return total
 
@@ -116,30 +122,30 @@ async def warm_up(store: RedisStore, person: int) -> None:
 async def measure(
     url: str, conversations: int, people: int, rounds: int, layout: KeyLayoutName
 ) -> dict[str, Any]:
-    probe = RedisProbe(url)
-    probe.flush()
+    client = redis.Redis.from_url(url)
+    client.flushdb()
     store = RedisStore(CacheConfig(url=url, key_layout=layout))
     per_round, idle, kinds = [], [], Counter[str]()
 
     def used() -> float:
         """The median of a few reads: ``used_memory`` moves with other clients' buffers."""
-        return statistics.median(used_memory(probe.command("INFO", "memory")) for _ in range(3))
+        return statistics.median(int(client.info("memory")["used_memory"]) for _ in range(3))
 
     try:
         await warm_up(store, people)
         for _ in range(rounds):
-            probe.flush()
+            client.flushdb()
             await store.ping()
             before = used()
             await fill(store, conversations, people)
             per_round.append((used() - before) / conversations)
-            kinds = key_memory(probe)
+            kinds = key_memory(client)
             # What the conversations hold once their §4.3 retry window (and the §6 counters) expired.
             for pattern in SHORT_LIVED:
-                if found := probe.scan(pattern):
-                    probe.command("DEL", *found)
+                if found := scan(client, pattern):
+                    client.delete(*found)
             idle.append((used() - before) / conversations)
-        probe.flush()
+        client.flushdb()
     finally:
         await store.close()
     return {
@@ -168,8 +174,8 @@ async def measure_cluster(url: str, conversations: int, people: int, concurrency
             node: used_memory(info) for node, info in (await pipe.on_each_primary("INFO", "memory")).items()
         }
 
-    def on(node: str) -> RedisProbe:
-        return RedisProbe(f"redis://{node}/0")
+    def on(node: str) -> redis.Redis:
+        return redis.Redis.from_url(f"redis://{node}/0")
 
     try:
         await store.ping()
@@ -182,13 +188,13 @@ async def measure_cluster(url: str, conversations: int, people: int, concurrency
         after = await shards()
         # As their expiry would: one DEL a key (a DEL of many would cross slots), a thousand at a time.
         for node in before:
-            found = [key for pattern in SHORT_LIVED[2:] for key in on(node).scan(pattern)]
+            found = [key for pattern in SHORT_LIVED[2:] for key in scan(on(node), pattern)]
             for start in range(0, len(found), 1000):
                 await asyncio.gather(*(pipe.execute("DEL", key) for key in found[start : start + 1000]))
         idle = await shards()
     finally:
         await store.close()
-    held = {node: len(on(node).scan(store_keys.conv_key("acme", "*", "*"))) for node in sorted(before)}
+    held = {node: len(scan(on(node), store_keys.conv_key("acme", "*", "*"))) for node in sorted(before)}
     grown = {node: after[node] - before[node] for node in held}
     return {
         "used_memory_bytes_per_conversation": sum(grown.values()) / conversations,

@@ -23,9 +23,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+import redis
+
 from bench.harness import DEFAULT_REDIS_URL, MEMORY_BOUND_NOTE, MODES, Bench
 from bench.procs import ChildFailed, Children, rss_bytes
-from bench.redis_probe import RedisProbe
 
 SCHEMA = "pact-gateway-soak/1"
 MIB = 1024 * 1024
@@ -163,20 +164,20 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.duration <= 0 or args.warmup <= 0 or args.concurrency < 1 or args.turns < 1:
         parser.error("--duration and --warmup must be positive, --concurrency and --turns at least 1")
-    redis = RedisProbe(args.redis_url)
+    store = redis.Redis.from_url(args.redis_url)
     settings = dataclasses.replace(MODES["full"], warmup=0.0, turns=args.turns)
     with tempfile.TemporaryDirectory(prefix="pact-soak-") as tmp:
         if args.cache == "redis":
-            redis.flush()
+            store.flushdb()
         try:
             with Children(Path(tmp)) as children:
-                result = soak(args, Bench(settings, children, Path(tmp), redis))
+                result = soak(args, Bench(settings, children, Path(tmp), args.redis_url))
         except ChildFailed as failed:
             print(f"python -m bench soak: {failed}", file=sys.stderr)
             return 2
         finally:
             if args.cache == "redis":
-                redis.flush()
+                store.flushdb()
     print(render(result))
     if args.out is not None:
         args.out.write_text(json.dumps(result, indent=2) + "\n")

@@ -22,6 +22,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+import redis
+
 from bench import adapters, instructions
 from bench import figures as fig
 from bench.delegation import SCOPES
@@ -44,7 +46,6 @@ from bench.harness import (
     write_result,
 )
 from bench.procs import ChildFailed, Children
-from bench.redis_probe import RedisProbe
 
 SCHEMA = "pact-gateway-bench/1"
 
@@ -181,17 +182,17 @@ def parse_args(argv: Sequence[str] | None) -> Any:
 
 def run(settings: Settings, redis_url: str) -> dict[str, Any]:
     started = dt.datetime.now(dt.UTC)
-    redis = RedisProbe(redis_url)
+    store = redis.Redis.from_url(redis_url)
     try:
-        redis.ping()
-    except (OSError, ConnectionError) as exc:
+        store.ping()
+    except (OSError, redis.RedisError) as exc:
         raise ChildFailed(f"the benchmark needs Redis at {redis_url}: {exc}") from None
-    redis.flush()
+    store.flushdb()
     workdir = Path(tempfile.mkdtemp(prefix="pact-bench-"))
     load_before = os.getloadavg()
     try:
         with Children(workdir) as children:
-            bench = Bench(settings, children, workdir, redis)
+            bench = Bench(settings, children, workdir, redis_url)
             progress(f"starting bot, pass-through and gateways (logs in {workdir})")
             bench.start_all(redis_url)
             # Each delegated front beside its Identity twin, so their same-repeat pair is close in time.
@@ -218,7 +219,7 @@ def run(settings: Settings, redis_url: str) -> dict[str, Any]:
             ["-m", "bench", "memory", "--conversations", str(settings.memory_conversations)], 900
         )
     finally:
-        redis.flush()
+        store.flushdb()
         shutil.rmtree(workdir, ignore_errors=True)
 
     def key(front: str) -> str:
