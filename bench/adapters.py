@@ -13,9 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import shutil
 import statistics
-import sys
 import tempfile
 import time
 from collections.abc import Sequence
@@ -25,7 +23,7 @@ from typing import Any
 
 from bench import instructions
 from bench.figures import at_most, front_cpu, paired, ratio_of, summarize_fronts, target, target_line
-from bench.harness import MEMORY_BOUND_NOTE, Bench, Front, mode_parser, progress, settings_from, write_result
+from bench.harness import MEMORY_BOUND_NOTE, Bench, Front, Settings, mode_main, mode_parser, progress
 from bench.procs import Child, ChildFailed, Children
 from gateway.config import ADAPTERS, AdapterName
 
@@ -235,24 +233,20 @@ def _ratio(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = mode_parser("python -m bench adapters", __doc__.split("\n\n")[0]).parse_args(argv)
-    settings = settings_from(args)
+def run(settings: Settings, redis_url: str) -> dict[str, Any]:
+    """The adapters alone, in ``settings``' mode (the throughput front runs :func:`measure` too)."""
     started = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
-    workdir = Path(tempfile.mkdtemp(prefix="pact-bench-adapters-"))
-    try:
-        with Children(workdir) as children:
-            bench = Bench(settings, children, workdir, args.redis_url)
-            progress(f"bot adapters, each against its fake (logs in {workdir}); {MEMORY_BOUND_NOTE}")
-            adapters = measure(bench)
-    except ChildFailed as failure:
-        print(f"bench adapters: {failure}", file=sys.stderr)
-        return 1
-    finally:
-        shutil.rmtree(workdir, ignore_errors=True)
-    result = {"started_at": started, "settings": asdict(settings), "adapters": adapters}
-    out = write_result(result, args.out, "adapters", started)
-    print(f"{settings.mode} run, {started}")
-    print("\n".join(render(adapters)))
-    print(f"\nresult: {out}")
-    return 0
+    with tempfile.TemporaryDirectory(prefix="pact-bench-adapters-") as tmp, Children(Path(tmp)) as children:
+        progress(f"bot adapters, each against its fake (logs in {tmp}); {MEMORY_BOUND_NOTE}")
+        adapters = measure(Bench(settings, children, Path(tmp), redis_url))
+    return {"started_at": started, "settings": asdict(settings), "adapters": adapters}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return mode_main("adapters", mode_parser("adapters", __doc__), argv, run, _table)
+
+
+def _table(result: dict[str, Any]) -> str:
+    return "\n".join(
+        [f"{result['settings']['mode']} run, {result['started_at']}", *render(result["adapters"])]
+    )

@@ -3,20 +3,18 @@
 For each bench user, once before the timed rounds: RFC 8628 device authorization with its PA JWT;
 a Brand-login assertion for the ``user_code``, signed by the bench's login key and posted to the
 consent URL; the consent page's hidden ``session`` and ticked scopes posted back with
-``decision=allow``; the token endpoint polled (RFC 8628 §3.4). ``python -m bench.delegation --url
-… --users N …`` writes the tokens in user order (``bench.loadgen.load_tokens``) and prints how long
-the flows took; no token, code, assertion or consent session is ever printed.
+``decision=allow``; the token endpoint polled (RFC 8628 §3.4). :func:`grant_users` writes the tokens
+in user order (``bench.loadgen.load_tokens``) and says how long the flows took; no token, code,
+assertion or consent session is ever printed.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
-import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any, Final
@@ -25,6 +23,7 @@ from urllib.parse import parse_qs, urljoin, urlsplit
 import aiohttp
 
 from bench.loadgen import AUDIENCE, ISSUER, Minter, user_sub
+from bench.procs import ChildFailed
 from gateway.protocol.urls import OAuthUrls
 
 BRAND: Final = "acme"
@@ -194,32 +193,18 @@ async def obtain_tokens(
         return list(await asyncio.gather(*(one(user) for user in range(users))))
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--url", required=True, help="the gateway's public URL")
-    parser.add_argument("--users", type=int, required=True, help="bench users, one grant and token each")
-    parser.add_argument("--key-file", required=True, help="the personal agent's private JWK (JSON)")
-    parser.add_argument("--login-key-file", required=True, help="the Brand login's private JWK (JSON)")
-    parser.add_argument("--out", type=Path, required=True, help="where the token list goes")
-    args = parser.parse_args(argv)
-    pa = Minter(json.loads(Path(args.key_file).read_text()), ISSUER, AUDIENCE)
+def grant_users(url: str, users: int, key_file: Path, login_key_file: Path, out: Path) -> dict[str, Any]:
+    """§5.3 for ``users`` bench users against the gateway at ``url``: their tokens written to ``out`` in
+    user order (:func:`bench.loadgen.load_tokens`), how long the flows took and the scopes granted."""
+    pa = Minter(json.loads(key_file.read_text()), ISSUER, AUDIENCE)
     started = time.monotonic()
     try:
-        granted = asyncio.run(
-            obtain_tokens(args.url, args.users, pa, json.loads(Path(args.login_key_file).read_text()))
-        )
+        granted = asyncio.run(obtain_tokens(url, users, pa, json.loads(login_key_file.read_text())))
     except (FlowFailed, aiohttp.ClientError, TimeoutError, KeyError, ValueError) as exc:
-        print(f"bench.delegation: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
+        raise ChildFailed(f"the §5.3 flows against {url} failed: {type(exc).__name__}: {exc}") from None
     seconds = time.monotonic() - started
-    scopes = sorted({scope for _, scope in granted})
     # Bearer credentials, even if only the bench's: readable by this user alone.
-    descriptor = os.open(args.out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "w") as out:
-        json.dump([token for token, _ in granted], out)
-    print(json.dumps({"users": args.users, "seconds": seconds, "scopes_granted": scopes}))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    descriptor = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as tokens:
+        json.dump([token for token, _ in granted], tokens)
+    return {"users": users, "seconds": seconds, "scopes_granted": sorted({scope for _, scope in granted})}

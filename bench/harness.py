@@ -24,7 +24,7 @@ import redis
 import yaml
 
 from bench import loadgen
-from bench.delegation import delegation_config
+from bench.delegation import delegation_config, grant_users
 from bench.figures import valid
 from bench.loadgen import AUDIENCE, ISSUER
 from bench.procs import (
@@ -256,24 +256,18 @@ class Bench:
         before any timed round, as a personal agent gets them once and then uses them for an hour.
         """
         tokens = self.workdir / f"{name}-tokens.json"
-        self.flows[name] = python_json(
-            [
-                *("-m", "bench.delegation", "--url", f"http://127.0.0.1:{port}"),
-                *("--users", str(self.settings.delegated_users), "--key-file", str(self.key_file)),
-                *("--login-key-file", str(self.login_key_file), "--out", str(tokens)),
-            ],
-            timeout=600,
-        )
+        url, users = f"http://127.0.0.1:{port}", self.settings.delegated_users
+        self.flows[name] = grant_users(url, users, self.key_file, self.login_key_file, tokens)
         self.fronts[name] = replace(self.fronts[identity], name=name, delegation=tokens)
 
-    def _party_cpu(self, front: Front) -> dict[str, float]:
+    def _parties(self, front: Front) -> dict[str, int]:
+        """The processes whose CPU a round of ``front`` costs: its bot, itself, a local Redis."""
         bot = front.bot or self.bot
-        readings = {"bot": cpu_seconds(bot.pid) if bot is not None else 0.0}
-        if front.process is not None:
-            readings["front"] = cpu_seconds(front.process.pid)
+        parties = {} if bot is None else {"bot": bot.pid}
+        parties |= {} if front.process is None else {"front": front.process.pid}
         if self.redis_pid is not None and Path(f"/proc/{self.redis_pid}").exists():
-            readings["redis"] = cpu_seconds(self.redis_pid)
-        return readings
+            parties["redis"] = self.redis_pid
+        return parties
 
     def _check_alive(self, front: Front) -> None:
         for child in (front.bot or self.bot, front.process):
@@ -307,51 +301,10 @@ class Bench:
             users=users,
             delegation=front.delegation,
         )
-        cpu_before = self._party_cpu(front)
-        ticks_before = read_machine_ticks()
-        wall_before = time.monotonic()
-        children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        out_path = self.workdir / "loadgen.out"
-        err_path = self.workdir / "loadgen.err"
-        with out_path.open("wb") as out, err_path.open("wb") as err:
-            running = subprocess.Popen(argv, cwd=REPO_ROOT, env=python_env(), stdout=out, stderr=err)
-            limit = time.monotonic() + self.settings.warmup + duration + 60
-            try:
-                while running.poll() is None:
-                    if time.monotonic() > limit:
-                        raise ChildFailed(f"the load generator did not finish against {front.name}")
-                    if while_running is not None:
-                        while_running()
-                    else:
-                        time.sleep(0.05)
-            finally:
-                if running.poll() is None:
-                    running.kill()
-                    running.wait(5)
-        ticks_after = read_machine_ticks()
-        wall = time.monotonic() - wall_before
-        children_after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        # The load generator's whole life (start-up included), known once it has been reaped.
-        loadgen_process = (children_after.ru_utime - children_before.ru_utime) + (
-            children_after.ru_stime - children_before.ru_stime
-        )
-        cpu_after = self._party_cpu(front)
-        if running.returncode != 0:
-            raise ChildFailed(f"load generator failed against {front.name}:\n{err_path.read_text()[-2000:]}")
+        limit = self.settings.warmup + duration + 60
+        result = run_load(argv, self._parties(front), self.workdir, limit, while_running, front.name)
         self._check_alive(front)
-        result: dict[str, Any] = json.loads(out_path.read_text())
-        turns = max(int(result["turns_total"]), 1)
-        cpu = {party: cpu_after[party] - cpu_before[party] for party in cpu_before}
-        cpu["loadgen"] = float(result["cpu_s"])
-        result["front"] = front.name
-        result["cpu_s"] = cpu
-        result["cpu_s_per_1000_turns"] = {party: seconds * 1000 / turns for party, seconds in cpu.items()}
-        result["machine_busy"] = machine_busy(ticks_before, ticks_after)
-        # CPU the machine spent on anything but this round's parties: other users of a shared machine.
-        ours = sum(v for k, v in cpu.items() if k != "loadgen") + max(loadgen_process, cpu["loadgen"])
-        others = max(machine_busy_seconds(ticks_before, ticks_after) - ours, 0.0)
-        result["other_cpu_share"] = others / (wall * (os.cpu_count() or 1)) if wall > 0 else 0.0
-        return result
+        return result | {"front": front.name}
 
     def peak_rounds(self, order: Sequence[str]) -> list[dict[str, Any]]:
         """Closed-loop rounds of every front in ``order``, ``repeats`` times.
@@ -424,6 +377,64 @@ class Bench:
         return lambda port: self.gateway_argv(self.gateway_config(port, cache_url, upstream))
 
 
+def run_load(
+    argv: Sequence[str],
+    parties: Mapping[str, int],
+    workdir: Path,
+    limit: float,
+    while_running: Callable[[], None] | None = None,
+    target: str = "the front",
+) -> dict[str, Any]:
+    """One load-generator run (``argv``: :func:`bench.loadgen.argv`) and its JSON, with the CPU each of
+    ``parties`` (name: pid) and the load generator spent, and how busy the machine was meanwhile.
+
+    ``while_running`` is called in a loop until the run ends (else a 50 ms sleep); past ``limit``
+    seconds the load generator is killed and the round fails.
+    """
+    cpu_before = {name: cpu_seconds(pid) for name, pid in parties.items()}
+    ticks_before = read_machine_ticks()
+    wall_before = time.monotonic()
+    children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    out_path, err_path = workdir / "loadgen.out", workdir / "loadgen.err"
+    with out_path.open("wb") as out, err_path.open("wb") as err:
+        running = subprocess.Popen(argv, cwd=REPO_ROOT, env=python_env(), stdout=out, stderr=err)
+        deadline = time.monotonic() + limit
+        try:
+            while running.poll() is None:
+                if time.monotonic() > deadline:
+                    raise ChildFailed(f"the load generator did not finish against {target}")
+                if while_running is not None:
+                    while_running()
+                else:
+                    time.sleep(0.05)
+        finally:
+            if running.poll() is None:
+                running.kill()
+                running.wait(5)
+    ticks_after = read_machine_ticks()
+    wall = time.monotonic() - wall_before
+    children_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    # The load generator's whole life (start-up included), known once it has been reaped.
+    loadgen_process = (children_after.ru_utime - children_before.ru_utime) + (
+        children_after.ru_stime - children_before.ru_stime
+    )
+    # Read before any party is stopped: a process gone from /proc has no CPU to read.
+    cpu = {name: cpu_seconds(pid) - cpu_before[name] for name, pid in parties.items()}
+    if running.returncode != 0:
+        raise ChildFailed(f"load generator failed against {target}:\n{err_path.read_text()[-2000:]}")
+    result: dict[str, Any] = json.loads(out_path.read_text())
+    turns = max(int(result["turns_total"]), 1)
+    cpu["loadgen"] = float(result["cpu_s"])
+    result["cpu_s"] = cpu
+    result["cpu_s_per_1000_turns"] = {party: seconds * 1000 / turns for party, seconds in cpu.items()}
+    result["machine_busy"] = machine_busy(ticks_before, ticks_after)
+    # CPU the machine spent on anything but this round's parties: other users of a shared machine.
+    ours = sum(v for k, v in cpu.items() if k != "loadgen") + max(loadgen_process, cpu["loadgen"])
+    others = max(machine_busy_seconds(ticks_before, ticks_after) - ours, 0.0)
+    result["other_cpu_share"] = others / (wall * (os.cpu_count() or 1)) if wall > 0 else 0.0
+    return result
+
+
 def _local_redis_pid(url: str) -> int | None:
     """The Redis server's pid when it runs on this machine (a remote pid could name any local process)."""
     try:
@@ -453,15 +464,30 @@ def python_json(argv: Sequence[str], timeout: float) -> dict[str, Any]:
     return result
 
 
-def mode_parser(prog: str, description: str) -> argparse.ArgumentParser:
+def front_parser(
+    front: str, doc: str | None, out: str = "also write the result as JSON here"
+) -> argparse.ArgumentParser:
+    """A front's options: its question (its module's first paragraph) as the description, and ``--out``."""
+    parser = argparse.ArgumentParser(
+        prog=f"python -m bench {front}", description=(doc or "").split("\n\n")[0]
+    )
+    parser.add_argument("--out", type=Path, help=out)
+    return parser
+
+
+def report(result: Mapping[str, Any], out: Path | None, text: str) -> None:
+    """A front's figures printed beside their targets, its result also written as JSON to ``out``."""
+    if out is not None:
+        out.write_text(json.dumps(result, indent=2) + "\n")
+    print(text)
+
+
+def mode_parser(front: str, doc: str | None) -> argparse.ArgumentParser:
     """The options of a front run in :data:`MODES` (the throughput and adapter fronts)."""
-    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser = front_parser(front, doc, "result file (default bench/results/<front>-<timestamp>.json)")
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--quick", action="store_true", help="short rounds; no instruction count")
     group.add_argument("--smoke", action="store_true", help="the shortest run that exercises every path")
-    parser.add_argument(
-        "--out", type=Path, help="result file (default bench/results/<name>-<timestamp>.json)"
-    )
     parser.add_argument("--duration", type=float, help="measured seconds per round")
     parser.add_argument("--repeats", type=int, help="interleaved repeats of every round")
     parser.add_argument("--concurrency", type=int, help="closed-loop concurrency of the peak rounds")
@@ -471,6 +497,25 @@ def mode_parser(prog: str, description: str) -> argparse.ArgumentParser:
     )
     parser.add_argument("--redis-url", default=DEFAULT_REDIS_URL, help="a database the run may flush")
     return parser
+
+
+def mode_main(
+    front: str,
+    parser: argparse.ArgumentParser,
+    argv: Sequence[str] | None,
+    run: Callable[[Settings, str], dict[str, Any]],
+    render: Callable[[dict[str, Any]], str],
+) -> int:
+    """A front run in a mode: its result (with ``started_at``) as JSON in ``bench/results/``, its table."""
+    args = parser.parse_args(argv)
+    try:
+        result = run(settings_from(args), args.redis_url)
+    except ChildFailed as failure:
+        print(f"python -m bench {front}: {failure}", file=sys.stderr)
+        return 1
+    out = write_result(result, args.out, front, result["started_at"])
+    print(f"{render(result)}\n\nresult: {out}")
+    return 0
 
 
 def settings_from(args: argparse.Namespace) -> Settings:

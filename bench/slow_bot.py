@@ -11,15 +11,13 @@ direct's in the same repeat; each figure is the median (min-max) over repeats, b
 memory per turn in flight (peak RSS over the window less idle RSS, over the concurrency). Targets:
 ≥ 0.95 of bot direct at 2,000 with no failed turn, ≤ 16 KiB a turn in flight (docs/capacity.md).
 
-``python -m bench.slow_bot bot --port P --latency S`` is the fake bot (started by the run).
+``python -m bench slow_bot bot PORT SECONDS`` is the fake bot (started by the run).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -35,22 +33,15 @@ from bench.figures import at_least, at_most, spread, target, target_line
 from bench.harness import (
     DEFAULT_REDIS_URL,
     MEMORY_BOUND_NOTE,
+    front_parser,
     gateway_yaml,
     python_json,
+    report,
+    run_load,
     write_key,
     write_yaml,
 )
-from bench.procs import (
-    Child,
-    Children,
-    cpu_seconds,
-    free_port,
-    machine_busy,
-    python_env,
-    read_machine_ticks,
-    rss_bytes,
-    start_cluster,
-)
+from bench.procs import Child, Children, free_port, rss_bytes, start_cluster
 
 KEY_TTL = 600
 """``cache.conversation_ttl`` and ``closed_ttl`` of the run's gateways: a shared Redis soon forgets it."""
@@ -65,22 +56,18 @@ FIGURES += ("rss_kib_per_turn_in_flight", "redis_cpu_ms_per_turn", "front_cores"
 REPLY = orjson.dumps({"text": "Your order A-10001 is on its way.", "end": False})
 
 
-def serve_bot(argv: Sequence[str]) -> int:
-    """The gateway's bot contract (gateway/upstream/http_json.py), answering after ``--latency`` s."""
-    parser = argparse.ArgumentParser(prog="python -m bench.slow_bot bot")
-    parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--latency", type=float, required=True)
-    args = parser.parse_args(argv)
+def serve_bot(port: int, latency: float) -> int:
+    """The gateway's bot contract (gateway/upstream/http_json.py), answering after ``latency`` s."""
 
     async def chat(request: web.Request) -> web.Response:
         await request.read()
-        await asyncio.sleep(args.latency)
+        await asyncio.sleep(latency)
         return web.Response(body=REPLY, content_type="application/json")
 
     app = web.Application()
     app.router.add_post("/chat", chat)
     # Its own backlog too: thousands of connections open at once when a round starts.
-    web.run_app(app, host="127.0.0.1", port=args.port, backlog=8192, access_log=None, print=None)
+    web.run_app(app, host="127.0.0.1", port=port, backlog=8192, access_log=None, print=None)
     return 0
 
 
@@ -136,34 +123,27 @@ def measure(run: Run, front: Front, concurrency: int) -> dict[str, Any]:
                 request_timeout=args.latency * 4 + 10,
             )
 
-        idle = None
+        idle, samples = None, []
         if child is not None:
             python_json(load(WARM_CONCURRENCY, 2.0, 0.5)[1:], args.warmup + args.latency * 4 + 120)
             time.sleep(0.5)
             idle = rss_bytes(child.pid)
         parties = {"bot": run.bot.pid} | ({} if child is None else {"front": child.pid})
         parties |= {f"redis-{pid}": pid for pid in front.redis_pids}
-        cpu_before = {name: cpu_seconds(pid) for name, pid in parties.items()}
-        ticks_before = read_machine_ticks()
-        end = time.monotonic() + args.warmup + args.duration
-        running = subprocess.Popen(
-            load(concurrency, args.duration, args.warmup), env=python_env(), stdout=subprocess.PIPE, text=True
-        )
-        time.sleep(args.warmup)  # the RSS is sampled over the measured window only, as turns are counted
-        samples = []
-        while (left := end - time.monotonic()) > 0:
-            time.sleep(min(RSS_SAMPLE_SECONDS, left))
-            samples += [] if child is None else [rss_bytes(child.pid)]
-        out, _ = running.communicate(timeout=args.latency * 4 + 120)
-        # Read before the front is stopped: a process gone from /proc has no CPU to read.
-        cpu = {name: cpu_seconds(pid) - cpu_before[name] for name, pid in parties.items()}
-        busy = machine_busy(ticks_before, read_machine_ticks())
+        # The RSS is sampled over the measured window only, as turns are counted.
+        window = time.monotonic() + args.warmup, time.monotonic() + args.warmup + args.duration
+
+        def sample() -> None:
+            time.sleep(RSS_SAMPLE_SECONDS)
+            if child is not None and window[0] <= time.monotonic() <= window[1]:
+                samples.append(rss_bytes(child.pid))
+
+        limit = args.warmup + args.duration + args.latency * 4 + 120
+        result = run_load(load(concurrency, args.duration, args.warmup), parties, run.workdir, limit, sample)
     finally:
         if child is not None:
             run.children.stop(child)
-    if running.returncode != 0:
-        raise RuntimeError(f"the load generator failed against {front.name}")
-    result: dict[str, Any] = json.loads(out)
+    cpu = result["cpu_s"]
     redis = sum(cpu.pop(name) for name in list(cpu) if name.startswith("redis-"))
     turns, rate = max(result["turns_total"], 1), result["throughput_rps"]
     per_turn = {"front": cpu.get("front"), "redis": redis if front.redis_pids else None}
@@ -172,8 +152,8 @@ def measure(run: Run, front: Front, concurrency: int) -> dict[str, Any]:
         "errors": result["errors"],
         "error_samples": result["error_samples"],
         "p50_ms": result["latency_ms"]["p50"],
-        "cpu_s": {**cpu, "redis": redis, "loadgen": result["cpu_s"]},
-        "machine_busy": busy,
+        "cpu_s": {**cpu, "redis": redis},
+        "machine_busy": result["machine_busy"],
         # Every completed turn (warm-up too) against the round's CPU; the cores busy at the measured rate
         # (a front near 1.0 is bound by its own single process).
         **{f"{p}_cpu_ms_per_turn": None if s is None else s * 1000 / turns for p, s in per_turn.items()},
@@ -226,8 +206,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         fronts += [Front("gateway redis", args.redis_url)] if "redis" in args.stores else []
         fronts += [Front(f"gateway cluster {n}", c.url, tuple(c.pids)) for n, c in clusters.items()]
         port = free_port()
-        argv = ["-m", "bench.slow_bot", "bot", "--port", str(port), "--latency", str(args.latency)]
-        bot = children.python("bot", *argv)
+        bot = children.python("bot", "-m", "bench", "slow_bot", "bot", str(port), str(args.latency))
         bot.wait_port(port)
         key_file = workdir / "pa-key.json"
         setup = Run(
@@ -273,11 +252,10 @@ def _numbers(text: str) -> list[int]:
     return [int(n) for n in text.split(",") if n]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args_list = list(sys.argv[1:] if argv is None else argv)
-    if args_list[:1] == ["bot"]:
-        return serve_bot(args_list[1:])
-    parser = argparse.ArgumentParser(prog="python -m bench slow_bot", description=__doc__.split("\n\n")[0])
+def main(argv: Sequence[str]) -> int:
+    if argv[:1] == ["bot"]:  # the fake bot's process, started by run
+        return serve_bot(int(argv[1]), float(argv[2]))
+    parser = front_parser("slow_bot", __doc__)
     parser.add_argument("--latency", type=float, default=1.5, help="the bot's seconds per turn")
     parser.add_argument("--where", type=_numbers, default=[TARGET_CONCURRENCY], help="concurrencies, a,b,…")
     parser.add_argument("--duration", type=float, default=10.0, help="measured seconds per round")
@@ -291,14 +269,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--redis-url", default=DEFAULT_REDIS_URL, help="your own database; nothing is flushed"
     )
-    parser.add_argument("--out", type=Path, help="also write the result as JSON here")
-    args = parser.parse_args(args_list)
+    args = parser.parse_args(argv)
     result = run(args)
-    if args.out is not None:
-        args.out.write_text(json.dumps(result, indent=2))
-    print(render(result))
+    report(result, args.out, render(result))
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -15,7 +15,6 @@ import datetime as dt
 import os
 import platform
 import shutil
-import sys
 import tempfile
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -39,11 +38,10 @@ from bench.harness import (
     PASSTHROUGH_AT_REDIS_RATE,
     Bench,
     Settings,
+    mode_main,
     mode_parser,
     progress,
     python_json,
-    settings_from,
-    write_result,
 )
 from bench.procs import ChildFailed, Children
 
@@ -174,12 +172,6 @@ def render_table(result: dict[str, Any]) -> str:
     return "\n".join(lines + [fig.target_line(t) for t in result["targets"]])
 
 
-def parse_args(argv: Sequence[str] | None) -> Any:
-    parser = mode_parser("python -m bench throughput", __doc__.split("\n\n")[0])
-    parser.add_argument("--conversations", type=int, help="idle conversations for the memory reading")
-    return parser.parse_args(argv)
-
-
 def run(settings: Settings, redis_url: str) -> dict[str, Any]:
     started = dt.datetime.now(dt.UTC)
     store = redis.Redis.from_url(redis_url)
@@ -280,13 +272,6 @@ def run(settings: Settings, redis_url: str) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-    try:
-        result = run(settings_from(args), args.redis_url)
-    except ChildFailed as failure:
-        print(f"bench throughput: {failure}", file=sys.stderr)
-        return 1
-    out = write_result(result, args.out, "throughput", result["started_at"])
-    print(render_table(result))
-    print(f"\nresult: {out}")
-    return 0
+    parser = mode_parser("throughput", __doc__)
+    parser.add_argument("--conversations", type=int, help="idle conversations for the memory reading")
+    return mode_main("throughput", parser, argv, run, render_table)
