@@ -22,9 +22,11 @@ FRONTS: dict[str, tuple[str, str]] = {
         "bench.redis_bytes",
         "Redis bytes per conversation, per shard of a cluster (capacity.md)",
     ),
-    "memory": ("bench.memory", "memory-store bytes per idle conversation and per entry (capacity.md)"),
+    "memory": (
+        "bench.memory",
+        "memory-store bytes per conversation; --at-bound: the collector's pauses at the bound (capacity.md)",
+    ),
     "oauth_state": ("bench.oauth_state", "records and bytes per grant after refreshes (capacity.md)"),
-    "gc_pause": ("bench.gc_pause", "the collector's pauses with the memory store at its bound (capacity.md)"),
     "soak": ("bench.soak", "memory and descriptors after steady load (reliability.md)"),
 }
 
