@@ -20,13 +20,12 @@ FRONTS: dict[str, tuple[str, str]] = {
     "slow_bot": ("bench.slow_bot", "thousands of slow turns in flight, one primary vs three (capacity.md)"),
     "redis_bytes": (
         "bench.redis_bytes",
-        "Redis bytes per conversation, per shard of a cluster (capacity.md)",
+        "Redis bytes per conversation, per shard of a cluster, per grant after refreshes (capacity.md)",
     ),
     "memory": (
         "bench.memory",
         "memory-store bytes per conversation; --at-bound: the collector's pauses at the bound (capacity.md)",
     ),
-    "oauth_state": ("bench.oauth_state", "records and bytes per grant after refreshes (capacity.md)"),
     "soak": ("bench.soak", "memory and descriptors after steady load (reliability.md)"),
 }
 
