@@ -115,11 +115,17 @@ def target(
     name: str,
     goal: str,
     measured: float | None,
-    passes: Callable[[float], bool],
     per_repeat: Sequence[float] = (),
     note: str = "",
+    passes: Callable[[float], bool] | None = None,
 ) -> dict[str, Any]:
-    """One target: ``passed`` judges the median; ``verdict`` weighs the repeats as well."""
+    """One target: ``passed`` judges the median; ``verdict`` weighs the repeats as well.
+
+    ``goal`` is written ``">= 0.8"`` or ``"<= 1.5"``, and is what ``passes`` tests unless given.
+    """
+    if passes is None:
+        sign, bound = goal.split()
+        passes = at_least(float(bound)) if sign == ">=" else at_most(float(bound))
     return {
         "name": name,
         "target": goal,

@@ -41,7 +41,7 @@ from typing import Any
 import orjson
 
 from bench import loadgen
-from bench.figures import at_most, target, target_line, valid
+from bench.figures import target, target_line, valid
 from bench.harness import Front, front_parser, gateway_yaml, python_json, report, write_key, write_yaml
 from bench.procs import Child, Children, free_port, rss_bytes
 from gateway.config import CacheConfig
@@ -268,15 +268,12 @@ def _render(one: dict[str, Any]) -> list[str]:
             f"    generation {generation}: {len(own)} collections, median {own[len(own) // 2]:.2f} ms,"
             f" max {own[-1]:.2f} ms ({counts})"
         )
-    return lines + [
-        target_line(target(what, goal, value, at_most(bound)))
-        for what, goal, value, bound in (
-            ("longest GC pause, ms", f"<= {PAUSE_TARGET_MS:g}", longest, PAUSE_TARGET_MS),
-            ("tracked objects per stored conversation", f"<= {TRACKED_TARGET:g}",
-             fill_figures["tracked_per_conversation"], TRACKED_TARGET),
-            ("RSS per entry, B", f"<= {RSS_TARGET:g}", fill_figures["rss_per_entry"], RSS_TARGET),
-        )
-    ]  # fmt: skip
+    judged = (
+        ("longest GC pause, ms", PAUSE_TARGET_MS, longest),
+        ("tracked objects per stored conversation", TRACKED_TARGET, fill_figures["tracked_per_conversation"]),
+        ("RSS per entry, B", RSS_TARGET, fill_figures["rss_per_entry"]),
+    )
+    return [*lines, *(target_line(target(what, f"<= {bound:g}", value)) for what, bound, value in judged)]
 
 
 def at_bound(args: Any) -> dict[str, Any]:
