@@ -1,4 +1,4 @@
-"""``python -m bench redis_bytes``: Redis bytes per conversation (issue 17 row 5), per shard, per grant.
+"""``python -m bench redis_bytes``: Redis bytes per conversation (issue 17 row 5), per shard of a cluster.
 
 Opens ``--conversations`` conversations (3,000) among ``--people`` people (1,000), each a 31-character
 first message and a 58-character reply, through :class:`gateway.store.redis.RedisStore`'s turn
@@ -11,19 +11,12 @@ are gone (``tests/bench/test_redis_bytes.py`` holds the key bytes and two round 
 ``--cluster`` (issue 20 item 6): the tagged layout on Redis Clusters of one primary and of three the
 bench starts (no replicas), ``--concurrency`` turns at a time; ``used_memory`` of every primary
 before and after, per shard, and the spread between the shards' growth (target: within 10 %).
-
-``--grants N`` (issue 17 row 4): is the §5 OAuth state bounded? N grants made as the token endpoint
-makes them, each refreshed ``--refreshes`` times (100): the records per grant before and after
-(refreshing adds none), on Redis and on the memory store, and on Redis their ``MEMORY USAGE``. A
-device authorization's records, kept minutes, are not the grant's. That consent reads do not grow
-with a user's grants is a test that counts reads (``tests/store/test_oauth_store.py``).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import hashlib
 import statistics
 import tempfile
 import time
@@ -40,13 +33,9 @@ from bench.procs import Children, free_port, start_cluster
 from gateway.config import KEY_LAYOUTS, CacheConfig, KeyLayoutName, RateLimitsConfig, RateRule
 from gateway.ops.limits import RateLimits
 from gateway.protocol.messages import render_reply
-from gateway.store import ConversationStore
 from gateway.store import keys as store_keys
 from gateway.store.base import Owner, TurnStatus
-from gateway.store.factory import open_oauth_store
 from gateway.store.limits import RedisRateLimiter
-from gateway.store.memory import MemoryStore
-from gateway.store.oauth import DeviceAuthorization, PollOutcome, RefreshOutcome, RefreshToken
 from gateway.store.redis import RedisStore
 from gateway.store.redis_cluster import ClusterPipe
 
@@ -274,97 +263,6 @@ def on_one_server(args: argparse.Namespace, url: str, where: str) -> tuple[dict[
     ]
 
 
-# ---- --grants: §5 state per grant -----------------------------------------------------------------
-
-GRANT_TTL = 30 * 86400
-SCOPE = ("orders:read",)
-AUTHORIZATION_RECORDS = (":oauth:device:", ":oauth:user_code:", "_authz:", "}o.d:", "}o.a:", "}o.A:")
-"""A device authorization's records and its indexes' entries: kept minutes (``expires_in``), not days."""
-
-
-def _sha(text: str) -> str:
-    return hashlib.sha256(text.encode()).hexdigest()
-
-
-def _refresh(grant_id: str, n: int) -> RefreshToken:
-    """The ``n``-th refresh token of the grant's one family."""
-    return RefreshToken(grant_id, _sha(f"family {grant_id}"), _sha(f"{grant_id} {n}"))
-
-
-def _grant_records(store: ConversationStore, client: redis.Redis | None) -> list[str]:
-    """Every key the store holds (it holds grants only) but a device authorization's."""
-    if isinstance(store, MemoryStore):
-        keys = [key for key in store.keyspace.entries if isinstance(key, str)]
-    else:
-        assert client is not None
-        keys = [key.decode() for key in scan(client)]
-    return [key for key in keys if not any(mark in key for mark in AUTHORIZATION_RECORDS)]
-
-
-async def grants(
-    store: ConversationStore, count: int, refreshes: int, client: redis.Redis | None = None
-) -> dict[str, Any]:
-    """``count`` grants made as the token endpoint makes them (an authorization, its approval, its
-    redemption under a grant id drawn by the store), each of its own user and ``sub``, refreshed
-    ``refreshes`` times each: their records per grant before and after, and their bytes on Redis."""
-    oauth, now, ids = open_oauth_store(store), time.time(), []
-    try:
-        for g in range(count):
-            owner, device = _owner(g), _sha(f"device {g}")
-            authorization = DeviceAuthorization(
-                device, f"UC-{g}", "acme", ISSUER, owner.digest, SCOPE, now + 600, 5
-            )
-            if not await oauth.create_authorization(authorization):
-                raise RuntimeError(f"user code UC-{g} already in use")
-            await oauth.approve("acme", authorization, f"user-{g}", SCOPE, now)
-            ids.append(grant_id := oauth.new_grant_id(owner.digest))
-            polled = await oauth.poll(
-                "acme", device, owner.digest, now, refresh=_refresh(grant_id, 0), grant_ttl=GRANT_TTL
-            )
-            if polled.outcome is not PollOutcome.ISSUED:
-                raise RuntimeError(f"grant {g}: {polled.outcome}")
-        before = _grant_records(store, client)
-        for grant_id in ids:
-            for n in range(refreshes):
-                rotated = await oauth.rotate_refresh(
-                    "acme", _refresh(grant_id, n), _refresh(grant_id, n + 1), now
-                )
-                if rotated.outcome is not RefreshOutcome.ROTATED:
-                    raise RuntimeError(f"rotation {n} of {grant_id}: {rotated.outcome}")
-        after = _grant_records(store, client)
-    finally:
-        await store.close()
-    used = None if client is None else sum(int(client.memory_usage(key) or 0) for key in after)
-    return {
-        "records_per_grant": len(before) / count,
-        "records_per_grant_after_refreshes": len(after) / count,
-        "bytes_per_grant": None if used is None else used / count,
-    }
-
-
-def on_grants(args: argparse.Namespace, url: str) -> tuple[dict[str, Any], list[str]]:
-    """``--grants``: on the memory store in process and on the Redis at ``url`` (flushed first)."""
-    client = redis.Redis.from_url(url)
-    client.flushdb()
-    results = {
-        "memory": asyncio.run(grants(MemoryStore(CacheConfig(url="memory://")), args.grants, args.refreshes)),
-        "redis": asyncio.run(grants(RedisStore(CacheConfig(url=url)), args.grants, args.refreshes, client)),
-    }
-    client.flushdb()
-    lines = []
-    for name, figures in results.items():
-        before, after = figures["records_per_grant"], figures["records_per_grant_after_refreshes"]
-        lines.append(
-            f"{name}: records per grant {before:.2f} after 0 refreshes, {after:.2f} after "
-            f"{args.refreshes}: target constant ({'met' if after == before else 'missed'})"
-        )
-        if figures["bytes_per_grant"] is not None:
-            lines.append(
-                f"{name}: bytes per grant {figures['bytes_per_grant']:,.0f} (MEMORY USAGE of its records)"
-            )
-    return results, lines
-
-
 def main(argv: Sequence[str]) -> int:
     parser = front_parser("redis_bytes", __doc__)
     parser.add_argument(
@@ -380,10 +278,6 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument(
         "--concurrency", type=int, default=32, help="--cluster: turns at a time while filling"
     )
-    parser.add_argument(
-        "--grants", type=int, default=0, help="instead: records and bytes of this many grants"
-    )
-    parser.add_argument("--refreshes", type=int, default=100, help="--grants: refreshes of each grant")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as logs, Children(Path(logs)) as children:
         if args.cluster:
@@ -397,6 +291,6 @@ def main(argv: Sequence[str]) -> int:
                 )
                 server.wait_port(port)
                 url, where = f"redis://127.0.0.1:{port}/0", f"a redis-server of its own (127.0.0.1:{port})"
-            result, lines = on_grants(args, url) if args.grants else on_one_server(args, url, where)
+            result, lines = on_one_server(args, url, where)
     report(result, args.out, "\n".join(lines))
     return 0

@@ -67,22 +67,6 @@ def test_the_redis_bytes_front_prints_its_figures_beside_the_targets() -> None:
     assert re.search(r"MEMORY USAGE of keys per conversation: \d+ B", out), out
 
 
-def test_the_grants_option_counts_records_and_bytes_per_grant_before_and_after_refreshes() -> None:
-    """Issue 17 row 4: refreshing adds no record, on either store; the bytes are Redis's."""
-    out = run_module(
-        "bench", "redis_bytes", "--grants", "2", "--refreshes", "3", "--redis-url", BENCH_REDIS_URL
-    )
-    for front in ("memory", "redis"):
-        counted = (
-            rf"^{front}: records per grant ([\d.]+) after 0 refreshes, ([\d.]+) after 3: target constant"
-        )
-        records = re.search(counted, out, re.M)
-        assert records is not None, out
-        # The grant, its slot, and its entries in the user's and the agent's indexes.
-        assert records[1] == records[2] == "4.00", out
-    assert re.search(r"^redis: bytes per grant [\d,]+ ", out, re.M), out
-
-
 def test_the_cluster_front_measures_every_shard_of_three_beside_one_primary() -> None:
     """Issue 20 item 6: bytes per conversation per shard and the spread, one primary and three in one run."""
     out = run_module("bench", *("redis_bytes", "--cluster", "--conversations", "300", "--concurrency", "4"))
