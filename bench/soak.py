@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import sys
 import tempfile
@@ -25,7 +24,7 @@ from typing import Any
 
 import redis
 
-from bench.harness import DEFAULT_REDIS_URL, MEMORY_BOUND_NOTE, MODES, Bench
+from bench.harness import DEFAULT_REDIS_URL, MEMORY_BOUND_NOTE, MODES, Bench, front_parser, report
 from bench.procs import ChildFailed, Children, rss_bytes
 
 SCHEMA = "pact-gateway-soak/1"
@@ -48,10 +47,8 @@ def read_process(pid: int) -> Reading:
     return Reading(rss_bytes(pid), len(os.listdir(f"/proc/{pid}/fd")))
 
 
-@dataclass(frozen=True)
-class Bounds:
-    rss_bytes: int
-    open_fds: int
+Bounds = Reading
+"""The growth a run may show, as a reading of it."""
 
 
 def bounds_for(args: argparse.Namespace, conversations: int) -> Bounds:
@@ -113,10 +110,7 @@ def soak(args: argparse.Namespace, bench: Bench) -> dict[str, Any]:
         "errors": errors,
         "error_samples": measured["error_samples"] or warm["error_samples"],
         "conversations_stored": conversations if args.cache == "memory" else 0,
-        **{
-            name: asdict(reading)
-            for name, reading in (("before", before), ("peak", peak[0]), ("after", after))
-        },
+        **{name: asdict(seen) for name, seen in (("before", before), ("peak", peak[0]), ("after", after))},
         "bounds": asdict(bounds),
         "verdict": verdict(before, after, bounds, errors),
     }
@@ -151,7 +145,7 @@ def render(result: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench soak", description=__doc__.split("\n\n")[0])
+    parser = front_parser("soak", __doc__)
     parser.add_argument("--duration", type=float, default=60.0, help="seconds of measured load (default 60)")
     parser.add_argument("--warmup", type=float, default=10.0, help="seconds of load before the first reading")
     parser.add_argument("--concurrency", type=int, default=32)
@@ -160,7 +154,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--redis-url", default=DEFAULT_REDIS_URL, help="a database the soak may flush")
     parser.add_argument("--rss-bound-mib", type=float, default=16.0, help="allowed growth of resident memory")
     parser.add_argument("--fd-bound", type=int, default=8, help="allowed growth of open file descriptors")
-    parser.add_argument("--out", type=Path, help="also write the result as JSON to this file")
     args = parser.parse_args(argv)
     if args.duration <= 0 or args.warmup <= 0 or args.concurrency < 1 or args.turns < 1:
         parser.error("--duration and --warmup must be positive, --concurrency and --turns at least 1")
@@ -178,7 +171,5 @@ def main(argv: list[str] | None = None) -> int:
         finally:
             if args.cache == "redis":
                 store.flushdb()
-    print(render(result))
-    if args.out is not None:
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
+    report(result, args.out, render(result))
     return 0 if result["verdict"]["ok"] else 1
