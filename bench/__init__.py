@@ -3,6 +3,5 @@
 Every measured party runs in its own process so its CPU can be read from ``/proc``; nothing here is
 part of the gateway: it drives the real CLI from the outside. Shared plumbing: :mod:`bench.procs`
 (children, CPU, clusters), :mod:`bench.loadgen` (the load), :mod:`bench.harness` (fronts and the
-gateway's configuration), :mod:`bench.figures` (figures beside targets), :mod:`bench.redis_probe`
-(counting round trips with ``MONITOR``; every other Redis call is redis-py's).
+gateway's configuration), :mod:`bench.figures` (figures beside targets). Its Redis calls are redis-py's.
 """

@@ -39,10 +39,8 @@ from bench.procs import (
     python_env,
     read_machine_ticks,
 )
-from bench.redis_probe import MonitorCount
 from gateway.config import RATE_RULE_NAMES
 from gateway.pa_keys import generate_private_jwk, public_jwks
-from gateway.store.redis import CHARGE
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/14"
 MEMORY_MAX_ENTRIES = 2_000_000
@@ -80,7 +78,6 @@ class Settings:
     half_load_duration: float
     half_load_repeats: int
     half_load_concurrency: int
-    rtt_turns: int
     memory_conversations: int
     instruction_turns: int
     """Turns in the warm-up and the shorter callgrind window (the longer has twice as many); 0 skips."""
@@ -89,9 +86,9 @@ class Settings:
 
 
 MODES: dict[str, Settings] = {
-    "smoke": Settings("smoke", 0.8, 0.3, 1, 16, 5, 0.8, 1, 32, 40, 2_000, 20, 16),
-    "quick": Settings("quick", 1.6, 0.5, 2, 32, 5, 1.5, 1, 64, 200, 20_000, 0),
-    "full": Settings("full", 12.0, 2.0, 4, 32, 5, 15.0, 3, 64, 1_000, 100_000, 400),
+    "smoke": Settings("smoke", 0.8, 0.3, 1, 16, 5, 0.8, 1, 32, 2_000, 20, 16),
+    "quick": Settings("quick", 1.6, 0.5, 2, 32, 5, 1.5, 1, 64, 20_000, 0),
+    "full": Settings("full", 12.0, 2.0, 4, 32, 5, 15.0, 3, 64, 100_000, 400),
 }
 
 
@@ -343,34 +340,6 @@ class Bench:
                     )
                 )
         return rounds
-
-    def redis_round_trips(self, name: str = GW_REDIS) -> dict[str, Any]:
-        """Round trips per turn on the hot path, counted exactly with MONITOR over a fixed number of turns."""
-        front = self.fronts[name]
-        monitor = MonitorCount(self.redis_url, riding=frozenset({CHARGE.sha}))
-        try:
-            result = self.drive(
-                front,
-                duration=120.0,
-                concurrency=4,
-                max_turns=self.settings.rtt_turns,
-                while_running=lambda: monitor.poll(0.05),
-            )
-            monitor.poll(0.5)  # the last replies' commands
-        finally:
-            monitor.close()
-        turns = max(int(result["turns_total"]), 1)
-        client = dict(monitor.client_commands)
-        return {
-            "turns": result["turns_total"],
-            "errors": result["errors"],
-            "turns_per_conversation": self.settings.turns,
-            "round_trips_per_turn": monitor.round_trips / turns,
-            "client_commands": client,
-            "riding_commands_per_turn": monitor.riding / turns,
-            "script_internal_commands_per_turn": sum(monitor.script_commands.values()) / turns,
-            "script_internal_commands": dict(monitor.script_commands),
-        }
 
     def gateway_front(self, cache_url: str, upstream: dict[str, Any] | None = None) -> FrontArgv:
         """How :func:`bench.instructions.count` starts a gateway front on a port it picks."""

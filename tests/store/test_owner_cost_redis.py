@@ -11,12 +11,12 @@ import asyncio
 import time
 from collections import Counter
 
-from bench.redis_probe import MonitorCount
 from gateway.config import CacheConfig
 from gateway.store import Owner, TurnStatus
 from gateway.store import keys as store_keys
 from gateway.store.redis import RedisStore
 from tests.support.redis_layout import tag_of
+from tests.support.redis_monitor import MonitorCount
 
 WHOLE_SET_READS = {"zrange", "zrangebyscore", "zrevrange", "zcard", "zscan", "smembers", "scan", "keys"}
 

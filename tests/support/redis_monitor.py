@@ -1,10 +1,8 @@
-"""Counting what the gateway asks of Redis: ``MONITOR`` over a fixed number of turns.
+"""Counting what the gateway asks of Redis with ``MONITOR``, the commands inside its scripts included.
 
-Round trips (what the hot-path target is about) are commands a client sent over the network:
-``MONITOR`` shows each with its database and client address, and the commands a Lua script runs as
-``[db lua]``, so counting the non-Lua lines on the bench's own database over a fixed number of turns
-gives round trips per turn exactly, however busy the rest of the server is. The bench's other Redis
-calls (flushing its own database, reading ``INFO``, setting up a cluster) are redis-py's.
+``MONITOR`` shows every command with its database and client address, and the commands a Lua script
+runs as ``[db lua]``: counting the lines on the test's own database tallies what a client sent and
+what its scripts ran inside Redis, however busy the rest of the server is.
 """
 
 from __future__ import annotations
@@ -18,19 +16,12 @@ from redis.client import Monitor
 
 
 class MonitorCount:
-    """A MONITOR connection that tallies client commands (not Lua-internal ones) on ``url``'s database.
+    """A MONITOR connection that tallies, on ``url``'s database, client commands and script-run ones."""
 
-    ``riding``: the SHA-1s of scripts the gateway only ever sends in the same write as another
-    command (the per-agent §6 charge beside the turn's script on a Redis Cluster). They are client
-    commands but no round trip of their own, and are tallied apart (:attr:`riding`).
-    """
-
-    def __init__(self, url: str, riding: frozenset[str] = frozenset()) -> None:
+    def __init__(self, url: str) -> None:
         # Kept: a client that is collected closes its pool's connections, the MONITOR one too.
         self._client = client = redis.Redis.from_url(url)
         self._db = int(client.connection_pool.connection_kwargs.get("db", 0))
-        self._riding = riding
-        self.riding = 0
         self.client_commands: Counter[str] = Counter()
         self.script_commands: Counter[str] = Counter()
         monitor = Monitor(client.connection_pool)  # type: ignore[no-untyped-call]  # untyped upstream
@@ -44,21 +35,9 @@ class MonitorCount:
             self._count(self._monitor.next_command())
 
     def _count(self, line: dict[str, Any]) -> None:
-        if line["db"] != self._db:
-            return
-        command, _, args = str(line["command"]).partition(" ")
-        command = command.lower()
-        if line["client_type"] == "lua":
-            self.script_commands[command] += 1
-            return
-        self.client_commands[command] += 1
-        if command == "evalsha" and args.partition(" ")[0] in self._riding:
-            self.riding += 1
-
-    @property
-    def round_trips(self) -> int:
-        """Client commands less those that rode in another's write."""
-        return sum(self.client_commands.values()) - self.riding
+        if line["db"] == self._db:
+            tally = self.script_commands if line["client_type"] == "lua" else self.client_commands
+            tally[str(line["command"]).partition(" ")[0].lower()] += 1
 
     def close(self) -> None:
         self._monitor.__exit__()
