@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import instructions
-from bench.figures import front_cpu, paired, ratio_of, summarize_fronts, target, target_line
+from bench.figures import fmt, front_cpu, paired, ratio_of, summarize_fronts, target, target_line
 from bench.harness import MEMORY_BOUND_NOTE, Bench, Front, Settings, mode_main, mode_parser, progress
 from bench.procs import Child, ChildFailed, Children
 from gateway.config import ADAPTERS, AdapterName
@@ -221,16 +221,12 @@ def render(result: dict[str, Any]) -> list[str]:
         lines.append(
             f"{adapter:<12}{front['throughput_rps']:>8.0f}{front['errors'] + steady['errors']:>7}"
             f"{front['cpu_s_per_1000_turns']['front']:>19.3f}{steady['cpu_s_per_1000_turns']['front']:>10.3f}"
-            f"{_ratio(cpu_ratio):>8}{count}{_ratio(count_ratio):>8}  {exempt}".rstrip()
+            f"{fmt(cpu_ratio):>8}{count}{fmt(count_ratio):>8}  {exempt}".rstrip()
         )
     if not counted["available"]:
         lines.append(f"instructions per turn: {counted['note']}")
     lines += [target_line(t) for t in result["targets"]]
     return lines
-
-
-def _ratio(value: float | None) -> str:
-    return "-" if value is None else f"{value:.2f}"
 
 
 def run(settings: Settings, redis_url: str) -> dict[str, Any]:

@@ -85,20 +85,6 @@ def _oauth_error(status: int, body: bytes) -> str:
     return str(error) if isinstance(error, str) else f"HTTP {status}"
 
 
-async def _device_authorization(
-    session: aiohttp.ClientSession, urls: OAuthUrls, pa_jwt: str, client_id: str
-) -> dict[str, Any]:
-    form = {"client_id": client_id, "scope": " ".join(SCOPES)}
-    async with session.post(
-        urls.device_authorization, data=form, headers={"Authorization": f"Bearer {pa_jwt}"}
-    ) as response:
-        body = await response.read()
-        if response.status != 200:
-            raise FlowFailed(f"device_authorization answered {_oauth_error(response.status, body)}")
-    started: dict[str, Any] = json.loads(body)
-    return started
-
-
 async def _log_in_and_consent(
     session: aiohttp.ClientSession, urls: OAuthUrls, login: Minter, user: int, started: Mapping[str, Any]
 ) -> None:
@@ -135,7 +121,11 @@ def _approved(response: aiohttp.ClientResponse, step: str) -> None:
 
 
 async def _poll_token(
-    session: aiohttp.ClientSession, urls: OAuthUrls, pa_jwt: str, client_id: str, started: Mapping[str, Any]
+    session: aiohttp.ClientSession,
+    urls: OAuthUrls,
+    bearer: dict[str, str],
+    client_id: str,
+    started: Mapping[str, Any],
 ) -> tuple[str, str]:
     """RFC 8628 §3.4-3.5: poll until the token comes, waiting ``interval`` (longer after ``slow_down``)."""
     form = {
@@ -146,11 +136,8 @@ async def _poll_token(
     interval = float(started.get("interval", 5))
     deadline = time.monotonic() + float(started.get("expires_in", 600))
     while time.monotonic() < deadline:
-        async with session.post(
-            urls.token, data=form, headers={"Authorization": f"Bearer {pa_jwt}"}
-        ) as response:
-            body = await response.read()
-            status = response.status
+        async with session.post(urls.token, data=form, headers=bearer) as response:
+            body, status = await response.read(), response.status
         if status == 200:
             granted = json.loads(body)
             return str(granted["access_token"]), str(granted.get("scope", ""))
@@ -167,39 +154,41 @@ async def obtain_token(
     session: aiohttp.ClientSession, urls: OAuthUrls, *, pa: Minter, login: Minter, user: int
 ) -> tuple[str, str]:
     """The whole §5.3 flow for the bench's ``user``-th User: its delegation token and granted scope."""
-    pa_jwt = pa.mint(user_sub(user))
-    started = await _device_authorization(session, urls, pa_jwt, pa.issuer)
+    bearer = {"Authorization": f"Bearer {pa.mint(user_sub(user))}"}
+    form = {"client_id": pa.issuer, "scope": " ".join(SCOPES)}
+    async with session.post(urls.device_authorization, data=form, headers=bearer) as response:
+        body = await response.read()
+        if response.status != 200:
+            raise FlowFailed(f"device_authorization answered {_oauth_error(response.status, body)}")
+    started = json.loads(body)
     await _log_in_and_consent(session, urls, login, user, started)
-    return await _poll_token(session, urls, pa_jwt, pa.issuer, started)
-
-
-async def obtain_tokens(
-    public_url: str, users: int, pa: Minter, login_key: Mapping[str, Any]
-) -> list[tuple[str, str]]:
-    """A token for each of ``users`` bench users from the gateway at ``public_url``, a few flows at once."""
-    urls = OAuthUrls.of(public_url, BRAND)
-    # The Brand login addresses its assertion to the consent URL (§5.3, the notes: ``aud``).
-    login = Minter(login_key, LOGIN_ISSUER, urls.consent)
-    gate = asyncio.Semaphore(FLOWS_AT_ONCE)
-    # Cookies off: a consent page must work from the form alone, as the contract says it does.
-    async with aiohttp.ClientSession(
-        cookie_jar=aiohttp.DummyCookieJar(), timeout=aiohttp.ClientTimeout(total=30)
-    ) as session:
-
-        async def one(user: int) -> tuple[str, str]:
-            async with gate:
-                return await obtain_token(session, urls, pa=pa, login=login, user=user)
-
-        return list(await asyncio.gather(*(one(user) for user in range(users))))
+    return await _poll_token(session, urls, bearer, pa.issuer, started)
 
 
 def grant_users(url: str, users: int, key_file: Path, login_key_file: Path, out: Path) -> dict[str, Any]:
-    """§5.3 for ``users`` bench users against the gateway at ``url``: their tokens written to ``out`` in
-    user order (:func:`bench.loadgen.load_tokens`), how long the flows took and the scopes granted."""
-    pa = Minter(json.loads(key_file.read_text()), ISSUER, AUDIENCE)
+    """§5.3 for ``users`` bench users against the gateway at ``url``, a few flows at once: their tokens
+    written to ``out`` in user order (:func:`bench.loadgen.load_tokens`), how long the flows took and
+    the scopes granted."""
+    urls, pa = OAuthUrls.of(url, BRAND), Minter(json.loads(key_file.read_text()), ISSUER, AUDIENCE)
+    # The Brand login addresses its assertion to the consent URL (§5.3, the notes: ``aud``).
+    login = Minter(json.loads(login_key_file.read_text()), LOGIN_ISSUER, urls.consent)
+
+    async def flows() -> list[tuple[str, str]]:
+        gate = asyncio.Semaphore(FLOWS_AT_ONCE)
+        # Cookies off: a consent page must work from the form alone, as the contract says it does.
+        async with aiohttp.ClientSession(
+            cookie_jar=aiohttp.DummyCookieJar(), timeout=aiohttp.ClientTimeout(total=30)
+        ) as session:
+
+            async def one(user: int) -> tuple[str, str]:
+                async with gate:
+                    return await obtain_token(session, urls, pa=pa, login=login, user=user)
+
+            return list(await asyncio.gather(*(one(user) for user in range(users))))
+
     started = time.monotonic()
     try:
-        granted = asyncio.run(obtain_tokens(url, users, pa, json.loads(login_key_file.read_text())))
+        granted = asyncio.run(flows())
     except (FlowFailed, aiohttp.ClientError, TimeoutError, KeyError, ValueError) as exc:
         raise ChildFailed(f"the §5.3 flows against {url} failed: {type(exc).__name__}: {exc}") from None
     seconds = time.monotonic() - started

@@ -220,14 +220,20 @@ class Bench:
         """The design's ceiling on the gateway's own stack: aiohttp's server, the gateway's bot client."""
         return ["-m", "bench.passthrough", "--port", str(port), "--upstream", self.bot_url]
 
-    def gateway_argv(self, config: Path) -> list[str]:
-        return ["-m", "gateway", "serve", "--config", str(config)]
+    def gateway_front(self, cache_url: str, upstream: dict[str, Any] | None = None) -> FrontArgv:
+        """How a gateway front on ``cache_url`` starts on a port (here, and in :mod:`bench.instructions`)."""
+
+        def argv(port: int) -> list[str]:
+            return ["-m", "gateway", "serve", "--config", str(self.gateway_config(port, cache_url, upstream))]
+
+        return argv
 
     def start_gateway(self, name: str, cache_url: str, upstream: dict[str, Any] | None = None) -> Front:
         """A gateway front, started (not yet listening: :meth:`Front.listening`)."""
         port = free_port()
-        child = self.children.python(name, *self.gateway_argv(self.gateway_config(port, cache_url, upstream)))
-        return Front.a2a(name, port, child)
+        return Front.a2a(
+            name, port, self.children.python(name, *self.gateway_front(cache_url, upstream)(port))
+        )
 
     def start_all(self, redis_url: str) -> None:
         progress(MEMORY_BOUND_NOTE)
@@ -340,10 +346,6 @@ class Bench:
                     )
                 )
         return rounds
-
-    def gateway_front(self, cache_url: str, upstream: dict[str, Any] | None = None) -> FrontArgv:
-        """How :func:`bench.instructions.count` starts a gateway front on a port it picks."""
-        return lambda port: self.gateway_argv(self.gateway_config(port, cache_url, upstream))
 
 
 def run_load(

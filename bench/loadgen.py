@@ -116,13 +116,13 @@ class Load:
         self.args, self.delegation = args, delegation
         self.minter = Minter(key, ISSUER, AUDIENCE)
         self.tokens: dict[int, tuple[str, float]] = {}
+        self.latencies: list[float] = []
+        self.turns_total = self.issued = self.scheduled = self.conversations = self.errors = 0
+        self.late_starts, self.error_samples = 0, list[str]()
+        for user in range(min(args.subs, 4096)):
+            self.header(user)  # minted before the clock starts: minting is the personal agent's cost
         self.start = time.perf_counter()
         self.window = (self.start + args.warmup, self.start + args.warmup + args.duration)
-        self.latencies: list[float] = []
-        self.turns_total = self.issued = self.scheduled = self.conversations = self.errors = (
-            self.late_starts
-        ) = 0
-        self.error_samples: list[str] = []
 
     def header(self, user: int) -> str:
         """User ``user``'s PA JWT, minted on first use and again before it expires."""
@@ -214,10 +214,6 @@ class Load:
 
 async def run(args: argparse.Namespace, key: Mapping[str, Any], delegation: Sequence[str]) -> dict[str, Any]:
     load = Load(args, key, delegation)
-    for user in range(min(args.subs, 4096)):
-        load.header(user)  # mint before the clock starts: minting is the personal agent's cost
-    load.start = time.perf_counter()
-    load.window = (load.start + args.warmup, load.start + args.warmup + args.duration)
     connector = aiohttp.TCPConnector(limit=args.concurrency, keepalive_timeout=30)
     timeout = aiohttp.ClientTimeout(total=args.request_timeout)
     cpu_before = os.times()

@@ -19,7 +19,6 @@ import argparse
 import asyncio
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -30,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import gateway_yaml, write_yaml
-from bench.instructions import callgrind_totals
+from bench.instructions import available, callgrind_totals
 from bench.loadgen import AUDIENCE, ISSUER, Minter, user_sub
 from bench.procs import REPO_ROOT, free_port, python_env
 from gateway.pa_keys import generate_private_jwk, public_jwks
@@ -222,10 +221,6 @@ def _run_child(turns: int, cache_url: str) -> None:
 
 
 # ---- the parent: valgrind, its file, the baseline ----------------------------------------------------
-
-
-def available() -> bool:
-    return shutil.which("valgrind") is not None
 
 
 def count(turns: int = TURNS, cache_url: str = "memory://") -> float:
