@@ -78,7 +78,6 @@ class Settings:
     half_load_duration: float
     half_load_repeats: int
     half_load_concurrency: int
-    memory_conversations: int
     instruction_turns: int
     """Turns in the warm-up and the shorter callgrind window (the longer has twice as many); 0 skips."""
     delegated_users: int = 256
@@ -86,9 +85,9 @@ class Settings:
 
 
 MODES: dict[str, Settings] = {
-    "smoke": Settings("smoke", 0.8, 0.3, 1, 16, 5, 0.8, 1, 32, 2_000, 20, 16),
-    "quick": Settings("quick", 1.6, 0.5, 2, 32, 5, 1.5, 1, 64, 20_000, 0),
-    "full": Settings("full", 12.0, 2.0, 4, 32, 5, 15.0, 3, 64, 100_000, 400),
+    "smoke": Settings("smoke", 0.8, 0.3, 1, 16, 5, 0.8, 1, 32, 20, 16),
+    "quick": Settings("quick", 1.6, 0.5, 2, 32, 5, 1.5, 1, 64, 0),
+    "full": Settings("full", 12.0, 2.0, 4, 32, 5, 15.0, 3, 64, 400),
 }
 
 
@@ -420,14 +419,10 @@ def progress(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def python_json(argv: Sequence[str], timeout: float) -> dict[str, Any]:
+def load_json(argv: Sequence[str], timeout: float) -> dict[str, Any]:
+    """A load-generator run (``argv``: :func:`bench.loadgen.argv`) whose CPU is not read: its JSON."""
     done = subprocess.run(
-        [sys.executable, *argv],
-        cwd=REPO_ROOT,
-        env=python_env(),
-        capture_output=True,
-        timeout=timeout,
-        check=False,
+        argv, cwd=REPO_ROOT, env=python_env(), capture_output=True, timeout=timeout, check=False
     )
     if done.returncode != 0:
         raise ChildFailed(f"{' '.join(argv)} failed:\n{done.stderr.decode(errors='replace')[-2000:]}")
@@ -449,7 +444,8 @@ def front_parser(
 def report(result: Mapping[str, Any], out: Path | None, text: str) -> None:
     """A front's figures printed beside their targets, its result also written as JSON to ``out``."""
     if out is not None:
-        out.write_text(json.dumps(result, indent=2) + "\n")
+        # allow_nan=False: a NaN or infinity would make the file unreadable to strict parsers; fail instead.
+        out.write_text(json.dumps(result, indent=2, allow_nan=False) + "\n")
     print(text)
 
 
@@ -484,28 +480,17 @@ def mode_main(
     except ChildFailed as failure:
         print(f"python -m bench {front}: {failure}", file=sys.stderr)
         return 1
-    out = write_result(result, args.out, front, result["started_at"])
-    print(f"{render(result)}\n\nresult: {out}")
+    stamp = result["started_at"].replace(":", "").replace("+0000", "Z")
+    out = args.out or RESULTS_DIR / f"{front}-{stamp}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    report(result, out, f"{render(result)}\n\nresult: {out}")
     return 0
 
 
 def settings_from(args: argparse.Namespace) -> Settings:
     base = MODES["smoke" if args.smoke else "quick" if args.quick else "full"]
-    fields = {name: name for name in ("duration", "repeats", "concurrency", "turns", "instruction_turns")}
-    fields["conversations"] = "memory_conversations"
-    overrides = {
-        field: value for name, field in fields.items() if (value := getattr(args, name, None)) is not None
-    }
+    fields = ("duration", "repeats", "concurrency", "turns", "instruction_turns")
+    overrides = {name: value for name in fields if (value := getattr(args, name)) is not None}
     if "duration" in overrides:
         overrides["half_load_duration"] = overrides["duration"]
     return Settings(**{**asdict(base), **overrides})
-
-
-def write_result(result: Mapping[str, Any], out: Path | None, name: str, started_at: str) -> Path:
-    """The run's JSON: ``out``, or ``bench/results/<name>-<timestamp>.json``."""
-    stamp = started_at.replace(":", "").replace("+0000", "Z")
-    path = out or RESULTS_DIR / f"{name}-{stamp}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # allow_nan=False: a NaN or infinity would make the file unreadable to strict parsers; fail instead.
-    path.write_text(json.dumps(result, indent=2, allow_nan=False) + "\n")
-    return path

@@ -4,7 +4,7 @@ By default, in this process: conversations made through the store's turn protoco
 makes them (``begin_turn`` without a ``contextId``, then ``complete_turn`` with a rendered reply),
 each its own user; the RSS growth over them (what the operator pays, allocator slack included), less
 the replies' bytes (the bot's choice), and per ``cache.max_entries`` entry. ``--turns N`` answers N
-turns a conversation. Prints one JSON document; ``python -m bench throughput`` includes it.
+turns a conversation. Target: at most 1 KiB per idle conversation of one turn, replies excluded.
 
 ``--at-bound``: the collector's pauses in a gateway whose store is at its bound. For each
 ``--scales`` multiple of the default ``cache.max_entries`` (300,000; set for the run and printed) a
@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import gc
-import json
 import signal
 import sys
 import tempfile
@@ -42,7 +41,7 @@ import orjson
 
 from bench import loadgen
 from bench.figures import target, target_line, valid
-from bench.harness import Front, front_parser, gateway_yaml, python_json, report, write_key, write_yaml
+from bench.harness import Front, front_parser, gateway_yaml, load_json, report, write_key, write_yaml
 from bench.procs import Child, Children, free_port, rss_bytes
 from gateway.config import CacheConfig
 from gateway.protocol.messages import render_reply
@@ -230,7 +229,7 @@ def _round(children: Children, workdir: Path, bot_url: str, scale: float, args: 
             front.url, key_file, duration=args.duration, warmup=2.0, concurrency=args.concurrency,
             turns=args.turns, users=256,
         )  # fmt: skip
-        driven = python_json(load[1:], timeout=args.duration + 60)
+        driven = load_json(load, timeout=args.duration + 60)
         child.popen.send_signal(signal.SIGUSR1)
         measured = _wait_for(child, stats, timeout=10)
     finally:
@@ -309,5 +308,20 @@ def main(argv: Sequence[str]) -> int:
         report(result, args.out, "\n".join(line for one in result["rounds"] for line in _render(one)))
     else:
         result = asyncio.run(measure(args.conversations, args.turns))
-        report(result, args.out, json.dumps(result))
+        report(result, args.out, _render_bytes(result))
     return 0
+
+
+def _render_bytes(figures: dict[str, Any]) -> str:
+    per, replies = figures["rss_bytes_per_conversation"], figures["reply_bytes_per_conversation"]
+    lines = [
+        f"memory store: {figures['conversations']:,} conversations of {figures['turns_per_conversation']} "
+        f"answered turn(s), each its own person's: {figures['entries']:,} entries, RSS {per:,.0f} B a "
+        f"conversation ({replies:,.0f} B of it replies), {figures['rss_bytes_per_entry']:,.0f} B an entry"
+    ]
+    if figures["turns_per_conversation"] == 1:
+        idle = figures["rss_bytes_per_conversation_excluding_replies"]
+        lines.append(
+            target_line(target("bytes per idle conversation, excluding replies (RSS)", "<= 1024", idle))
+        )
+    return "\n".join(lines)

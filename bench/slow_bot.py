@@ -35,7 +35,7 @@ from bench.harness import (
     MEMORY_BOUND_NOTE,
     front_parser,
     gateway_yaml,
-    python_json,
+    load_json,
     report,
     run_load,
     write_key,
@@ -80,88 +80,92 @@ class Front(NamedTuple):
     """The Redis processes of a store the run started (a cluster's nodes): their CPU is read too."""
 
 
-class Run(NamedTuple):
-    children: Children
-    workdir: Path
-    key_file: Path
-    jwks: dict[str, Any]
-    bot: Child
-    bot_url: str
-    args: argparse.Namespace
+class Rounds:
+    """The run's fake bot and personal agent's key; each front started afresh for each of its rounds."""
 
+    def __init__(self, children: Children, workdir: Path, args: argparse.Namespace) -> None:
+        self.children, self.workdir, self.args = children, workdir, args
+        port = free_port()
+        self.bot = children.python("bot", "-m", "bench", "slow_bot", "bot", str(port), str(args.latency))
+        self.bot.wait_port(port)
+        self.bot_url, self.key_file = f"http://127.0.0.1:{port}/chat", workdir / "pa-key.json"
+        self.jwks = write_key(self.key_file)
 
-def start(run: Run, front: Front) -> tuple[Child | None, str]:
-    """``front``'s process, started afresh and listening, and its turn URL (bot direct: the bot's)."""
-    if front.name == BOT_DIRECT:
-        return None, run.bot_url
-    port, label = free_port(), front.name.replace(" ", "-")
-    argv = ["-m", "bench.passthrough", "--port", str(port), "--upstream", run.bot_url]
-    if front.cache_url is not None:
-        cache = {"url": front.cache_url, "conversation_ttl": KEY_TTL, "closed_ttl": KEY_TTL}
-        raw = gateway_yaml(port, run.jwks, {"url": run.bot_url}, cache)
-        argv = ["-m", "gateway", "serve", "--config", str(write_yaml(run.workdir / f"{label}.yaml", raw))]
-    child = run.children.python(label, *argv)
-    child.wait_port(port)
-    return child, f"http://127.0.0.1:{port}/a2a/acme/message:send"
-
-
-def measure(run: Run, front: Front, concurrency: int) -> dict[str, Any]:
-    """One round: (for a front of its own) a warm-up and the idle RSS, then the measured load."""
-    args = run.args
-    child, url = start(run, front)
-    try:
-
-        def load(concurrency: int, duration: float, warmup: float) -> list[str]:
-            return loadgen.argv(
-                url,
-                run.key_file,
-                mode="bot" if child is None else "a2a",
-                duration=duration,
-                warmup=warmup,
-                concurrency=concurrency,
-                users=concurrency,
-                request_timeout=args.latency * 4 + 10,
+    def start(self, front: Front) -> tuple[Child | None, str]:
+        """``front``'s process, started afresh and listening, and its turn URL (bot direct: the bot's)."""
+        if front.name == BOT_DIRECT:
+            return None, self.bot_url
+        port, label = free_port(), front.name.replace(" ", "-")
+        argv = ["-m", "bench.passthrough", "--port", str(port), "--upstream", self.bot_url]
+        if front.cache_url is not None:
+            cache = {"url": front.cache_url, "conversation_ttl": KEY_TTL, "closed_ttl": KEY_TTL}
+            config = write_yaml(
+                self.workdir / f"{label}.yaml", gateway_yaml(port, self.jwks, {"url": self.bot_url}, cache)
             )
+            argv = ["-m", "gateway", "serve", "--config", str(config)]
+        child = self.children.python(label, *argv)
+        child.wait_port(port)
+        return child, f"http://127.0.0.1:{port}/a2a/acme/message:send"
 
-        idle, samples = None, []
-        if child is not None:
-            python_json(load(WARM_CONCURRENCY, 2.0, 0.5)[1:], args.warmup + args.latency * 4 + 120)
-            time.sleep(0.5)
-            idle = rss_bytes(child.pid)
-        parties = {"bot": run.bot.pid} | ({} if child is None else {"front": child.pid})
-        parties |= {f"redis-{pid}": pid for pid in front.redis_pids}
-        # The RSS is sampled over the measured window only, as turns are counted.
-        window = time.monotonic() + args.warmup, time.monotonic() + args.warmup + args.duration
+    def measure(self, front: Front, concurrency: int) -> dict[str, Any]:
+        """One round: (for a front of its own) a warm-up and the idle RSS, then the measured load."""
+        args = self.args
+        child, url = self.start(front)
+        try:
 
-        def sample() -> None:
-            time.sleep(RSS_SAMPLE_SECONDS)
-            if child is not None and window[0] <= time.monotonic() <= window[1]:
-                samples.append(rss_bytes(child.pid))
+            def load(concurrency: int, duration: float, warmup: float) -> list[str]:
+                return loadgen.argv(
+                    url,
+                    self.key_file,
+                    mode="bot" if child is None else "a2a",
+                    duration=duration,
+                    warmup=warmup,
+                    concurrency=concurrency,
+                    users=concurrency,
+                    request_timeout=args.latency * 4 + 10,
+                )
 
-        limit = args.warmup + args.duration + args.latency * 4 + 120
-        result = run_load(load(concurrency, args.duration, args.warmup), parties, run.workdir, limit, sample)
-    finally:
-        if child is not None:
-            run.children.stop(child)
-    cpu = result["cpu_s"]
-    redis = sum(cpu.pop(name) for name in list(cpu) if name.startswith("redis-"))
-    turns, rate = max(result["turns_total"], 1), result["throughput_rps"]
-    per_turn = {"front": cpu.get("front"), "redis": redis if front.redis_pids else None}
-    return {
-        "turns_per_s": rate,
-        "errors": result["errors"],
-        "error_samples": result["error_samples"],
-        "p50_ms": result["latency_ms"]["p50"],
-        "cpu_s": {**cpu, "redis": redis},
-        "machine_busy": result["machine_busy"],
-        # Every completed turn (warm-up too) against the round's CPU; the cores busy at the measured rate
-        # (a front near 1.0 is bound by its own single process).
-        **{f"{p}_cpu_ms_per_turn": None if s is None else s * 1000 / turns for p, s in per_turn.items()},
-        **{f"{p}_cores": None if s is None else s / turns * rate for p, s in per_turn.items()},
-        "rss_kib_per_turn_in_flight": None
-        if idle is None or not samples
-        else max(max(samples) - idle, 0) / concurrency / 1024,
-    }
+            idle, samples = None, []
+            if child is not None:
+                load_json(load(WARM_CONCURRENCY, 2.0, 0.5), args.warmup + args.latency * 4 + 120)
+                time.sleep(0.5)
+                idle = rss_bytes(child.pid)
+            parties = {"bot": self.bot.pid} | ({} if child is None else {"front": child.pid})
+            parties |= {f"redis-{pid}": pid for pid in front.redis_pids}
+            # The RSS is sampled over the measured window only, as turns are counted.
+            window = time.monotonic() + args.warmup, time.monotonic() + args.warmup + args.duration
+
+            def sample() -> None:
+                time.sleep(RSS_SAMPLE_SECONDS)
+                if child is not None and window[0] <= time.monotonic() <= window[1]:
+                    samples.append(rss_bytes(child.pid))
+
+            limit = args.warmup + args.duration + args.latency * 4 + 120
+            result = run_load(
+                load(concurrency, args.duration, args.warmup), parties, self.workdir, limit, sample
+            )
+        finally:
+            if child is not None:
+                self.children.stop(child)
+        cpu = result["cpu_s"]
+        redis = sum(cpu.pop(name) for name in list(cpu) if name.startswith("redis-"))
+        turns, rate = max(result["turns_total"], 1), result["throughput_rps"]
+        per_turn = {"front": cpu.get("front"), "redis": redis if front.redis_pids else None}
+        return {
+            "turns_per_s": rate,
+            "errors": result["errors"],
+            "error_samples": result["error_samples"],
+            "p50_ms": result["latency_ms"]["p50"],
+            "cpu_s": {**cpu, "redis": redis},
+            "machine_busy": result["machine_busy"],
+            # Every completed turn (warm-up too) against the round's CPU; the cores busy at the measured
+            # rate (a front near 1.0 is bound by its own single process).
+            **{f"{p}_cpu_ms_per_turn": None if s is None else s * 1000 / turns for p, s in per_turn.items()},
+            **{f"{p}_cores": None if s is None else s / turns * rate for p, s in per_turn.items()},
+            "rss_kib_per_turn_in_flight": None
+            if idle is None or not samples
+            else max(max(samples) - idle, 0) / concurrency / 1024,
+        }
 
 
 def summarise(repeats: Sequence[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
@@ -204,13 +208,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             print(f"# {MEMORY_BOUND_NOTE}", file=sys.stderr)
         fronts += [Front("gateway redis", args.redis_url)] if "redis" in args.stores else []
         fronts += [Front(f"gateway cluster {n}", c.url, tuple(c.pids)) for n, c in clusters.items()]
-        port = free_port()
-        bot = children.python("bot", "-m", "bench", "slow_bot", "bot", str(port), str(args.latency))
-        bot.wait_port(port)
-        key_file = workdir / "pa-key.json"
-        setup = Run(
-            children, workdir, key_file, write_key(key_file), bot, f"http://127.0.0.1:{port}/chat", args
-        )
+        setup = Rounds(children, workdir, args)
         rounds: list[dict[str, Any]] = []
         for concurrency in args.where:
             repeats: list[dict[str, dict[str, Any]]] = []
@@ -220,7 +218,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 figures: dict[str, dict[str, Any]] = {}
                 for front in fronts[shift:] + fronts[:shift]:
                     print(f"# {concurrency} concurrent, repeat {repeat + 1}: {front.name}", file=sys.stderr)
-                    figures[front.name] = measure(setup, front, concurrency)
+                    figures[front.name] = setup.measure(front, concurrency)
                 repeats.append({front.name: figures[front.name] for front in fronts})
             rounds.append({"concurrency": concurrency, "repeats": repeats, "fronts": summarise(repeats)})
     settings = {key: getattr(args, key) for key in ("latency", "where", "duration", "warmup", "repeats")}

@@ -4,10 +4,10 @@ The sample bot with, in front of it on loopback: nothing, the bare pass-through
 (:mod:`bench.passthrough`, the design's ceiling), and the gateway CLI on the memory store and on
 Redis, each gateway driven with §3 turns and with the same turns under §5.5 delegation tokens from
 real grants. Peak rounds interleaved and repeated, latency at half each gateway's peak, instructions
-per turn under callgrind (full run), each bot adapter beside ``pact`` (:mod:`bench.adapters`), and
-memory per idle conversation (:mod:`bench.memory`). Redis round trips per turn (2, a delegated turn's
-too) are held by tests through the gateway (``tests/ops/test_replicas.py``,
-``tests/store/test_conversation_grants.py``).
+per turn under callgrind (full run), and each bot adapter beside ``pact`` (:mod:`bench.adapters`).
+Redis round trips per turn (2, a delegated turn's too) are held by tests through the gateway
+(``tests/ops/test_replicas.py``, ``tests/store/test_conversation_grants.py``); memory per idle
+conversation is the memory front's (:mod:`bench.memory`).
 Results: a JSON file and a table; targets are reported, never an error exit (docs/performance.md).
 """
 
@@ -43,7 +43,6 @@ from bench.harness import (
     mode_main,
     mode_parser,
     progress,
-    python_json,
 )
 from bench.procs import ChildFailed, Children
 
@@ -52,16 +51,16 @@ SCHEMA = "pact-gateway-bench/1"
 
 def count_instructions(bench: Bench, redis_url: str) -> dict[str, Any]:
     """Instructions per turn of the pass-through and both gateways, counted by callgrind."""
+    gateways = {GW_MEMORY: "memory://", GW_REDIS: redis_url}
     fronts = [
         (PASSTHROUGH, bench.passthrough_argv),
-        (GW_MEMORY, bench.gateway_front("memory://")),
+        *((n, bench.gateway_front(u)) for n, u in gateways.items()),
     ]
-    counted = instructions.count(bench, [*fronts, (GW_REDIS, bench.gateway_front(redis_url))])
-    if not counted["available"]:
-        return counted
-    per_turn = instructions.per_turn(counted)
-    counted["gateway_memory_vs_passthrough"] = per_turn[GW_MEMORY] / per_turn[PASSTHROUGH]
-    counted["gateway_redis_vs_passthrough"] = per_turn[GW_REDIS] / per_turn[PASSTHROUGH]
+    counted = instructions.count(bench, fronts)
+    if counted["available"]:
+        per_turn = instructions.per_turn(counted)
+        for name in gateways:
+            counted[f"{_key(name)}_vs_passthrough"] = per_turn[name] / per_turn[PASSTHROUGH]
     return counted
 
 
@@ -94,9 +93,7 @@ def check_targets(result: dict[str, Any]) -> list[dict[str, Any]]:
     for quantile, goal in (("p50", "<= 1.0"), ("p99", "<= 5.0")):
         figures = half[f"added_{quantile}_ms"], half["added_per_repeat"][f"{quantile}_ms"]
         out.append(fig.target(f"added {quantile} latency at half peak (ms)", goal, *figures))
-    memory = result["memory"]["rss_bytes_per_conversation_excluding_replies"]
-    name = "bytes per idle conversation, memory store, excluding replies (RSS)"
-    return [*out, fig.target(name, "<= 1024", memory)]
+    return out
 
 
 def render_table(result: dict[str, Any]) -> str:
@@ -117,7 +114,7 @@ def render_table(result: dict[str, Any]) -> str:
         )
     lines += ["", "ratios (median of same-repeat pairs)"]
     lines += [f"  {key:<52}{value:>8.2f}" for key, value in result["ratios"].items()]
-    half, memory = result["half_load"], result["memory"]
+    half = result["half_load"]
     lines.append("")
     for store, suffix in (("memory", ""), ("redis", "_redis")):
         lines.append(
@@ -125,10 +122,6 @@ def render_table(result: dict[str, Any]) -> str:
             f"pass-through p50 {half['added_p50_ms' + suffix]:.2f} ms, "
             f"p99 {half['added_p99_ms' + suffix]:.2f} ms"
         )
-    lines.append(
-        f"memory store: {memory['rss_bytes_per_conversation_excluding_replies']:.0f} B RSS per idle "
-        f"conversation excluding replies ({memory['conversations']} conversations)"
-    )
     flows = result["delegation"]["flows"].items()
     lines.append(
         "delegation flows (§5.3): "
@@ -180,10 +173,6 @@ def run(settings: Settings, redis_url: str) -> dict[str, Any]:
             counted = count_instructions(bench, redis_url)
             progress("bot adapters, each against its fake")
             adapter_costs = adapters.measure(bench)
-        progress("memory per idle conversation")
-        memory = python_json(
-            ["-m", "bench", "memory", "--conversations", str(settings.memory_conversations)], 900
-        )
     finally:
         store.flushdb()
         shutil.rmtree(workdir, ignore_errors=True)
@@ -228,7 +217,6 @@ def run(settings: Settings, redis_url: str) -> dict[str, Any]:
             **{f"added_{key}": fig.median(values) for key, values in added_per_repeat.items()},
             "added_per_repeat": added_per_repeat,
         },
-        "memory": memory,
         "delegation": {
             "users": settings.delegated_users,
             "scopes_requested": list(SCOPES),
@@ -242,6 +230,4 @@ def run(settings: Settings, redis_url: str) -> dict[str, Any]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = mode_parser("throughput", __doc__)
-    parser.add_argument("--conversations", type=int, help="idle conversations for the memory reading")
-    return mode_main("throughput", parser, argv, run, render_table)
+    return mode_main("throughput", mode_parser("throughput", __doc__), argv, run, render_table)

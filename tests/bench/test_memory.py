@@ -31,11 +31,17 @@ def test_a_tiny_run_fills_the_served_store_to_its_bound_and_reports_its_collecti
     assert "tracked objects per stored conversation" in printed
 
 
-def test_idle_conversations_are_read_per_conversation_and_per_entry_less_their_replies() -> None:
-    figures = json.loads(run_module("bench", "memory", "--conversations", "2000", "--turns", "2"))
-    assert (figures["conversations"], figures["turns_per_conversation"]) == (2000, 2)
+def test_idle_conversations_are_read_per_conversation_and_per_entry_less_their_replies(
+    tmp_path: Path,
+) -> None:
+    out = tmp_path / "memory.json"
+    printed = run_module("bench", "memory", "--conversations", "2000", "--out", str(out))
+    figures = json.loads(out.read_text())
+    assert (figures["conversations"], figures["turns_per_conversation"]) == (2000, 1)
     # A record, a first-message record and a person's index each: what cache.max_entries counts.
     assert figures["entries"] == 3 * 2000
+    assert "bytes per idle conversation, excluding replies (RSS): " in printed
+    assert "(target <= 1024: " in printed
     assert figures["reply_bytes_per_conversation"] > 0
     assert figures["rss_bytes_per_conversation_excluding_replies"] == pytest.approx(
         max(figures["rss_bytes_per_conversation"] - figures["reply_bytes_per_conversation"], 0.0)

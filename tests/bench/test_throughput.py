@@ -3,7 +3,7 @@
 ``python -m bench throughput --smoke`` drives every front (the bot direct, the pass-through, the
 gateway on memory and on Redis with §3 turns and with §5.5 delegated ones) and every measurement
 path (the §5.3 flows that get the delegated users their tokens, peak rounds, half-load rounds,
-instructions per turn under callgrind, the adapters, memory per conversation)
+instructions per turn under callgrind, the adapters)
 for a fraction of a second each. Timings are never asserted: CI machines are too noisy for that, and the
 benchmark reports figures rather than judging them. What is asserted is that the run worked
 (no failed turns, every delegated reply with its receipt, something measured everywhere) and
@@ -45,13 +45,12 @@ SECTIONS = {
     "rounds",
     "ratios",
     "half_load",
-    "memory",
     "delegation",
     "instructions",
     "adapters",
     "targets",
 }
-TARGET_COUNT = 9
+TARGET_COUNT = 8
 # Differences between two measured latencies may fall below zero on a noisy machine.
 SIGNED_KEYS = ("added_",)
 DIFFERENCE_FIELDS = ("measured", "per_repeat")
@@ -147,7 +146,7 @@ def test_delegated_users_got_real_grants(smoke_run: tuple[dict[str, Any], str]) 
         assert len(result["ratios_per_repeat"][key]) == result["settings"]["repeats"], key
 
 
-def test_ratios_half_load_and_memory_were_measured(smoke_run: tuple[dict[str, Any], str]) -> None:
+def test_ratios_and_half_load_were_measured(smoke_run: tuple[dict[str, Any], str]) -> None:
     result, _ = smoke_run
     for name, value in result["ratios"].items():
         _positive(value, f"ratio {name}")
@@ -162,10 +161,6 @@ def test_ratios_half_load_and_memory_were_measured(smoke_run: tuple[dict[str, An
     }
     for key in ("added_p50_ms", "added_p99_ms", "added_p50_ms_redis", "added_p99_ms_redis"):
         assert isinstance(half[key], int | float)
-    memory = result["memory"]
-    _positive(memory["conversations"], "idle conversations")
-    for key in ("rss_bytes_per_conversation", "rss_bytes_per_conversation_excluding_replies"):
-        _positive(memory[key], f"memory {key}")
 
 
 def test_instructions_per_turn_were_counted_for_the_pass_through_and_both_gateways(
