@@ -12,10 +12,8 @@ calls and polling). ``python -m bench throughput`` includes it under ``adapters`
 from __future__ import annotations
 
 import datetime as dt
-import json
 import statistics
 import tempfile
-import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -24,7 +22,7 @@ from typing import Any
 from bench import instructions
 from bench.figures import fmt, front_cpu, paired, ratio_of, summarize_fronts, target, target_line
 from bench.harness import MEMORY_BOUND_NOTE, Bench, Front, Settings, mode_main, mode_parser, progress
-from bench.procs import Child, ChildFailed, Children
+from bench.procs import Child, Children
 from gateway.config import ADAPTERS, AdapterName
 
 BASELINE: AdapterName = "pact"
@@ -89,23 +87,6 @@ class Bot:
     upstream: dict[str, Any]
 
 
-def _listening(child: Child) -> tuple[str, str | None]:
-    """The URL and credential a fake printed once it listens (``tests.support.fake_bots``)."""
-    deadline = time.monotonic() + _LISTEN_TIMEOUT
-    while time.monotonic() < deadline:
-        if not child.alive():
-            raise ChildFailed(f"{child.name} exited with {child.popen.returncode}:\n{child.tail()}")
-        # Only whole lines: the last one may still be being written.
-        for line in child.log_path.read_text(errors="replace").split("\n")[:-1]:
-            if line.startswith('{"url"'):
-                said = json.loads(line)
-                return str(said["url"]), said["credential"]
-        time.sleep(0.05)
-    raise ChildFailed(
-        f"{child.name} did not say where it listens within {_LISTEN_TIMEOUT} s:\n{child.tail()}"
-    )
-
-
 def start_bots(bench: Bench) -> dict[AdapterName, Bot]:
     """Every adapter's bot, listening: the run's sample bot for ``pact``, a fake process for the others.
 
@@ -123,7 +104,8 @@ def start_bots(bench: Bench) -> dict[AdapterName, Bot]:
         if adapter != BASELINE
     }
     for adapter, fake in fakes.items():
-        url, credential = _listening(fake)
+        said = fake.said('{"url"', _LISTEN_TIMEOUT)  # tests.support.fake_bots: once it listens
+        url, credential = str(said["url"]), said["credential"]
         if credential is not None:
             bench.children.env[credential_variable(adapter)] = credential
         bots[adapter] = Bot(fake, upstream_block(adapter, url))

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import signal
 import sys
 import tempfile
@@ -37,12 +38,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from bench import loadgen
 from bench.figures import target, target_line, valid
 from bench.harness import Front, front_parser, gateway_yaml, load_json, report, write_key, write_yaml
-from bench.procs import Child, Children, free_port, rss_bytes
+from bench.procs import Children, free_port, rss_bytes
 from gateway.config import CacheConfig
 from gateway.protocol.messages import render_reply
 from gateway.store.base import Owner, TurnStatus
@@ -129,8 +128,8 @@ async def measure(count: int, turns: int = 1) -> dict[str, Any]:
 # ---- --at-bound, in the gateway's process --------------------------------------------------------
 
 
-async def _fill_served(store: MemoryStore, conversations: int, done: Path) -> None:
-    """:func:`fill` aged by :data:`FILL_AGE`, its tracked objects and RSS per entry written to ``done``."""
+async def _fill_served(store: MemoryStore, conversations: int) -> None:
+    """:func:`fill` aged by :data:`FILL_AGE`; its tracked objects and RSS per entry said on stdout."""
     gc.collect()
     tracked, rss, entries = len(gc.get_objects()), rss_bytes(), len(store.keyspace.entries)
     started = time.perf_counter()
@@ -144,15 +143,15 @@ async def _fill_served(store: MemoryStore, conversations: int, done: Path) -> No
         "tracked_per_conversation": (len(gc.get_objects()) - tracked) / conversations,
         "rss_per_entry": (rss_bytes() - rss) / max(added, 1),
     }
-    await asyncio.to_thread(done.write_bytes, orjson.dumps(figures))
+    print(json.dumps({"fill": figures}), flush=True)
 
 
-def serve_measured(stats_path: str, conversations: int, argv: Sequence[str]) -> int:
+def serve_measured(conversations: int, argv: Sequence[str]) -> int:
     """``pact-gateway`` ``argv`` in this process: filled once it serves, its collections timed.
 
-    Pauses are recorded from the end of the fill on; ``SIGUSR1`` writes them (``[generation, wall ms,
-    CPU ms]``: the wall time is the loop's stall, the CPU time the collector's own work, which a busy
-    machine does not stretch) and the store's size to ``stats_path``.
+    Pauses are recorded from the end of the fill on; ``SIGUSR1`` says them on stdout (``[generation,
+    wall ms, CPU ms]``: the wall time is the loop's stall, the CPU time the collector's own work, which
+    a busy machine does not stretch) with the store's size.
     """
     from gateway.cli import main as gateway_main
     from gateway.process import server
@@ -177,7 +176,7 @@ def serve_measured(stats_path: str, conversations: int, argv: Sequence[str]) -> 
 
         async def fill_when_served() -> None:
             await served.wait()
-            await _fill_served(self, conversations, Path(stats_path + ".fill"))
+            await _fill_served(self, conversations)
             timing["on"] = True
 
         asyncio.get_running_loop().create_task(fill_when_served())
@@ -186,52 +185,42 @@ def serve_measured(stats_path: str, conversations: int, argv: Sequence[str]) -> 
         original_settle()
         served.set()  # after the gateway's own freeze: what the fill stores is the collector's to walk
 
-    def write_pauses(signum: int, frame: object) -> None:
+    def say_pauses(signum: int, frame: object) -> None:
         entries = len(stores[0].keyspace.entries) if stores else 0
-        Path(stats_path).write_bytes(orjson.dumps({"pauses": pauses, "entries": entries}))
+        print(json.dumps({"pauses": pauses, "entries": entries}), flush=True)
 
     MemoryStore.start = start  # type: ignore[method-assign]
     server.settle_heap = settle
     gc.callbacks.append(on_gc)
-    signal.signal(signal.SIGUSR1, write_pauses)
+    signal.signal(signal.SIGUSR1, say_pauses)
     return gateway_main(list(argv))
 
 
 # ---- --at-bound, the run ---------------------------------------------------------------------------
 
 
-def _wait_for(child: Child, path: Path, timeout: float) -> dict[str, Any]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and child.alive():
-        if path.exists() and path.stat().st_size > 0:
-            figures: dict[str, Any] = orjson.loads(path.read_bytes())
-            return figures
-        time.sleep(0.2)
-    raise RuntimeError(f"no {path.name} within {timeout:.0f} s:\n{child.tail()}")
-
-
 def _round(children: Children, workdir: Path, bot_url: str, scale: float, args: Any) -> dict[str, Any]:
     bound, port = int(scale * DEFAULT_BOUND), free_port()
-    stats, key_file = workdir / f"gc-{scale:g}.json", workdir / "pa-key.json"
+    key_file = workdir / "pa-key.json"
     # Filled to the bound (less a few new conversations' worth): what stays is idle conversations.
     conversations = (bound - 1000) // ENTRIES_PER_CONVERSATION
     raw = gateway_yaml(
         port, write_key(key_file), {"url": bot_url}, {"url": "memory://", "max_entries": bound}
     )
     config = write_yaml(workdir / f"gateway-x{scale:g}.yaml", raw)
-    argv = ["-m", "bench", "memory", "serve", str(stats), str(conversations), "--config", str(config)]
+    argv = ["-m", "bench", "memory", "serve", str(conversations), "--config", str(config)]
     front = Front.a2a(f"x{scale:g}", port, children.python(f"gateway-x{scale:g}", *argv))
     child = front.listening().process
     assert child is not None
     try:
-        fill_figures = _wait_for(child, Path(f"{stats}.fill"), timeout=60 + conversations / 2000)
+        fill_figures = child.said('{"fill"', timeout=60 + conversations / 2000)["fill"]
         load = loadgen.argv(
             front.url, key_file, duration=args.duration, warmup=2.0, concurrency=args.concurrency,
             turns=args.turns, users=256,
         )  # fmt: skip
         driven = load_json(load, timeout=args.duration + 60)
         child.popen.send_signal(signal.SIGUSR1)
-        measured = _wait_for(child, stats, timeout=10)
+        measured = child.said('{"pauses"', timeout=10)
     finally:
         children.stop(child)
     return {"scale": scale, "bound": bound, "fill": fill_figures, "load": driven, **measured}
@@ -290,7 +279,7 @@ def at_bound(args: Any) -> dict[str, Any]:
 
 def main(argv: Sequence[str]) -> int:
     if argv[:1] == ["serve"]:  # the gateway's process, started by _round
-        return serve_measured(argv[1], int(argv[2]), ["serve", *argv[3:]])
+        return serve_measured(int(argv[1]), ["serve", *argv[2:]])
     parser = front_parser("memory", __doc__)
     parser.add_argument("--conversations", type=int, default=100_000, help="conversations whose RSS is read")
     parser.add_argument(

@@ -9,6 +9,7 @@ starts a Redis Cluster the same way, one child a node (the tests start theirs ap
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -19,6 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
 import redis
 
@@ -144,6 +146,21 @@ class Child:
         except OSError:
             return ""
         return "\n".join(text.splitlines()[-lines:])
+
+    def said(self, prefix: str, timeout: float) -> dict[str, Any]:
+        """The JSON object of the first whole line of its output that starts with ``prefix``: how a
+        child reports what the run needs from it (where it listens, what it measured)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.alive():
+                raise ChildFailed(f"{self.name} exited with {self.popen.returncode}:\n{self.tail()}")
+            # Only whole lines: the last one may still be being written.
+            for line in self.log_path.read_text(errors="replace").split("\n")[:-1]:
+                if line.startswith(prefix):
+                    said: dict[str, Any] = json.loads(line)
+                    return said
+            time.sleep(0.05)
+        raise ChildFailed(f"{self.name} did not say {prefix}… within {timeout:.0f} s:\n{self.tail()}")
 
     def wait_port(self, port: int, timeout: float = 20.0) -> None:
         """Return once ``port`` accepts connections; ChildFailed if the process dies or time runs out."""
