@@ -120,7 +120,7 @@ def measure(bench: Bench) -> dict[str, Any]:
         started += [bot.process for adapter, bot in bots.items() if adapter != BASELINE]
         fronts: dict[AdapterName, Front] = {}
         for adapter, bot in bots.items():
-            front = bench.start_gateway(f"gateway-{adapter}", "memory://", upstream=bot.upstream)
+            front = bench.start(f"gateway-{adapter}", bench.gateway_front("memory://", bot.upstream))
             started += [front.process] if front.process is not None else []
             fronts[adapter] = replace(front, name=adapter, bot=bot.process)
         bench.fronts |= {front.name: front.listening() for front in fronts.values()}

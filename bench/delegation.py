@@ -4,7 +4,7 @@ For each bench user, once before the timed rounds: RFC 8628 device authorization
 a Brand-login assertion for the ``user_code``, signed by the bench's login key and posted to the
 consent URL; the consent page's hidden ``session`` and ticked scopes posted back with
 ``decision=allow``; the token endpoint polled (RFC 8628 §3.4). :func:`grant_users` writes the tokens
-in user order (``bench.loadgen.load_tokens``) and says how long the flows took; no token, code,
+in user order (the load generator's ``--delegation-file``) and says how long the flows took; no token, code,
 assertion or consent session is ever printed.
 """
 
@@ -42,11 +42,6 @@ FLOWS_AT_ONCE: Final = 8
 
 class FlowFailed(Exception):
     """A step of §5.3 did not answer as the contract says; the message names the step and the answer."""
-
-
-def brand_user(user: int) -> str:
-    """The Brand's own id of the bench's ``user``-th User (§5.4 ``sub``), distinct from its PA ``sub``."""
-    return f"acme-customer-{user}"
 
 
 def delegation_config(login_jwks: Mapping[str, Any]) -> dict[str, Any]:
@@ -93,7 +88,8 @@ async def _log_in_and_consent(
     return_to = parse_qs(urlsplit(complete).query).get("return_to", [""])[0]
     if not return_to:
         raise FlowFailed("verification_uri_complete has no return_to")
-    assertion = login.mint(brand_user(user), ASSERTION_TTL, extra={"user_code": started["user_code"]})
+    # The Brand's own id of the User (§5.4 ``sub``), distinct from its PA ``sub``.
+    assertion = login.mint(f"acme-customer-{user}", ASSERTION_TTL, extra={"user_code": started["user_code"]})
     async with session.post(return_to, data={"assertion": assertion}, allow_redirects=False) as response:
         page = await response.text()
         if response.status == 303:
@@ -167,7 +163,7 @@ async def obtain_token(
 
 def grant_users(url: str, users: int, key_file: Path, login_key_file: Path, out: Path) -> dict[str, Any]:
     """§5.3 for ``users`` bench users against the gateway at ``url``, a few flows at once: their tokens
-    written to ``out`` in user order (:func:`bench.loadgen.load_tokens`), how long the flows took and
+    written to ``out`` in user order (the load generator's ``--delegation-file``), how long the flows took and
     the scopes granted."""
     urls, pa = OAuthUrls.of(url, BRAND), Minter(json.loads(key_file.read_text()), ISSUER, AUDIENCE)
     # The Brand login addresses its assertion to the consent URL (§5.3, the notes: ``aud``).

@@ -106,9 +106,7 @@ def verdict(passes: Callable[[float], bool], measured: float | None, per_repeat:
     if len(per_repeat) < 2:
         return MET if passes(measured) else MISSED
     meeting = sum(1 for value in per_repeat if passes(value))
-    if meeting == len(per_repeat):
-        return MET
-    return MISSED if meeting == 0 else WITHIN_NOISE
+    return MET if meeting == len(per_repeat) else MISSED if meeting == 0 else WITHIN_NOISE
 
 
 def target(

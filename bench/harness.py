@@ -227,22 +227,18 @@ class Bench:
 
         return argv
 
-    def start_gateway(self, name: str, cache_url: str, upstream: dict[str, Any] | None = None) -> Front:
-        """A gateway front, started (not yet listening: :meth:`Front.listening`)."""
+    def start(self, name: str, argv: FrontArgv) -> Front:
+        """A front started on a free port (not yet listening: :meth:`Front.listening`)."""
         port = free_port()
-        return Front.a2a(
-            name, port, self.children.python(name, *self.gateway_front(cache_url, upstream)(port))
-        )
+        return Front.a2a(name, port, self.children.python(name, *argv(port)))
 
     def start_all(self, redis_url: str) -> None:
         progress(MEMORY_BOUND_NOTE)
         bot, bot_port = self.start_bot()
-        port = free_port()
-        fronts = [
-            Front.a2a(PASSTHROUGH, port, self.children.python(PASSTHROUGH, *self.passthrough_argv(port)))
-        ]
+        fronts = [self.start(PASSTHROUGH, self.passthrough_argv)]
         fronts += [
-            self.start_gateway(name, url) for name, url in ((GW_MEMORY, "memory://"), (GW_REDIS, redis_url))
+            self.start(name, self.gateway_front(url))
+            for name, url in ((GW_MEMORY, "memory://"), (GW_REDIS, redis_url))
         ]
         bot.wait_port(bot_port)
         self.fronts = {DIRECT: Front(DIRECT, self.bot_url, "bot", None)} | {

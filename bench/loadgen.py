@@ -67,14 +67,6 @@ class Minter:
         return jwt.encode(claims, self._key, algorithm=self.alg, headers=self._headers)
 
 
-def load_tokens(path: Path) -> list[str]:
-    """The delegation token file ``bench.delegation`` writes: user ``i``'s token at index ``i``."""
-    tokens = json.loads(path.read_text())
-    if not isinstance(tokens, list) or not all(isinstance(token, str) for token in tokens):
-        raise ValueError(f"{path} is not a JSON list of delegation tokens")
-    return tokens
-
-
 def argv(
     url: str,
     key_file: Path,
@@ -262,7 +254,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--request-timeout", type=float, default=10.0)
     parser.add_argument("--delegation-file", type=Path, help="delegation tokens, one per user")
     args = parser.parse_args(argv)
-    delegation = load_tokens(args.delegation_file) if args.delegation_file is not None else []
+    # The token file bench.delegation.grant_users writes: user i's token at index i.
+    delegation: list[str] = json.loads(args.delegation_file.read_text()) if args.delegation_file else []
     args.subs = args.subs or len(delegation) or 256
     if delegation and args.subs > len(delegation):
         # A grant belongs to one (PA, sub): a user without a token of its own cannot borrow another's.

@@ -30,7 +30,7 @@ import redis
 
 from bench.harness import front_parser, report
 from bench.procs import Children, free_port, start_cluster
-from gateway.config import KEY_LAYOUTS, CacheConfig, KeyLayoutName, RateLimitsConfig, RateRule
+from gateway.config import CacheConfig, RateLimitsConfig, RateRule
 from gateway.ops.limits import RateLimits
 from gateway.protocol.messages import render_reply
 from gateway.store import keys as store_keys
@@ -43,8 +43,6 @@ ISSUER = "https://pa.bench.invalid"
 FIRST_MESSAGE = "Hi, where is my order A-100017?"
 REPLY_TEXT = "Order A-10001 is shipped. It left our warehouse on Monday."
 TARGET_BYTES = 700
-BASELINE_BYTES = 1328
-"""Issue 17's reading on main ``2f825bd``, the same way."""
 assert len(FIRST_MESSAGE) == 31
 LIMITS = RateLimitsConfig(per_agent=RateRule(50.0, 100, enabled=False))
 """The per-person §6 counter as the defaults keep it; the per-agent one is one key for everybody (and
@@ -94,8 +92,8 @@ def _kind(key: bytes) -> str:
     return kind[kind.index(b"}") + 1 :].decode() if kind.startswith(b"{") and b"}" in kind else kind.decode()
 
 
-SHORT_LIVED = ("pact:acme:f:*", "pact:acme:rl:*", "pact:acme:{*}f:*", "pact:acme:{*}rl:*")
-"""First-message records (the retry window, 300 s by default) and §6 counters (seconds), both layouts."""
+SHORT_LIVED = ("pact:acme:{*}f:*", "pact:acme:{*}rl:*")
+"""First-message records (the retry window, 300 s by default) and §6 counters (seconds)."""
 
 
 def scan(client: redis.Redis, pattern: str = "*") -> list[bytes]:
@@ -120,12 +118,10 @@ async def warm_up(store: RedisStore, person: int) -> None:
     await turn(store, _owner(person), context, "warm-2")
 
 
-async def measure(
-    url: str, conversations: int, people: int, rounds: int, layout: KeyLayoutName
-) -> dict[str, Any]:
+async def measure(url: str, conversations: int, people: int, rounds: int) -> dict[str, Any]:
     client = redis.Redis.from_url(url)
     client.flushdb()
-    store = RedisStore(CacheConfig(url=url, key_layout=layout))
+    store = RedisStore(CacheConfig(url=url))  # the default layout, tagged
     per_round, idle, kinds = [], [], Counter[str]()
 
     def used() -> float:
@@ -189,7 +185,7 @@ async def measure_cluster(url: str, conversations: int, people: int, concurrency
         after = await shards()
         # As their expiry would: one DEL a key (a DEL of many would cross slots), a thousand at a time.
         for node in before:
-            found = [key for pattern in SHORT_LIVED[2:] for key in scan(on(node), pattern)]
+            found = [key for pattern in SHORT_LIVED for key in scan(on(node), pattern)]
             for start in range(0, len(found), 1000):
                 await asyncio.gather(*(pipe.execute("DEL", key) for key in found[start : start + 1000]))
         idle = await shards()
@@ -250,13 +246,13 @@ def on_clusters(args: argparse.Namespace, children: Children) -> tuple[dict[str,
 def on_one_server(args: argparse.Namespace, url: str, where: str) -> tuple[dict[str, Any], list[str]]:
     """Bytes per conversation on the Redis at ``url``, and their lines."""
     people = args.people or 1000
-    result = asyncio.run(measure(url, args.conversations, people, args.rounds, args.layout))
+    result = asyncio.run(measure(url, args.conversations, people, args.rounds))
     used = result["used_memory_bytes_per_conversation"]
     rounds = ", ".join(f"{value:.0f}" for value in result["used_memory_rounds"])
     return result, [
-        f"# {args.conversations} conversations of {people} people on {where}, cache.key_layout {args.layout}",
+        f"# {args.conversations} conversations of {people} people on {where}, the tagged layout",
         f"used_memory per conversation: {used:.0f} B (rounds: {rounds}); target <= {TARGET_BYTES} B "
-        f"(ratio {used / TARGET_BYTES:.2f}); main 2f825bd {BASELINE_BYTES} B",
+        f"(ratio {used / TARGET_BYTES:.2f})",
         f"  once the retry window passed: {result['idle_used_memory_bytes_per_conversation']:.0f} B",
         f"MEMORY USAGE of keys per conversation: {result['key_memory_bytes_per_conversation']:.0f} B",
         *(f"  {kind}: {size:.0f} B" for kind, size in result["key_memory_by_kind"].items()),
@@ -271,7 +267,6 @@ def main(argv: Sequence[str]) -> int:
     parser.add_argument("--conversations", type=int, default=3000)
     parser.add_argument("--people", type=int, help="default 1000 (--cluster: a third of the conversations)")
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--layout", choices=KEY_LAYOUTS, default="tagged", help="cache.key_layout (tagged)")
     parser.add_argument(
         "--cluster", action="store_true", help="per shard, on Redis Clusters of 1 and 3 primaries"
     )

@@ -67,7 +67,9 @@ def verdict(before: Reading, after: Reading, bounds: Bounds, errors: int) -> dic
 def soak(args: argparse.Namespace, bench: Bench) -> dict[str, Any]:
     """The sample bot and one gateway; a warm-up load, the readings before, the load, the readings after."""
     bot, port = bench.start_bot()
-    gateway = bench.start_gateway("gateway", "memory://" if args.cache == "memory" else args.redis_url)
+    gateway = bench.start(
+        "gateway", bench.gateway_front("memory://" if args.cache == "memory" else args.redis_url)
+    )
     bot.wait_port(port)
     process = gateway.listening().process
     assert process is not None
@@ -124,8 +126,7 @@ def render(result: dict[str, Any]) -> str:
     def mib(value: int) -> str:
         return f"{value / MIB:.1f} MiB"
 
-    def mark(ok: bool) -> str:
-        return "ok" if ok else "EXCEEDED"
+    mark = {True: "ok", False: "EXCEEDED"}
 
     return "\n".join(
         [
@@ -135,11 +136,11 @@ def render(result: dict[str, Any]) -> str:
             f"  turns {result['turns']} ({result['turns_per_s']:.0f}/s), errors {result['errors']}",
             f"  resident memory  before {mib(before['rss_bytes'])}, peak {mib(peak['rss_bytes'])}, "
             f"after {mib(after['rss_bytes'])}: {checked['rss_growth_bytes'] / MIB:+.1f} MiB "
-            f"(bound {mib(bounds['rss_bytes'])}) {mark(checked['rss_ok'])}",
+            f"(bound {mib(bounds['rss_bytes'])}) {mark[checked['rss_ok']]}",
             f"  open descriptors before {before['open_fds']}, peak {peak['open_fds']}, "
             f"after {after['open_fds']}: {checked['fd_growth']:+d} (bound {bounds['open_fds']}) "
-            f"{mark(checked['fds_ok'])}",
-            f"  errors: {mark(checked['errors_ok'])}",
+            f"{mark[checked['fds_ok']]}",
+            f"  errors: {mark[checked['errors_ok']]}",
         ]
     )
 

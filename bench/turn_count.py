@@ -295,16 +295,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"instructions per Identity turn: {measured:,.0f} (stored in {BASELINES})")
         return 0
     baseline = read_baseline()
-    ratio = measured / float(baseline["instructions"])
-    verdict = (
-        "GROWN"
-        if grown(measured, baseline)
-        else "below: re-take it"
-        if stale(measured, baseline)
-        else "within"
-    )
+    over, ratio = grown(measured, baseline), measured / float(baseline["instructions"])
+    verdict = "GROWN" if over else "below: re-take it" if stale(measured, baseline) else "within"
     print(
         f"instructions per Identity turn: {measured:,.0f}; baseline {baseline['instructions']:,} "
         f"(x{ratio:.4f}, tolerance {float(baseline['tolerance']):.0%}): {verdict}"
     )
-    return 1 if grown(measured, baseline) else 0
+    return 1 if over else 0
