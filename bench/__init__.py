@@ -1,7 +1,6 @@
 """The gateway's benchmark: ``python -m bench FRONT [options]``, one module a front (:mod:`bench.__main__`).
 
-Every measured party runs in its own process so its CPU can be read from ``/proc``; nothing here is
-part of the gateway: it drives the real CLI from the outside. Shared plumbing: :mod:`bench.procs`
-(children, CPU, clusters), :mod:`bench.loadgen` (the load), :mod:`bench.harness` (fronts and the
-gateway's configuration), :mod:`bench.figures` (figures beside targets), :mod:`bench.redis_probe`.
+Nothing here is part of the gateway: it drives the real CLI from the outside, each party a process
+of its own (:mod:`bench.procs`). Shared plumbing: :mod:`bench.procs`, :mod:`bench.loadgen` (the
+load), :mod:`bench.harness` (fronts, the gateway's configuration, options), :mod:`bench.figures`.
 """

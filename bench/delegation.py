@@ -3,20 +3,18 @@
 For each bench user, once before the timed rounds: RFC 8628 device authorization with its PA JWT;
 a Brand-login assertion for the ``user_code``, signed by the bench's login key and posted to the
 consent URL; the consent page's hidden ``session`` and ticked scopes posted back with
-``decision=allow``; the token endpoint polled (RFC 8628 §3.4). ``python -m bench.delegation --url
-… --users N …`` writes the tokens in user order (``bench.loadgen.load_tokens``) and prints how long
-the flows took; no token, code, assertion or consent session is ever printed.
+``decision=allow``; the token endpoint polled (RFC 8628 §3.4). :func:`grant_users` writes the tokens
+in user order (the load generator's ``--delegation-file``) and says how long the flows took; no token, code,
+assertion or consent session is ever printed.
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import os
-import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any, Final
@@ -25,6 +23,7 @@ from urllib.parse import parse_qs, urljoin, urlsplit
 import aiohttp
 
 from bench.loadgen import AUDIENCE, ISSUER, Minter, user_sub
+from bench.procs import ChildFailed
 from gateway.protocol.urls import OAuthUrls
 
 BRAND: Final = "acme"
@@ -43,11 +42,6 @@ FLOWS_AT_ONCE: Final = 8
 
 class FlowFailed(Exception):
     """A step of §5.3 did not answer as the contract says; the message names the step and the answer."""
-
-
-def brand_user(user: int) -> str:
-    """The Brand's own id of the bench's ``user``-th User (§5.4 ``sub``), distinct from its PA ``sub``."""
-    return f"acme-customer-{user}"
 
 
 def delegation_config(login_jwks: Mapping[str, Any]) -> dict[str, Any]:
@@ -86,20 +80,6 @@ def _oauth_error(status: int, body: bytes) -> str:
     return str(error) if isinstance(error, str) else f"HTTP {status}"
 
 
-async def _device_authorization(
-    session: aiohttp.ClientSession, urls: OAuthUrls, pa_jwt: str, client_id: str
-) -> dict[str, Any]:
-    form = {"client_id": client_id, "scope": " ".join(SCOPES)}
-    async with session.post(
-        urls.device_authorization, data=form, headers={"Authorization": f"Bearer {pa_jwt}"}
-    ) as response:
-        body = await response.read()
-        if response.status != 200:
-            raise FlowFailed(f"device_authorization answered {_oauth_error(response.status, body)}")
-    started: dict[str, Any] = json.loads(body)
-    return started
-
-
 async def _log_in_and_consent(
     session: aiohttp.ClientSession, urls: OAuthUrls, login: Minter, user: int, started: Mapping[str, Any]
 ) -> None:
@@ -108,7 +88,8 @@ async def _log_in_and_consent(
     return_to = parse_qs(urlsplit(complete).query).get("return_to", [""])[0]
     if not return_to:
         raise FlowFailed("verification_uri_complete has no return_to")
-    assertion = login.mint(brand_user(user), ASSERTION_TTL, extra={"user_code": started["user_code"]})
+    # The Brand's own id of the User (§5.4 ``sub``), distinct from its PA ``sub``.
+    assertion = login.mint(f"acme-customer-{user}", ASSERTION_TTL, extra={"user_code": started["user_code"]})
     async with session.post(return_to, data={"assertion": assertion}, allow_redirects=False) as response:
         page = await response.text()
         if response.status == 303:
@@ -136,7 +117,11 @@ def _approved(response: aiohttp.ClientResponse, step: str) -> None:
 
 
 async def _poll_token(
-    session: aiohttp.ClientSession, urls: OAuthUrls, pa_jwt: str, client_id: str, started: Mapping[str, Any]
+    session: aiohttp.ClientSession,
+    urls: OAuthUrls,
+    bearer: dict[str, str],
+    client_id: str,
+    started: Mapping[str, Any],
 ) -> tuple[str, str]:
     """RFC 8628 §3.4-3.5: poll until the token comes, waiting ``interval`` (longer after ``slow_down``)."""
     form = {
@@ -147,11 +132,8 @@ async def _poll_token(
     interval = float(started.get("interval", 5))
     deadline = time.monotonic() + float(started.get("expires_in", 600))
     while time.monotonic() < deadline:
-        async with session.post(
-            urls.token, data=form, headers={"Authorization": f"Bearer {pa_jwt}"}
-        ) as response:
-            body = await response.read()
-            status = response.status
+        async with session.post(urls.token, data=form, headers=bearer) as response:
+            body, status = await response.read(), response.status
         if status == 200:
             granted = json.loads(body)
             return str(granted["access_token"]), str(granted.get("scope", ""))
@@ -168,58 +150,46 @@ async def obtain_token(
     session: aiohttp.ClientSession, urls: OAuthUrls, *, pa: Minter, login: Minter, user: int
 ) -> tuple[str, str]:
     """The whole §5.3 flow for the bench's ``user``-th User: its delegation token and granted scope."""
-    pa_jwt = pa.mint(user_sub(user))
-    started = await _device_authorization(session, urls, pa_jwt, pa.issuer)
+    bearer = {"Authorization": f"Bearer {pa.mint(user_sub(user))}"}
+    form = {"client_id": pa.issuer, "scope": " ".join(SCOPES)}
+    async with session.post(urls.device_authorization, data=form, headers=bearer) as response:
+        body = await response.read()
+        if response.status != 200:
+            raise FlowFailed(f"device_authorization answered {_oauth_error(response.status, body)}")
+    started = json.loads(body)
     await _log_in_and_consent(session, urls, login, user, started)
-    return await _poll_token(session, urls, pa_jwt, pa.issuer, started)
+    return await _poll_token(session, urls, bearer, pa.issuer, started)
 
 
-async def obtain_tokens(
-    public_url: str, users: int, pa: Minter, login_key: Mapping[str, Any]
-) -> list[tuple[str, str]]:
-    """A token for each of ``users`` bench users from the gateway at ``public_url``, a few flows at once."""
-    urls = OAuthUrls.of(public_url, BRAND)
+def grant_users(url: str, users: int, key_file: Path, login_key_file: Path, out: Path) -> dict[str, Any]:
+    """§5.3 for ``users`` bench users against the gateway at ``url``, a few flows at once: their tokens
+    written to ``out`` in user order (the load generator's ``--delegation-file``), how long the flows took and
+    the scopes granted."""
+    urls, pa = OAuthUrls.of(url, BRAND), Minter(json.loads(key_file.read_text()), ISSUER, AUDIENCE)
     # The Brand login addresses its assertion to the consent URL (§5.3, the notes: ``aud``).
-    login = Minter(login_key, LOGIN_ISSUER, urls.consent)
-    gate = asyncio.Semaphore(FLOWS_AT_ONCE)
-    # Cookies off: a consent page must work from the form alone, as the contract says it does.
-    async with aiohttp.ClientSession(
-        cookie_jar=aiohttp.DummyCookieJar(), timeout=aiohttp.ClientTimeout(total=30)
-    ) as session:
+    login = Minter(json.loads(login_key_file.read_text()), LOGIN_ISSUER, urls.consent)
 
-        async def one(user: int) -> tuple[str, str]:
-            async with gate:
-                return await obtain_token(session, urls, pa=pa, login=login, user=user)
+    async def flows() -> list[tuple[str, str]]:
+        gate = asyncio.Semaphore(FLOWS_AT_ONCE)
+        # Cookies off: a consent page must work from the form alone, as the contract says it does.
+        async with aiohttp.ClientSession(
+            cookie_jar=aiohttp.DummyCookieJar(), timeout=aiohttp.ClientTimeout(total=30)
+        ) as session:
 
-        return list(await asyncio.gather(*(one(user) for user in range(users))))
+            async def one(user: int) -> tuple[str, str]:
+                async with gate:
+                    return await obtain_token(session, urls, pa=pa, login=login, user=user)
 
+            return list(await asyncio.gather(*(one(user) for user in range(users))))
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--url", required=True, help="the gateway's public URL")
-    parser.add_argument("--users", type=int, required=True, help="bench users, one grant and token each")
-    parser.add_argument("--key-file", required=True, help="the personal agent's private JWK (JSON)")
-    parser.add_argument("--login-key-file", required=True, help="the Brand login's private JWK (JSON)")
-    parser.add_argument("--out", type=Path, required=True, help="where the token list goes")
-    args = parser.parse_args(argv)
-    pa = Minter(json.loads(Path(args.key_file).read_text()), ISSUER, AUDIENCE)
     started = time.monotonic()
     try:
-        granted = asyncio.run(
-            obtain_tokens(args.url, args.users, pa, json.loads(Path(args.login_key_file).read_text()))
-        )
+        granted = asyncio.run(flows())
     except (FlowFailed, aiohttp.ClientError, TimeoutError, KeyError, ValueError) as exc:
-        print(f"bench.delegation: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
+        raise ChildFailed(f"the §5.3 flows against {url} failed: {type(exc).__name__}: {exc}") from None
     seconds = time.monotonic() - started
-    scopes = sorted({scope for _, scope in granted})
     # Bearer credentials, even if only the bench's: readable by this user alone.
-    descriptor = os.open(args.out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "w") as out:
-        json.dump([token for token, _ in granted], out)
-    print(json.dumps({"users": args.users, "seconds": seconds, "scopes_granted": scopes}))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    descriptor = os.open(out, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "w") as tokens:
+        json.dump([token for token, _ in granted], tokens)
+    return {"users": users, "seconds": seconds, "scopes_granted": sorted({scope for _, scope in granted})}

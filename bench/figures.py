@@ -106,20 +106,24 @@ def verdict(passes: Callable[[float], bool], measured: float | None, per_repeat:
     if len(per_repeat) < 2:
         return MET if passes(measured) else MISSED
     meeting = sum(1 for value in per_repeat if passes(value))
-    if meeting == len(per_repeat):
-        return MET
-    return MISSED if meeting == 0 else WITHIN_NOISE
+    return MET if meeting == len(per_repeat) else MISSED if meeting == 0 else WITHIN_NOISE
 
 
 def target(
     name: str,
     goal: str,
     measured: float | None,
-    passes: Callable[[float], bool],
     per_repeat: Sequence[float] = (),
     note: str = "",
+    passes: Callable[[float], bool] | None = None,
 ) -> dict[str, Any]:
-    """One target: ``passed`` judges the median; ``verdict`` weighs the repeats as well."""
+    """One target: ``passed`` judges the median; ``verdict`` weighs the repeats as well.
+
+    ``goal`` is written ``">= 0.8"`` or ``"<= 1.5"``, and is what ``passes`` tests unless given.
+    """
+    if passes is None:
+        sign, bound = goal.split()
+        passes = at_least(float(bound)) if sign == ">=" else at_most(float(bound))
     return {
         "name": name,
         "target": goal,

@@ -20,10 +20,11 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
+import redis
 import yaml
 
 from bench import loadgen
-from bench.delegation import delegation_config
+from bench.delegation import delegation_config, grant_users
 from bench.figures import valid
 from bench.loadgen import AUDIENCE, ISSUER
 from bench.procs import (
@@ -38,10 +39,8 @@ from bench.procs import (
     python_env,
     read_machine_ticks,
 )
-from bench.redis_probe import RedisProbe
 from gateway.config import RATE_RULE_NAMES
 from gateway.pa_keys import generate_private_jwk, public_jwks
-from gateway.store.redis import CHARGE
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/14"
 MEMORY_MAX_ENTRIES = 2_000_000
@@ -79,8 +78,6 @@ class Settings:
     half_load_duration: float
     half_load_repeats: int
     half_load_concurrency: int
-    rtt_turns: int
-    memory_conversations: int
     instruction_turns: int
     """Turns in the warm-up and the shorter callgrind window (the longer has twice as many); 0 skips."""
     delegated_users: int = 256
@@ -88,9 +85,9 @@ class Settings:
 
 
 MODES: dict[str, Settings] = {
-    "smoke": Settings("smoke", 0.8, 0.3, 1, 16, 5, 0.8, 1, 32, 40, 2_000, 20, 16),
-    "quick": Settings("quick", 1.6, 0.5, 2, 32, 5, 1.5, 1, 64, 200, 20_000, 0),
-    "full": Settings("full", 12.0, 2.0, 4, 32, 5, 15.0, 3, 64, 1_000, 100_000, 400),
+    "smoke": Settings("smoke", 0.8, 0.3, 1, 16, 5, 0.8, 1, 32, 20, 16),
+    "quick": Settings("quick", 1.6, 0.5, 2, 32, 5, 1.5, 1, 64, 0),
+    "full": Settings("full", 12.0, 2.0, 4, 32, 5, 15.0, 3, 64, 400),
 }
 
 
@@ -176,11 +173,11 @@ def write_yaml(path: Path, raw: Mapping[str, Any]) -> Path:
 
 
 class Bench:
-    def __init__(self, settings: Settings, children: Children, workdir: Path, redis: RedisProbe) -> None:
+    def __init__(self, settings: Settings, children: Children, workdir: Path, redis_url: str) -> None:
         self.settings = settings
         self.children = children
         self.workdir = workdir
-        self.redis = redis
+        self.redis_url = redis_url
         self.key_file = workdir / "pa-key.json"
         self.jwks = write_key(self.key_file)
         # The Brand's login (its assertions' key, inline in the gateway's config) and the Provider's
@@ -193,7 +190,7 @@ class Bench:
         self.bot: Child | None = None
         self.bot_url = ""
         self.fronts: dict[str, Front] = {}
-        self.redis_pid = _local_redis_pid(redis)  # its CPU per turn is part of the price
+        self.redis_pid = _local_redis_pid(redis_url)  # its CPU per turn is part of the price
 
     # ---- processes ---------------------------------------------------------------------------
 
@@ -222,24 +219,26 @@ class Bench:
         """The design's ceiling on the gateway's own stack: aiohttp's server, the gateway's bot client."""
         return ["-m", "bench.passthrough", "--port", str(port), "--upstream", self.bot_url]
 
-    def gateway_argv(self, config: Path) -> list[str]:
-        return ["-m", "gateway", "serve", "--config", str(config)]
+    def gateway_front(self, cache_url: str, upstream: dict[str, Any] | None = None) -> FrontArgv:
+        """How a gateway front on ``cache_url`` starts on a port (here, and in :mod:`bench.instructions`)."""
 
-    def start_gateway(self, name: str, cache_url: str, upstream: dict[str, Any] | None = None) -> Front:
-        """A gateway front, started (not yet listening: :meth:`Front.listening`)."""
+        def argv(port: int) -> list[str]:
+            return ["-m", "gateway", "serve", "--config", str(self.gateway_config(port, cache_url, upstream))]
+
+        return argv
+
+    def start(self, name: str, argv: FrontArgv) -> Front:
+        """A front started on a free port (not yet listening: :meth:`Front.listening`)."""
         port = free_port()
-        child = self.children.python(name, *self.gateway_argv(self.gateway_config(port, cache_url, upstream)))
-        return Front.a2a(name, port, child)
+        return Front.a2a(name, port, self.children.python(name, *argv(port)))
 
     def start_all(self, redis_url: str) -> None:
         progress(MEMORY_BOUND_NOTE)
         bot, bot_port = self.start_bot()
-        port = free_port()
-        fronts = [
-            Front.a2a(PASSTHROUGH, port, self.children.python(PASSTHROUGH, *self.passthrough_argv(port)))
-        ]
+        fronts = [self.start(PASSTHROUGH, self.passthrough_argv)]
         fronts += [
-            self.start_gateway(name, url) for name, url in ((GW_MEMORY, "memory://"), (GW_REDIS, redis_url))
+            self.start(name, self.gateway_front(url))
+            for name, url in ((GW_MEMORY, "memory://"), (GW_REDIS, redis_url))
         ]
         bot.wait_port(bot_port)
         self.fronts = {DIRECT: Front(DIRECT, self.bot_url, "bot", None)} | {
@@ -255,24 +254,18 @@ class Bench:
         before any timed round, as a personal agent gets them once and then uses them for an hour.
         """
         tokens = self.workdir / f"{name}-tokens.json"
-        self.flows[name] = python_json(
-            [
-                *("-m", "bench.delegation", "--url", f"http://127.0.0.1:{port}"),
-                *("--users", str(self.settings.delegated_users), "--key-file", str(self.key_file)),
-                *("--login-key-file", str(self.login_key_file), "--out", str(tokens)),
-            ],
-            timeout=600,
-        )
+        url, users = f"http://127.0.0.1:{port}", self.settings.delegated_users
+        self.flows[name] = grant_users(url, users, self.key_file, self.login_key_file, tokens)
         self.fronts[name] = replace(self.fronts[identity], name=name, delegation=tokens)
 
-    def _party_cpu(self, front: Front) -> dict[str, float]:
+    def _parties(self, front: Front) -> dict[str, int]:
+        """The processes whose CPU a round of ``front`` costs: its bot, itself, a local Redis."""
         bot = front.bot or self.bot
-        readings = {"bot": cpu_seconds(bot.pid) if bot is not None else 0.0}
-        if front.process is not None:
-            readings["front"] = cpu_seconds(front.process.pid)
+        parties = {} if bot is None else {"bot": bot.pid}
+        parties |= {} if front.process is None else {"front": front.process.pid}
         if self.redis_pid is not None and Path(f"/proc/{self.redis_pid}").exists():
-            readings["redis"] = cpu_seconds(self.redis_pid)
-        return readings
+            parties["redis"] = self.redis_pid
+        return parties
 
     def _check_alive(self, front: Front) -> None:
         for child in (front.bot or self.bot, front.process):
@@ -306,51 +299,10 @@ class Bench:
             users=users,
             delegation=front.delegation,
         )
-        cpu_before = self._party_cpu(front)
-        ticks_before = read_machine_ticks()
-        wall_before = time.monotonic()
-        children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
-        out_path = self.workdir / "loadgen.out"
-        err_path = self.workdir / "loadgen.err"
-        with out_path.open("wb") as out, err_path.open("wb") as err:
-            running = subprocess.Popen(argv, cwd=REPO_ROOT, env=python_env(), stdout=out, stderr=err)
-            limit = time.monotonic() + self.settings.warmup + duration + 60
-            try:
-                while running.poll() is None:
-                    if time.monotonic() > limit:
-                        raise ChildFailed(f"the load generator did not finish against {front.name}")
-                    if while_running is not None:
-                        while_running()
-                    else:
-                        time.sleep(0.05)
-            finally:
-                if running.poll() is None:
-                    running.kill()
-                    running.wait(5)
-        ticks_after = read_machine_ticks()
-        wall = time.monotonic() - wall_before
-        children_after = resource.getrusage(resource.RUSAGE_CHILDREN)
-        # The load generator's whole life (start-up included), known once it has been reaped.
-        loadgen_process = (children_after.ru_utime - children_before.ru_utime) + (
-            children_after.ru_stime - children_before.ru_stime
-        )
-        cpu_after = self._party_cpu(front)
-        if running.returncode != 0:
-            raise ChildFailed(f"load generator failed against {front.name}:\n{err_path.read_text()[-2000:]}")
+        limit = self.settings.warmup + duration + 60
+        result = run_load(argv, self._parties(front), self.workdir, limit, while_running, front.name)
         self._check_alive(front)
-        result: dict[str, Any] = json.loads(out_path.read_text())
-        turns = max(int(result["turns_total"]), 1)
-        cpu = {party: cpu_after[party] - cpu_before[party] for party in cpu_before}
-        cpu["loadgen"] = float(result["cpu_s"])
-        result["front"] = front.name
-        result["cpu_s"] = cpu
-        result["cpu_s_per_1000_turns"] = {party: seconds * 1000 / turns for party, seconds in cpu.items()}
-        result["machine_busy"] = machine_busy(ticks_before, ticks_after)
-        # CPU the machine spent on anything but this round's parties: other users of a shared machine.
-        ours = sum(v for k, v in cpu.items() if k != "loadgen") + max(loadgen_process, cpu["loadgen"])
-        others = max(machine_busy_seconds(ticks_before, ticks_after) - ours, 0.0)
-        result["other_cpu_share"] = others / (wall * (os.cpu_count() or 1)) if wall > 0 else 0.0
-        return result
+        return result | {"front": front.name}
 
     def peak_rounds(self, order: Sequence[str]) -> list[dict[str, Any]]:
         """Closed-loop rounds of every front in ``order``, ``repeats`` times.
@@ -390,45 +342,71 @@ class Bench:
                 )
         return rounds
 
-    def redis_round_trips(self, name: str = GW_REDIS) -> dict[str, Any]:
-        """Round trips per turn on the hot path, counted exactly with MONITOR over a fixed number of turns."""
-        front = self.fronts[name]
-        monitor = self.redis.monitor(riding=frozenset({CHARGE.sha}))
+
+def run_load(
+    argv: Sequence[str],
+    parties: Mapping[str, int],
+    workdir: Path,
+    limit: float,
+    while_running: Callable[[], None] | None = None,
+    target: str = "the front",
+) -> dict[str, Any]:
+    """One load-generator run (``argv``: :func:`bench.loadgen.argv`) and its JSON, with the CPU each of
+    ``parties`` (name: pid) and the load generator spent, and how busy the machine was meanwhile.
+
+    ``while_running`` is called in a loop until the run ends (else a 50 ms sleep); past ``limit``
+    seconds the load generator is killed and the round fails.
+    """
+    cpu_before = {name: cpu_seconds(pid) for name, pid in parties.items()}
+    ticks_before = read_machine_ticks()
+    wall_before = time.monotonic()
+    children_before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    out_path, err_path = workdir / "loadgen.out", workdir / "loadgen.err"
+    with out_path.open("wb") as out, err_path.open("wb") as err:
+        running = subprocess.Popen(argv, cwd=REPO_ROOT, env=python_env(), stdout=out, stderr=err)
+        deadline = time.monotonic() + limit
         try:
-            result = self.drive(
-                front,
-                duration=120.0,
-                concurrency=4,
-                max_turns=self.settings.rtt_turns,
-                while_running=lambda: monitor.poll(0.05),
-            )
-            monitor.poll(0.5)  # the last replies' commands
+            while running.poll() is None:
+                if time.monotonic() > deadline:
+                    raise ChildFailed(f"the load generator did not finish against {target}")
+                if while_running is not None:
+                    while_running()
+                else:
+                    time.sleep(0.05)
         finally:
-            monitor.close()
-        turns = max(int(result["turns_total"]), 1)
-        client = dict(monitor.client_commands)
-        return {
-            "turns": result["turns_total"],
-            "errors": result["errors"],
-            "turns_per_conversation": self.settings.turns,
-            "round_trips_per_turn": monitor.round_trips / turns,
-            "client_commands": client,
-            "riding_commands_per_turn": monitor.riding / turns,
-            "script_internal_commands_per_turn": sum(monitor.script_commands.values()) / turns,
-            "script_internal_commands": dict(monitor.script_commands),
-        }
+            if running.poll() is None:
+                running.kill()
+                running.wait(5)
+    ticks_after = read_machine_ticks()
+    wall = time.monotonic() - wall_before
+    children_after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    # The load generator's whole life (start-up included), known once it has been reaped.
+    loadgen_process = (children_after.ru_utime - children_before.ru_utime) + (
+        children_after.ru_stime - children_before.ru_stime
+    )
+    # Read before any party is stopped: a process gone from /proc has no CPU to read.
+    cpu = {name: cpu_seconds(pid) - cpu_before[name] for name, pid in parties.items()}
+    if running.returncode != 0:
+        raise ChildFailed(f"load generator failed against {target}:\n{err_path.read_text()[-2000:]}")
+    result: dict[str, Any] = json.loads(out_path.read_text())
+    turns = max(int(result["turns_total"]), 1)
+    cpu["loadgen"] = float(result["cpu_s"])
+    result["cpu_s"] = cpu
+    result["cpu_s_per_1000_turns"] = {party: seconds * 1000 / turns for party, seconds in cpu.items()}
+    result["machine_busy"] = machine_busy(ticks_before, ticks_after)
+    # CPU the machine spent on anything but this round's parties: other users of a shared machine.
+    ours = sum(v for k, v in cpu.items() if k != "loadgen") + max(loadgen_process, cpu["loadgen"])
+    others = max(machine_busy_seconds(ticks_before, ticks_after) - ours, 0.0)
+    result["other_cpu_share"] = others / (wall * (os.cpu_count() or 1)) if wall > 0 else 0.0
+    return result
 
-    def gateway_front(self, cache_url: str, upstream: dict[str, Any] | None = None) -> FrontArgv:
-        """How :func:`bench.instructions.count` starts a gateway front on a port it picks."""
-        return lambda port: self.gateway_argv(self.gateway_config(port, cache_url, upstream))
 
-
-def _local_redis_pid(redis: RedisProbe) -> int | None:
+def _local_redis_pid(url: str) -> int | None:
     """The Redis server's pid when it runs on this machine (a remote pid could name any local process)."""
     try:
-        pid = redis.server_pid()
-        command = Path(f"/proc/{pid}/comm").read_text() if pid is not None else ""
-    except (OSError, ConnectionError):  # no Redis (a front on the memory store) or not a local one
+        pid = int(redis.Redis.from_url(url).info("server")["process_id"])
+        command = Path(f"/proc/{pid}/comm").read_text()
+    except (OSError, redis.RedisError):  # no Redis (a front on the memory store) or not a local one
         return None
     return pid if command.startswith("redis") else None
 
@@ -437,14 +415,10 @@ def progress(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def python_json(argv: Sequence[str], timeout: float) -> dict[str, Any]:
+def load_json(argv: Sequence[str], timeout: float) -> dict[str, Any]:
+    """A load-generator run (``argv``: :func:`bench.loadgen.argv`) whose CPU is not read: its JSON."""
     done = subprocess.run(
-        [sys.executable, *argv],
-        cwd=REPO_ROOT,
-        env=python_env(),
-        capture_output=True,
-        timeout=timeout,
-        check=False,
+        argv, cwd=REPO_ROOT, env=python_env(), capture_output=True, timeout=timeout, check=False
     )
     if done.returncode != 0:
         raise ChildFailed(f"{' '.join(argv)} failed:\n{done.stderr.decode(errors='replace')[-2000:]}")
@@ -452,15 +426,31 @@ def python_json(argv: Sequence[str], timeout: float) -> dict[str, Any]:
     return result
 
 
-def mode_parser(prog: str, description: str) -> argparse.ArgumentParser:
+def front_parser(
+    front: str, doc: str | None, out: str = "also write the result as JSON here"
+) -> argparse.ArgumentParser:
+    """A front's options: its question (its module's first paragraph) as the description, and ``--out``."""
+    parser = argparse.ArgumentParser(
+        prog=f"python -m bench {front}", description=(doc or "").split("\n\n")[0]
+    )
+    parser.add_argument("--out", type=Path, help=out)
+    return parser
+
+
+def report(result: Mapping[str, Any], out: Path | None, text: str) -> None:
+    """A front's figures printed beside their targets, its result also written as JSON to ``out``."""
+    if out is not None:
+        # allow_nan=False: a NaN or infinity would make the file unreadable to strict parsers; fail instead.
+        out.write_text(json.dumps(result, indent=2, allow_nan=False) + "\n")
+    print(text)
+
+
+def mode_parser(front: str, doc: str | None) -> argparse.ArgumentParser:
     """The options of a front run in :data:`MODES` (the throughput and adapter fronts)."""
-    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser = front_parser(front, doc, "result file (default bench/results/<front>-<timestamp>.json)")
     group = parser.add_mutually_exclusive_group()
     group.add_argument("--quick", action="store_true", help="short rounds; no instruction count")
     group.add_argument("--smoke", action="store_true", help="the shortest run that exercises every path")
-    parser.add_argument(
-        "--out", type=Path, help="result file (default bench/results/<name>-<timestamp>.json)"
-    )
     parser.add_argument("--duration", type=float, help="measured seconds per round")
     parser.add_argument("--repeats", type=int, help="interleaved repeats of every round")
     parser.add_argument("--concurrency", type=int, help="closed-loop concurrency of the peak rounds")
@@ -472,23 +462,31 @@ def mode_parser(prog: str, description: str) -> argparse.ArgumentParser:
     return parser
 
 
+def mode_main(
+    front: str,
+    parser: argparse.ArgumentParser,
+    argv: Sequence[str] | None,
+    run: Callable[[Settings, str], dict[str, Any]],
+    render: Callable[[dict[str, Any]], str],
+) -> int:
+    """A front run in a mode: its result (with ``started_at``) as JSON in ``bench/results/``, its table."""
+    args = parser.parse_args(argv)
+    try:
+        result = run(settings_from(args), args.redis_url)
+    except ChildFailed as failure:
+        print(f"python -m bench {front}: {failure}", file=sys.stderr)
+        return 1
+    stamp = result["started_at"].replace(":", "").replace("+0000", "Z")
+    out = args.out or RESULTS_DIR / f"{front}-{stamp}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    report(result, out, f"{render(result)}\n\nresult: {out}")
+    return 0
+
+
 def settings_from(args: argparse.Namespace) -> Settings:
     base = MODES["smoke" if args.smoke else "quick" if args.quick else "full"]
-    fields = {name: name for name in ("duration", "repeats", "concurrency", "turns", "instruction_turns")}
-    fields["conversations"] = "memory_conversations"
-    overrides = {
-        field: value for name, field in fields.items() if (value := getattr(args, name, None)) is not None
-    }
+    fields = ("duration", "repeats", "concurrency", "turns", "instruction_turns")
+    overrides = {name: value for name in fields if (value := getattr(args, name)) is not None}
     if "duration" in overrides:
         overrides["half_load_duration"] = overrides["duration"]
     return Settings(**{**asdict(base), **overrides})
-
-
-def write_result(result: Mapping[str, Any], out: Path | None, name: str, started_at: str) -> Path:
-    """The run's JSON: ``out``, or ``bench/results/<name>-<timestamp>.json``."""
-    stamp = started_at.replace(":", "").replace("+0000", "Z")
-    path = out or RESULTS_DIR / f"{name}-{stamp}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # allow_nan=False: a NaN or infinity would make the file unreadable to strict parsers; fail instead.
-    path.write_text(json.dumps(result, indent=2, allow_nan=False) + "\n")
-    return path

@@ -45,25 +45,17 @@ def callgrind_totals(path: Path) -> int:
 
 
 def count(bench: Bench, fronts: Sequence[tuple[str, FrontArgv]]) -> dict[str, Any]:
-    """``fronts`` counted by :func:`measure` in ``bench``'s mode, or why not."""
+    """Instructions per turn of each ``(name, argv for a port)`` front in ``bench``'s mode, or why not.
+
+    ``bench`` is the running benchmark: its bot, children, work directory and load generator.
+    """
     turns = bench.settings.instruction_turns
     if turns <= 0:
         return {"available": False, "note": f"not counted in the {bench.settings.mode} run"}
     if not available():
         return {"available": False, "note": "valgrind (callgrind) is not installed"}
-    return measure(bench, fronts, turns)
-
-
-def measure(bench: Bench, fronts: Sequence[tuple[str, FrontArgv]], turns: int) -> dict[str, Any]:
-    """Instructions per turn of each ``(name, argv for a port)`` front.
-
-    ``bench`` is the running benchmark: its bot, children, work directory and load generator.
-    """
-    results: dict[str, Any] = {"available": True, "turns": turns, "concurrency": CONCURRENCY, "users": USERS}
-    results["fronts"] = {}
-    for name, argv_for in fronts:
-        results["fronts"][name] = _count_front(bench, name, argv_for, turns)
-    return results
+    counted = {name: _count_front(bench, name, argv_for, turns) for name, argv_for in fronts}
+    return {"available": True, "turns": turns, "concurrency": CONCURRENCY, "users": USERS, "fronts": counted}
 
 
 def _count_front(bench: Bench, name: str, argv_for: FrontArgv, turns: int) -> dict[str, Any]:
@@ -108,5 +100,5 @@ def _count_front(bench: Bench, name: str, argv_for: FrontArgv, turns: int) -> di
 
 
 def per_turn(counted: dict[str, Any]) -> dict[str, float]:
-    """Instructions per turn by front name, from what :func:`measure` returned."""
+    """Instructions per turn by front name, from what :func:`count` returned."""
     return {name: float(front["instructions_per_turn"]) for name, front in counted["fronts"].items()}

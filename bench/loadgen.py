@@ -67,14 +67,6 @@ class Minter:
         return jwt.encode(claims, self._key, algorithm=self.alg, headers=self._headers)
 
 
-def load_tokens(path: Path) -> list[str]:
-    """The delegation token file ``bench.delegation`` writes: user ``i``'s token at index ``i``."""
-    tokens = json.loads(path.read_text())
-    if not isinstance(tokens, list) or not all(isinstance(token, str) for token in tokens):
-        raise ValueError(f"{path} is not a JSON list of delegation tokens")
-    return tokens
-
-
 def argv(
     url: str,
     key_file: Path,
@@ -116,13 +108,13 @@ class Load:
         self.args, self.delegation = args, delegation
         self.minter = Minter(key, ISSUER, AUDIENCE)
         self.tokens: dict[int, tuple[str, float]] = {}
+        self.latencies: list[float] = []
+        self.turns_total = self.issued = self.scheduled = self.conversations = self.errors = 0
+        self.late_starts, self.error_samples = 0, list[str]()
+        for user in range(min(args.subs, 4096)):
+            self.header(user)  # minted before the clock starts: minting is the personal agent's cost
         self.start = time.perf_counter()
         self.window = (self.start + args.warmup, self.start + args.warmup + args.duration)
-        self.latencies: list[float] = []
-        self.turns_total = self.issued = self.scheduled = self.conversations = self.errors = (
-            self.late_starts
-        ) = 0
-        self.error_samples: list[str] = []
 
     def header(self, user: int) -> str:
         """User ``user``'s PA JWT, minted on first use and again before it expires."""
@@ -214,10 +206,6 @@ class Load:
 
 async def run(args: argparse.Namespace, key: Mapping[str, Any], delegation: Sequence[str]) -> dict[str, Any]:
     load = Load(args, key, delegation)
-    for user in range(min(args.subs, 4096)):
-        load.header(user)  # mint before the clock starts: minting is the personal agent's cost
-    load.start = time.perf_counter()
-    load.window = (load.start + args.warmup, load.start + args.warmup + args.duration)
     connector = aiohttp.TCPConnector(limit=args.concurrency, keepalive_timeout=30)
     timeout = aiohttp.ClientTimeout(total=args.request_timeout)
     cpu_before = os.times()
@@ -266,7 +254,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     parser.add_argument("--request-timeout", type=float, default=10.0)
     parser.add_argument("--delegation-file", type=Path, help="delegation tokens, one per user")
     args = parser.parse_args(argv)
-    delegation = load_tokens(args.delegation_file) if args.delegation_file is not None else []
+    # The token file bench.delegation.grant_users writes: user i's token at index i.
+    delegation: list[str] = json.loads(args.delegation_file.read_text()) if args.delegation_file else []
     args.subs = args.subs or len(delegation) or 256
     if delegation and args.subs > len(delegation):
         # A grant belongs to one (PA, sub): a user without a token of its own cannot borrow another's.

@@ -80,13 +80,12 @@ def create_passthrough_app(upstream: str) -> web.Application:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)
     parser.add_argument("--upstream", required=True, help="the bot's /chat URL")
     args = parser.parse_args(argv)
     web.run_app(
         create_passthrough_app(args.upstream),
-        host=args.host,
+        host="127.0.0.1",
         port=args.port,
         backlog=BACKLOG,
         access_log=None,

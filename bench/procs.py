@@ -9,6 +9,7 @@ starts a Redis Cluster the same way, one child a node (the tests start theirs ap
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -19,8 +20,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import Any
 
-from bench.redis_probe import RedisProbe
+import redis
+
 from gateway.store.slots import SLOTS
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -144,6 +147,21 @@ class Child:
             return ""
         return "\n".join(text.splitlines()[-lines:])
 
+    def said(self, prefix: str, timeout: float) -> dict[str, Any]:
+        """The JSON object of the first whole line of its output that starts with ``prefix``: how a
+        child reports what the run needs from it (where it listens, what it measured)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.alive():
+                raise ChildFailed(f"{self.name} exited with {self.popen.returncode}:\n{self.tail()}")
+            # Only whole lines: the last one may still be being written.
+            for line in self.log_path.read_text(errors="replace").split("\n")[:-1]:
+                if line.startswith(prefix):
+                    said: dict[str, Any] = json.loads(line)
+                    return said
+            time.sleep(0.05)
+        raise ChildFailed(f"{self.name} did not say {prefix}… within {timeout:.0f} s:\n{self.tail()}")
+
     def wait_port(self, port: int, timeout: float = 20.0) -> None:
         """Return once ``port`` accepts connections; ChildFailed if the process dies or time runs out."""
         deadline = time.monotonic() + timeout
@@ -266,29 +284,29 @@ def start_cluster(children: Children, primaries: int, *, replicas: bool = False)
         buses.append(bus)
     for child, port in nodes:
         child.wait_port(port)
-    probes = [RedisProbe(f"redis://127.0.0.1:{port}/0") for _, port in nodes]
-    for index, probe in enumerate(probes[:primaries]):
+    clients = [redis.Redis.from_url(f"redis://127.0.0.1:{port}/0") for _, port in nodes]
+    for index, client in enumerate(clients[:primaries]):
         first, last = index * SLOTS // primaries, (index + 1) * SLOTS // primaries - 1
-        probe.command("CLUSTER", "ADDSLOTSRANGE", str(first), str(last))
-    for probe in probes[1:]:
+        client.cluster("ADDSLOTSRANGE", first, last)
+    for client in clients[1:]:
         # The bus port is named: its default (port + 10000) is not the free one each node was given.
-        probe.command("CLUSTER", "MEET", "127.0.0.1", str(probes[0].port), str(buses[0]))
-    _until(lambda: all(_knows(probe, len(nodes)) for probe in probes), "every node to know every other")
-    for replica, primary in zip(probes[primaries:], probes[: len(nodes) - primaries], strict=True):
-        replica.command("CLUSTER", "REPLICATE", primary.command("CLUSTER", "MYID").decode())
+        client.cluster("MEET", "127.0.0.1", nodes[0][1], buses[0])
+    _until(lambda: all(_knows(client, len(nodes)) for client in clients), "every node to know every other")
+    for replica, primary in zip(clients[primaries:], clients[: len(nodes) - primaries], strict=True):
+        replica.cluster("REPLICATE", primary.cluster("MYID"))
     _until(
         lambda: (
-            all(b"master_link_status:up" in p.command("INFO", "replication") for p in probes[primaries:])
-            and all(_knows(probe, len(nodes)) for probe in probes)
+            all(node.info("replication").get("master_link_status") == "up" for node in clients[primaries:])
+            and all(_knows(client, len(nodes)) for client in clients)
         ),
         "every replica's link to its primary, and every node's cluster_state:ok",
     )
     return ClusterNodes(nodes[:primaries], nodes[primaries:])
 
 
-def _knows(probe: RedisProbe, nodes: int) -> bool:
-    info = probe.command("CLUSTER", "INFO").decode()
-    return "cluster_state:ok" in info and f"cluster_known_nodes:{nodes}\r" in info
+def _knows(client: redis.Redis, nodes: int) -> bool:
+    info = client.cluster("INFO")
+    return bool(info["cluster_state"] == "ok" and int(info["cluster_known_nodes"]) == nodes)
 
 
 def _until(ready: Callable[[], bool], what: str) -> None:

@@ -26,9 +26,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import redis
+
+from bench.harness import front_parser, report
 from bench.procs import Children, free_port, start_cluster
-from bench.redis_probe import RedisProbe
-from gateway.config import KEY_LAYOUTS, CacheConfig, KeyLayoutName, RateLimitsConfig, RateRule
+from gateway.config import CacheConfig, RateLimitsConfig, RateRule
 from gateway.ops.limits import RateLimits
 from gateway.protocol.messages import render_reply
 from gateway.store import keys as store_keys
@@ -41,8 +43,6 @@ ISSUER = "https://pa.bench.invalid"
 FIRST_MESSAGE = "Hi, where is my order A-100017?"
 REPLY_TEXT = "Order A-10001 is shipped. It left our warehouse on Monday."
 TARGET_BYTES = 700
-BASELINE_BYTES = 1328
-"""Issue 17's reading on main ``2f825bd``, the same way."""
 assert len(FIRST_MESSAGE) == 31
 LIMITS = RateLimitsConfig(per_agent=RateRule(50.0, 100, enabled=False))
 """The per-person §6 counter as the defaults keep it; the per-agent one is one key for everybody (and
@@ -92,16 +92,21 @@ def _kind(key: bytes) -> str:
     return kind[kind.index(b"}") + 1 :].decode() if kind.startswith(b"{") and b"}" in kind else kind.decode()
 
 
-SHORT_LIVED = ("pact:acme:f:*", "pact:acme:rl:*", "pact:acme:{*}f:*", "pact:acme:{*}rl:*")
-"""First-message records (the retry window, 300 s by default) and §6 counters (seconds), both layouts."""
+SHORT_LIVED = ("pact:acme:{*}f:*", "pact:acme:{*}rl:*")
+"""First-message records (the retry window, 300 s by default) and §6 counters (seconds)."""
 
 
-def key_memory(probe: RedisProbe) -> Counter[str]:
-    """``MEMORY USAGE`` of every key of the probe's database, summed by kind of key."""
+def scan(client: redis.Redis, pattern: str = "*") -> list[bytes]:
+    """Every key of the client's database matching ``pattern``, by ``SCAN`` (``KEYS`` blocks a server)."""
+    return list(client.scan_iter(match=pattern, count=1000))
+
+
+def key_memory(client: redis.Redis) -> Counter[str]:
+    """``MEMORY USAGE`` of every key of the client's database, summed by kind of key."""
     total: Counter[str] = Counter()
-    for key in probe.scan():
-        # Empty: the key expired since the scan (a rate-limit counter lives seconds).
-        if usage := probe.command("MEMORY", "USAGE", key, "SAMPLES", "0"):
+    for key in scan(client):
+        # None: the key expired since the scan (a rate-limit counter lives seconds).
+        if usage := client.memory_usage(key, samples=0):
             total[_kind(key)] += int(usage)
     return total
 
@@ -113,33 +118,31 @@ async def warm_up(store: RedisStore, person: int) -> None:
     await turn(store, _owner(person), context, "warm-2")
 
 
-async def measure(
-    url: str, conversations: int, people: int, rounds: int, layout: KeyLayoutName
-) -> dict[str, Any]:
-    probe = RedisProbe(url)
-    probe.flush()
-    store = RedisStore(CacheConfig(url=url, key_layout=layout))
+async def measure(url: str, conversations: int, people: int, rounds: int) -> dict[str, Any]:
+    client = redis.Redis.from_url(url)
+    client.flushdb()
+    store = RedisStore(CacheConfig(url=url))  # the default layout, tagged
     per_round, idle, kinds = [], [], Counter[str]()
 
     def used() -> float:
         """The median of a few reads: ``used_memory`` moves with other clients' buffers."""
-        return statistics.median(used_memory(probe.command("INFO", "memory")) for _ in range(3))
+        return statistics.median(int(client.info("memory")["used_memory"]) for _ in range(3))
 
     try:
         await warm_up(store, people)
         for _ in range(rounds):
-            probe.flush()
+            client.flushdb()
             await store.ping()
             before = used()
             await fill(store, conversations, people)
             per_round.append((used() - before) / conversations)
-            kinds = key_memory(probe)
+            kinds = key_memory(client)
             # What the conversations hold once their §4.3 retry window (and the §6 counters) expired.
             for pattern in SHORT_LIVED:
-                if found := probe.scan(pattern):
-                    probe.command("DEL", *found)
+                if found := scan(client, pattern):
+                    client.delete(*found)
             idle.append((used() - before) / conversations)
-        probe.flush()
+        client.flushdb()
     finally:
         await store.close()
     return {
@@ -168,8 +171,8 @@ async def measure_cluster(url: str, conversations: int, people: int, concurrency
             node: used_memory(info) for node, info in (await pipe.on_each_primary("INFO", "memory")).items()
         }
 
-    def on(node: str) -> RedisProbe:
-        return RedisProbe(f"redis://{node}/0")
+    def on(node: str) -> redis.Redis:
+        return redis.Redis.from_url(f"redis://{node}/0")
 
     try:
         await store.ping()
@@ -182,13 +185,13 @@ async def measure_cluster(url: str, conversations: int, people: int, concurrency
         after = await shards()
         # As their expiry would: one DEL a key (a DEL of many would cross slots), a thousand at a time.
         for node in before:
-            found = [key for pattern in SHORT_LIVED[2:] for key in on(node).scan(pattern)]
+            found = [key for pattern in SHORT_LIVED for key in scan(on(node), pattern)]
             for start in range(0, len(found), 1000):
                 await asyncio.gather(*(pipe.execute("DEL", key) for key in found[start : start + 1000]))
         idle = await shards()
     finally:
         await store.close()
-    held = {node: len(on(node).scan(store_keys.conv_key("acme", "*", "*"))) for node in sorted(before)}
+    held = {node: len(scan(on(node), store_keys.conv_key("acme", "*", "*"))) for node in sorted(before)}
     grown = {node: after[node] - before[node] for node in held}
     return {
         "used_memory_bytes_per_conversation": sum(grown.values()) / conversations,
@@ -207,43 +210,57 @@ async def measure_cluster(url: str, conversations: int, people: int, concurrency
     }
 
 
-def main_cluster(args: argparse.Namespace) -> int:
+def on_clusters(args: argparse.Namespace, children: Children) -> tuple[dict[str, Any], list[str]]:
+    """``--cluster``: the figures on a cluster of one primary and on one of three, and their lines."""
     people = args.people if args.people is not None else max(args.conversations // 3, 1)
-    with tempfile.TemporaryDirectory() as logs, Children(Path(logs)) as children:
-        clusters = {size: start_cluster(children, size) for size in CLUSTER_SIZES}
-        results = {
-            size: asyncio.run(measure_cluster(nodes.url, args.conversations, people, args.concurrency))
-            for size, nodes in clusters.items()
-        }
-    print(
+    clusters = {size: start_cluster(children, size) for size in CLUSTER_SIZES}
+    results = {
+        size: asyncio.run(measure_cluster(nodes.url, args.conversations, people, args.concurrency))
+        for size, nodes in clusters.items()
+    }
+    lines = [
         f"# {args.conversations} conversations of {people} people, tagged layout, on Redis Clusters of "
         f"{' and '.join(map(str, CLUSTER_SIZES))} primaries started by the bench (no replicas)"
-    )
+    ]
     for size, result in results.items():
-        print(f"## {size} primar{'y' if size == 1 else 'ies'}")
-        print(
+        spread = result["shard_spread"]
+        lines += [
+            f"## {size} primar{'y' if size == 1 else 'ies'}",
             f"used_memory per conversation: {result['used_memory_bytes_per_conversation']:.0f} B "
             f"(filled at {result['fill_turns_per_s']:.0f} turns/s, {args.concurrency} at a time); "
-            f"once the retry window passed: {result['idle_used_memory_bytes_per_conversation']:.0f} B"
-        )
-        for node, shard in result["shards"].items():
-            print(
+            f"once the retry window passed: {result['idle_used_memory_bytes_per_conversation']:.0f} B",
+            *(
                 f"  shard {node}: +{shard['used_memory_bytes'] / 2**20:.1f} MiB, "
                 f"{shard['conversations']} conversations, {shard['bytes_per_conversation']:.0f} B each "
                 f"({shard['idle_bytes_per_conversation']:.0f} B once the retry window passed)"
-            )
-        spread = result["shard_spread"]
-        print(
+                for node, shard in result["shards"].items()
+            ),
             f"spread between shards (largest / smallest growth - 1): {spread:.1%}; "
-            f"target <= {CLUSTER_SPREAD_TARGET:.0%} {'PASS' if spread <= CLUSTER_SPREAD_TARGET else 'MISS'}"
-        )
+            f"target <= {CLUSTER_SPREAD_TARGET:.0%} {'PASS' if spread <= CLUSTER_SPREAD_TARGET else 'MISS'}",
+        ]
     one, three = (results[size]["used_memory_bytes_per_conversation"] for size in CLUSTER_SIZES)
-    print(f"3 primaries / 1 primary used_memory per conversation: {three / one:.3f}")
-    return 0
+    lines.append(f"3 primaries / 1 primary used_memory per conversation: {three / one:.3f}")
+    return {str(size): result for size, result in results.items()}, lines
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench redis_bytes", description=__doc__.split("\n\n")[0])
+def on_one_server(args: argparse.Namespace, url: str, where: str) -> tuple[dict[str, Any], list[str]]:
+    """Bytes per conversation on the Redis at ``url``, and their lines."""
+    people = args.people or 1000
+    result = asyncio.run(measure(url, args.conversations, people, args.rounds))
+    used = result["used_memory_bytes_per_conversation"]
+    rounds = ", ".join(f"{value:.0f}" for value in result["used_memory_rounds"])
+    return result, [
+        f"# {args.conversations} conversations of {people} people on {where}, the tagged layout",
+        f"used_memory per conversation: {used:.0f} B (rounds: {rounds}); target <= {TARGET_BYTES} B "
+        f"(ratio {used / TARGET_BYTES:.2f})",
+        f"  once the retry window passed: {result['idle_used_memory_bytes_per_conversation']:.0f} B",
+        f"MEMORY USAGE of keys per conversation: {result['key_memory_bytes_per_conversation']:.0f} B",
+        *(f"  {kind}: {size:.0f} B" for kind, size in result["key_memory_by_kind"].items()),
+    ]
+
+
+def main(argv: Sequence[str]) -> int:
+    parser = front_parser("redis_bytes", __doc__)
     parser.add_argument(
         "--redis-url", help="a database this bench may flush (default: a redis-server of its own)"
     )
@@ -256,32 +273,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--concurrency", type=int, default=32, help="--cluster: turns at a time while filling"
     )
-    parser.add_argument("--layout", choices=KEY_LAYOUTS, default="tagged", help="cache.key_layout (tagged)")
     args = parser.parse_args(argv)
-    if args.cluster:
-        return main_cluster(args)
-    people = args.people or 1000
     with tempfile.TemporaryDirectory() as logs, Children(Path(logs)) as children:
-        url, where = args.redis_url, f"{args.redis_url} (instance-wide figure: other clients are noise)"
-        if url is None:
-            port = free_port()
-            server = children.start(
-                "redis", ["redis-server", "--port", str(port), "--save", "", "--appendonly", "no"]
-            )
-            server.wait_port(port)
-            url, where = f"redis://127.0.0.1:{port}/0", f"a redis-server of its own (127.0.0.1:{port})"
-        result = asyncio.run(measure(url, args.conversations, people, args.rounds, args.layout))
-    used = result["used_memory_bytes_per_conversation"]
-    rounds = ", ".join(f"{value:.0f}" for value in result["used_memory_rounds"])
-    print(
-        f"# {args.conversations} conversations of {people} people on {where}, cache.key_layout {args.layout}"
-    )
-    print(
-        f"used_memory per conversation: {used:.0f} B (rounds: {rounds}); target <= {TARGET_BYTES} B "
-        f"(ratio {used / TARGET_BYTES:.2f}); main 2f825bd {BASELINE_BYTES} B"
-    )
-    print(f"  once the retry window passed: {result['idle_used_memory_bytes_per_conversation']:.0f} B")
-    print(f"MEMORY USAGE of keys per conversation: {result['key_memory_bytes_per_conversation']:.0f} B")
-    for kind, size in result["key_memory_by_kind"].items():
-        print(f"  {kind}: {size:.0f} B")
+        if args.cluster:
+            result, lines = on_clusters(args, children)
+        else:
+            url, where = args.redis_url, f"{args.redis_url} (instance-wide figure: other clients are noise)"
+            if url is None:
+                port = free_port()
+                server = children.start(
+                    "redis", ["redis-server", "--port", str(port), "--save", "", "--appendonly", "no"]
+                )
+                server.wait_port(port)
+                url, where = f"redis://127.0.0.1:{port}/0", f"a redis-server of its own (127.0.0.1:{port})"
+            result, lines = on_one_server(args, url, where)
+    report(result, args.out, "\n".join(lines))
     return 0

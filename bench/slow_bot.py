@@ -11,15 +11,13 @@ direct's in the same repeat; each figure is the median (min-max) over repeats, b
 memory per turn in flight (peak RSS over the window less idle RSS, over the concurrency). Targets:
 ≥ 0.95 of bot direct at 2,000 with no failed turn, ≤ 16 KiB a turn in flight (docs/capacity.md).
 
-``python -m bench.slow_bot bot --port P --latency S`` is the fake bot (started by the run).
+``python -m bench slow_bot bot PORT SECONDS`` is the fake bot (started by the run).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import subprocess
 import sys
 import tempfile
 import time
@@ -31,26 +29,19 @@ import orjson
 from aiohttp import web
 
 from bench import loadgen
-from bench.figures import at_least, at_most, spread, target, target_line
+from bench.figures import spread, target, target_line
 from bench.harness import (
     DEFAULT_REDIS_URL,
     MEMORY_BOUND_NOTE,
+    front_parser,
     gateway_yaml,
-    python_json,
+    load_json,
+    report,
+    run_load,
     write_key,
     write_yaml,
 )
-from bench.procs import (
-    Child,
-    Children,
-    cpu_seconds,
-    free_port,
-    machine_busy,
-    python_env,
-    read_machine_ticks,
-    rss_bytes,
-    start_cluster,
-)
+from bench.procs import Child, Children, free_port, rss_bytes, start_cluster
 
 KEY_TTL = 600
 """``cache.conversation_ttl`` and ``closed_ttl`` of the run's gateways: a shared Redis soon forgets it."""
@@ -65,22 +56,18 @@ FIGURES += ("rss_kib_per_turn_in_flight", "redis_cpu_ms_per_turn", "front_cores"
 REPLY = orjson.dumps({"text": "Your order A-10001 is on its way.", "end": False})
 
 
-def serve_bot(argv: Sequence[str]) -> int:
-    """The gateway's bot contract (gateway/upstream/http_json.py), answering after ``--latency`` s."""
-    parser = argparse.ArgumentParser(prog="python -m bench.slow_bot bot")
-    parser.add_argument("--port", type=int, required=True)
-    parser.add_argument("--latency", type=float, required=True)
-    args = parser.parse_args(argv)
+def serve_bot(port: int, latency: float) -> int:
+    """The gateway's bot contract (gateway/upstream/http_json.py), answering after ``latency`` s."""
 
     async def chat(request: web.Request) -> web.Response:
         await request.read()
-        await asyncio.sleep(args.latency)
+        await asyncio.sleep(latency)
         return web.Response(body=REPLY, content_type="application/json")
 
     app = web.Application()
     app.router.add_post("/chat", chat)
     # Its own backlog too: thousands of connections open at once when a round starts.
-    web.run_app(app, host="127.0.0.1", port=args.port, backlog=8192, access_log=None, print=None)
+    web.run_app(app, host="127.0.0.1", port=port, backlog=8192, access_log=None, print=None)
     return 0
 
 
@@ -93,95 +80,92 @@ class Front(NamedTuple):
     """The Redis processes of a store the run started (a cluster's nodes): their CPU is read too."""
 
 
-class Run(NamedTuple):
-    children: Children
-    workdir: Path
-    key_file: Path
-    jwks: dict[str, Any]
-    bot: Child
-    bot_url: str
-    args: argparse.Namespace
+class Rounds:
+    """The run's fake bot and personal agent's key; each front started afresh for each of its rounds."""
 
+    def __init__(self, children: Children, workdir: Path, args: argparse.Namespace) -> None:
+        self.children, self.workdir, self.args = children, workdir, args
+        port = free_port()
+        self.bot = children.python("bot", "-m", "bench", "slow_bot", "bot", str(port), str(args.latency))
+        self.bot.wait_port(port)
+        self.bot_url, self.key_file = f"http://127.0.0.1:{port}/chat", workdir / "pa-key.json"
+        self.jwks = write_key(self.key_file)
 
-def start(run: Run, front: Front) -> tuple[Child | None, str]:
-    """``front``'s process, started afresh and listening, and its turn URL (bot direct: the bot's)."""
-    if front.name == BOT_DIRECT:
-        return None, run.bot_url
-    port, label = free_port(), front.name.replace(" ", "-")
-    argv = ["-m", "bench.passthrough", "--port", str(port), "--upstream", run.bot_url]
-    if front.cache_url is not None:
-        cache = {"url": front.cache_url, "conversation_ttl": KEY_TTL, "closed_ttl": KEY_TTL}
-        raw = gateway_yaml(port, run.jwks, {"url": run.bot_url}, cache)
-        argv = ["-m", "gateway", "serve", "--config", str(write_yaml(run.workdir / f"{label}.yaml", raw))]
-    child = run.children.python(label, *argv)
-    child.wait_port(port)
-    return child, f"http://127.0.0.1:{port}/a2a/acme/message:send"
-
-
-def measure(run: Run, front: Front, concurrency: int) -> dict[str, Any]:
-    """One round: (for a front of its own) a warm-up and the idle RSS, then the measured load."""
-    args = run.args
-    child, url = start(run, front)
-    try:
-
-        def load(concurrency: int, duration: float, warmup: float) -> list[str]:
-            return loadgen.argv(
-                url,
-                run.key_file,
-                mode="bot" if child is None else "a2a",
-                duration=duration,
-                warmup=warmup,
-                concurrency=concurrency,
-                users=concurrency,
-                request_timeout=args.latency * 4 + 10,
+    def start(self, front: Front) -> tuple[Child | None, str]:
+        """``front``'s process, started afresh and listening, and its turn URL (bot direct: the bot's)."""
+        if front.name == BOT_DIRECT:
+            return None, self.bot_url
+        port, label = free_port(), front.name.replace(" ", "-")
+        argv = ["-m", "bench.passthrough", "--port", str(port), "--upstream", self.bot_url]
+        if front.cache_url is not None:
+            cache = {"url": front.cache_url, "conversation_ttl": KEY_TTL, "closed_ttl": KEY_TTL}
+            config = write_yaml(
+                self.workdir / f"{label}.yaml", gateway_yaml(port, self.jwks, {"url": self.bot_url}, cache)
             )
+            argv = ["-m", "gateway", "serve", "--config", str(config)]
+        child = self.children.python(label, *argv)
+        child.wait_port(port)
+        return child, f"http://127.0.0.1:{port}/a2a/acme/message:send"
 
-        idle = None
-        if child is not None:
-            python_json(load(WARM_CONCURRENCY, 2.0, 0.5)[1:], args.warmup + args.latency * 4 + 120)
-            time.sleep(0.5)
-            idle = rss_bytes(child.pid)
-        parties = {"bot": run.bot.pid} | ({} if child is None else {"front": child.pid})
-        parties |= {f"redis-{pid}": pid for pid in front.redis_pids}
-        cpu_before = {name: cpu_seconds(pid) for name, pid in parties.items()}
-        ticks_before = read_machine_ticks()
-        end = time.monotonic() + args.warmup + args.duration
-        running = subprocess.Popen(
-            load(concurrency, args.duration, args.warmup), env=python_env(), stdout=subprocess.PIPE, text=True
-        )
-        time.sleep(args.warmup)  # the RSS is sampled over the measured window only, as turns are counted
-        samples = []
-        while (left := end - time.monotonic()) > 0:
-            time.sleep(min(RSS_SAMPLE_SECONDS, left))
-            samples += [] if child is None else [rss_bytes(child.pid)]
-        out, _ = running.communicate(timeout=args.latency * 4 + 120)
-        # Read before the front is stopped: a process gone from /proc has no CPU to read.
-        cpu = {name: cpu_seconds(pid) - cpu_before[name] for name, pid in parties.items()}
-        busy = machine_busy(ticks_before, read_machine_ticks())
-    finally:
-        if child is not None:
-            run.children.stop(child)
-    if running.returncode != 0:
-        raise RuntimeError(f"the load generator failed against {front.name}")
-    result: dict[str, Any] = json.loads(out)
-    redis = sum(cpu.pop(name) for name in list(cpu) if name.startswith("redis-"))
-    turns, rate = max(result["turns_total"], 1), result["throughput_rps"]
-    per_turn = {"front": cpu.get("front"), "redis": redis if front.redis_pids else None}
-    return {
-        "turns_per_s": rate,
-        "errors": result["errors"],
-        "error_samples": result["error_samples"],
-        "p50_ms": result["latency_ms"]["p50"],
-        "cpu_s": {**cpu, "redis": redis, "loadgen": result["cpu_s"]},
-        "machine_busy": busy,
-        # Every completed turn (warm-up too) against the round's CPU; the cores busy at the measured rate
-        # (a front near 1.0 is bound by its own single process).
-        **{f"{p}_cpu_ms_per_turn": None if s is None else s * 1000 / turns for p, s in per_turn.items()},
-        **{f"{p}_cores": None if s is None else s / turns * rate for p, s in per_turn.items()},
-        "rss_kib_per_turn_in_flight": None
-        if idle is None or not samples
-        else max(max(samples) - idle, 0) / concurrency / 1024,
-    }
+    def measure(self, front: Front, concurrency: int) -> dict[str, Any]:
+        """One round: (for a front of its own) a warm-up and the idle RSS, then the measured load."""
+        args = self.args
+        child, url = self.start(front)
+        try:
+
+            def load(concurrency: int, duration: float, warmup: float) -> list[str]:
+                return loadgen.argv(
+                    url,
+                    self.key_file,
+                    mode="bot" if child is None else "a2a",
+                    duration=duration,
+                    warmup=warmup,
+                    concurrency=concurrency,
+                    users=concurrency,
+                    request_timeout=args.latency * 4 + 10,
+                )
+
+            idle, samples = None, []
+            if child is not None:
+                load_json(load(WARM_CONCURRENCY, 2.0, 0.5), args.warmup + args.latency * 4 + 120)
+                time.sleep(0.5)
+                idle = rss_bytes(child.pid)
+            parties = {"bot": self.bot.pid} | ({} if child is None else {"front": child.pid})
+            parties |= {f"redis-{pid}": pid for pid in front.redis_pids}
+            # The RSS is sampled over the measured window only, as turns are counted.
+            window = time.monotonic() + args.warmup, time.monotonic() + args.warmup + args.duration
+
+            def sample() -> None:
+                time.sleep(RSS_SAMPLE_SECONDS)
+                if child is not None and window[0] <= time.monotonic() <= window[1]:
+                    samples.append(rss_bytes(child.pid))
+
+            limit = args.warmup + args.duration + args.latency * 4 + 120
+            result = run_load(
+                load(concurrency, args.duration, args.warmup), parties, self.workdir, limit, sample
+            )
+        finally:
+            if child is not None:
+                self.children.stop(child)
+        cpu = result["cpu_s"]
+        redis = sum(cpu.pop(name) for name in list(cpu) if name.startswith("redis-"))
+        turns, rate = max(result["turns_total"], 1), result["throughput_rps"]
+        per_turn = {"front": cpu.get("front"), "redis": redis if front.redis_pids else None}
+        return {
+            "turns_per_s": rate,
+            "errors": result["errors"],
+            "error_samples": result["error_samples"],
+            "p50_ms": result["latency_ms"]["p50"],
+            "cpu_s": {**cpu, "redis": redis},
+            "machine_busy": result["machine_busy"],
+            # Every completed turn (warm-up too) against the round's CPU; the cores busy at the measured
+            # rate (a front near 1.0 is bound by its own single process).
+            **{f"{p}_cpu_ms_per_turn": None if s is None else s * 1000 / turns for p, s in per_turn.items()},
+            **{f"{p}_cores": None if s is None else s / turns * rate for p, s in per_turn.items()},
+            "rss_kib_per_turn_in_flight": None
+            if idle is None or not samples
+            else max(max(samples) - idle, 0) / concurrency / 1024,
+        }
 
 
 def summarise(repeats: Sequence[dict[str, dict[str, Any]]]) -> dict[str, dict[str, Any]]:
@@ -204,14 +188,13 @@ def targets(rounds: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         for name, front in ((n, f) for n, f in row["fronts"].items() if n.startswith("gateway")):
             if row["concurrency"] == TARGET_CONCURRENCY:
                 failed = front["errors"]
-                passes = at_least(RATIO_TARGET) if failed == 0 else (lambda _: False)
                 what = f"{name} / bot direct at {TARGET_CONCURRENCY} (median), no failed turn"
-                note = f"{failed} failed turns" if failed else ""
-                out.append(target(what, f">= {RATIO_TARGET}", front["ratio"]["median"], passes, note=note))
+                note, ratio = f"{failed} failed turns" if failed else "", front["ratio"]["median"]
+                passes = None if failed == 0 else (lambda _: False)
+                out.append(target(what, f">= {RATIO_TARGET}", ratio, note=note, passes=passes))
             kib = front["rss_kib_per_turn_in_flight"]
             what = f"{name} KiB per turn in flight at {row['concurrency']} (median)"
-            kib_median = None if kib is None else kib["median"]
-            out.append(target(what, f"<= {MEMORY_TARGET_KIB:g}", kib_median, at_most(MEMORY_TARGET_KIB)))
+            out.append(target(what, f"<= {MEMORY_TARGET_KIB:g}", None if kib is None else kib["median"]))
     return out
 
 
@@ -225,14 +208,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             print(f"# {MEMORY_BOUND_NOTE}", file=sys.stderr)
         fronts += [Front("gateway redis", args.redis_url)] if "redis" in args.stores else []
         fronts += [Front(f"gateway cluster {n}", c.url, tuple(c.pids)) for n, c in clusters.items()]
-        port = free_port()
-        argv = ["-m", "bench.slow_bot", "bot", "--port", str(port), "--latency", str(args.latency)]
-        bot = children.python("bot", *argv)
-        bot.wait_port(port)
-        key_file = workdir / "pa-key.json"
-        setup = Run(
-            children, workdir, key_file, write_key(key_file), bot, f"http://127.0.0.1:{port}/chat", args
-        )
+        setup = Rounds(children, workdir, args)
         rounds: list[dict[str, Any]] = []
         for concurrency in args.where:
             repeats: list[dict[str, dict[str, Any]]] = []
@@ -242,7 +218,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 figures: dict[str, dict[str, Any]] = {}
                 for front in fronts[shift:] + fronts[:shift]:
                     print(f"# {concurrency} concurrent, repeat {repeat + 1}: {front.name}", file=sys.stderr)
-                    figures[front.name] = measure(setup, front, concurrency)
+                    figures[front.name] = setup.measure(front, concurrency)
                 repeats.append({front.name: figures[front.name] for front in fronts})
             rounds.append({"concurrency": concurrency, "repeats": repeats, "fronts": summarise(repeats)})
     settings = {key: getattr(args, key) for key in ("latency", "where", "duration", "warmup", "repeats")}
@@ -273,11 +249,10 @@ def _numbers(text: str) -> list[int]:
     return [int(n) for n in text.split(",") if n]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args_list = list(sys.argv[1:] if argv is None else argv)
-    if args_list[:1] == ["bot"]:
-        return serve_bot(args_list[1:])
-    parser = argparse.ArgumentParser(prog="python -m bench slow_bot", description=__doc__.split("\n\n")[0])
+def main(argv: Sequence[str]) -> int:
+    if argv[:1] == ["bot"]:  # the fake bot's process, started by run
+        return serve_bot(int(argv[1]), float(argv[2]))
+    parser = front_parser("slow_bot", __doc__)
     parser.add_argument("--latency", type=float, default=1.5, help="the bot's seconds per turn")
     parser.add_argument("--where", type=_numbers, default=[TARGET_CONCURRENCY], help="concurrencies, a,b,…")
     parser.add_argument("--duration", type=float, default=10.0, help="measured seconds per round")
@@ -291,14 +266,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--redis-url", default=DEFAULT_REDIS_URL, help="your own database; nothing is flushed"
     )
-    parser.add_argument("--out", type=Path, help="also write the result as JSON here")
-    args = parser.parse_args(args_list)
+    args = parser.parse_args(argv)
     result = run(args)
-    if args.out is not None:
-        args.out.write_text(json.dumps(result, indent=2))
-    print(render(result))
+    report(result, args.out, render(result))
     return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

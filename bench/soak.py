@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import sys
 import tempfile
@@ -23,9 +22,10 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from bench.harness import DEFAULT_REDIS_URL, MEMORY_BOUND_NOTE, MODES, Bench
+import redis
+
+from bench.harness import DEFAULT_REDIS_URL, MEMORY_BOUND_NOTE, MODES, Bench, front_parser, report
 from bench.procs import ChildFailed, Children, rss_bytes
-from bench.redis_probe import RedisProbe
 
 SCHEMA = "pact-gateway-soak/1"
 MIB = 1024 * 1024
@@ -47,10 +47,8 @@ def read_process(pid: int) -> Reading:
     return Reading(rss_bytes(pid), len(os.listdir(f"/proc/{pid}/fd")))
 
 
-@dataclass(frozen=True)
-class Bounds:
-    rss_bytes: int
-    open_fds: int
+Bounds = Reading
+"""The growth a run may show, as a reading of it."""
 
 
 def bounds_for(args: argparse.Namespace, conversations: int) -> Bounds:
@@ -69,7 +67,9 @@ def verdict(before: Reading, after: Reading, bounds: Bounds, errors: int) -> dic
 def soak(args: argparse.Namespace, bench: Bench) -> dict[str, Any]:
     """The sample bot and one gateway; a warm-up load, the readings before, the load, the readings after."""
     bot, port = bench.start_bot()
-    gateway = bench.start_gateway("gateway", "memory://" if args.cache == "memory" else args.redis_url)
+    gateway = bench.start(
+        "gateway", bench.gateway_front("memory://" if args.cache == "memory" else args.redis_url)
+    )
     bot.wait_port(port)
     process = gateway.listening().process
     assert process is not None
@@ -112,10 +112,7 @@ def soak(args: argparse.Namespace, bench: Bench) -> dict[str, Any]:
         "errors": errors,
         "error_samples": measured["error_samples"] or warm["error_samples"],
         "conversations_stored": conversations if args.cache == "memory" else 0,
-        **{
-            name: asdict(reading)
-            for name, reading in (("before", before), ("peak", peak[0]), ("after", after))
-        },
+        **{name: asdict(seen) for name, seen in (("before", before), ("peak", peak[0]), ("after", after))},
         "bounds": asdict(bounds),
         "verdict": verdict(before, after, bounds, errors),
     }
@@ -129,8 +126,7 @@ def render(result: dict[str, Any]) -> str:
     def mib(value: int) -> str:
         return f"{value / MIB:.1f} MiB"
 
-    def mark(ok: bool) -> str:
-        return "ok" if ok else "EXCEEDED"
+    mark = {True: "ok", False: "EXCEEDED"}
 
     return "\n".join(
         [
@@ -140,17 +136,17 @@ def render(result: dict[str, Any]) -> str:
             f"  turns {result['turns']} ({result['turns_per_s']:.0f}/s), errors {result['errors']}",
             f"  resident memory  before {mib(before['rss_bytes'])}, peak {mib(peak['rss_bytes'])}, "
             f"after {mib(after['rss_bytes'])}: {checked['rss_growth_bytes'] / MIB:+.1f} MiB "
-            f"(bound {mib(bounds['rss_bytes'])}) {mark(checked['rss_ok'])}",
+            f"(bound {mib(bounds['rss_bytes'])}) {mark[checked['rss_ok']]}",
             f"  open descriptors before {before['open_fds']}, peak {peak['open_fds']}, "
             f"after {after['open_fds']}: {checked['fd_growth']:+d} (bound {bounds['open_fds']}) "
-            f"{mark(checked['fds_ok'])}",
-            f"  errors: {mark(checked['errors_ok'])}",
+            f"{mark[checked['fds_ok']]}",
+            f"  errors: {mark[checked['errors_ok']]}",
         ]
     )
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench soak", description=__doc__.split("\n\n")[0])
+    parser = front_parser("soak", __doc__)
     parser.add_argument("--duration", type=float, default=60.0, help="seconds of measured load (default 60)")
     parser.add_argument("--warmup", type=float, default=10.0, help="seconds of load before the first reading")
     parser.add_argument("--concurrency", type=int, default=32)
@@ -159,25 +155,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--redis-url", default=DEFAULT_REDIS_URL, help="a database the soak may flush")
     parser.add_argument("--rss-bound-mib", type=float, default=16.0, help="allowed growth of resident memory")
     parser.add_argument("--fd-bound", type=int, default=8, help="allowed growth of open file descriptors")
-    parser.add_argument("--out", type=Path, help="also write the result as JSON to this file")
     args = parser.parse_args(argv)
     if args.duration <= 0 or args.warmup <= 0 or args.concurrency < 1 or args.turns < 1:
         parser.error("--duration and --warmup must be positive, --concurrency and --turns at least 1")
-    redis = RedisProbe(args.redis_url)
+    store = redis.Redis.from_url(args.redis_url)
     settings = dataclasses.replace(MODES["full"], warmup=0.0, turns=args.turns)
     with tempfile.TemporaryDirectory(prefix="pact-soak-") as tmp:
         if args.cache == "redis":
-            redis.flush()
+            store.flushdb()
         try:
             with Children(Path(tmp)) as children:
-                result = soak(args, Bench(settings, children, Path(tmp), redis))
+                result = soak(args, Bench(settings, children, Path(tmp), args.redis_url))
         except ChildFailed as failed:
             print(f"python -m bench soak: {failed}", file=sys.stderr)
             return 2
         finally:
             if args.cache == "redis":
-                redis.flush()
-    print(render(result))
-    if args.out is not None:
-        args.out.write_text(json.dumps(result, indent=2) + "\n")
+                store.flushdb()
+    report(result, args.out, render(result))
     return 0 if result["verdict"]["ok"] else 1

@@ -19,7 +19,6 @@ import argparse
 import asyncio
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -30,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.harness import gateway_yaml, write_yaml
-from bench.instructions import callgrind_totals
+from bench.instructions import available, callgrind_totals
 from bench.loadgen import AUDIENCE, ISSUER, Minter, user_sub
 from bench.procs import REPO_ROOT, free_port, python_env
 from gateway.pa_keys import generate_private_jwk, public_jwks
@@ -224,10 +223,6 @@ def _run_child(turns: int, cache_url: str) -> None:
 # ---- the parent: valgrind, its file, the baseline ----------------------------------------------------
 
 
-def available() -> bool:
-    return shutil.which("valgrind") is not None
-
-
 def count(turns: int = TURNS, cache_url: str = "memory://") -> float:
     """Instructions per measured turn, from one child under callgrind, on the store ``cache_url`` names."""
     with tempfile.TemporaryDirectory(prefix="pact-turn-count-") as out_dir:
@@ -300,16 +295,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"instructions per Identity turn: {measured:,.0f} (stored in {BASELINES})")
         return 0
     baseline = read_baseline()
-    ratio = measured / float(baseline["instructions"])
-    verdict = (
-        "GROWN"
-        if grown(measured, baseline)
-        else "below: re-take it"
-        if stale(measured, baseline)
-        else "within"
-    )
+    over, ratio = grown(measured, baseline), measured / float(baseline["instructions"])
+    verdict = "GROWN" if over else "below: re-take it" if stale(measured, baseline) else "within"
     print(
         f"instructions per Identity turn: {measured:,.0f}; baseline {baseline['instructions']:,} "
         f"(x{ratio:.4f}, tolerance {float(baseline['tolerance']):.0%}): {verdict}"
     )
-    return 1 if grown(measured, baseline) else 0
+    return 1 if over else 0

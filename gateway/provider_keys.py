@@ -211,7 +211,7 @@ class SigningBatch:
     arrive together have their receipts signed back to back, so all but the first find the tables
     warm. No thread: ``cryptography`` releases the GIL while it signs, but on a machine whose
     cores are all busy (a worker per core, the bot, the load) a worker thread only adds the
-    hand-off (``bench.jwt_cost``'s ``receipt_sign_offloaded_loop_us``). The batch holds only the
+    hand-off (measured by a bench tool since folded out, docs/performance.md). The batch holds only the
     signatures of turns already in flight, so it is bounded by ``upstream.max_concurrency``.
     """
 

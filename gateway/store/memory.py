@@ -22,7 +22,7 @@ The entries:
   keeps it, dead conversations dropped, while one of them lives (readers never go by it).
   Its key is the owner digest (raw bytes) the conversations already hold, not a string of its
   own (no other key is bytes): with a deadline shared with a conversation's, the index of an
-  owner with one conversation costs about 150 bytes, not 320 (``python -m bench.memory``).
+  owner with one conversation costs about 150 bytes, not 320 (``python -m bench memory``).
   A flat tuple while the owner has a few conversations; past :data:`_INDEX_TUPLE_MAX`, a dict
   that grows in place, so a new conversation costs the same at a person's 100,000th as at
   their first (issue 17: rebuilding the tuple cost 4.3 ms at 100,000);
@@ -58,7 +58,7 @@ each full collection walked all of them: at 100,000 conversations, 240,000 track
 (:class:`_Entries`), so it stays frozen with the app, and the sweep collects the young records
 every :attr:`MemoryKeyspace.YOUNG_COLLECT_WRITES` writes (:meth:`MemoryKeyspace.collect_young`):
 no collection walks the store, and none walks more than a few thousand new records
-(``python -m bench gc_pause``, docs/capacity.md).
+(``python -m bench memory --at-bound``, docs/capacity.md).
 """
 
 from __future__ import annotations
@@ -262,7 +262,7 @@ class _Entries(dict[Key, Any]):
     CPython untracks an exact ``dict`` whose values are all untracked (every stored record soon is,
     see the module docstring) during a full collection, and tracks it again, in the youngest
     generation, as soon as a new record goes in: the next young collection then walks every entry
-    (46.7 ms at 300,000 entries, ``python -m bench gc_pause``), and every full one after.
+    (46.7 ms at 300,000 entries, ``python -m bench memory --at-bound``), and every full one after.
     A subclass is never untracked, so the dictionary stays where ``gc.freeze()`` put it when the
     gateway started (:func:`gateway.process.server.settle_heap`): the permanent generation, which
     no collection walks, whatever the store holds.
@@ -514,7 +514,7 @@ class MemoryKeyspace:
         steady state drops (expired, or evicted at the bound), old and untracked as they are: so
         the count stays level while the young generation fills with new records, until one
         collection walks them all (77 ms at five times the default bound,
-        ``python -m bench gc_pause``). Collected every few thousand writes instead, the
+        ``python -m bench memory --at-bound``). Collected every few thousand writes instead, the
         young generation never holds more than those; a young collection walks only it (the
         store's dictionary and ring are frozen, see :class:`_Entries`). Two: the first untracks a
         record's inner turns tuple (the collector meets the record first) and moves the record to

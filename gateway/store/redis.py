@@ -261,7 +261,7 @@ class RedisStore(ConversationStore):
         is under the owner's tag (the per-person one, :func:`gateway.ops.limits.RateLimits.charge`);
         the per-agent counter is in a slot of its own. On one Redis or under Sentinel, where a script
         may touch any key, every counter rides in the script, whatever the layout: a call apart cost
-        a turn 255,000 instructions (a sixth of a Redis turn, ``python -m bench.turn_count`` on
+        a turn 255,000 instructions (a sixth of a Redis turn, ``python -m bench turn_count`` on
         Redis) for no round trip saved.
         """
         if not (self._tagged and self._slot_bound):

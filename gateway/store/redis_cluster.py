@@ -2,7 +2,7 @@
 
 Why not redis-py's ``RedisCluster`` or coredis: per node they are the pooled clients that
 ``redis_pipe.py`` measured at five to six times this pipe's CPU per script call, and a cluster
-only adds routing on top (``python -m bench.redis_client --cluster`` measures the two side by
+only adds routing on top (a bench tool since folded out measured the two side by
 side on a real cluster; docs/operations.md, Redis Cluster, has the figures). Routing is a table
 look-up and a CRC16 of the key's hash tag (:mod:`gateway.store.slots`); everything a node's
 connection does (pipelining, ``cache.timeout`` per command, ``WAIT`` behind a ``replicated``

@@ -2,7 +2,7 @@
 
 Why not a pooled client: every turn is two script calls, and the client's own per-command
 machinery was most of the Redis backend's cost. At 32 concurrent callers on one core
-(``bench/redis_client.py``), redis-py 8 with hiredis spends about 57 µs of CPU per
+(a bench tool since folded out), redis-py 8 with hiredis spends about 57 µs of CPU per
 ``EVALSHA`` (a pool lock, retry and observability hooks, a ``wait_for`` task per write and a
 timeout per read) and coredis 6 about 61 µs; this connection spends about 10 µs. RESP answers
 in request order, so one connection carries every concurrent turn: writes coalesce, the

@@ -6,7 +6,7 @@ turns in flight in one process (issue 17), each holding one call to its bot. Sid
 in flight on a 1.5 s bot (``python -m bench slow_bot``'s "pass-through gateway client" front,
 since folded out; docs/capacity.md, "Memory per turn in flight"), the same forwarder held 8 KiB less per turn
 in flight (27.7 against 35.7 KiB) and spent 0.28 ms less CPU a turn (0.30 against 0.58 ms) on
-this client, and an Identity turn takes 23 % fewer instructions (``python -m bench.turn_count``):
+this client, and an Identity turn takes 23 % fewer instructions (``python -m bench turn_count``):
 ``ClientSession``'s per-request machinery (URL objects, cookie and tracing hooks, a
 ``StreamReader`` per answer, its timeout context) serves nothing a bot call needs.
 What a bot call does need is all here and tested (tests/upstream/test_client.py):

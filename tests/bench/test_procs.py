@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import redis
+
 from bench.procs import Children, start_cluster
-from bench.redis_probe import RedisProbe
 
 
 def test_a_bench_cluster_serves_every_slot_with_a_replica_a_primary_and_is_stopped_by_pid(
@@ -18,20 +19,20 @@ def test_a_bench_cluster_serves_every_slot_with_a_replica_a_primary_and_is_stopp
         assert nodes.url.startswith("redis+cluster://127.0.0.1:")
         assert nodes.url.count(",") == 1
         ports = [port for _, port in (*nodes.primaries, *nodes.replicas)]
-        probes = [RedisProbe(f"redis://127.0.0.1:{port}/0") for port in ports]
-        for probe in probes:
-            info = probe.command("CLUSTER", "INFO").decode()
-            assert "cluster_state:ok" in info, info
-            assert "cluster_slots_assigned:16384" in info, info
-        for probe in probes[:2]:
-            assert b"role:master" in probe.command("INFO", "replication")
-        primary_ids = {probe.command("CLUSTER", "MYID") for probe in probes[:2]}
-        for probe in probes[2:]:
-            replication = probe.command("INFO", "replication").decode()
-            assert "role:slave" in replication, replication
-            assert "master_link_status:up" in replication, replication
-            [line] = [ln for ln in probe.command("CLUSTER", "NODES").split(b"\n") if b"myself" in ln]
-            assert line.split()[3] in primary_ids, line
+        clients = [redis.Redis.from_url(f"redis://127.0.0.1:{port}/0") for port in ports]
+        for client in clients:
+            info = client.cluster("INFO")
+            assert info["cluster_state"] == "ok", info
+            assert int(info["cluster_slots_assigned"]) == 16384, info
+        for client in clients[:2]:
+            assert client.info("replication")["role"] == "master"
+        primary_ids = {client.cluster("MYID").decode() for client in clients[:2]}
+        for client in clients[2:]:
+            replication = client.info("replication")
+            assert replication["role"] == "slave", replication
+            assert replication["master_link_status"] == "up", replication
+            [myself] = [n for n in client.cluster("NODES").values() if "myself" in n["flags"]]
+            assert myself["master_id"] in primary_ids, myself
         pids = nodes.pids
         assert len(pids) == 4
         assert all(Path(f"/proc/{pid}").exists() for pid in pids)

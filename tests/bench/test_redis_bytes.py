@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import re
 
+import redis
 import redis.asyncio as aioredis
 
 from bench.redis_bytes import FIRST_MESSAGE, fill, key_memory, turn, warm_up
-from bench.redis_probe import RedisProbe
 from gateway.config import CacheConfig
 from gateway.store import keys as store_keys
 from gateway.store.base import Owner
@@ -34,7 +34,7 @@ async def test_redis_holds_a_conversation_in_at_most_550_bytes_of_keys(
         await fill(store, 300, 100)
     finally:
         await store.close()
-    per_conversation = sum(key_memory(RedisProbe(redis_url)).values()) / 300
+    per_conversation = sum(key_memory(redis.Redis.from_url(redis_url)).values()) / 300
     assert per_conversation <= KEY_BYTES_PER_CONVERSATION, per_conversation
     # Small-encoded: a hash table would be about three times the size.
     conversations = [key async for key in redis_client.scan_iter(store_keys.conv_key("acme", "*", "*"))]

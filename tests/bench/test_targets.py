@@ -45,10 +45,14 @@ def test_a_bound_is_met_on_the_line() -> None:
     assert at_most(1.5)(1.5)
     assert not at_least(0.80)(0.7999)
     assert not at_most(1.5)(1.5001)
+    # A target's goal, as written, is its test.
+    assert target("ratio", ">= 0.8", 0.8)["passed"]
+    assert not target("ratio", ">= 0.8", 0.7999)["passed"]
+    assert not target("CPU", "<= 1.5", 1.5001)["passed"]
 
 
 def test_target_records_the_median_verdict_beside_the_repeats() -> None:
-    t = target("CPU per turn", "<= 1.5", 1.45, at_most(1.5), [1.2, 1.45, 1.55], note="n")
+    t = target("CPU per turn", "<= 1.5", 1.45, [1.2, 1.45, 1.55], note="n")
     assert t == {
         "name": "CPU per turn",
         "target": "<= 1.5",
@@ -58,7 +62,7 @@ def test_target_records_the_median_verdict_beside_the_repeats() -> None:
         "verdict": WITHIN_NOISE,
         "note": "n",
     }
-    unmeasured = target("workers", ">= 1.25", None, at_least(1.25), note="not available")
+    unmeasured = target("workers", ">= 1.25", None, note="not available")
     assert not unmeasured["passed"]
     assert unmeasured["verdict"] == NOT_MEASURED
 

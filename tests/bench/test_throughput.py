@@ -3,7 +3,7 @@
 ``python -m bench throughput --smoke`` drives every front (the bot direct, the pass-through, the
 gateway on memory and on Redis with §3 turns and with §5.5 delegated ones) and every measurement
 path (the §5.3 flows that get the delegated users their tokens, peak rounds, half-load rounds,
-Redis round trips, instructions per turn under callgrind, the adapters, memory per conversation)
+instructions per turn under callgrind, the adapters)
 for a fraction of a second each. Timings are never asserted: CI machines are too noisy for that, and the
 benchmark reports figures rather than judging them. What is asserted is that the run worked
 (no failed turns, every delegated reply with its receipt, something measured everywhere) and
@@ -20,8 +20,8 @@ import statistics
 from typing import Any
 
 import pytest
+import redis
 
-from bench.redis_probe import RedisProbe
 from bench.throughput import SCHEMA
 from gateway.config import ADAPTERS
 from tests.support.bench import BENCH_REDIS_URL, run_module
@@ -45,14 +45,12 @@ SECTIONS = {
     "rounds",
     "ratios",
     "half_load",
-    "redis",
-    "memory",
     "delegation",
     "instructions",
     "adapters",
     "targets",
 }
-TARGET_COUNT = 11
+TARGET_COUNT = 8
 # Differences between two measured latencies may fall below zero on a noisy machine.
 SIGNED_KEYS = ("added_",)
 DIFFERENCE_FIELDS = ("measured", "per_repeat")
@@ -96,8 +94,8 @@ def _positive(value: Any, what: str) -> None:
 @pytest.fixture(scope="module")
 def smoke_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], str]:
     try:
-        RedisProbe(BENCH_REDIS_URL).ping()
-    except (OSError, ConnectionError) as exc:
+        redis.Redis.from_url(BENCH_REDIS_URL).ping()
+    except (OSError, redis.RedisError) as exc:
         pytest.fail(f"the benchmark needs Redis at {BENCH_REDIS_URL}: {exc}")
     out = tmp_path_factory.mktemp("bench") / "result.json"
     stdout = run_module("bench", "throughput", "--smoke", "--out", str(out), "--redis-url", BENCH_REDIS_URL)
@@ -132,10 +130,8 @@ def test_every_front_was_driven_without_a_failed_turn(smoke_run: tuple[dict[str,
     assert len(result["rounds"]) == len(FRONTS) * result["settings"]["repeats"]
 
 
-def test_delegated_users_got_real_grants_and_their_turns_two_round_trips(
-    smoke_run: tuple[dict[str, Any], str],
-) -> None:
-    result, stdout = smoke_run
+def test_delegated_users_got_real_grants(smoke_run: tuple[dict[str, Any], str]) -> None:
+    result, _ = smoke_run
     delegation = result["delegation"]
     assert set(delegation["flows"]) == DELEGATED
     for name, flows in delegation["flows"].items():
@@ -143,19 +139,14 @@ def test_delegated_users_got_real_grants_and_their_turns_two_round_trips(
         _positive(flows["seconds"], f"{name} §5.3 flows")
         # §5.3: the User ticked every requested scope (the consent page's default).
         assert flows["scopes_granted"] == [" ".join(delegation["scopes_requested"])], name
-    delegated = result["redis"]["delegated"]
-    _positive(delegated["turns"], "delegated Redis round-trip turns")
-    assert delegated["errors"] == 0
-    _positive(delegated["round_trips_per_turn"], "Redis round trips per delegated turn")
     for key in (
         "throughput_delegated_memory_vs_gateway_memory",
         "throughput_delegated_redis_vs_gateway_redis",
     ):
         assert len(result["ratios_per_repeat"][key]) == result["settings"]["repeats"], key
-    assert "Redis round trips per delegated turn" in stdout
 
 
-def test_ratios_half_load_redis_and_memory_were_measured(smoke_run: tuple[dict[str, Any], str]) -> None:
+def test_ratios_and_half_load_were_measured(smoke_run: tuple[dict[str, Any], str]) -> None:
     result, _ = smoke_run
     for name, value in result["ratios"].items():
         _positive(value, f"ratio {name}")
@@ -170,13 +161,6 @@ def test_ratios_half_load_redis_and_memory_were_measured(smoke_run: tuple[dict[s
     }
     for key in ("added_p50_ms", "added_p99_ms", "added_p50_ms_redis", "added_p99_ms_redis"):
         assert isinstance(half[key], int | float)
-    redis = result["redis"]
-    _positive(redis["turns"], "Redis round-trip turns")
-    _positive(redis["round_trips_per_turn"], "Redis round trips per turn")
-    memory = result["memory"]
-    _positive(memory["conversations"], "idle conversations")
-    for key in ("rss_bytes_per_conversation", "rss_bytes_per_conversation_excluding_replies"):
-        _positive(memory[key], f"memory {key}")
 
 
 def test_instructions_per_turn_were_counted_for_the_pass_through_and_both_gateways(

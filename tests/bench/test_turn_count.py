@@ -16,13 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from bench import turn_count
+from bench import instructions, turn_count
 from tests.support.bench import BENCH_REDIS_URL, run_module
 
 
 @pytest.fixture
 def valgrind() -> None:
-    if not turn_count.available():
+    if not instructions.available():
         message = "valgrind is missing: run scripts/setup.sh as root (Debian's valgrind package)"
         if os.environ.get("CI") == "true":
             pytest.fail(message)

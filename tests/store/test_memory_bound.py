@@ -400,7 +400,7 @@ async def test_idle_conversations_behind_a_run_of_busy_keys_still_make_room(cloc
 async def test_the_keyspace_dictionary_is_never_untracked_so_it_stays_frozen(clock: ManualClock) -> None:
     """Issue 29 item 3: a plain dict whose records are all untracked is untracked by a full collection
     and tracked again, young, at the next write: the next young collection then walked every entry
-    (46.7 ms at 300,000, python -m bench gc_pause). The keyspace's dict is never untracked."""
+    (46.7 ms at 300,000, python -m bench memory --at-bound). The keyspace's dict is never untracked."""
     store = MemoryStore(CacheConfig(**SETTINGS, max_entries=None), clock=clock)
     for index in range(100):
         await opened(store, Owner("acme", "https://pa.example", f"p-{index}"), f"{index}")

@@ -587,6 +587,33 @@ async def test_rfc9700_a_refresh_family_stays_one_record_however_often_it_rotate
     assert await oauth.grant_of_refresh(BRAND, rt("rt-50"), clock()) == gid("g-1")
 
 
+GRANT_RECORDS, GRANT_BYTES = 4, 1264
+"""What a grant costs (docs/sizing.md): the grant with its refresh family, its slot, and its entries in
+the Brand user's and the (agent, ``sub``)'s grant indexes; on one Redis, their ``MEMORY USAGE``
+(1,200 B on Redis 7.0)."""
+
+
+async def test_s5_4_a_grant_is_four_records_and_on_redis_at_most_1264_bytes(
+    oauth: OAuthStore, store: ConversationStore, clock: ManualClock
+) -> None:
+    """Issue 17 row 4, the figure sizing rests on: what the redemption adds to its authorization's
+    records (which go minutes later), refreshes adding none (the test above)."""
+    created = authorization(clock, device_hash=sha("dc-g-1"), user_code="UC-g-1")
+    assert await oauth.create_authorization(created)
+    assert await oauth.approve(BRAND, created, "user-42", ("orders:read",), clock())
+    one_redis = isinstance(store, RedisStore) and not isinstance(store.redis, ClusterPipe)
+    pipe = store.redis if isinstance(store, RedisStore) and one_redis else None
+    before = set(await pipe.execute("KEYS", "*")) if pipe is not None else set()
+    authorized = await records(store)
+    assert await poll(oauth, clock, device_hash=sha("dc-g-1")) is PollOutcome.ISSUED
+    assert await records(store) - authorized == GRANT_RECORDS
+    if pipe is not None:
+        added = set(await pipe.execute("KEYS", "*")) - before
+        used = [int(await pipe.execute("MEMORY", "USAGE", key)) for key in added]
+        assert len(added) == GRANT_RECORDS
+        assert sum(used) <= GRANT_BYTES, used
+
+
 @pytest.mark.parametrize("back", [1, 2, 40])
 async def test_rfc9700_the_previous_or_an_older_token_of_the_family_revokes_it(
     oauth: OAuthStore, clock: ManualClock, back: int

@@ -11,12 +11,12 @@ import asyncio
 import time
 from collections import Counter
 
-from bench.redis_probe import MonitorCount, RedisProbe
 from gateway.config import CacheConfig
 from gateway.store import Owner, TurnStatus
 from gateway.store import keys as store_keys
 from gateway.store.redis import RedisStore
 from tests.support.redis_layout import tag_of
+from tests.support.redis_monitor import MonitorCount
 
 WHOLE_SET_READS = {"zrange", "zrangebyscore", "zrevrange", "zcard", "zscan", "smembers", "scan", "keys"}
 
@@ -44,11 +44,8 @@ async def test_a_new_conversation_runs_the_same_redis_commands_at_a_persons_100t
             "ZADD", store_keys.conv_index_key("acme", owner.digest_bytes, tag_of(owner)), *members
         )
     await _commands_warm(store)
-    monitor = MonitorCount(RedisProbe(redis_url))
+    monitor = MonitorCount(redis_url)  # returns once MONITOR answered OK: every command is seen from here
     try:
-        # MONITOR's own +OK first: only then does Redis show this connection every command.
-        while monitor._expect_ok:
-            await asyncio.to_thread(monitor.poll, 0.05)
         at_100 = await _commands(store, monitor, few, "few")
         at_10000 = await _commands(store, monitor, many, "many")
     finally:
