@@ -15,14 +15,13 @@ from html.parser import HTMLParser
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-import orjson
 from aiohttp import ClientResponse
 
 from gateway.app import OAUTH_STORE
 from gateway.protocol.urls import OAuthUrls
 from gateway.store.oauth import AuthorizationStatus, DeviceAuthorization, OAuthStore
 from tests.support import delegation
-from tests.support.delegation import SCOPES, BrandLogin, device_authorize, post_form
+from tests.support.delegation import SCOPES, BrandLogin, device_authorize
 from tests.support.gateway import Harness
 from tests.support.secrets_scan import remember
 
@@ -100,19 +99,7 @@ async def device_authorization(
 ) -> dict[str, Any]:
     """:func:`tests.support.delegation.device_authorize`, asking for every scope of the card by default,
     and for RFC 9396 ``details`` (the ``authorization_details`` parameter, a JSON array) if any."""
-    if not details:
-        return await device_authorize(gw, scopes, sub=sub, issuer=issuer, brand=brand)
-    form = {
-        "client_id": issuer or gw.issuer,
-        "scope": " ".join(scopes),
-        "authorization_details": orjson.dumps(list(details)).decode(),
-    }
-    response = await post_form(gw, "device_authorization", form, sub=sub, issuer=issuer, brand=brand)
-    assert response.status == 200, await response.text()
-    answer: dict[str, Any] = await response.json()
-    remember("a device code", answer.get("device_code"))
-    remember("a user code", answer.get("user_code"))
-    return answer
+    return await device_authorize(gw, scopes, sub=sub, issuer=issuer, brand=brand, details=details)
 
 
 async def post_assertion(gw: Harness, assertion: str, *, brand: str = "acme") -> ClientResponse:

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+import orjson
 import pytest
 from aiohttp import ClientResponse
 from cryptography.hazmat.primitives import serialization
@@ -221,9 +222,14 @@ async def device_authorize(
     sub: str = "alice",
     issuer: str | None = None,
     brand: str = "acme",
+    details: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
-    """Start a device authorization for ``scopes`` (asserting ``200``): the RFC 8628 §3.2 answer."""
+    """Start a device authorization for ``scopes`` (asserting ``200``): the RFC 8628 §3.2 answer.
+
+    ``details``, if any, go as RFC 9396 ``authorization_details`` (a JSON array)."""
     form = {"client_id": issuer or h.issuer, "scope": " ".join(scopes)}
+    if details:
+        form["authorization_details"] = orjson.dumps(list(details)).decode()
     response = await post_form(h, "device_authorization", form, sub=sub, issuer=issuer, brand=brand)
     assert response.status == 200, await response.text()
     answer: dict[str, Any] = await response.json()
